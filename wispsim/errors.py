@@ -1,0 +1,34 @@
+"""Errors a user can act on.
+
+Every problem with user input (a scenario file, a profile, a trace, a command-line option) is a
+:class:`WispsimError` whose message is one line naming the file, the field and what is allowed.
+The CLI prints that line and exits with code 2; it never shows a traceback for these.
+"""
+
+from __future__ import annotations
+
+
+class WispsimError(Exception):
+    """A problem with user input, explained in one line."""
+
+    exit_code = 2
+
+
+class ConfigError(WispsimError):
+    """A scenario, profile or option has a bad value.
+
+    ``source`` is the file (or "default scenario", "--devices", ...) and ``field`` the dotted path
+    of the offending value, so the message reads ``scenario.yaml: server.delta_ms: must be >= 0,
+    got -1``.
+    """
+
+    def __init__(self, source: str, field: str, problem: str) -> None:
+        self.source = source
+        self.field = field
+        self.problem = problem
+        where = f"{source}: {field}" if field else source
+        super().__init__(f"{where}: {problem}")
+
+
+class TraceError(WispsimError):
+    """An acceptance trace is missing columns, has bad values or cannot be read."""

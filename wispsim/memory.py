@@ -1,0 +1,79 @@
+"""Paged KV memory with a prefix cache and LRU eviction (SPEC 2.3).
+
+Memory is counted in blocks of ``block_size`` tokens. Between rounds, a response's committed
+prefix stays cached (when the prefix cache is on), holding ceil(prefix / block_size) blocks. A
+batch needs blocks for every member's L_total; to make room the server evicts idle cached
+prefixes, least recently used first. A session whose prefix was evicted is cold on its next
+round: it forwards its whole prefix again.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+
+class KVMemory:
+    __slots__ = ("block_size", "cache", "evictions", "held", "prefix_cache", "total_blocks", "used")
+
+    def __init__(self, total_blocks: int, block_size: int, prefix_cache: bool) -> None:
+        self.total_blocks = total_blocks
+        self.block_size = block_size
+        self.prefix_cache = prefix_cache
+        # session -> (cached tokens, blocks held), in LRU order (oldest first)
+        self.cache: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self.used = 0
+        self.evictions = 0
+
+    def blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def cached_tokens(self, session: int) -> int:
+        entry = self.cache.get(session)
+        return entry[0] if entry else 0
+
+    def allocate(self, batch: Iterable[tuple[int, int]]) -> int:
+        """Make room for a batch of (session, L_total); returns how many prefixes were evicted.
+
+        The batch's own cached prefixes are kept; other idle prefixes are evicted LRU-first.
+        """
+        batch = list(batch)
+        members = {s for s, _ in batch}
+        need = 0
+        for s, l_total in batch:
+            entry = self.cache.get(s)
+            need += self.blocks(l_total) - (entry[1] if entry else 0)
+        evicted = 0
+        if self.used + need > self.total_blocks:
+            for s in list(self.cache):
+                if self.used + need <= self.total_blocks:
+                    break
+                if s in members:
+                    continue
+                self.used -= self.cache.pop(s)[1]
+                evicted += 1
+        if self.used + need > self.total_blocks:
+            raise RuntimeError("batch does not fit in KV memory; the scheduler must prevent this")
+        for s, l_total in batch:
+            old = self.cache.pop(s, None)
+            nb = self.blocks(l_total)
+            self.used += nb - (old[1] if old else 0)
+            self.cache[s] = (l_total, nb)
+        self.evictions += evicted
+        return evicted
+
+    def finish_round(self, session: int, prefix: int) -> None:
+        """After a round: keep the committed prefix cached (most recently used), or free it."""
+        old = self.cache.pop(session, None)
+        if old:
+            self.used -= old[1]
+        if self.prefix_cache and prefix > 0:
+            nb = self.blocks(prefix)
+            self.used += nb
+            self.cache[session] = (prefix, nb)
+
+    def drop(self, session: int) -> None:
+        """A response finished: free its prefix."""
+        old = self.cache.pop(session, None)
+        if old:
+            self.used -= old[1]

@@ -1,0 +1,43 @@
+"""Where shipped data lives: profiles, traces and the default scenario.
+
+In a source checkout (or an editable install) profiles and traces are the top-level ``profiles/``
+and ``traces/`` folders; a wheel carries copies as ``wispsim/_profiles`` and ``wispsim/_traces``.
+The default scenario is package data of ``wispsim`` itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent
+
+
+def _first_existing(*candidates: Path) -> Path:
+    for c in candidates:
+        if c.is_dir():
+            return c
+    return candidates[0]
+
+
+def profiles_dir() -> Path:
+    return _first_existing(_PKG.parent / "profiles", _PKG / "_profiles")
+
+
+def traces_dir() -> Path:
+    return _first_existing(_PKG.parent / "traces", _PKG / "_traces")
+
+
+def default_scenario_path() -> Path:
+    return _PKG / "data" / "scenarios" / "default.yaml"
+
+
+def resolve_named(name_or_path: str, folder: Path, suffixes: tuple[str, ...]) -> Path | None:
+    """A path as given if it exists, else ``folder/name+suffix`` for the first suffix that exists."""
+    p = Path(name_or_path)
+    if p.is_file():
+        return p
+    for s in ("", *suffixes):
+        q = folder / f"{name_or_path}{s}"
+        if q.is_file():
+            return q
+    return None

@@ -1,0 +1,82 @@
+"""WISP's SLO-aware batch scheduler (SPEC 3.1).
+
+At a dispatch epoch t each pending request i has value g_i = N_hat_i (expected committed tokens),
+marginal cost v_i = a*L_new + b_compute*L_new*L_total + b_read*L_cached, utility U_i = g_i / v_i
+and latest start time LST_i = d_i - (v_i + c) - delta. Requests with t >= LST_i are critical.
+
+The batch grows in three phases; each phase stops at its first request that fails FeasibleAdd:
+
+1. critical requests, earliest deadline first. If one fails, phase 3 is skipped (no non-critical
+   fill: the batch must stay short for the urgent ones);
+2. late requests -- those that cannot meet their deadline even alone, t + v_i + c > d_i -- oldest
+   first. Their own deadline is left out of the check (it is lost anyway), so they ride along
+   only while every other member stays feasible;
+3. non-critical requests by decreasing utility.
+
+FeasibleAdd(B, i): memory and batch limits hold for B + {i}, and
+t + T_hat(B + {i}) <= min over non-late j in B + {i} of d_j.
+A batch is never empty while the queue is not: if nothing could be added, the single most urgent
+request (earliest deadline, then oldest) is dispatched alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from wispsim.schedulers.base import SCHEDULERS, BatchBuilder, GpuState, P
+
+
+@SCHEDULERS.register("wisp")
+class WispScheduler:
+    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> list[P]:
+        if not queue:
+            return []
+        est = gpu.estimator
+        c = est.c
+        critical: list[tuple[float, float, int, float]] = []
+        late: list[tuple[float, int, float]] = []
+        other: list[tuple[float, float, int, float]] = []
+        for idx, r in enumerate(queue):
+            v = est.marginal(r.l_new, r.l_cached)
+            if now + v + c > r.deadline:
+                late.append((r.arrival, idx, v))
+            elif now >= r.deadline - (v + c) - gpu.delta:
+                critical.append((r.deadline, r.arrival, idx, v))
+            else:
+                utility = r.n_hat / v if v > 0 else math.inf
+                other.append((-utility, r.arrival, idx, v))
+
+        b = BatchBuilder(gpu)
+        total = c  # T_hat of the batch so far
+        dmin = math.inf  # earliest deadline among non-late members
+
+        def try_add(idx: int, v: float, is_late: bool) -> bool:
+            nonlocal total, dmin
+            r = queue[idx]
+            if not b.fits(r):
+                return False
+            d = dmin if is_late else min(dmin, r.deadline)
+            if now + total + v > d:
+                return False
+            b.add(r)
+            total += v
+            dmin = d
+            return True
+
+        critical_failed = False
+        for _, _, idx, v in sorted(critical):
+            if not try_add(idx, v, False):
+                critical_failed = True
+                break
+        for _, idx, v in sorted(late):
+            if not try_add(idx, v, True):
+                break
+        if not critical_failed:
+            for _, _, idx, v in sorted(other):
+                if not try_add(idx, v, False):
+                    break
+        if not b.members:
+            urgent = min(range(len(queue)), key=lambda i: (queue[i].deadline, queue[i].arrival, i))
+            return [queue[urgent]]
+        return b.members  # type: ignore[return-value]

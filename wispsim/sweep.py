@@ -1,0 +1,242 @@
+"""Running many simulations: points, a results store that survives interruption, and sweeps.
+
+A *point* is one simulation: a resolved scenario, N and a seed. Its results live in
+``OUT/points/<key>/`` where the key is a hash of the resolved scenario, N, the seed and the
+wispsim version; a point whose folder is complete is never run again, so an interrupted sweep
+resumes where it stopped and loses nothing it finished. Points run in a local process pool
+(``--jobs``); each is deterministic given its key, so results do not depend on the pool.
+
+:func:`capacity_sweep` drives one :class:`~wispsim.capacity.CapacitySearch` per (policy, group)
+in waves: each wave asks every unfinished search for its next N values and runs all their points
+(times seeds) in parallel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from wispsim import __version__
+from wispsim.capacity import CapacitySearch, pooled_stats
+from wispsim.config import Scenario
+from wispsim.metrics import device_counts, summarize
+from wispsim.simulation import simulate
+
+RECORD_MODES = ("none", "responses", "all")
+
+
+@dataclass(frozen=True)
+class Point:
+    scenario: Scenario
+    devices: int
+    seed: int
+
+    @property
+    def key(self) -> str:
+        blob = json.dumps(
+            {"scenario": self.scenario.to_dict(), "devices": self.devices, "seed": self.seed,
+             "version": __version__},
+            sort_keys=True,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class PointResult:
+    key: str
+    summary: pd.DataFrame
+    counts: pd.DataFrame
+
+
+def _write_atomic_dir(final: Path, write: Callable[[Path], None]) -> None:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        write(tmp)
+        if final.exists():
+            shutil.rmtree(tmp)
+            return
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def run_point(point: Point, out: Path | None, records: str = "responses") -> PointResult:
+    """Run one point, or load it if ``out`` already holds it."""
+    folder = out / "points" / point.key if out is not None else None
+    if folder is not None and (folder / "summary.csv").is_file():
+        return PointResult(
+            point.key, pd.read_csv(folder / "summary.csv", dtype={"class": str}),
+            pd.read_csv(folder / "devices.csv"),
+        )
+    res = simulate(point.scenario, point.devices, point.seed)
+    summary = summarize(res)
+    counts = device_counts(res)
+    if folder is not None:
+
+        def write(d: Path) -> None:
+            (d / "scenario.yaml").write_text(point.scenario.to_yaml())
+            meta = {"devices": point.devices, "seed": point.seed, "key": point.key,
+                    "version": __version__, "sim_end_s": res.sim_end, "wall_s": res.wall_s,
+                    **res.info}
+            (d / "meta.json").write_text(json.dumps(meta, indent=1))
+            if records in ("responses", "all"):
+                res.responses.to_parquet(d / "responses.parquet", index=False)
+            if records == "all":
+                res.rounds.to_parquet(d / "rounds.parquet", index=False)
+                res.batches.to_parquet(d / "batches.parquet", index=False)
+            counts.to_csv(d / "devices.csv", index=False)
+            summary.to_csv(d / "summary.csv", index=False)  # written last: marks completion
+
+        _write_atomic_dir(folder, write)
+    return PointResult(point.key, summary, counts)
+
+
+class LocalRunner:
+    """Runs points serially (jobs=1) or in a local process pool."""
+
+    def __init__(self, jobs: int, out: Path | None, records: str = "responses") -> None:
+        self.jobs = max(1, jobs)
+        self.out = out
+        self.records = records
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> LocalRunner:
+        if self.jobs > 1:
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+    def map(self, points: list[Point], done: Callable[[], None] | None = None) -> list[PointResult]:
+        if self._pool is None:
+            results = []
+            for p in points:
+                results.append(run_point(p, self.out, self.records))
+                if done:
+                    done()
+            return results
+        futures = [self._pool.submit(run_point, p, self.out, self.records) for p in points]
+        out = []
+        for f in futures:
+            out.append(f.result())
+            if done:
+                done()
+        return out
+
+
+@dataclass(frozen=True)
+class Group:
+    """What one capacity question puts on the server: one class alone, or a shared mix."""
+
+    label: str
+    classes: tuple[float, ...]
+
+
+def groups_for(classes: Iterable[float], mix: str) -> list[Group]:
+    cls = tuple(float(c) for c in classes)
+    if mix == "shared":
+        return [Group("mix:" + ",".join(f"{c:g}" for c in cls), cls)]
+    return [Group(f"{c:g}", (c,)) for c in cls]
+
+
+@dataclass
+class SweepResult:
+    capacity: pd.DataFrame
+    curve: pd.DataFrame
+    pooled: pd.DataFrame
+
+
+def capacity_sweep(
+    base: dict[str, Scenario],
+    groups: list[Group],
+    seeds: list[int],
+    epsilon: float,
+    runner: LocalRunner,
+    grid: tuple[int, ...] = (),
+    start: int = 8,
+    max_devices: int = 4096,
+    progress: Callable[[int, int], None] | None = None,
+) -> SweepResult:
+    """Capacity of every (policy, group); ``base`` maps policy name -> resolved scenario."""
+    searches = {
+        (pol, g.label): CapacitySearch(epsilon, start=start, max_devices=max_devices, grid=grid)
+        for pol in base
+        for g in groups
+    }
+    group_of = {g.label: g for g in groups}
+    curve_rows: list[pd.DataFrame] = []
+    pooled_rows: list[dict[str, object]] = []
+    planned = finished = 0
+    while True:
+        wave: list[tuple[tuple[str, str], int]] = []
+        for key, s in searches.items():
+            wave.extend((key, n) for n in s.next_devices())
+        if not wave:
+            break
+        points: list[Point] = []
+        for (pol, label), n in wave:
+            sc = base[pol].with_devices(n, group_of[label].classes)
+            points.extend(Point(sc, n, seed) for seed in seeds)
+        planned += len(points)
+        if progress:
+            progress(finished, planned)
+
+        def tick() -> None:
+            nonlocal finished
+            finished += 1
+            if progress:
+                progress(finished, planned)
+
+        results = runner.map(points, tick)
+        it = iter(results)
+        for (pol, label), n in wave:
+            counts = []
+            for seed in seeds:
+                r = next(it)
+                s = r.summary.rename(columns={"devices": "class_devices"})
+                s.insert(0, "seed", seed)
+                s.insert(0, "devices", n)
+                s.insert(0, "group", label)
+                s.insert(0, "policy", pol)
+                s["point"] = r.key
+                curve_rows.append(s)
+                c = r.counts.copy()
+                c["seed"] = seed
+                counts.append(c)
+            allc = pd.concat(counts, ignore_index=True)
+            stats = pooled_stats(n, allc)
+            searches[(pol, label)].evaluated[n] = stats
+            for cls, rate in stats.per_class.items():
+                pooled_rows.append({
+                    "policy": pol, "group": label, "class": cls, "devices": n, "seeds": len(seeds),
+                    "responses": int(allc[allc.slo == float(cls)].responses.sum()),
+                    "violation_rate": rate, "decision_violation": stats.violation,
+                    "decision_ci_low": stats.ci_low, "decision_ci_high": stats.ci_high,
+                })
+    cap_rows = []
+    for (pol, label), s in searches.items():
+        lo, hi = s.interval()
+        cap_rows.append({
+            "policy": pol, "class": label, "capacity": s.capacity, "ci_low": lo, "ci_high": hi,
+            "saturated": s.saturated, "evaluated": len(s.evaluated),
+        })
+    curve = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
+    if not curve.empty:
+        curve = curve.sort_values(["policy", "group", "class", "devices", "seed"], kind="stable")
+    pooled = pd.DataFrame(pooled_rows)
+    if not pooled.empty:
+        pooled = pooled.sort_values(["policy", "group", "class", "devices"], kind="stable")
+    return SweepResult(pd.DataFrame(cap_rows), curve.reset_index(drop=True), pooled.reset_index(drop=True))
