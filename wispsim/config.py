@@ -484,7 +484,39 @@ def load_scenario(path: str | Path | None = None, overrides: Mapping[str, Any] |
     scenario: Scenario = build(Scenario, data, source)
     if scenario.policy != "custom":
         scenario = scenario.with_policy(scenario.policy, source)
+    check_references(scenario, source)
     return scenario
+
+
+def check_references(scenario: Scenario, source: str) -> None:
+    """Check the names a scenario refers to (plug-ins, profile, trace), naming ``source``."""
+    from wispsim.acceptance import ACCEPTANCE, find_trace
+    from wispsim.controllers import CONTROLLERS
+    from wispsim.errors import WispsimError
+    from wispsim.latency import LATENCY
+    from wispsim.predictor import PREDICTORS
+    from wispsim.profiles import find_profile
+    from wispsim.schedulers import SCHEDULERS
+
+    sv = scenario.server
+    ACCEPTANCE.get(scenario.acceptance.model, source, "acceptance.model")
+    CONTROLLERS.get(scenario.drafting.controller, source, "drafting.controller")
+    PREDICTORS.get(scenario.drafting.predictor.name, source, "drafting.predictor.name")
+    LATENCY.get(sv.latency_model, source, "server.latency_model")
+    if sv.mode == "speculative":
+        SCHEDULERS.get(sv.scheduler, source, "server.scheduler")
+    try:
+        find_profile(sv.profile)
+        if scenario.acceptance.model == "trace":
+            if not scenario.acceptance.trace:
+                raise ConfigError(source, "acceptance.trace", "the trace model needs a trace file or name")
+            find_trace(scenario.acceptance.trace)
+    except ConfigError as e:
+        if e.source == source:
+            raise
+        raise ConfigError(source, e.field or "server.profile", e.problem) from None
+    except WispsimError as e:
+        raise ConfigError(source, "acceptance.trace", str(e).split(": ", 1)[-1]) from None
 
 
 def parse_set(assignments: list[str]) -> dict[str, Any]:

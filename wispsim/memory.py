@@ -62,15 +62,26 @@ class KVMemory:
         self.evictions += evicted
         return evicted
 
-    def finish_round(self, session: int, prefix: int) -> None:
-        """After a round: keep the committed prefix cached (most recently used), or free it."""
+    def finish_round(self, session: int, prefix: int) -> int:
+        """After a round: keep the committed prefix cached (most recently used), or free it.
+
+        The committed prefix can be one block longer than what the batch held (it includes the
+        bonus token the target sampled), so keeping it may need room: idle prefixes are evicted
+        LRU-first, so ``used`` never exceeds ``total_blocks``. Returns how many were evicted.
+        """
         old = self.cache.pop(session, None)
         if old:
             self.used -= old[1]
-        if self.prefix_cache and prefix > 0:
-            nb = self.blocks(prefix)
+        evicted = 0
+        nb = self.blocks(prefix)
+        if self.prefix_cache and 0 < nb <= self.total_blocks:
+            while self.used + nb > self.total_blocks:
+                self.used -= self.cache.popitem(last=False)[1][1]
+                evicted += 1
             self.used += nb
             self.cache[session] = (prefix, nb)
+        self.evictions += evicted
+        return evicted
 
     def drop(self, session: int) -> None:
         """A response finished: free its prefix."""

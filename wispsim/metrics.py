@@ -135,5 +135,8 @@ def summarize(result: SimResult) -> pd.DataFrame:
 def device_counts(result: SimResult) -> pd.DataFrame:
     """Per device: measured responses and violations (clusters for the capacity bootstrap)."""
     r = result.responses[result.responses.measured]
+    if r.empty:
+        return pd.DataFrame({"device": pd.Series(dtype=int), "slo": pd.Series(dtype=float),
+                             "violated": pd.Series(dtype=int), "responses": pd.Series(dtype=int)})
     g = r.groupby(["device", "slo"], sort=True).violated.agg(["sum", "count"]).reset_index()
     return g.rename(columns={"sum": "violated", "count": "responses"})

@@ -161,7 +161,7 @@ def find_profile(name_or_path: str) -> Path:
     if path is None:
         known = ", ".join(available_profiles()) or "none"
         raise ConfigError(
-            "server.profile", "", f"no profile {name_or_path!r}; shipped profiles: {known}"
+            "scenario", "server.profile", f"no profile {name_or_path!r}; shipped profiles: {known}"
         )
     return path
 

@@ -6,6 +6,7 @@ computed from them (:mod:`wispsim.metrics`). Times are simulated seconds.
 
 from __future__ import annotations
 
+import typing
 from typing import NamedTuple
 
 import pandas as pd
@@ -78,6 +79,13 @@ class ResponseRecord(NamedTuple):
     censored: bool  # unfinished when it could no longer meet its SLO and the run ended
 
 
+_DTYPES = {int: "int64", float: "float64", bool: "bool", str: "object"}
+
+
 def frame(records: list, cls: type) -> pd.DataFrame:
-    """A DataFrame with the record type's columns (also when there are no records)."""
-    return pd.DataFrame.from_records(records, columns=list(cls._fields))
+    """A DataFrame with the record type's columns and dtypes (also when there are no records)."""
+    df = pd.DataFrame.from_records(records, columns=list(cls._fields))
+    if df.empty:
+        hints = typing.get_type_hints(cls)
+        df = df.astype({f: _DTYPES[hints[f]] for f in cls._fields})
+    return df

@@ -1,0 +1,190 @@
+"""How fast is the simulator, next to the cheapest SimPy program with the same event pattern?
+
+For the default scenario (policy wisp; one class at 8 tokens/s, and all four classes) at
+N = 50, 100, 200 this prints simulated verification rounds per wall-second of the full model
+(``simulate``) and of a *bare loop*: N processes that each do one timeout per round and wait on
+one Event, and a server that batches everything queued, does one timeout per batch and succeeds
+every member's Event -- no scheduler, no records, no numpy per event. The bare loop runs for the
+same simulated horizon, with round and batch times calibrated from the model's own records.
+
+    python benchmarks/bench_sim.py [--sweep] [--profile] [--reps 3]
+
+``--sweep`` also times ``wispsim sweep --policy wisp --classes 2,4,6,8`` end to end (as a user
+runs it); ``--profile`` prints a cProfile of the full model (default scenario, N=100).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import platform
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from wispsim.config import Scenario, load_scenario
+from wispsim.profiles import load_profile
+from wispsim.simulation import SimResult, simulate
+
+SIZES = (50, 100, 200)
+POOL = 4096  # pre-drawn round times shared by the bare devices
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the bare loop borrows from a model run: its horizon and time scales."""
+
+    horizon: float  # simulated seconds
+    round_times: list[float]  # device-side seconds per round: draft + uplink + downlink
+    c: float  # seconds per batch
+    per_request: float  # seconds per batch member
+
+
+def calibrate(res: SimResult) -> Calibration:
+    r, b = res.rounds, res.batches
+    device_side = (r.draft_time + r.uplink_time + r.downlink_time).to_numpy()
+    rng = np.random.default_rng(0)
+    c = load_profile(res.scenario.server.profile).estimator.c
+    per_request = float((b.latency.sum() - c * len(b)) / max(int(b["size"].sum()), 1))
+    return Calibration(res.sim_end, rng.choice(device_side, POOL).tolist(), c, max(per_request, 0.0))
+
+
+def bare_loop(n: int, cal: Calibration) -> int:
+    """Rounds completed by the bare SimPy loop with the model's event pattern."""
+    env = simpy.Environment()
+    queue: list[simpy.Event] = []
+    wake: list[simpy.Event | None] = [None]
+    rounds = [0]
+    times, c, per_req = cal.round_times, cal.c, cal.per_request
+
+    def device(i: int) -> Generator[Any, Any, None]:
+        j = (i * 97) % POOL
+        while True:
+            yield env.timeout(times[j])
+            j = (j + 1) % POOL
+            done = env.event()
+            queue.append(done)
+            if wake[0] is not None:
+                wake[0].succeed()
+                wake[0] = None
+            yield done
+
+    def server() -> Generator[Any, Any, None]:
+        while True:
+            if not queue:
+                wake[0] = env.event()
+                yield wake[0]
+            batch = queue[:]
+            queue.clear()
+            yield env.timeout(c + per_req * len(batch))
+            for done in batch:
+                done.succeed()
+            rounds[0] += len(batch)
+
+    env.process(server())
+    for i in range(n):
+        env.process(device(i))
+    env.run(until=cal.horizon)
+    return rounds[0]
+
+
+def best_of(reps: int, fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Shortest wall time of ``reps`` calls of ``fn``, and its (deterministic) result."""
+    best, out = float("inf"), None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def scenarios() -> dict[str, Scenario]:
+    base = load_scenario().with_policy("wisp")
+    return {
+        "8 tok/s": base.with_devices(base.devices.count, (8.0,)),
+        "2,4,6,8": base,
+    }
+
+
+def bench(reps: int) -> None:
+    print(f"rounds per wall-second, best of {reps} repetitions each (same simulated horizon)\n")
+    head = (f"{'classes':<8} {'N':>4} {'horizon s':>9} {'rounds':>7} {'batch':>6} "
+            f"{'model r/s':>10} {'bare rounds':>11} {'bare r/s':>10} {'model/bare':>10}")
+    print(head)
+    print("-" * len(head))
+    for name, sc in scenarios().items():
+        for n in SIZES:
+            t_model, res = best_of(reps, lambda sc=sc, n=n: simulate(sc, devices=n, seed=0))
+            cal = calibrate(res)
+            t_bare, bare_rounds = best_of(reps, lambda n=n, cal=cal: bare_loop(n, cal))
+            model_rps = len(res.rounds) / t_model
+            bare_rps = bare_rounds / t_bare
+            print(f"{name:<8} {n:>4} {cal.horizon:>9.1f} {len(res.rounds):>7} "
+                  f"{res.batches['size'].mean():>6.1f} {model_rps:>10,.0f} {bare_rounds:>11} "
+                  f"{bare_rps:>10,.0f} {model_rps / bare_rps:>9.0%}")
+    print("\ntarget: model/bare >= 50%")
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} cores (nproc), {cpu}, Python {platform.python_version()}"
+
+
+def bench_sweep() -> None:
+    with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
+        cmd = ["wispsim", "sweep", "--policy", "wisp", "--classes", "2,4,6,8", "--out", tmp]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    status = "meets" if wall < 120 else "misses"
+    print(f"\n`{' '.join(cmd[:-2])}` (jobs 2, fresh --out): {wall:.1f} s wall "
+          f"({status} the 120 s target)")
+
+
+def profile() -> None:
+    sc = load_scenario().with_policy("wisp")
+    prof = cProfile.Profile()
+    prof.enable()
+    res = simulate(sc, devices=100, seed=0)
+    prof.disable()
+    print(f"\ncProfile, default scenario (classes 2,4,6,8), N=100: {len(res.rounds)} rounds, "
+          f"{len(res.batches)} batches")
+    pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per figure (best is kept)")
+    ap.add_argument("--sweep", action="store_true", help="also time the default sweep end to end")
+    ap.add_argument("--profile", action="store_true", help="also profile the model at N=100")
+    args = ap.parse_args()
+    print(f"machine: {machine()}")
+    try:
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    except OSError:
+        print()
+    bench(args.reps)
+    if args.sweep:
+        bench_sweep()
+    if args.profile:
+        profile()
+
+
+if __name__ == "__main__":
+    main()

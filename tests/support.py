@@ -1,0 +1,138 @@
+"""Test helpers: tiny profiles with hand-friendly numbers, scripted acceptance, scenario builders.
+
+Tests build scenarios through the real loader (:func:`wispsim.config.load_scenario` with
+overrides), so what they exercise is what a user's YAML file would produce. Importing this module
+registers the scripted acceptance models ``test-all`` and ``test-none``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from wispsim.acceptance import ACCEPTANCE, FEATURES, ResponseStream, accept_runs
+from wispsim.config import AcceptanceConfig, Scenario, load_scenario
+
+GIB = 1024**3
+
+# Coefficients of the test profile: round numbers so expected times can be worked out by hand.
+A, B_COMPUTE, B_READ, C = 1.0e-4, 1.0e-6, 1.0e-5, 0.01
+
+
+def profile_dict(capacity_tokens: int | None = None, **coefficients: float) -> dict[str, Any]:
+    """A profile for a 1-layer toy model with 2 bytes of KV per token on a 1 GiB GPU.
+
+    With ``gpu_memory_utilization: 1`` and ``activation_reserve_gib: 0`` the KV capacity is
+    exactly ``capacity_tokens`` (default: half a GiB of tokens, i.e. unconstrained).
+    """
+    kv_bytes = 2  # 2 (K and V) x 1 layer x 1 head x head_dim 1 x 1 byte
+    weight = 0 if capacity_tokens is None else GIB - kv_bytes * capacity_tokens
+    coefs = {"a": A, "b_compute": B_COMPUTE, "b_read": B_READ, "c": C, **coefficients}
+    return {
+        "name": "test-tiny",
+        "hardware": {"gpu": "test", "count": 1, "memory_gib": 1},
+        "engine": "test",
+        "precision": "int8",
+        "model": {
+            "name": "toy", "parameters": 1, "layers": 1, "kv_heads": 1, "head_dim": 1,
+            "kv_dtype_bytes": 1, "weight_bytes": weight, "vocab_size": 1000,
+        },
+        "coefficients": coefs,
+        "provenance": {"kind": "derived", "rule": "hand-made test fixture"},
+    }
+
+
+def write_profile(path: Path, capacity_tokens: int | None = None, **coefficients: float) -> Path:
+    path.write_text(yaml.safe_dump(profile_dict(capacity_tokens, **coefficients)))
+    return path
+
+
+def const(value: float) -> dict[str, Any]:
+    """A constant distribution as YAML would spell it (min/max pinned so merging is harmless)."""
+    return {"dist": "constant", "value": value, "min": value, "max": value}
+
+
+def deterministic_overrides(profile: str, **sections: dict[str, Any]) -> dict[str, Any]:
+    """Overrides for a scenario without randomness in times: no noise, no jitter, fixed sizes.
+
+    Defaults: fixed k=2 drafting at 50 tokens/s (tau_d = 20 ms), every drafted token accepted,
+    one ``lan`` link of 5 ms and 8 Mbit/s (= 1e6 bytes/s) each way, prompt 16, output 7,
+    FCFS with prefix caching, all devices start at t=0.
+    """
+    base: dict[str, Any] = {
+        "policy": "custom",
+        "devices": {
+            "count": 2, "classes": [1.0], "draft_speed": const(50.0), "start_spread_s": 0.0,
+        },
+        "drafting": {"controller": "fixed", "k": 2},
+        "acceptance": {"model": "test-all"},
+        "network": {
+            "payload": "ids", "header_bytes": 64, "links": {"lan": 1.0},
+            "link_types": {"lan": {"latency_ms": 5.0, "up_mbps": 8.0, "down_mbps": 8.0, "jitter": 0.0}},
+        },
+        "server": {
+            "profile": profile, "mode": "speculative", "scheduler": "fcfs", "prefix_cache": True,
+            "noise": False, "gpu_memory_utilization": 1.0, "activation_reserve_gib": 0.0,
+        },
+        "workload": {
+            "prompt_tokens": const(16), "output_tokens": const(7),
+            "think_time_s": const(0.0), "warmup_s": 0.0, "duration_s": 0.01, "drain_limit_s": 5.0,
+        },
+    }
+    return _merge(base, sections)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def small_scenario(**sections: dict[str, Any]) -> Scenario:
+    """The default scenario, shortened for property tests (5 s measured after 1 s of warm-up)."""
+    over = _merge(
+        {"workload": {"warmup_s": 1.0, "duration_s": 5.0, "drain_limit_s": 30.0,
+                      "prompt_tokens": {"mean": 96, "max": 512},
+                      "output_tokens": {"mean": 48, "min": 4, "max": 160}}},
+        sections,
+    )
+    return load_scenario(overrides=over)
+
+
+# --------------------------------------------------------------------------------------------
+# Scripted acceptance plug-ins (registered the way a user's plug-in would be)
+# --------------------------------------------------------------------------------------------
+
+
+class _Scripted:
+    """Accept every drafted token (``test-all``) or none (``test-none``); features say so."""
+
+    accept_value = True
+
+    def __init__(self, cfg: AcceptanceConfig) -> None:
+        self.cfg = cfg
+
+    def nominal_rate(self) -> float:
+        return 1.0 if self.accept_value else 0.0
+
+    def new_response(
+        self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int
+    ) -> ResponseStream:
+        accept = np.r_[np.full(output_len, self.accept_value), np.zeros(pad, dtype=bool)]
+        feats = np.zeros((len(accept), len(FEATURES)))
+        feats[:output_len, 0] = 1.0 if self.accept_value else 0.0
+        return ResponseStream(prompt_len, output_len, accept, feats, accept_runs(accept))
+
+
+class _AcceptNone(_Scripted):
+    accept_value = False
+
+
+if "test-all" not in ACCEPTANCE:
+    ACCEPTANCE.register("test-all")(_Scripted)
+if "test-none" not in ACCEPTANCE:
+    ACCEPTANCE.register("test-none")(_AcceptNone)

@@ -1,0 +1,101 @@
+"""The command line: outputs, reproducibility, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+QUICK = ["--set", "workload.warmup_s=2", "--set", "workload.duration_s=8"]
+
+
+def wispsim(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wispsim.cli", *args], capture_output=True, text=True, cwd=cwd,
+        timeout=600,
+    )
+
+
+def test_run_writes_records_summary_and_resolved_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    p = wispsim("run", "--policy", "wisp", "--devices", "12", "--classes", "4,8", "--seed", "3",
+                "--out", str(out), *QUICK)
+    assert p.returncode == 0, p.stderr
+    for f in ("scenario.yaml", "rounds.parquet", "batches.parquet", "responses.parquet",
+              "summary.csv", "manifest.json"):
+        assert (out / f).is_file(), f
+    summary = pd.read_csv(out / "summary.csv", dtype={"class": str})
+    assert list(summary["class"]) == ["4", "8", "all"]
+    rounds = pd.read_parquet(out / "rounds.parquet")
+    assert set(rounds.slo) == {4.0, 8.0}
+    # the resolved scenario reruns to the same records
+    out2 = tmp_path / "rerun"
+    p2 = wispsim("run", str(out / "scenario.yaml"), "--out", str(out2))
+    assert p2.returncode == 0, p2.stderr
+    assert (out / "summary.csv").read_bytes() == (out2 / "summary.csv").read_bytes()
+
+
+def test_sweep_is_byte_reproducible(tmp_path: Path) -> None:
+    args = ["sweep", "--policy", "wisp", "--classes", "8", "--seeds", "2", "--start", "8",
+            "--max-devices", "64", "--jobs", "2", *QUICK]
+    a = wispsim(*args, "--out", str(tmp_path / "a"))
+    b = wispsim(*args, "--out", str(tmp_path / "b"))
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    for f in ("capacity.csv", "curve.csv", "curve_pooled.csv"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+    cap = pd.read_csv(tmp_path / "a" / "capacity.csv")
+    assert list(cap.columns[:5]) == ["policy", "class", "capacity", "ci_low", "ci_high"]
+
+
+def test_compare_writes_speedups(tmp_path: Path) -> None:
+    p = wispsim("compare", "--policies", "wisp,sled", "--classes", "8", "--seeds", "1",
+                "--max-devices", "64", "--out", str(tmp_path), *QUICK)
+    assert p.returncode == 0, p.stderr
+    cmp = pd.read_csv(tmp_path / "compare.csv")
+    assert list(cmp.columns) == ["class", "wisp", "sled", "wisp/sled"]
+    assert cmp["wisp/sled"].iloc[0] == pytest.approx(cmp.wisp.iloc[0] / cmp.sled.iloc[0])
+
+
+@pytest.mark.parametrize(
+    ("args", "yaml_text", "expected"),
+    [
+        (["run", "--policy", "nope"], None, "unknown policy 'nope'; allowed: wisp, sled"),
+        (["run", "--devices", "0"], None, "--devices: must be >= 1"),
+        (["sweep", "--classes", "2,x"], None, "--classes: expected comma-separated"),
+        (["sweep", "--devices", "10:5"], None, "--devices: expected LO:HI:STEP"),
+        (["run", "--set", "server.delta_ms=-1"], None, "server.delta_ms: must be >= 0"),
+        (["run"], "workload: [1, 2\n", "malformed YAML at line"),
+        (["run"], "server:\n  delta: 1\n", "server.delta: unknown field; allowed:"),
+        (["run"], "acceptance:\n  mean: 1.5\n", "acceptance.mean: must be in (0, 1)"),
+        (["run"], "network:\n  link_types:\n    wifi: {up_mbps: -3}\n", "network.link_types.wifi.up_mbps: must be > 0"),
+        (["run"], "server:\n  profile: no-such-gpu\n", "no profile 'no-such-gpu'; shipped profiles: a100-qwen3-32b"),
+        (["run"], "acceptance:\n  model: nope\n", "unknown acceptance model 'nope'; known: bernoulli, latent, trace"),
+        (["run"], "acceptance:\n  model: trace\n  trace: CORRUPT\n", "not a readable Parquet trace"),
+        (["scenario", "validate"], "workload:\n  output_tokens: {dist: constant, value: 900000, max: 900000}\n",
+         "does not fit in the KV cache"),
+    ],
+)
+def test_bad_input_is_one_line_with_exit_code_2(tmp_path: Path, args, yaml_text, expected) -> None:
+    if yaml_text is not None:
+        (tmp_path / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet")
+        text = yaml_text.replace("CORRUPT", str(tmp_path / "corrupt.parquet"))
+        path = tmp_path / "bad.yaml"
+        path.write_text(text)
+        args = [args[0], *args[1:], str(path)] if args[0] != "scenario" else [*args, str(path)]
+    p = wispsim(*args, "--out", str(tmp_path / "o")) if args[0] == "run" else wispsim(*args)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert expected in " ".join(p.stderr.split()), p.stderr
+    if yaml_text is not None and args[0] == "run":
+        assert "bad.yaml" in p.stderr or "corrupt.parquet" in p.stderr
+
+
+def test_scenario_show_and_profile_show() -> None:
+    p = wispsim("scenario", "show")
+    assert p.returncode == 0 and "profile: a100-qwen3-32b" in p.stdout
+    q = wispsim("profile", "show", "a100-qwen3-32b")
+    assert q.returncode == 0 and "3.314e-05" in q.stdout and "published" in q.stdout

@@ -1,0 +1,145 @@
+"""Paged KV memory with prefix cache and LRU eviction (SPEC 2.3)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wispsim.memory import KVMemory
+
+
+def test_blocks_round_up() -> None:
+    m = KVMemory(total_blocks=10, block_size=16, prefix_cache=True)
+    assert [m.blocks(t) for t in (0, 1, 16, 17, 32, 33)] == [0, 1, 1, 2, 2, 3]
+
+
+def test_round_keeps_committed_prefix_cached() -> None:
+    m = KVMemory(total_blocks=10, block_size=16, prefix_cache=True)
+    # first round, cold: prompt 20 + k 3 = 23 tokens -> 2 blocks
+    assert m.allocate([(7, 23)]) == 0
+    assert m.used == 2
+    # 2 tokens committed: prefix 22 stays cached, 2 blocks
+    m.finish_round(7, 22)
+    assert m.cached_tokens(7) == 22
+    assert m.used == 2
+    m.drop(7)
+    assert m.cached_tokens(7) == 0
+    assert m.used == 0
+
+
+def test_without_prefix_cache_nothing_stays() -> None:
+    m = KVMemory(total_blocks=10, block_size=16, prefix_cache=False)
+    m.allocate([(1, 40), (2, 10)])
+    assert m.used == 3 + 1
+    m.finish_round(1, 38)
+    m.finish_round(2, 9)
+    assert m.used == 0
+    assert m.cached_tokens(1) == 0
+
+
+def test_cold_round_after_eviction() -> None:
+    # 3 blocks of 16. Session A's prefix of 23 tokens holds 2 blocks. Session B's first round
+    # (22 tokens, 2 blocks) needs 2 + 2 = 4 > 3 blocks, so idle A is evicted.
+    a, b = 1, 2
+    m = KVMemory(total_blocks=3, block_size=16, prefix_cache=True)
+    m.allocate([(a, 22)])
+    m.finish_round(a, 23)
+    assert m.cached_tokens(a) == 23
+    assert m.allocate([(b, 22)]) == 1
+    assert m.cached_tokens(a) == 0  # A's next round is cold
+    assert m.evictions == 1
+    assert m.used == 2
+
+
+def test_eviction_is_least_recently_used_first() -> None:
+    # four 1-block sessions fill 4 blocks; touching 1 makes 2 the least recently used
+    m = KVMemory(total_blocks=4, block_size=16, prefix_cache=True)
+    for s in (1, 2, 3):
+        m.allocate([(s, 10)])
+        m.finish_round(s, 11)
+    m.allocate([(1, 12)])
+    m.finish_round(1, 13)
+    assert list(m.cache) == [2, 3, 1]
+    # session 4 needs 2 blocks; 3 used + 2 > 4: evict exactly one, the LRU (2)
+    assert m.allocate([(4, 20)]) == 1
+    assert list(m.cache) == [3, 1, 4]
+    assert m.used == 4
+
+
+def test_batch_members_keep_their_own_prefix() -> None:
+    # 3 blocks: 1 holds 2 blocks (prefix 20). A batch of {1 growing to 30 tokens, 2 with 10}
+    # needs 2 + 1 = 3 blocks; 1's own prefix must not be evicted to make room.
+    m = KVMemory(total_blocks=3, block_size=16, prefix_cache=True)
+    m.allocate([(1, 18)])
+    m.finish_round(1, 20)
+    assert m.allocate([(1, 30), (2, 10)]) == 0
+    assert m.cached_tokens(1) == 30
+    assert m.used == 3
+
+
+def test_batch_that_cannot_fit_raises() -> None:
+    m = KVMemory(total_blocks=2, block_size=16, prefix_cache=True)
+    with pytest.raises(RuntimeError, match="does not fit"):
+        m.allocate([(1, 20), (2, 20)])
+
+
+def test_committed_bonus_token_never_overfills_memory() -> None:
+    # Regression: the batch held 32 tokens (2 blocks = all memory); all k drafted tokens were
+    # accepted so the committed prefix is 33 tokens (the bonus token): 3 blocks. Keeping it
+    # must not push `used` over the 2 blocks that exist.
+    m = KVMemory(total_blocks=2, block_size=16, prefix_cache=True)
+    m.allocate([(1, 32)])
+    m.finish_round(1, 33)
+    assert m.used <= m.total_blocks
+
+
+def test_committed_prefix_evicts_idle_lru_to_fit() -> None:
+    # 4 blocks: idle session 9 holds 1 block; session 1's batch held 3 blocks (48 tokens) and
+    # commits 49 tokens (4 blocks): the idle prefix makes room, session 1 stays cached.
+    m = KVMemory(total_blocks=4, block_size=16, prefix_cache=True)
+    m.allocate([(9, 10)])
+    m.finish_round(9, 10)
+    m.allocate([(1, 48)])
+    assert m.used == 4
+    m.finish_round(1, 49)
+    assert m.used == 4
+    assert m.cached_tokens(1) == 49
+    assert m.cached_tokens(9) == 0
+    assert m.evictions == 1
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["batch", "finish", "drop"]),
+        st.lists(st.tuples(st.integers(0, 5), st.integers(1, 70)), min_size=1, max_size=4),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(total=st.integers(5, 12), cache=st.booleans(), script=ops)
+def test_memory_accounting_invariants(total: int, cache: bool, script: list) -> None:
+    """``used`` always equals the blocks held by cached entries and never exceeds capacity."""
+    m = KVMemory(total_blocks=total, block_size=16, prefix_cache=cache)
+    for op, items in script:
+        sessions = dict(items)  # one entry per session, as in a real batch
+        if op == "batch":
+            need = sum(m.blocks(t) for t in sessions.values())
+            if need > total:
+                with pytest.raises(RuntimeError):
+                    m.allocate(sessions.items())
+                continue
+            m.allocate(sessions.items())
+            for s, t in sessions.items():
+                assert m.cached_tokens(s) == t  # batch members are resident
+        elif op == "finish":
+            for s, t in sessions.items():
+                m.finish_round(s, t + 1)
+        else:
+            for s in sessions:
+                m.drop(s)
+        assert m.used == sum(b for _, b in m.cache.values())
+        assert all(b == m.blocks(t) for t, b in m.cache.values())
+        assert 0 <= m.used <= total

@@ -1,0 +1,251 @@
+"""Laws every simulation must obey, for any (small) scenario hypothesis draws.
+
+Simulations are kept short (1 s warm-up, 5 s measured, short responses) so each example takes a
+fraction of a second.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from support import small_scenario, write_profile
+from wispsim.config import Scenario
+from wispsim.device import STREAM_ACCEPT, STREAM_CONST, STREAM_NET, STREAM_WORK, device_rng
+from wispsim.simulation import SimResult, simulate
+
+PUBLISHED = {"a": 3.314e-5, "b_compute": 3.450e-8, "b_read": 4.620e-6, "c": 1.486e-2}
+SIM_SETTINGS = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The published coefficients with roomy memory, and with 1500 tokens (forces evictions)."""
+    d = tmp_path_factory.mktemp("prop-profiles")
+    return {
+        "roomy": str(write_profile(d / "roomy.yaml", None, **PUBLISHED)),
+        "tight": str(write_profile(d / "tight.yaml", 1500, **PUBLISHED)),
+    }
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, profiles: dict[str, str]) -> tuple[Scenario, int]:
+    policy = draw(st.sampled_from(["wisp", "sled", "fcfs", "wisp-fixed"]))
+    model = draw(st.sampled_from(["bernoulli", "latent"]))
+    mean = draw(st.floats(0.3, 0.9))
+    over: dict[str, Any] = {
+        "policy": policy,
+        "seed": draw(st.integers(0, 10_000)),
+        "devices": {"classes": draw(st.sampled_from([[2.0, 4.0, 6.0, 8.0], [8.0], [3.0]]))},
+        "drafting": {"k": draw(st.integers(1, 6)), "k_max": draw(st.integers(1, 8))},
+        "acceptance": {"model": model, "mean": mean, "spread": 0.2 * math.sqrt(mean * (1 - mean))},
+        "server": {
+            "profile": profiles[draw(st.sampled_from(["roomy", "tight"]))],
+            "noise": draw(st.booleans()),
+            "gpu_memory_utilization": 1.0,
+            "activation_reserve_gib": 0.0,
+            "max_batch_requests": draw(st.sampled_from([2, 4, 256])),
+            "max_batch_tokens": draw(st.sampled_from([600, 16384])),
+        },
+    }
+    return small_scenario(**over), draw(st.integers(1, 10))
+
+
+def check_round_laws(res: SimResult) -> None:
+    r = res.rounds
+    assert len(r) > 0
+    assert (r.k >= 1).all()
+    assert (r.accepted >= 0).all() and (r.accepted <= r.k).all()
+    # committed = accepted + 1, except the very last round of a response (one token left)
+    short = r[r.committed != r.accepted + 1]
+    assert (short.committed == short.accepted).all()
+    assert (r.t_start <= r.arrival).all()
+    assert (r.arrival <= r.dispatch + 1e-12).all()
+    assert (r.dispatch + r.verify_time <= r.t_end + 1e-12).all()
+    assert (r.forward_passes >= r.k).all()
+    done = res.responses[~res.responses.censored].set_index("response")
+    for resp, g in r.groupby("response"):
+        g = g.sort_values("round")
+        assert g["round"].tolist() == list(range(len(g)))
+        assert bool(g.cold.iloc[0])  # a response's first round is always cold
+        pos = g.position.to_numpy()
+        com = g.committed.to_numpy()
+        assert pos[0] == 0 and (pos[1:] == pos[:-1] + com[:-1]).all()
+        if not (short.response == resp).any():
+            continue
+        # only the last round can fall short, and it ends the response exactly
+        last = g.iloc[-1]
+        assert set(short[short.response == resp]["round"]) == {last["round"]}
+        if resp in done.index:
+            assert last.position + last.committed == done.loc[resp, "output_len"]
+    for resp, row in done.iterrows():
+        g = r[r.response == resp]
+        if len(g):
+            assert g.committed.sum() == row.output_len
+            assert len(g) == row.rounds
+            assert g.cold.sum() == row.cold_rounds
+
+
+def check_batch_laws(res: SimResult) -> None:
+    sc = res.scenario.server
+    r, b = res.rounds, res.batches.set_index("batch")
+    # one GPU: batches never overlap
+    assert (b.t_dispatch.to_numpy()[1:] >= b.t_end.to_numpy()[:-1] - 1e-12).all()
+    assert (b.blocks_used <= res.kv_blocks).all()
+    if not sc.noise:
+        assert np.allclose(b.latency, b.t_hat, rtol=1e-12)
+    r = r.assign(
+        blocks=-(-(r.l_new + r.l_cached) // sc.block_size),
+        inter=(r.l_new + r.l_cached) * r.l_new,
+    )
+    g = r.groupby("batch").agg(
+        members=("l_new", "size"), m_linear=("l_new", "sum"), m_interactions=("inter", "sum"),
+        m_cached=("l_cached", "sum"), m_blocks=("blocks", "sum"),
+        d_min=("dispatch", "min"), d_max=("dispatch", "max"), v_min=("verify_time", "min"),
+        v_max=("verify_time", "max"),
+    ).join(b, how="left")
+    assert g["size"].notna().all()  # every round's batch has a record
+    assert (g.members <= g["size"]).all()
+    full = g[g.members == g["size"]]
+    assert len(g) - len(full) <= 1  # at most one batch cut off by the end of the run
+    # a batch's aggregates are those of its members; all of them start and end together
+    assert (full.m_linear == full.n_linear).all()
+    assert (full.m_interactions == full.n_interactions).all()
+    assert (full.m_cached == full.n_cached).all()
+    assert (full.d_min == full.t_dispatch).all() and (full.d_max == full.t_dispatch).all()
+    assert (full.v_min == full.latency).all() and (full.v_max == full.latency).all()
+    # fits in memory and respects the limits, unless it is a single never-empty fallback
+    multi = full[full["size"] > 1]
+    assert (multi.m_blocks <= res.kv_blocks).all()
+    assert (multi["size"] <= sc.max_batch_requests).all()
+    assert (multi.n_linear <= sc.max_batch_tokens).all()
+    # work conservation: a request only waits while the GPU is busy, and is then picked up
+    # exactly when some batch ends
+    waited = r[r.dispatch > r.arrival + 1e-12]
+    ends = set(np.round(res.batches.t_end.to_numpy(), 12))
+    assert all(round(d, 12) in ends for d in waited.dispatch)
+
+
+def check_fcfs_order(res: SimResult) -> None:
+    """FCFS never reorders: if i arrived before j, i is dispatched no later than j."""
+    r = res.rounds.sort_values("arrival", kind="stable")
+    first = r.groupby("arrival", sort=True).dispatch.min()
+    last = r.groupby("arrival", sort=True).dispatch.max()
+    assert (last.cummax().shift(1).fillna(-math.inf) <= first + 1e-12).all()
+
+
+@SIM_SETTINGS
+@given(data=st.data())
+def test_simulation_laws(profiles: dict[str, str], data: st.DataObject) -> None:
+    sc, n = data.draw(scenarios(profiles))
+    res = simulate(sc, devices=n)
+    check_round_laws(res)
+    check_batch_laws(res)
+    if sc.server.scheduler == "fcfs":
+        check_fcfs_order(res)
+    if not sc.server.prefix_cache:
+        assert res.rounds.cold.all() and (res.rounds.l_cached == 0).all()
+
+
+def test_tight_memory_scenario_really_evicts(profiles: dict[str, str]) -> None:
+    # guard for the property test above: its "tight" profile does exercise eviction
+    sc = small_scenario(server={"profile": profiles["tight"], "gpu_memory_utilization": 1.0,
+                                "activation_reserve_gib": 0.0})
+    res = simulate(sc, devices=8)
+    assert res.batches.evictions.sum() > 0
+    assert (res.rounds["round"] > 0)[res.rounds.cold].any()  # a later round went cold again
+    check_round_laws(res)
+    check_batch_laws(res)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reproducibility and common random numbers
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["wisp", "sled", "centralized"])
+def test_same_seed_same_records(policy: str) -> None:
+    sc = small_scenario(policy=policy)
+    a, b = simulate(sc, devices=6, seed=11), simulate(sc, devices=6, seed=11)
+    for name in ("rounds", "batches", "responses"):
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))
+    c = simulate(sc, devices=6, seed=12)
+    assert not a.responses[["prompt_len", "output_len"]].equals(c.responses[["prompt_len", "output_len"]])
+
+
+def test_device_streams_are_distinct() -> None:
+    firsts = {
+        (d, p): device_rng(5, d, p).random()
+        for d in range(4)
+        for p in (STREAM_CONST, STREAM_WORK, STREAM_ACCEPT, STREAM_NET)
+    }
+    assert len(set(firsts.values())) == len(firsts)
+    assert device_rng(5, 2, STREAM_WORK).random() == firsts[(2, STREAM_WORK)]
+
+
+def per_device(res: SimResult, device: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    resp = res.responses[res.responses.device == device].sort_values("t_start")
+    rounds = res.rounds[res.rounds.device == device].sort_values(["t_start", "round"])
+    # a response's number among the device's responses (global ids depend on N)
+    order = {rid: i for i, rid in enumerate(sorted(rounds.response.unique(),
+                                                    key=lambda x: rounds[rounds.response == x].t_start.min()))}
+    rounds = rounds.assign(nth=rounds.response.map(order))
+    cols = ["nth", "round", "position", "k", "forward_passes", "predictor_calls", "accepted",
+            "committed", "draft_time", "uplink_time", "downlink_time", "slo"]
+    return (resp[["prompt_len", "output_len", "slo"]].reset_index(drop=True),
+            rounds[cols].reset_index(drop=True))
+
+
+@SIM_SETTINGS
+@given(
+    n=st.integers(1, 8),
+    seed=st.integers(0, 10_000),
+    policy=st.sampled_from(["wisp", "sled", "fcfs", "centralized"]),
+    model=st.sampled_from(["bernoulli", "latent"]),
+)
+def test_adding_a_device_does_not_change_what_the_others_draw(
+    n: int, seed: int, policy: str, model: str
+) -> None:
+    sc = small_scenario(policy=policy, acceptance={"model": model})
+    small, big = simulate(sc, devices=n, seed=seed), simulate(sc, devices=n + 1, seed=seed)
+    for d in range(n):
+        resp_a, rounds_a = per_device(small, d)
+        resp_b, rounds_b = per_device(big, d)
+        m = min(len(resp_a), len(resp_b))
+        assert m > 0
+        pd.testing.assert_frame_equal(resp_a.iloc[:m], resp_b.iloc[:m])
+        m = min(len(rounds_a), len(rounds_b))
+        if policy != "centralized":
+            assert m > 0
+        pd.testing.assert_frame_equal(rounds_a.iloc[:m], rounds_b.iloc[:m])
+    assert (big.responses.device == n).any()  # the new device did run
+
+
+def test_crn_control_a_different_seed_changes_the_draws() -> None:
+    # the comparison above is not vacuous: another seed gives device 0 other responses
+    sc = small_scenario()
+    a, _ = per_device(simulate(sc, devices=3, seed=1), 0)
+    b, _ = per_device(simulate(sc, devices=3, seed=2), 0)
+    m = min(len(a), len(b))
+    assert not a.iloc[:m].equals(b.iloc[:m])
+
+
+def test_bigger_output_lengths_with_tight_sled_still_fit(tmp_path: Path) -> None:
+    # SLED recomputes whole prefixes: long responses on a small KV cache must still be served
+    # (single-request batches when needed) and never exceed memory.
+    prof = str(write_profile(tmp_path / "p.yaml", 1200, **PUBLISHED))
+    sc = small_scenario(policy="sled", server={"profile": prof, "gpu_memory_utilization": 1.0,
+                                               "activation_reserve_gib": 0.0})
+    res = simulate(sc, devices=10, seed=3)
+    check_round_laws(res)
+    check_batch_laws(res)
+    assert (res.batches["size"] == 1).any()
