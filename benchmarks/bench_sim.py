@@ -144,6 +144,10 @@ def machine() -> str:
     return f"{os.cpu_count()} cores (nproc), {cpu}, Python {platform.python_version()}"
 
 
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def bench_sweep() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
         cmd = ["wispsim", "sweep", "--policy", "wisp", "--classes", "2,4,6,8", "--out", tmp]
@@ -175,13 +179,11 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="also profile the model at N=100")
     args = ap.parse_args()
     print(f"machine: {machine()}")
-    try:
-        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    except OSError:
-        print()
+    print(f"load average before: {load()}\n")
     bench(args.reps)
     if args.sweep:
         bench_sweep()
+    print(f"load average after: {load()} (this script adds about 1, the sweep 2)")
     if args.profile:
         profile()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from support import deterministic_overrides, write_profile
+
 from wispsim.config import Scenario, load_scenario
 
 

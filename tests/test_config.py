@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from wispsim.config import POLICIES, Dist, Scenario, load_scenario, parse_set
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.simulation import simulate
 
 
 def write(tmp_path: Path, text: str, name: str = "scenario.yaml") -> Path:
@@ -171,17 +171,29 @@ def test_config_error_is_a_user_error_with_exit_code_2(tmp_path: Path) -> None:
     assert err.exit_code == 2
 
 
-@pytest.mark.xfail(
-    reason="unknown plug-in names (scheduler, controller, acceptance model) are only caught in "
-    "simulate(), whose error says 'scenario' instead of the scenario file (config.py/simulation.py)",
-    strict=False,
-)
 @pytest.mark.parametrize(
     ("section", "field"),
     [("server", "scheduler"), ("drafting", "controller"), ("acceptance", "model")],
 )
 def test_unknown_plugin_name_names_the_file(tmp_path: Path, section: str, field: str) -> None:
     p = write(tmp_path, f"policy: custom\n{section}: {{{field}: nope}}\n")
-    with pytest.raises(ConfigError) as e:
-        simulate(load_scenario(p), devices=1)
-    assert_one_line_naming(e.value, p, f"{section}.{field}")
+    msg = assert_one_line_naming(load_error(p), p, f"{section}.{field}")
+    assert "'nope'" in msg and "known:" in msg
+
+
+def test_unknown_profile_names_the_file(tmp_path: Path) -> None:
+    p = write(tmp_path, "server: {profile: h100-nope}\n")
+    msg = assert_one_line_naming(load_error(p), p, "server.profile")
+    assert "a100-qwen3-32b" in msg
+
+
+@pytest.mark.parametrize(("section", "value"), [("prompt_tokens", 8), ("output_tokens", 5000)])
+def test_constant_distribution_is_not_silently_clipped(tmp_path: Path, section: str, value: int) -> None:
+    p = write(tmp_path, f"workload: {{{section}: {{dist: constant, value: {value}}}}}\n")
+    try:
+        sc = load_scenario(p)
+    except ConfigError as e:  # refusing it, naming the field, would be fine too
+        assert_one_line_naming(e, p, f"workload.{section}.value")
+        return
+    dist = getattr(sc.workload, section)
+    assert dist.sample(np.random.default_rng(0)) == value

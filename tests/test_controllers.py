@@ -83,5 +83,5 @@ def test_predictor_plan_invariants(top1: list[float], k_min: int, extra: int, da
 
 
 def test_unknown_controller_lists_known() -> None:
-    with pytest.raises(ConfigError, match="fixed.*predictor"):
+    with pytest.raises(ConfigError, match=r"fixed.*predictor"):
         make_controller(DraftingConfig(controller="greedy"))

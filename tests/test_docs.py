@@ -53,3 +53,20 @@ def test_readme_mentions_every_command() -> None:
     for cmd in ("wispsim run", "wispsim sweep", "wispsim compare", "wispsim scenario show",
                 "wispsim scenario validate", "wispsim profile show"):
         assert cmd in README
+
+
+def test_wheel_carries_profiles_traces_and_default_scenario(tmp_path: Path) -> None:
+    """A plain `pip install .` must find profiles and the default scenario (package data)."""
+    import zipfile
+
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    (wheel,) = tmp_path.glob("wispsim-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "wispsim/data/scenarios/default.yaml" in names
+    assert "wispsim/py.typed" in names
+    for prof in (ROOT / "profiles").glob("*.yaml"):
+        assert f"wispsim/_profiles/{prof.name}" in names
+    for trace in (ROOT / "traces").glob("*.parquet"):
+        assert f"wispsim/_traces/{trace.name}" in names

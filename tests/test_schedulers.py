@@ -41,7 +41,7 @@ fcfs = FCFSScheduler()
 
 def test_registry_names_and_unknown_scheduler_lists_known_names() -> None:
     assert {"fcfs", "wisp"} <= set(SCHEDULERS.names())
-    with pytest.raises(ConfigError, match="fcfs.*wisp"):
+    with pytest.raises(ConfigError, match=r"fcfs.*wisp"):
         SCHEDULERS.get("round-robin", field="server.scheduler")
 
 

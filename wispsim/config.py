@@ -90,6 +90,17 @@ class Dist:
             x = rng.normal(self.mean, self.std, size)
         return np.clip(x, self.min, self.max) if size is not None else min(max(x, self.min), self.max)
 
+    def support(self) -> tuple[float, float]:
+        """Smallest and largest values a sample can take."""
+        if self.dist == "constant":
+            v = min(max(self.value, self.min), self.max)
+            return v, v
+        if self.dist == "uniform":
+            return max(self.low, self.min), min(self.high, self.max)
+        if self.dist in ("lognormal", "exponential"):
+            return max(self.min, 0.0), self.max
+        return self.min if self.min > -math.inf else -math.inf, self.max
+
     def nominal(self) -> float:
         """The distribution's centre, used where one representative number is needed."""
         c = {
@@ -265,8 +276,11 @@ class WorkloadConfig:
     drain_limit_s: float = 900.0
 
     def __post_init__(self) -> None:
-        _require(self.prompt_tokens.min >= 1, "prompt_tokens.min", "must be >= 1 token")
-        _require(self.output_tokens.min >= 1, "output_tokens.min", "must be >= 1 token")
+        for name in ("prompt_tokens", "output_tokens"):
+            d = getattr(self, name)
+            lo = d.support()[0]
+            fld = f"{name}.value" if d.dist == "constant" else f"{name}.min"
+            _require(lo >= 1, fld, f"a response needs >= 1 token, but samples can be {lo:g}")
         _require(self.warmup_s >= 0, "warmup_s", f"must be >= 0, got {self.warmup_s}")
         _require(self.duration_s > 0, "duration_s", f"must be > 0, got {self.duration_s}")
         _require(self.drain_limit_s >= 0, "drain_limit_s", "must be >= 0")
@@ -436,7 +450,10 @@ def build(cls: Any, data: Mapping[str, Any], source: str, prefix: str = "") -> A
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) and k not in ("links",):
+        # a distribution given with its kind replaces the default whole (else a constant would
+        # inherit the default's clipping range); link shares are replaced whole too
+        replace = k == "links" or (isinstance(v, Mapping) and "dist" in v)
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) and not replace:
             out[k] = _deep_merge(dict(out[k]), v)
         else:
             out[k] = v
@@ -495,7 +512,6 @@ def check_references(scenario: Scenario, source: str) -> None:
     from wispsim.errors import WispsimError
     from wispsim.latency import LATENCY
     from wispsim.predictor import PREDICTORS
-    from wispsim.profiles import find_profile
     from wispsim.schedulers import SCHEDULERS
 
     sv = scenario.server
@@ -506,15 +522,20 @@ def check_references(scenario: Scenario, source: str) -> None:
     if sv.mode == "speculative":
         SCHEDULERS.get(sv.scheduler, source, "server.scheduler")
     try:
-        find_profile(sv.profile)
+        from wispsim.profiles import load_profile
+        from wispsim.simulation import check_memory
+
+        profile = load_profile(sv.profile)
+        cap = profile.kv_capacity_tokens(sv.gpu_memory_utilization, sv.activation_reserve_gib)
+        check_memory(scenario, cap, profile, source)
         if scenario.acceptance.model == "trace":
             if not scenario.acceptance.trace:
                 raise ConfigError(source, "acceptance.trace", "the trace model needs a trace file or name")
             find_trace(scenario.acceptance.trace)
     except ConfigError as e:
-        if e.source == source:
+        if e.source != "scenario":  # already names its file (this scenario, or a bad profile)
             raise
-        raise ConfigError(source, e.field or "server.profile", e.problem) from None
+        raise ConfigError(source, e.field, e.problem) from None
     except WispsimError as e:
         raise ConfigError(source, "acceptance.trace", str(e).split(": ", 1)[-1]) from None
 

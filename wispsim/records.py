@@ -82,7 +82,7 @@ class ResponseRecord(NamedTuple):
 _DTYPES = {int: "int64", float: "float64", bool: "bool", str: "object"}
 
 
-def frame(records: list, cls: type) -> pd.DataFrame:
+def frame(records: list[typing.Any], cls: typing.Any) -> pd.DataFrame:
     """A DataFrame with the record type's columns and dtypes (also when there are no records)."""
     df = pd.DataFrame.from_records(records, columns=list(cls._fields))
     if df.empty:

@@ -8,6 +8,7 @@ part sets everyone's finish time.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 import simpy
@@ -103,7 +104,7 @@ class Verifier:
             else:
                 r.l_new, r.l_cached, r.cold = r.prefix + r.k, 0, True
 
-    def loop(self):  # type: ignore[no-untyped-def]
+    def loop(self) -> Generator[Any, Any, None]:
         env = self.env
         while True:
             if not self.queue:
@@ -125,7 +126,7 @@ class Verifier:
                 r.dispatch = now
                 r.verify_time = latency
                 r.batch = bid
-                self.memory.finish_round(r.session, r.prefix_after)
+                evicted += self.memory.finish_round(r.session, r.prefix_after)
                 r.done.succeed()
             self.batches.append(
                 BatchRecord(

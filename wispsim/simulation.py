@@ -136,17 +136,18 @@ class RunContext:
         )
 
 
-def _check_memory(scenario: Scenario, capacity_tokens: int, profile: Profile) -> None:
+def check_memory(scenario: Scenario, capacity_tokens: int, profile: Profile, source: str = "scenario") -> None:
+    """The KV cache must have room, and hold the longest possible response."""
     wl = scenario.workload
     if capacity_tokens <= 0:
         raise ConfigError(
-            f"profile '{profile.name}'", "server.gpu_memory_utilization",
+            source, "server.gpu_memory_utilization",
             "no memory is left for the KV cache after the weights and the activation reserve",
         )
-    longest = wl.prompt_tokens.max + wl.output_tokens.max + scenario.drafting.k_max + 1
+    longest = wl.prompt_tokens.support()[1] + wl.output_tokens.support()[1] + scenario.drafting.k_max + 1
     if math.isfinite(longest) and longest > capacity_tokens:
         raise ConfigError(
-            "scenario", "workload.output_tokens.max",
+            source, "workload.output_tokens",
             f"the longest response ({int(longest)} tokens of prompt + output) does not fit in the "
             f"KV cache ({capacity_tokens} tokens); lower the length limits or raise memory",
         )
@@ -169,7 +170,7 @@ def simulate(scenario: Scenario, devices: int | None = None, seed: int | None = 
     env = simpy.Environment()
     ctx = RunContext(env, scenario, seed, profile)
     capacity_tokens = profile.kv_capacity_tokens(srv.gpu_memory_utilization, srv.activation_reserve_gib)
-    _check_memory(scenario, capacity_tokens, profile)
+    check_memory(scenario, capacity_tokens, profile)
     total_blocks = capacity_tokens // srv.block_size
     server_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(SERVER_STREAM,)))
     latency = make_latency(profile, srv, server_rng)
@@ -197,8 +198,6 @@ def simulate(scenario: Scenario, devices: int | None = None, seed: int | None = 
     info: dict[str, Any] = {"kv_capacity_tokens": capacity_tokens}
     if centralized:
         info["preemptions"] = ctx.central.preemptions
-    else:
-        info["evictions"] = ctx.server.memory.evictions
     return SimResult(
         scenario=scenario,
         seed=seed,
