@@ -143,3 +143,41 @@ def test_memory_accounting_invariants(total: int, cache: bool, script: list) -> 
         assert m.used == sum(b for _, b in m.cache.values())
         assert all(b == m.blocks(t) for t, b in m.cache.values())
         assert 0 <= m.used <= total
+
+
+def test_block_eviction_frees_only_the_tail_blocks_it_needs() -> None:
+    # 10 blocks of 16 tokens: sessions 1 (64 tokens = 4 blocks) and 2 (48 = 3 blocks) idle, LRU 1.
+    m = KVMemory(10, 16, True, eviction="block")
+    m.finish_round(1, 64)
+    m.finish_round(2, 48)
+    assert m.used == 7
+    # a cold batch of 80 tokens (5 blocks) needs 2 more blocks than are free: only 2 of session
+    # 1's 4 blocks go, from its tail, so it keeps a 32-token prefix hit
+    assert m.allocate([(3, 80)]) == 1
+    assert m.cached_tokens(1) == 32 and m.cache[1][1] == 2
+    assert m.cached_tokens(2) == 48
+    assert m.used == 10
+    # the same under session eviction drops session 1 whole
+    s = KVMemory(10, 16, True, eviction="session")
+    s.finish_round(1, 64)
+    s.finish_round(2, 48)
+    s.allocate([(3, 80)])
+    assert s.cached_tokens(1) == 0 and s.cached_tokens(2) == 48 and s.used == 8
+
+
+def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
+    from wispsim.config import load_scenario
+    from wispsim.simulation import simulate
+
+    over = {"server": {"gpu_memory_utilization": 0.85, "eviction": "block"},
+            "workload": {"warmup_s": 2, "duration_s": 6}}
+    res = simulate(load_scenario(overrides=over).with_devices(80, (8.0,)), seed=0)
+    r = res.rounds
+    partial = r[(r.l_cached > 0) & (r.l_new > r.k)]
+    assert len(partial) > 0  # some rounds found only the head of their prefix cached
+    # however much was cached, L_total is the whole prefix (prompt + committed) plus the drafts
+    prompt = r.response.map(res.responses.set_index("response").prompt_len)
+    known = prompt.notna()
+    assert known.sum() > 0
+    assert ((r.l_new + r.l_cached)[known] == (prompt + r.position + r.k)[known]).all()
+    assert (partial.l_cached % 16 == 0).all()  # partial hits are whole blocks

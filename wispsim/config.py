@@ -240,6 +240,7 @@ class ServerConfig:
     mode: Literal["speculative", "centralized"] = "speculative"
     scheduler: str = "wisp"
     prefix_cache: bool = True
+    eviction: Literal["session", "block"] = "session"
     latency_model: str = "linear"
     noise: bool = True
     gpu_memory_utilization: float = 0.9

@@ -14,12 +14,21 @@ from collections.abc import Iterable
 
 
 class KVMemory:
-    __slots__ = ("block_size", "cache", "evictions", "held", "prefix_cache", "total_blocks", "used")
+    """Block accounting for one GPU replica's KV cache.
 
-    def __init__(self, total_blocks: int, block_size: int, prefix_cache: bool) -> None:
+    ``eviction`` says how much of an idle prefix is evicted to make room: ``session`` (SPEC 2.3)
+    drops the least recently used session's whole prefix, so its next round is cold; ``block``
+    (what vLLM v1's prefix cache does) frees only as many blocks as needed, from the tail of the
+    least recently used prefix, so that session keeps a partial prefix hit.
+    """
+
+    __slots__ = ("block_size", "cache", "eviction", "evictions", "prefix_cache", "total_blocks", "used")
+
+    def __init__(self, total_blocks: int, block_size: int, prefix_cache: bool, eviction: str = "session") -> None:
         self.total_blocks = total_blocks
         self.block_size = block_size
         self.prefix_cache = prefix_cache
+        self.eviction = eviction
         # session -> (cached tokens, blocks held), in LRU order (oldest first)
         self.cache: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self.used = 0
@@ -32,6 +41,27 @@ class KVMemory:
         entry = self.cache.get(session)
         return entry[0] if entry else 0
 
+    def _evict(self, need: int, protect: set[int] | None = None) -> int:
+        """Free idle prefixes LRU-first until ``need`` more blocks fit; returns sessions hit."""
+        hit = 0
+        for s in list(self.cache):
+            short = self.used + need - self.total_blocks
+            if short <= 0:
+                break
+            if protect and s in protect:
+                continue
+            tokens, held = self.cache[s]
+            take = held if self.eviction == "session" else min(held, short)
+            self.used -= take
+            hit += 1
+            if take == held:
+                del self.cache[s]
+            else:  # tail blocks go first; the head of the prefix stays a cache hit
+                keep = held - take
+                self.cache[s] = (min(tokens, keep * self.block_size), keep)
+        self.evictions += hit
+        return hit
+
     def allocate(self, batch: Iterable[tuple[int, int]]) -> int:
         """Make room for a batch of (session, L_total); returns how many prefixes were evicted.
 
@@ -43,15 +73,7 @@ class KVMemory:
         for s, l_total in batch:
             entry = self.cache.get(s)
             need += self.blocks(l_total) - (entry[1] if entry else 0)
-        evicted = 0
-        if self.used + need > self.total_blocks:
-            for s in list(self.cache):
-                if self.used + need <= self.total_blocks:
-                    break
-                if s in members:
-                    continue
-                self.used -= self.cache.pop(s)[1]
-                evicted += 1
+        evicted = self._evict(need, members) if self.used + need > self.total_blocks else 0
         if self.used + need > self.total_blocks:
             raise RuntimeError("batch does not fit in KV memory; the scheduler must prevent this")
         for s, l_total in batch:
@@ -59,7 +81,6 @@ class KVMemory:
             nb = self.blocks(l_total)
             self.used += nb - (old[1] if old else 0)
             self.cache[s] = (l_total, nb)
-        self.evictions += evicted
         return evicted
 
     def finish_round(self, session: int, prefix: int) -> int:
@@ -75,12 +96,10 @@ class KVMemory:
         evicted = 0
         nb = self.blocks(prefix)
         if self.prefix_cache and 0 < nb <= self.total_blocks:
-            while self.used + nb > self.total_blocks:
-                self.used -= self.cache.popitem(last=False)[1][1]
-                evicted += 1
+            if self.used + nb > self.total_blocks:
+                evicted = self._evict(nb)
             self.used += nb
             self.cache[session] = (prefix, nb)
-        self.evictions += evicted
         return evicted
 
     def drop(self, session: int) -> None:

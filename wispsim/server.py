@@ -96,13 +96,16 @@ class Verifier:
         return req.done
 
     def _refresh(self) -> None:
-        """Set each queued request's L_new / L_cached from the prefix cache as it is now."""
-        cached = self.memory.cache
+        """Set each queued request's L_new / L_cached from the prefix cache as it is now.
+
+        A fully cached prefix forwards only the k draft tokens; a partly evicted one (``block``
+        eviction) forwards the rest of its prefix too; an evicted or uncached one is cold.
+        """
+        cache = self.memory.cache
         for r in self.queue:
-            if r.session in cached and r.prefix > 0:
-                r.l_new, r.l_cached, r.cold = r.k, r.prefix, False
-            else:
-                r.l_new, r.l_cached, r.cold = r.prefix + r.k, 0, True
+            entry = cache.get(r.session)
+            hit = min(entry[0], r.prefix) if entry else 0
+            r.l_new, r.l_cached, r.cold = r.prefix - hit + r.k, hit, hit == 0
 
     def loop(self) -> Generator[Any, Any, None]:
         env = self.env

@@ -186,7 +186,7 @@ def simulate(scenario: Scenario, devices: int | None = None, seed: int | None = 
             profile.estimator, total_blocks, srv.block_size, srv.max_batch_requests,
             srv.max_batch_tokens, srv.delta_ms / 1000.0,
         )
-        memory = KVMemory(total_blocks, srv.block_size, srv.prefix_cache)
+        memory = KVMemory(total_blocks, srv.block_size, srv.prefix_cache, srv.eviction)
         ctx.server = Verifier(env, 0, gpu, scheduler, memory, latency, ctx.batches, ctx.batch_ids)
 
     devs = [Device(ctx, i, slo) for i, slo in enumerate(device_classes(n, scenario.devices.classes))]
