@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from wispsim.acceptance import FEATURES, ResponseStream, accept_runs
 from wispsim.config import DraftingConfig, PredictorConfig
-from wispsim.controllers import DraftPlan, FixedController, PredictorController, make_controller
+from wispsim.controllers import FixedController, PredictorController, make_controller
 from wispsim.errors import ConfigError
 
 
@@ -24,10 +24,10 @@ def stream_with_top1(top1: list[float], pad: int = 3) -> ResponseStream:
 def test_fixed_sends_k_but_never_past_the_end() -> None:
     ctl = FixedController(DraftingConfig(controller="fixed", k=5))
     # a round commits up to k + 1 tokens, so with r tokens left it sends at most r - 1 (>= 1)
-    assert ctl.plan(None, 0, 10) == DraftPlan(5, 5, 0)
-    assert ctl.plan(None, 0, 6) == DraftPlan(5, 5, 0)
-    assert ctl.plan(None, 0, 4) == DraftPlan(3, 3, 0)
-    assert ctl.plan(None, 0, 1) == DraftPlan(1, 1, 0)
+    assert ctl.plan(None, 0, 10) == (5, 5, 0)
+    assert ctl.plan(None, 0, 6) == (5, 5, 0)
+    assert ctl.plan(None, 0, 4) == (3, 3, 0)
+    assert ctl.plan(None, 0, 1) == (1, 1, 0)
 
 
 def test_predictor_stops_at_first_predicted_rejection() -> None:
@@ -39,20 +39,20 @@ def test_predictor_stops_at_first_predicted_rejection() -> None:
     st_ = ctl.prepare(stream_with_top1(top1))
     # from 0: position 0 is sent unasked (k_min = 1); asks at 1 (accept) and 2 (reject):
     # 3 forward passes, 2 predictor calls, 2 tokens sent
-    assert ctl.plan(st_, 0, 10) == DraftPlan(2, 3, 2)
+    assert ctl.plan(st_, 0, 10) == (2, 3, 2)
     # from 1: sends 1, asks at 2 -> reject: the paid pass at 2 is wasted
-    assert ctl.plan(st_, 1, 9) == DraftPlan(1, 2, 1)
+    assert ctl.plan(st_, 1, 9) == (1, 2, 1)
     # from 3: every answer is "accept" until K_max = 4: asks at 4, 5, 6
-    assert ctl.plan(st_, 3, 7) == DraftPlan(4, 4, 3)
+    assert ctl.plan(st_, 3, 7) == (4, 4, 3)
     # near the end: 2 tokens left -> at most 1 sent
-    assert ctl.plan(st_, 8, 2) == DraftPlan(1, 1, 0)
+    assert ctl.plan(st_, 8, 2) == (1, 1, 0)
 
 
 def test_predictor_is_not_asked_about_the_first_k_min_tokens() -> None:
     top1 = [0.9, 0.9, 0.2, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]
     ctl = PredictorController(DraftingConfig(controller="predictor", k_min=2, k_max=4))
     # from 1 with k_min = 2: positions 1, 2 are sent unasked (2's predicted rejection ignored)
-    assert ctl.plan(ctl.prepare(stream_with_top1(top1)), 1, 9) == DraftPlan(4, 4, 2)
+    assert ctl.plan(ctl.prepare(stream_with_top1(top1)), 1, 9) == (4, 4, 2)
 
 
 @settings(max_examples=200, deadline=None)

@@ -50,7 +50,7 @@ class CentralizedServer:
         max_running: int,
         step_tokens: int,
         latency: LatencyModel,
-        batches: list[BatchRecord],
+        batches: list[Any],
         batch_ids: count[int],
         replica: int = 0,
     ) -> None:

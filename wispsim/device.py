@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wispsim.network import TOKEN_ID_BYTES, Link, pick_link_type
-from wispsim.records import ResponseRecord, RoundRecord
 from wispsim.server import Request
 
 if TYPE_CHECKING:
@@ -84,16 +83,19 @@ class Device:
         w = ctx.alpha_ema
         rounds, responses = ctx.rounds, ctx.responses
         pad = ctx.stream_pad
+        req_ids = ctx.request_ids
+        index = self.index
+        timeout, event = env.timeout, env.event
         pending = self.start_offset  # time owed before the next thing the device does
         while True:
             think, prompt, output = self._next_response()
             stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, pad)
             prompt, output = stream.prompt_len, stream.output_len
-            runs = stream.run
+            runs: list[int] = stream.run.tolist()
             state = ctl.prepare(stream)
             t0 = env.now + pending + think
             pending += think
-            resp = ctx.open_response(t0, self.index, slo, prompt, output)
+            resp = ctx.open_response(t0, index, slo, prompt, output)
             measured = ctx.is_measured(resp)
             pos = 0
             rnd = 0
@@ -102,33 +104,32 @@ class Device:
             while pos < output:
                 remaining = output - pos
                 k, passes, calls = ctl.plan(state, pos, remaining)
-                accepted = min(int(runs[pos]), k)
-                committed = min(accepted + 1, remaining)
+                accepted = runs[pos] if runs[pos] < k else k
+                committed = accepted + 1 if accepted < remaining else remaining
                 draft = passes * tau_d + calls * tau_p
                 nbytes = header + k * tok_bytes + (prompt * TOKEN_ID_BYTES if rnd == 0 else 0)
                 up = link.up(nbytes)
                 t_start = env.now + pending
-                yield env.timeout(pending + draft + up)
+                yield timeout(pending + draft + up)
                 arrival = env.now
                 n_hat = self.alpha_hat * k + 1.0
                 budget = n_hat / slo - draft - up
                 prefix = prompt + pos
                 req = Request(
-                    ctx.next_request(), resp, arrival, arrival + budget, n_hat, k,
-                    prefix, prefix + committed, env.event(),
+                    next(req_ids), resp, arrival, arrival + budget, n_hat, k,
+                    prefix, prefix + committed, event(),
                 )
                 yield server.submit(req)
                 down = link.down(header + committed * TOKEN_ID_BYTES)
                 t_end = env.now + down
                 cold_rounds += req.cold
-                rounds.append(
-                    RoundRecord(
-                        self.index, slo, resp, rnd, pos, t_start, tau_d, draft, passes, calls, k,
-                        accepted, committed, up, arrival, budget, arrival + budget, n_hat,
-                        req.dispatch, req.verify_time, req.batch, req.l_new, req.l_cached,
-                        req.cold, down, t_end, measured,
-                    )
-                )
+                # a RoundRecord, as a plain tuple (field order of RoundRecord)
+                rounds.append((
+                    index, slo, resp, rnd, pos, t_start, tau_d, draft, passes, calls, k,
+                    accepted, committed, up, arrival, budget, arrival + budget, n_hat,
+                    req.dispatch, req.verify_time, req.batch, req.l_new, req.l_cached,
+                    req.cold, down, t_end, measured,
+                ))
                 self.alpha_hat += w * (accepted / k - self.alpha_hat)
                 pos += committed
                 rnd += 1
@@ -163,14 +164,12 @@ class Device:
 
     def _finish(
         self, resp: int, t0: float, t_end: float, prompt: int, output: int, rounds: int,
-        cold: int, measured: bool, out: list[ResponseRecord],
+        cold: int, measured: bool, out: list[tuple[Any, ...]],
     ) -> None:
         if not self.ctx.close_response(resp):
             return  # already recorded as censored
         speed = output / (t_end - t0) if t_end > t0 else float("inf")
-        out.append(
-            ResponseRecord(
-                self.index, self.slo, resp, t0, t_end, prompt, output, rounds, cold, speed,
-                speed < self.slo, measured, False,
-            )
-        )
+        out.append((
+            self.index, self.slo, resp, t0, t_end, prompt, output, rounds, cold, speed,
+            speed < self.slo, measured, False,
+        ))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import typing
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
 
@@ -83,9 +84,14 @@ _DTYPES = {int: "int64", float: "float64", bool: "bool", str: "object"}
 
 
 def frame(records: list[typing.Any], cls: typing.Any) -> pd.DataFrame:
-    """A DataFrame with the record type's columns and dtypes (also when there are no records)."""
-    df = pd.DataFrame.from_records(records, columns=list(cls._fields))
-    if df.empty:
-        hints = typing.get_type_hints(cls)
-        df = df.astype({f: _DTYPES[hints[f]] for f in cls._fields})
-    return df
+    """A DataFrame with the record type's columns and dtypes.
+
+    ``records`` are tuples in the field order of ``cls`` (the simulator appends plain tuples on
+    its hot path; the named tuple class is the schema).
+    """
+    hints = typing.get_type_hints(cls)
+    fields = cls._fields
+    columns = list(zip(*records, strict=True)) if records else [()] * len(fields)
+    return pd.DataFrame(
+        {f: np.array(col, dtype=_DTYPES[hints[f]]) for f, col in zip(fields, columns, strict=True)}
+    )

@@ -13,7 +13,6 @@ from typing import Any
 
 import simpy
 
-from wispsim.estimator import aggregates
 from wispsim.latency import LatencyModel
 from wispsim.memory import KVMemory
 from wispsim.records import BatchRecord
@@ -73,7 +72,7 @@ class Verifier:
         scheduler: Scheduler,
         memory: KVMemory,
         latency: LatencyModel,
-        batches: list[BatchRecord],
+        batches: list[Any],
         batch_ids: Any,
     ) -> None:
         self.env = env
@@ -101,14 +100,18 @@ class Verifier:
         A fully cached prefix forwards only the k draft tokens; a partly evicted one (``block``
         eviction) forwards the rest of its prefix too; an evicted or uncached one is cold.
         """
-        cache = self.memory.cache
+        get = self.memory.cache.get
         for r in self.queue:
-            entry = cache.get(r.session)
-            hit = min(entry[0], r.prefix) if entry else 0
-            r.l_new, r.l_cached, r.cold = r.prefix - hit + r.k, hit, hit == 0
+            entry = get(r.session)
+            if entry is None:
+                r.l_new, r.l_cached, r.cold = r.prefix + r.k, 0, True
+            else:
+                hit = entry[0] if entry[0] < r.prefix else r.prefix
+                r.l_new, r.l_cached, r.cold = r.prefix - hit + r.k, hit, hit == 0
 
     def loop(self) -> Generator[Any, Any, None]:
         env = self.env
+        memory = self.memory
         while True:
             if not self.queue:
                 self._wake = env.event()
@@ -117,19 +120,22 @@ class Verifier:
             self._refresh()
             queue_len = len(self.queue)
             batch = self.scheduler.select(self.queue, now, self.gpu)
-            chosen = {id(r) for r in batch}
-            self.queue = [r for r in self.queue if id(r) not in chosen]
-            evicted = self.memory.allocate((r.session, r.l_new + r.l_cached) for r in batch)
-            n_lin, n_int, n_cac = aggregates((r.l_new, r.l_cached) for r in batch)
-            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac)
-            blocks_used = self.memory.used
             bid = next(self._batch_ids)
+            n_lin = n_int = n_cac = 0
+            for r in batch:
+                r.batch = bid
+                n_lin += r.l_new
+                n_int += (r.l_new + r.l_cached) * r.l_new
+                n_cac += r.l_cached
+            self.queue = [r for r in self.queue if r.batch != bid]
+            evicted = memory.allocate([(r.session, r.l_new + r.l_cached) for r in batch])
+            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac)
+            blocks_used = memory.used
             yield env.timeout(latency)
             for r in batch:
                 r.dispatch = now
                 r.verify_time = latency
-                r.batch = bid
-                evicted += self.memory.finish_round(r.session, r.prefix_after)
+                evicted += memory.finish_round(r.session, r.prefix_after)
                 r.done.succeed()
             self.batches.append(
                 BatchRecord(

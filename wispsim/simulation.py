@@ -77,11 +77,12 @@ class RunContext:
         self.header_bytes = scenario.network.header_bytes
         self.draft_token_bytes = draft_token_bytes(scenario.network, profile.model.vocab_size)
         self.stream_pad = dr.k_max + 2
-        self.rounds: list[RoundRecord] = []
-        self.batches: list[BatchRecord] = []
-        self.responses: list[ResponseRecord] = []
+        # records as plain tuples in the field order of RoundRecord, BatchRecord, ResponseRecord
+        self.rounds: list[tuple[Any, ...]] = []
+        self.batches: list[tuple[Any, ...]] = []
+        self.responses: list[tuple[Any, ...]] = []
         self._response_ids = count()
-        self._request_ids = count()
+        self.request_ids = count()
         self.batch_ids = count()
         # measured responses not yet decided: id -> (t0, SLO deadline, device, slo, prompt, output)
         self.outstanding: dict[int, tuple[float, float, int, float, int, int]] = {}
@@ -89,9 +90,6 @@ class RunContext:
         self.done = env.event()
         self.server: Verifier
         self.central: CentralizedServer
-
-    def next_request(self) -> int:
-        return next(self._request_ids)
 
     def open_response(self, t0: float, device: int, slo: float, prompt: int, output: int) -> int:
         rid = next(self._response_ids)
@@ -128,12 +126,10 @@ class RunContext:
 
     def _censor(self, rid: int, now: float) -> None:
         t0, _, dev, slo, prompt, output = self.outstanding.pop(rid)
-        self.responses.append(
-            ResponseRecord(
-                dev, slo, rid, t0, math.nan, prompt, output, 0, 0,
-                output / (now - t0) if now > t0 else math.inf, True, True, True,
-            )
-        )
+        self.responses.append((
+            dev, slo, rid, t0, math.nan, prompt, output, 0, 0,
+            output / (now - t0) if now > t0 else math.inf, True, True, True,
+        ))
 
 
 def check_memory(scenario: Scenario, capacity_tokens: int, profile: Profile, source: str = "scenario") -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from wispsim.schedulers.base import SCHEDULERS, BatchBuilder, GpuState, P
+from wispsim.schedulers.base import SCHEDULERS, GpuState, P
 
 
 @SCHEDULERS.register("wisp")
@@ -33,35 +33,48 @@ class WispScheduler:
         if not queue:
             return []
         est = gpu.estimator
-        c = est.c
+        a, b_c, b_r, c = est.a, est.b_compute, est.b_read, est.c
+        delta = gpu.delta
         critical: list[tuple[float, float, int, float]] = []
         late: list[tuple[float, int, float]] = []
         other: list[tuple[float, float, int, float]] = []
         for idx, r in enumerate(queue):
-            v = est.marginal(r.l_new, r.l_cached)
+            l_new, l_cached = r.l_new, r.l_cached
+            v = l_new * (a + b_c * (l_new + l_cached)) + b_r * l_cached  # est.marginal, inlined
             if now + v + c > r.deadline:
                 late.append((r.arrival, idx, v))
-            elif now >= r.deadline - (v + c) - gpu.delta:
+            elif now >= r.deadline - (v + c) - delta:
                 critical.append((r.deadline, r.arrival, idx, v))
             else:
                 utility = r.n_hat / v if v > 0 else math.inf
                 other.append((-utility, r.arrival, idx, v))
 
-        b = BatchBuilder(gpu)
-        total = c  # T_hat of the batch so far
-        dmin = math.inf  # earliest deadline among non-late members
+        # the growing batch: members, T_hat so far, earliest non-late deadline, memory, limits
+        members: list[P] = []
+        total = c
+        dmin = math.inf
+        blocks = new_tokens = 0
+        bs, max_blocks = gpu.block_size, gpu.total_blocks
+        max_req, max_new = gpu.max_requests, gpu.max_new_tokens
 
         def try_add(idx: int, v: float, is_late: bool) -> bool:
-            nonlocal total, dmin
+            nonlocal total, dmin, blocks, new_tokens
             r = queue[idx]
-            if not b.fits(r):
+            nb = -(-(r.l_new + r.l_cached) // bs)
+            if (
+                len(members) >= max_req
+                or new_tokens + r.l_new > max_new
+                or blocks + nb > max_blocks
+            ):
                 return False
-            d = dmin if is_late else min(dmin, r.deadline)
+            d = dmin if is_late or r.deadline >= dmin else r.deadline
             if now + total + v > d:
                 return False
-            b.add(r)
+            members.append(r)
             total += v
             dmin = d
+            blocks += nb
+            new_tokens += r.l_new
             return True
 
         critical_failed = False
@@ -76,7 +89,7 @@ class WispScheduler:
             for _, _, idx, v in sorted(other):
                 if not try_add(idx, v, False):
                     break
-        if not b.members:
+        if not members:
             urgent = min(range(len(queue)), key=lambda i: (queue[i].deadline, queue[i].arrival, i))
             return [queue[urgent]]
-        return b.members  # type: ignore[return-value]
+        return members
