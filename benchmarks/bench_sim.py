@@ -119,8 +119,10 @@ def scenarios() -> dict[str, Scenario]:
 
 def bench(reps: int) -> None:
     print(f"rounds per wall-second, best of {reps} repetitions each (same simulated horizon)\n")
-    head = (f"{'classes':<8} {'N':>4} {'horizon s':>9} {'rounds':>7} {'batch':>6} "
-            f"{'model r/s':>10} {'bare rounds':>11} {'bare r/s':>10} {'model/bare':>10}")
+    head = (
+        f"{'classes':<8} {'N':>4} {'horizon s':>9} {'rounds':>7} {'batch':>6} "
+        f"{'model r/s':>10} {'bare rounds':>11} {'bare r/s':>10} {'model/bare':>10}"
+    )
     print(head)
     print("-" * len(head))
     for name, sc in scenarios().items():
@@ -134,9 +136,11 @@ def bench(reps: int) -> None:
                 t_model, t_bare = min(t_model, t), min(t_bare, tb)
             model_rps = len(res.rounds) / t_model
             bare_rps = bare_rounds / t_bare
-            print(f"{name:<8} {n:>4} {cal.horizon:>9.1f} {len(res.rounds):>7} "
-                  f"{res.batches['size'].mean():>6.1f} {model_rps:>10,.0f} {bare_rounds:>11} "
-                  f"{bare_rps:>10,.0f} {model_rps / bare_rps:>9.0%}")
+            print(
+                f"{name:<8} {n:>4} {cal.horizon:>9.1f} {len(res.rounds):>7} "
+                f"{res.batches['size'].mean():>6.1f} {model_rps:>10,.0f} {bare_rounds:>11} "
+                f"{bare_rps:>10,.0f} {model_rps / bare_rps:>9.0%}"
+            )
     print("\ntarget: model/bare >= 50%")
 
 
@@ -174,8 +178,10 @@ def profile() -> None:
     prof.enable()
     res = simulate(sc, devices=100, seed=0)
     prof.disable()
-    print(f"\ncProfile, default scenario (classes 2,4,6,8), N=100: {len(res.rounds)} rounds, "
-          f"{len(res.batches)} batches")
+    print(
+        f"\ncProfile, default scenario (classes 2,4,6,8), N=100: {len(res.rounds)} rounds, "
+        f"{len(res.batches)} batches"
+    )
     pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
 
 

@@ -37,8 +37,14 @@ def profile_dict(capacity_tokens: int | None = None, **coefficients: float) -> d
         "engine": "test",
         "precision": "int8",
         "model": {
-            "name": "toy", "parameters": 1, "layers": 1, "kv_heads": 1, "head_dim": 1,
-            "kv_dtype_bytes": 1, "weight_bytes": weight, "vocab_size": 1000,
+            "name": "toy",
+            "parameters": 1,
+            "layers": 1,
+            "kv_heads": 1,
+            "head_dim": 1,
+            "kv_dtype_bytes": 1,
+            "weight_bytes": weight,
+            "vocab_size": 1000,
         },
         "coefficients": coefs,
         "provenance": {"kind": "derived", "rule": "hand-made test fixture"},
@@ -65,21 +71,35 @@ def deterministic_overrides(profile: str, **sections: dict[str, Any]) -> dict[st
     base: dict[str, Any] = {
         "policy": "custom",
         "devices": {
-            "count": 2, "classes": [1.0], "draft_speed": const(50.0), "start_spread_s": 0.0,
+            "count": 2,
+            "classes": [1.0],
+            "draft_speed": const(50.0),
+            "start_spread_s": 0.0,
         },
         "drafting": {"controller": "fixed", "k": 2},
         "acceptance": {"model": "test-all"},
         "network": {
-            "payload": "ids", "header_bytes": 64, "links": {"lan": 1.0},
+            "payload": "ids",
+            "header_bytes": 64,
+            "links": {"lan": 1.0},
             "link_types": {"lan": {"latency_ms": 5.0, "up_mbps": 8.0, "down_mbps": 8.0, "jitter": 0.0}},
         },
         "server": {
-            "profile": profile, "mode": "speculative", "scheduler": "fcfs", "prefix_cache": True,
-            "noise": False, "gpu_memory_utilization": 1.0, "activation_reserve_gib": 0.0,
+            "profile": profile,
+            "mode": "speculative",
+            "scheduler": "fcfs",
+            "prefix_cache": True,
+            "noise": False,
+            "gpu_memory_utilization": 1.0,
+            "activation_reserve_gib": 0.0,
         },
         "workload": {
-            "prompt_tokens": const(16), "output_tokens": const(7),
-            "think_time_s": const(0.0), "warmup_s": 0.0, "duration_s": 0.01, "drain_limit_s": 5.0,
+            "prompt_tokens": const(16),
+            "output_tokens": const(7),
+            "think_time_s": const(0.0),
+            "warmup_s": 0.0,
+            "duration_s": 0.01,
+            "drain_limit_s": 5.0,
         },
     }
     return _merge(base, sections)
@@ -95,9 +115,15 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def small_scenario(**sections: dict[str, Any]) -> Scenario:
     """The default scenario, shortened for property tests (5 s measured after 1 s of warm-up)."""
     over = _merge(
-        {"workload": {"warmup_s": 1.0, "duration_s": 5.0, "drain_limit_s": 30.0,
-                      "prompt_tokens": {"mean": 96, "max": 512},
-                      "output_tokens": {"mean": 48, "min": 4, "max": 160}}},
+        {
+            "workload": {
+                "warmup_s": 1.0,
+                "duration_s": 5.0,
+                "drain_limit_s": 30.0,
+                "prompt_tokens": {"mean": 96, "max": 512},
+                "output_tokens": {"mean": 48, "min": 4, "max": 160},
+            }
+        },
         sections,
     )
     return load_scenario(overrides=over)

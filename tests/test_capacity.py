@@ -63,10 +63,15 @@ def test_interval_reads_the_bootstrap_bounds_off_the_curve() -> None:
 
 
 def test_pooled_stats_pool_responses_and_bootstrap_devices() -> None:
-    counts = pd.DataFrame({
-        "device": [0, 1, 2, 3], "slo": [8.0] * 4,
-        "violated": [0, 0, 1, 3], "responses": [10, 10, 10, 10], "seed": [0, 0, 1, 1],
-    })
+    counts = pd.DataFrame(
+        {
+            "device": [0, 1, 2, 3],
+            "slo": [8.0] * 4,
+            "violated": [0, 0, 1, 3],
+            "responses": [10, 10, 10, 10],
+            "seed": [0, 0, 1, 1],
+        }
+    )
     st = pooled_stats(4, counts)
     assert st.violation == pytest.approx(4 / 40)
     assert 0.0 <= st.ci_low <= st.violation <= st.ci_high <= 0.3

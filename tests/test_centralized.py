@@ -35,8 +35,15 @@ def server(
     return env, srv, lat, batches
 
 
-def submit(env: simpy.Environment, srv: CentralizedServer, rid: int, prompt: int, output: int,
-           at: float, finished: dict[int, float]) -> None:
+def submit(
+    env: simpy.Environment,
+    srv: CentralizedServer,
+    rid: int,
+    prompt: int,
+    output: int,
+    at: float,
+    finished: dict[int, float],
+) -> None:
     def proc():  # type: ignore[no-untyped-def]
         yield env.timeout(at)
         done = env.event()

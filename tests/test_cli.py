@@ -14,18 +14,39 @@ QUICK = ["--set", "workload.warmup_s=2", "--set", "workload.duration_s=8"]
 
 def wispsim(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "wispsim.cli", *args], capture_output=True, text=True, cwd=cwd,
+        [sys.executable, "-m", "wispsim.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
         timeout=600,
     )
 
 
 def test_run_writes_records_summary_and_resolved_scenario(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    p = wispsim("run", "--policy", "wisp", "--devices", "12", "--classes", "4,8", "--seed", "3",
-                "--out", str(out), *QUICK)
+    p = wispsim(
+        "run",
+        "--policy",
+        "wisp",
+        "--devices",
+        "12",
+        "--classes",
+        "4,8",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        *QUICK,
+    )
     assert p.returncode == 0, p.stderr
-    for f in ("scenario.yaml", "rounds.parquet", "batches.parquet", "responses.parquet",
-              "summary.csv", "manifest.json"):
+    for f in (
+        "scenario.yaml",
+        "rounds.parquet",
+        "batches.parquet",
+        "responses.parquet",
+        "summary.csv",
+        "manifest.json",
+    ):
         assert (out / f).is_file(), f
     summary = pd.read_csv(out / "summary.csv", dtype={"class": str})
     assert list(summary["class"]) == ["4", "8", "all"]
@@ -39,8 +60,22 @@ def test_run_writes_records_summary_and_resolved_scenario(tmp_path: Path) -> Non
 
 
 def test_sweep_is_byte_reproducible(tmp_path: Path) -> None:
-    args = ["sweep", "--policy", "wisp", "--classes", "8", "--seeds", "2", "--start", "8",
-            "--max-devices", "64", "--jobs", "2", *QUICK]
+    args = [
+        "sweep",
+        "--policy",
+        "wisp",
+        "--classes",
+        "8",
+        "--seeds",
+        "2",
+        "--start",
+        "8",
+        "--max-devices",
+        "64",
+        "--jobs",
+        "2",
+        *QUICK,
+    ]
     a = wispsim(*args, "--out", str(tmp_path / "a"))
     b = wispsim(*args, "--out", str(tmp_path / "b"))
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
@@ -51,8 +86,20 @@ def test_sweep_is_byte_reproducible(tmp_path: Path) -> None:
 
 
 def test_compare_writes_speedups(tmp_path: Path) -> None:
-    p = wispsim("compare", "--policies", "wisp,sled", "--classes", "8", "--seeds", "1",
-                "--max-devices", "64", "--out", str(tmp_path), *QUICK)
+    p = wispsim(
+        "compare",
+        "--policies",
+        "wisp,sled",
+        "--classes",
+        "8",
+        "--seeds",
+        "1",
+        "--max-devices",
+        "64",
+        "--out",
+        str(tmp_path),
+        *QUICK,
+    )
     assert p.returncode == 0, p.stderr
     cmp = pd.read_csv(tmp_path / "compare.csv")
     assert list(cmp.columns) == ["class", "wisp", "sled", "wisp/sled"]
@@ -70,12 +117,27 @@ def test_compare_writes_speedups(tmp_path: Path) -> None:
         (["run"], "workload: [1, 2\n", "malformed YAML at line"),
         (["run"], "server:\n  delta: 1\n", "server.delta: unknown field; allowed:"),
         (["run"], "acceptance:\n  mean: 1.5\n", "acceptance.mean: must be in (0, 1)"),
-        (["run"], "network:\n  link_types:\n    wifi: {up_mbps: -3}\n", "network.link_types.wifi.up_mbps: must be > 0"),
-        (["run"], "server:\n  profile: no-such-gpu\n", "no profile 'no-such-gpu'; shipped profiles: a100-qwen3-32b"),
-        (["run"], "acceptance:\n  model: nope\n", "unknown acceptance model 'nope'; known: bernoulli, latent, trace"),
+        (
+            ["run"],
+            "network:\n  link_types:\n    wifi: {up_mbps: -3}\n",
+            "network.link_types.wifi.up_mbps: must be > 0",
+        ),
+        (
+            ["run"],
+            "server:\n  profile: no-such-gpu\n",
+            "no profile 'no-such-gpu'; shipped profiles: a100-qwen3-32b",
+        ),
+        (
+            ["run"],
+            "acceptance:\n  model: nope\n",
+            "unknown acceptance model 'nope'; known: bernoulli, latent, trace",
+        ),
         (["run"], "acceptance:\n  model: trace\n  trace: CORRUPT\n", "not a readable Parquet trace"),
-        (["scenario", "validate"], "workload:\n  output_tokens: {dist: constant, value: 900000, max: 900000}\n",
-         "does not fit in the KV cache"),
+        (
+            ["scenario", "validate"],
+            "workload:\n  output_tokens: {dist: constant, value: 900000, max: 900000}\n",
+            "does not fit in the KV cache",
+        ),
     ],
 )
 def test_bad_input_is_one_line_with_exit_code_2(tmp_path: Path, args, yaml_text, expected) -> None:

@@ -31,8 +31,9 @@ def test_readme_python_blocks_run(code: str, tmp_path: Path) -> None:
             " 'workload': {'warmup_s': 2, 'duration_s': 5}}).with_devices(6)\n"
             "assert len(simulate(sc).rounds) > 0\n"
         )
-    p = subprocess.run([sys.executable, "-c", code + check], capture_output=True, text=True,
-                       cwd=tmp_path, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", code + check], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
     assert p.returncode == 0, p.stderr
 
 
@@ -50,8 +51,14 @@ def test_shipped_scenarios_load(path: Path) -> None:
 
 
 def test_readme_mentions_every_command() -> None:
-    for cmd in ("wispsim run", "wispsim sweep", "wispsim compare", "wispsim scenario show",
-                "wispsim scenario validate", "wispsim profile show"):
+    for cmd in (
+        "wispsim run",
+        "wispsim sweep",
+        "wispsim compare",
+        "wispsim scenario show",
+        "wispsim scenario validate",
+        "wispsim profile show",
+    ):
         assert cmd in README
 
 
@@ -59,8 +66,12 @@ def test_wheel_carries_profiles_traces_and_default_scenario(tmp_path: Path) -> N
     """A plain `pip install .` must find profiles and the default scenario (package data)."""
     import zipfile
 
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr
     (wheel,) = tmp_path.glob("wispsim-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

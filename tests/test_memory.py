@@ -169,8 +169,10 @@ def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
     from wispsim.config import load_scenario
     from wispsim.simulation import simulate
 
-    over = {"server": {"gpu_memory_utilization": 0.85, "eviction": "block"},
-            "workload": {"warmup_s": 2, "duration_s": 6}}
+    over = {
+        "server": {"gpu_memory_utilization": 0.85, "eviction": "block"},
+        "workload": {"warmup_s": 2, "duration_s": 6},
+    }
     res = simulate(load_scenario(overrides=over).with_devices(80, (8.0,)), seed=0)
     r = res.rounds
     partial = r[(r.l_cached > 0) & (r.l_new > r.k)]

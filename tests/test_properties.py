@@ -25,9 +25,7 @@ from wispsim.profiles import load_profile
 from wispsim.simulation import SimResult, simulate
 
 PUBLISHED = {"a": 3.314e-5, "b_compute": 3.450e-8, "b_read": 4.620e-6, "c": 1.486e-2}
-SIM_SETTINGS = settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SIM_SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.fixture(scope="module")
@@ -139,12 +137,21 @@ def check_batch_laws(res: SimResult) -> None:
         blocks=-(-(r.l_new + r.l_cached) // sc.block_size),
         inter=(r.l_new + r.l_cached) * r.l_new,
     )
-    g = r.groupby("batch").agg(
-        members=("l_new", "size"), m_linear=("l_new", "sum"), m_interactions=("inter", "sum"),
-        m_cached=("l_cached", "sum"), m_blocks=("blocks", "sum"),
-        d_min=("dispatch", "min"), d_max=("dispatch", "max"), v_min=("verify_time", "min"),
-        v_max=("verify_time", "max"),
-    ).join(b, how="left")
+    g = (
+        r.groupby("batch")
+        .agg(
+            members=("l_new", "size"),
+            m_linear=("l_new", "sum"),
+            m_interactions=("inter", "sum"),
+            m_cached=("l_cached", "sum"),
+            m_blocks=("blocks", "sum"),
+            d_min=("dispatch", "min"),
+            d_max=("dispatch", "max"),
+            v_min=("verify_time", "min"),
+            v_max=("verify_time", "max"),
+        )
+        .join(b, how="left")
+    )
     assert g["size"].notna().all()  # every round's batch has a record
     assert (g.members <= g["size"]).all()
     full = g[g.members == g["size"]]
@@ -205,8 +212,9 @@ def test_simulation_laws(profiles: dict[str, str], data: st.DataObject) -> None:
 
 def test_tight_memory_scenario_really_evicts(profiles: dict[str, str]) -> None:
     # guard for the property test above: its "tight" profile does exercise eviction
-    sc = small_scenario(server={"profile": profiles["tight"], "gpu_memory_utilization": 1.0,
-                                "activation_reserve_gib": 0.0})
+    sc = small_scenario(
+        server={"profile": profiles["tight"], "gpu_memory_utilization": 1.0, "activation_reserve_gib": 0.0}
+    )
     res = run_checked(sc, 8)
     assert res.batches.evictions.sum() > 0
     assert (res.rounds["round"] > 0)[res.rounds.cold].any()  # a later round went cold again
@@ -245,10 +253,24 @@ def per_device(res: SimResult, device: int) -> tuple[pd.DataFrame, pd.DataFrame]
     # a response's number among the device's responses (global ids depend on N)
     starts = rounds.groupby("response").t_start.min().sort_values(kind="stable")
     rounds = rounds.assign(nth=rounds.response.map({rid: i for i, rid in enumerate(starts.index)}))
-    cols = ["nth", "round", "position", "k", "forward_passes", "predictor_calls", "accepted",
-            "committed", "draft_time", "uplink_time", "downlink_time", "slo"]
-    return (resp[["prompt_len", "output_len", "slo"]].reset_index(drop=True),
-            rounds[cols].reset_index(drop=True))
+    cols = [
+        "nth",
+        "round",
+        "position",
+        "k",
+        "forward_passes",
+        "predictor_calls",
+        "accepted",
+        "committed",
+        "draft_time",
+        "uplink_time",
+        "downlink_time",
+        "slo",
+    ]
+    return (
+        resp[["prompt_len", "output_len", "slo"]].reset_index(drop=True),
+        rounds[cols].reset_index(drop=True),
+    )
 
 
 @SIM_SETTINGS
@@ -292,8 +314,9 @@ def test_bigger_output_lengths_with_tight_sled_still_fit(tmp_path: Path) -> None
     # SLED recomputes whole prefixes: long responses on a small KV cache must still be served
     # (single-request batches when needed) and never exceed memory.
     prof = str(write_profile(tmp_path / "p.yaml", 1200, **PUBLISHED))
-    sc = small_scenario(policy="sled", server={"profile": prof, "gpu_memory_utilization": 1.0,
-                                               "activation_reserve_gib": 0.0})
+    sc = small_scenario(
+        policy="sled", server={"profile": prof, "gpu_memory_utilization": 1.0, "activation_reserve_gib": 0.0}
+    )
     res = run_checked(sc, 10, seed=3)
     check_round_laws(res)
     check_batch_laws(res)

@@ -56,7 +56,12 @@ def test_fcfs_two_devices_share_one_batch(det_scenario) -> None:
     assert t_hat((18, 0), (18, 0)) == approx(0.014248)
     b = res.batches.iloc[0]
     assert (b["t_dispatch"], b["size"], b["n_linear"], b["n_interactions"], b["n_cached"]) == (
-        approx(0.045144), 2, 36, 648, 0)
+        approx(0.045144),
+        2,
+        36,
+        648,
+        0,
+    )
     assert b["t_end"] == approx(0.059392)
     # Round 1: verdict back at 0.059392 + 0.005076 = 0.064468; draft 40 ms, send 80 B:
     # arrive 0.109548. Warm: L_new = 2 on L_cached = 16 + 3 = 19:
@@ -125,7 +130,8 @@ def test_fcfs_one_request_per_batch_queues_the_second_device(det_scenario) -> No
     #   = arrives 0.107424; the GPU is idle (device 1's batch ended at 0.069392): no wait;
     #   T = 0.01 + 2e-4 + 21*2e-6 + 19e-5 = 0.010432
     assert d0.loc[1, ["arrival", "dispatch", "verify_time"]].tolist() == approx(
-        [0.107424, 0.107424, 0.010432])
+        [0.107424, 0.107424, 0.010432]
+    )
     # device 1's round 1 arrives 0.069392 + 0.005076 + 0.04 + 0.00508 = 0.119548, after device
     # 0's batch ended at 0.117856: no wait either
     assert d1.loc[1, ["arrival", "dispatch"]].tolist() == approx([0.119548, 0.119548])
@@ -173,8 +179,11 @@ def test_evicted_prefix_makes_the_next_round_cold(tmp_path: Path) -> None:
     #   prefix is gone, so the round is cold: L_cached = 0, L_new = prefix 23 + k 2 = 25.
     small = str(write_profile(tmp_path / "small.yaml", capacity_tokens=48))
     over = deterministic_overrides(
-        small, workload={"prompt_tokens": {"value": 20, "min": 20, "max": 20},
-                         "output_tokens": {"value": 12, "min": 12, "max": 12}},
+        small,
+        workload={
+            "prompt_tokens": {"value": 20, "min": 20, "max": 20},
+            "output_tokens": {"value": 12, "min": 12, "max": 12},
+        },
     )
     res = simulate(load_scenario(overrides=over))
     assert res.kv_blocks == 3
@@ -244,8 +253,11 @@ def test_evictions_in_the_batch_records_explain_every_cold_round(tmp_path: Path)
     # round, and every eviction is recorded on the batch that caused it.
     small = str(write_profile(tmp_path / "small.yaml", capacity_tokens=48))
     over = deterministic_overrides(
-        small, workload={"prompt_tokens": {"value": 20, "min": 20, "max": 20},
-                         "output_tokens": {"value": 12, "min": 12, "max": 12}},
+        small,
+        workload={
+            "prompt_tokens": {"value": 20, "min": 20, "max": 20},
+            "output_tokens": {"value": 12, "min": 12, "max": 12},
+        },
     )
     res = simulate(load_scenario(overrides=over))
     later_cold = int((res.rounds.cold & (res.rounds["round"] > 0)).sum())

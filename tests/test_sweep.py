@@ -12,16 +12,19 @@ from wispsim.config import load_scenario
 from wispsim.sweep import LocalRunner, Point, capacity_sweep, groups_for
 
 # a short window, and less KV memory so that even WISP reaches its knee below 64 devices
-QUICK = {"workload": {"warmup_s": 2, "duration_s": 8, "drain_limit_s": 60},
-         "server": {"gpu_memory_utilization": 0.85}}
+QUICK = {
+    "workload": {"warmup_s": 2, "duration_s": 8, "drain_limit_s": 60},
+    "server": {"gpu_memory_utilization": 0.85},
+}
 
 
 def _quick_sweep(out: Path, jobs: int = 1):
     sc = load_scenario(overrides=QUICK)
     base = {"wisp": sc.with_policy("wisp"), "sled": sc.with_policy("sled")}
     with LocalRunner(jobs, out) as runner:
-        return capacity_sweep(base, groups_for([8.0], "separate"), [0, 1], 0.05, runner,
-                              start=4, max_devices=64)
+        return capacity_sweep(
+            base, groups_for([8.0], "separate"), [0, 1], 0.05, runner, start=4, max_devices=64
+        )
 
 
 def test_sweep_finds_a_knee_and_keeps_every_point(tmp_path: Path) -> None:

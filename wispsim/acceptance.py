@@ -61,7 +61,9 @@ def accept_runs(accept: np.ndarray) -> np.ndarray:
     return next_reject - idx
 
 
-def _stream(prompt_len: int, output_len: int, accept: np.ndarray, feats: np.ndarray, pad: int) -> ResponseStream:
+def _stream(
+    prompt_len: int, output_len: int, accept: np.ndarray, feats: np.ndarray, pad: int
+) -> ResponseStream:
     if pad:
         accept = np.concatenate([accept, np.zeros(pad, dtype=bool)])
         feats = np.concatenate([feats, np.zeros((pad, feats.shape[1]))])
@@ -113,7 +115,9 @@ class BernoulliAcceptance:
     def nominal_rate(self) -> float:
         return self.mean
 
-    def new_response(self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int) -> ResponseStream:
+    def new_response(
+        self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int
+    ) -> ResponseStream:
         accept = rng.random(output_len) < self.mean
         feats = synthetic_features(np.full(output_len, self.mean), self.noise, rng)
         return _stream(prompt_len, output_len, accept, feats, pad)
@@ -135,7 +139,9 @@ class LatentAcceptance:
     def nominal_rate(self) -> float:
         return self.mean
 
-    def new_response(self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int) -> ResponseStream:
+    def new_response(
+        self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int
+    ) -> ResponseStream:
         if self.ab is None:
             p = np.full(output_len, self.mean)
         else:
@@ -208,7 +214,9 @@ def load_trace(path: str) -> Trace:
     else:
         prompt = np.full(len(change), 256)
     raw_meta = table.schema.metadata or {}
-    meta = {k.decode(): v.decode(errors="replace") for k, v in raw_meta.items() if not k.startswith(b"pandas")}
+    meta = {
+        k.decode(): v.decode(errors="replace") for k, v in raw_meta.items() if not k.startswith(b"pandas")
+    }
     return Trace(
         path=path,
         starts=change,
@@ -240,7 +248,9 @@ class TraceAcceptance:
     def nominal_rate(self) -> float:
         return self.trace.mean_rate(self.accept_from)
 
-    def new_response(self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int) -> ResponseStream:
+    def new_response(
+        self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int
+    ) -> ResponseStream:
         tr = self.trace
         i = int(rng.integers(tr.samples))
         s, n = int(tr.starts[i]), int(tr.lengths[i])

@@ -163,8 +163,19 @@ class CentralizedServer:
                 s.done.succeed()
             self.batches.append(
                 BatchRecord(
-                    bid, self.replica, "step", start, env.now, len(work),
+                    bid,
+                    self.replica,
+                    "step",
+                    start,
+                    env.now,
+                    len(work),
                     len(self.running) + len(self.waiting) + len(finished),
-                    n_lin, n_int, n_cac, t_hat, latency, used, 0,
+                    n_lin,
+                    n_int,
+                    n_cac,
+                    t_hat,
+                    latency,
+                    used,
+                    0,
                 )
             )

@@ -48,7 +48,9 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a scenario field, e.g. --set server.delta_ms=3 (repeatable)."),
 ]
-OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: a new folder under results/).")]
+OutOpt = Annotated[
+    Path | None, typer.Option("--out", "-o", help="Output folder (default: a new folder under results/).")
+]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", help="Parallel simulations (local processes).")]
 
 
@@ -63,7 +65,9 @@ def parse_classes(text: str | None, option: str = "--classes") -> tuple[float, .
     try:
         vals = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise ConfigError(option, "", f"expected comma-separated token speeds like 2,4,6,8, got {text!r}") from None
+        raise ConfigError(
+            option, "", f"expected comma-separated token speeds like 2,4,6,8, got {text!r}"
+        ) from None
     if not vals or any(v <= 0 for v in vals):
         raise ConfigError(option, "", f"token speeds must be > 0, got {text!r}")
     return vals
@@ -145,8 +149,12 @@ def _table(df: pd.DataFrame, title: str, columns: list[str] | None = None) -> Ta
 
 def _progress() -> Progress:
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=err_console, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
     )
 
 
@@ -188,19 +196,52 @@ def run(
     res.batches.to_parquet(folder / "batches.parquet", index=False)
     res.responses.to_parquet(folder / "responses.parquet", index=False)
     summary.to_csv(folder / "summary.csv", index=False)
-    _manifest(folder, "run", {"seed": sc.seed, "devices": sc.devices.count, "policy": sc.policy,
-                              "sim_end_s": res.sim_end, "wall_s": res.wall_s, **res.info})
-    cols = ["class", "devices", "responses", "violation_rate", "speed_p50", "budget_miss_rate",
-            "goodput_tps", "acceptance_ratio", "queue_p95_ms", "verify_p95_ms", "gpu_utilization",
-            "mean_batch_size"]
+    _manifest(
+        folder,
+        "run",
+        {
+            "seed": sc.seed,
+            "devices": sc.devices.count,
+            "policy": sc.policy,
+            "sim_end_s": res.sim_end,
+            "wall_s": res.wall_s,
+            **res.info,
+        },
+    )
+    cols = [
+        "class",
+        "devices",
+        "responses",
+        "violation_rate",
+        "speed_p50",
+        "budget_miss_rate",
+        "goodput_tps",
+        "acceptance_ratio",
+        "queue_p95_ms",
+        "verify_p95_ms",
+        "gpu_utilization",
+        "mean_batch_size",
+    ]
     console.print(_table(summary, f"{sc.policy}, N={sc.devices.count}, seed={sc.seed}", cols))
     console.print(f"records and summary: {folder}  ({res.wall_s:.1f} s wall, {len(res.rounds)} rounds)")
 
 
 def _sweep_common(
-    scenario: Path | None, sets: list[str] | None, policies: list[str], classes: str | None,
-    devices: str | None, seeds: int, seed: int | None, epsilon: float | None, jobs: int,
-    out: Path | None, mix: str, start: int, max_devices: int, records: str, command: str,
+    scenario: Path | None,
+    sets: list[str] | None,
+    policies: list[str],
+    classes: str | None,
+    devices: str | None,
+    seeds: int,
+    seed: int | None,
+    epsilon: float | None,
+    jobs: int,
+    out: Path | None,
+    mix: str,
+    start: int,
+    max_devices: int,
+    records: str,
+    command: str,
 ) -> tuple[Path, Any]:
     from wispsim.sweep import RECORD_MODES, LocalRunner, capacity_sweep, groups_for
 
@@ -230,42 +271,88 @@ def _sweep_common(
     with _progress() as prog, LocalRunner(jobs, folder, records) as runner:
         task = prog.add_task(f"{command} {','.join(policies)}", total=None)
         result = capacity_sweep(
-            base, groups, seed_list, eps, runner, grid=grid, start=start, max_devices=max_devices,
+            base,
+            groups,
+            seed_list,
+            eps,
+            runner,
+            grid=grid,
+            start=start,
+            max_devices=max_devices,
             progress=lambda done, total: prog.update(task, completed=done, total=total),
         )
     result.capacity.to_csv(folder / "capacity.csv", index=False)
     result.curve.to_csv(folder / "curve.csv", index=False)
     result.pooled.to_csv(folder / "curve_pooled.csv", index=False)
-    _manifest(folder, command, {"policies": policies, "classes": list(cls), "mix": mix,
-                                "seeds": seed_list, "epsilon": eps, "grid": list(grid),
-                                "start": start, "max_devices": max_devices, "jobs": jobs})
+    _manifest(
+        folder,
+        command,
+        {
+            "policies": policies,
+            "classes": list(cls),
+            "mix": mix,
+            "seeds": seed_list,
+            "epsilon": eps,
+            "grid": list(grid),
+            "start": start,
+            "max_devices": max_devices,
+            "jobs": jobs,
+        },
+    )
     return folder, result
-
-
 
 
 @app.command()
 def sweep(
     scenario: ScenarioArg = None,
     policy: Annotated[str, typer.Option(help=f"Policy preset: {', '.join(POLICY_NAMES)}.")] = "wisp",
-    classes: Annotated[str | None, typer.Option(help="SLO classes, e.g. 2,4,6,8 (default: the scenario's).")] = None,
-    devices: Annotated[str | None, typer.Option(help="Grid of N to evaluate first, LO:HI:STEP or a list; bisection refines it.")] = None,
+    classes: Annotated[
+        str | None, typer.Option(help="SLO classes, e.g. 2,4,6,8 (default: the scenario's).")
+    ] = None,
+    devices: Annotated[
+        str | None,
+        typer.Option(help="Grid of N to evaluate first, LO:HI:STEP or a list; bisection refines it."),
+    ] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per N (common random numbers across N).")] = 3,
     seed: Annotated[int | None, typer.Option(help="First seed (default: the scenario's).")] = None,
-    epsilon: Annotated[float | None, typer.Option(help="Allowed violation rate (default: the scenario's, 0.05).")] = None,
+    epsilon: Annotated[
+        float | None, typer.Option(help="Allowed violation rate (default: the scenario's, 0.05).")
+    ] = None,
     jobs: JobsOpt = 2,
     out: OutOpt = None,
-    mix: Annotated[str, typer.Option(help="separate: each class alone; shared: all classes on one server.")] = "separate",
+    mix: Annotated[
+        str, typer.Option(help="separate: each class alone; shared: all classes on one server.")
+    ] = "separate",
     start: Annotated[int, typer.Option(help="First N of the doubling bracket.")] = 8,
     max_devices: Annotated[int, typer.Option(help="Largest N the search tries.")] = 4096,
     records: Annotated[str, typer.Option(help="Records kept per point: none, responses, all.")] = "responses",
     set_: SetOpt = None,
 ) -> None:
     """Capacity per SLO class for one policy: the largest N with violation rate <= epsilon."""
-    folder, result = _sweep_common(scenario, set_, parse_policies(policy), classes, devices, seeds,
-                                   seed, epsilon, jobs, out, mix, start, max_devices, records, "sweep")
-    console.print(_table(result.capacity, f"capacity ({policy})",
-                         ["policy", "class", "capacity", "ci_low", "ci_high", "evaluated"]))
+    folder, result = _sweep_common(
+        scenario,
+        set_,
+        parse_policies(policy),
+        classes,
+        devices,
+        seeds,
+        seed,
+        epsilon,
+        jobs,
+        out,
+        mix,
+        start,
+        max_devices,
+        records,
+        "sweep",
+    )
+    console.print(
+        _table(
+            result.capacity,
+            f"capacity ({policy})",
+            ["policy", "class", "capacity", "ci_low", "ci_high", "evaluated"],
+        )
+    )
     console.print(f"capacity.csv, curve.csv and points/: {folder}")
 
 
@@ -298,8 +385,23 @@ def compare(
 ) -> None:
     """Capacity of several policies side by side, with speedup ratios."""
     pols = parse_policies(policies)
-    folder, result = _sweep_common(scenario, set_, pols, classes, devices, seeds, seed, epsilon,
-                                   jobs, out, mix, start, max_devices, records, "compare")
+    folder, result = _sweep_common(
+        scenario,
+        set_,
+        pols,
+        classes,
+        devices,
+        seeds,
+        seed,
+        epsilon,
+        jobs,
+        out,
+        mix,
+        start,
+        max_devices,
+        records,
+        "compare",
+    )
     wide = speedups(result.capacity, pols)
     wide.to_csv(folder / "compare.csv", index=False)
     console.print(_table(wide, "capacity (devices) by policy"))
@@ -324,12 +426,16 @@ def scenario_validate(scenario: ScenarioArg = None, set_: SetOpt = None) -> None
     make_acceptance(sc.acceptance)
     srv = sc.server
     cap = prof.kv_capacity_tokens(srv.gpu_memory_utilization, srv.activation_reserve_gib)
-    typer.echo(f"ok: {scenario or 'default scenario'} (policy {sc.policy}, profile {prof.name}, "
-               f"KV cache {cap} tokens)")
+    typer.echo(
+        f"ok: {scenario or 'default scenario'} (policy {sc.policy}, profile {prof.name}, "
+        f"KV cache {cap} tokens)"
+    )
 
 
 @profile_app.command("show")
-def profile_show(name: Annotated[str, typer.Argument(help="Profile name or path.")] = "a100-qwen3-32b") -> None:
+def profile_show(
+    name: Annotated[str, typer.Argument(help="Profile name or path.")] = "a100-qwen3-32b",
+) -> None:
     """Print a profile's coefficients, memory facts and provenance."""
     from wispsim.profiles import load_profile
 
@@ -349,8 +455,13 @@ def profile_show(name: Annotated[str, typer.Argument(help="Profile name or path.
         f"weights {m.weight_bytes / 1e9:.1f} GB\n"
         f"KV cache at 0.9 utilization, 1.5 GiB reserve: {p.kv_capacity_tokens(0.9, 1.5)} tokens\n"
         f"noise sigma: {p.noise_sigma:g}\nprovenance: {p.provenance.get('kind')}: "
-        f"{(p.provenance.get('citation') or p.provenance.get('rule') or p.provenance.get('data') or '').strip()}"
+        f"{_provenance_line(p.provenance)}"
     )
+
+
+def _provenance_line(prov: dict[str, Any]) -> str:
+    text = prov.get("citation") or prov.get("rule") or prov.get("data") or ""
+    return " ".join(str(text).split())
 
 
 @profile_app.command("list")

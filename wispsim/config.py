@@ -336,7 +336,8 @@ class Scenario:
             return self.replace(policy=policy)
         if policy not in POLICIES:
             raise ConfigError(
-                source, "" if source.startswith("--") else "policy",
+                source,
+                "" if source.startswith("--") else "policy",
                 f"unknown policy {policy!r}; allowed: {', '.join(POLICY_NAMES)}",
             )
         p = POLICIES[policy]
@@ -390,9 +391,7 @@ def _coerce(value: Any, tp: Any, path: str, source: str) -> Any:
     if origin is Literal:
         allowed = get_args(tp)
         if value not in allowed:
-            raise ConfigError(
-                source, path, f"got {value!r}; allowed: {', '.join(map(str, allowed))}"
-            )
+            raise ConfigError(source, path, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
         return value
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
@@ -437,9 +436,7 @@ def build(cls: Any, data: Mapping[str, Any], source: str, prefix: str = "") -> A
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
-            raise ConfigError(
-                source, path, f"unknown field; allowed: {', '.join(sorted(names))}"
-            )
+            raise ConfigError(source, path, f"unknown field; allowed: {', '.join(sorted(names))}")
         kwargs[key] = _coerce(value, hints[key], path, source)
     try:
         return cls(**kwargs)

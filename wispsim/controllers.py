@@ -22,7 +22,6 @@ from wispsim.config import DraftingConfig
 from wispsim.predictor import Predictor, make_predictor
 from wispsim.registry import Registry
 
-
 # (k: tokens sent, forward_passes: draft passes paid, predictor_calls: predictor calls paid);
 # a plain tuple because plan() runs once per round.
 DraftPlan = tuple[int, int, int]

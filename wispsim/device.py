@@ -116,20 +116,52 @@ class Device:
                 budget = n_hat / slo - draft - up
                 prefix = prompt + pos
                 req = Request(
-                    next(req_ids), resp, arrival, arrival + budget, n_hat, k,
-                    prefix, prefix + committed, event(),
+                    next(req_ids),
+                    resp,
+                    arrival,
+                    arrival + budget,
+                    n_hat,
+                    k,
+                    prefix,
+                    prefix + committed,
+                    event(),
                 )
                 yield server.submit(req)
                 down = link.down(header + committed * TOKEN_ID_BYTES)
                 t_end = env.now + down
                 cold_rounds += req.cold
                 # a RoundRecord, as a plain tuple (field order of RoundRecord)
-                rounds.append((
-                    index, slo, resp, rnd, pos, t_start, tau_d, draft, passes, calls, k,
-                    accepted, committed, up, arrival, budget, arrival + budget, n_hat,
-                    req.dispatch, req.verify_time, req.batch, req.l_new, req.l_cached,
-                    req.cold, down, t_end, measured,
-                ))
+                rounds.append(
+                    (
+                        index,
+                        slo,
+                        resp,
+                        rnd,
+                        pos,
+                        t_start,
+                        tau_d,
+                        draft,
+                        passes,
+                        calls,
+                        k,
+                        accepted,
+                        committed,
+                        up,
+                        arrival,
+                        budget,
+                        arrival + budget,
+                        n_hat,
+                        req.dispatch,
+                        req.verify_time,
+                        req.batch,
+                        req.l_new,
+                        req.l_cached,
+                        req.cold,
+                        down,
+                        t_end,
+                        measured,
+                    )
+                )
                 self.alpha_hat += w * (accepted / k - self.alpha_hat)
                 pos += committed
                 rnd += 1
@@ -163,13 +195,34 @@ class Device:
             pending = down
 
     def _finish(
-        self, resp: int, t0: float, t_end: float, prompt: int, output: int, rounds: int,
-        cold: int, measured: bool, out: list[tuple[Any, ...]],
+        self,
+        resp: int,
+        t0: float,
+        t_end: float,
+        prompt: int,
+        output: int,
+        rounds: int,
+        cold: int,
+        measured: bool,
+        out: list[tuple[Any, ...]],
     ) -> None:
         if not self.ctx.close_response(resp):
             return  # already recorded as censored
         speed = output / (t_end - t0) if t_end > t0 else float("inf")
-        out.append((
-            self.index, self.slo, resp, t0, t_end, prompt, output, rounds, cold, speed,
-            speed < self.slo, measured, False,
-        ))
+        out.append(
+            (
+                self.index,
+                self.slo,
+                resp,
+                t0,
+                t_end,
+                prompt,
+                output,
+                rounds,
+                cold,
+                speed,
+                speed < self.slo,
+                measured,
+                False,
+            )
+        )

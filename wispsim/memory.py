@@ -24,7 +24,9 @@ class KVMemory:
 
     __slots__ = ("block_size", "cache", "eviction", "evictions", "prefix_cache", "total_blocks", "used")
 
-    def __init__(self, total_blocks: int, block_size: int, prefix_cache: bool, eviction: str = "session") -> None:
+    def __init__(
+        self, total_blocks: int, block_size: int, prefix_cache: bool, eviction: str = "session"
+    ) -> None:
         self.total_blocks = total_blocks
         self.block_size = block_size
         self.prefix_cache = prefix_cache

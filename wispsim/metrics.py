@@ -26,11 +26,32 @@ import pandas as pd
 from wispsim.simulation import SimResult
 
 SUMMARY_COLUMNS = [
-    "class", "devices", "responses", "censored", "violation_rate", "speed_p5", "speed_p50",
-    "speed_p95", "rounds", "budget_miss_rate", "goodput_tps", "acceptance_ratio", "mean_k",
-    "wasted_tokens", "wdt_ms", "queue_p50_ms", "queue_p95_ms", "queue_p99_ms", "verify_p50_ms",
-    "verify_p95_ms", "verify_p99_ms", "prefix_hit_rate", "gpu_utilization", "mean_batch_size",
-    "batches", "evictions",
+    "class",
+    "devices",
+    "responses",
+    "censored",
+    "violation_rate",
+    "speed_p5",
+    "speed_p50",
+    "speed_p95",
+    "rounds",
+    "budget_miss_rate",
+    "goodput_tps",
+    "acceptance_ratio",
+    "mean_k",
+    "wasted_tokens",
+    "wdt_ms",
+    "queue_p50_ms",
+    "queue_p95_ms",
+    "queue_p99_ms",
+    "verify_p50_ms",
+    "verify_p95_ms",
+    "verify_p99_ms",
+    "prefix_hit_rate",
+    "gpu_utilization",
+    "mean_batch_size",
+    "batches",
+    "evictions",
 ]
 
 
@@ -45,8 +66,13 @@ def _mean(x: pd.Series | np.ndarray) -> float:
 
 
 def _class_row(
-    label: str, devices: int, resp: pd.DataFrame, rounds: pd.DataFrame, all_rounds: pd.DataFrame,
-    all_resp: pd.DataFrame, window: tuple[float, float],
+    label: str,
+    devices: int,
+    resp: pd.DataFrame,
+    rounds: pd.DataFrame,
+    all_rounds: pd.DataFrame,
+    all_resp: pd.DataFrame,
+    window: tuple[float, float],
 ) -> dict[str, Any]:
     w0, w1 = window
     span = w1 - w0
@@ -121,14 +147,21 @@ def summarize(result: SimResult) -> pd.DataFrame:
     per_class = pd.Series(device_classes(result.devices, result.scenario.devices.classes)).value_counts()
     rows = []
     for slo in sorted(result.scenario.devices.classes):
-        sel = (lambda df, s=slo: df[df.slo == s])  # noqa: E731
+        sel = lambda df, s=slo: df[df.slo == s]  # noqa: E731
         row = _class_row(
-            class_label(slo), int(per_class.get(slo, 0)), sel(resp), sel(rounds) if len(rounds) else rounds,
-            sel(rounds_all) if len(rounds_all) else rounds_all, sel(resp_all), result.window,
+            class_label(slo),
+            int(per_class.get(slo, 0)),
+            sel(resp),
+            sel(rounds) if len(rounds) else rounds,
+            sel(rounds_all) if len(rounds_all) else rounds_all,
+            sel(resp_all),
+            result.window,
         )
         rows.append({**row, **srv})
     if len(result.scenario.devices.classes) > 1:
-        rows.append({**_class_row("all", result.devices, resp, rounds, rounds_all, resp_all, result.window), **srv})
+        rows.append(
+            {**_class_row("all", result.devices, resp, rounds, rounds_all, resp_all, result.window), **srv}
+        )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -136,7 +169,13 @@ def device_counts(result: SimResult) -> pd.DataFrame:
     """Per device: measured responses and violations (clusters for the capacity bootstrap)."""
     r = result.responses[result.responses.measured]
     if r.empty:
-        return pd.DataFrame({"device": pd.Series(dtype=int), "slo": pd.Series(dtype=float),
-                             "violated": pd.Series(dtype=int), "responses": pd.Series(dtype=int)})
+        return pd.DataFrame(
+            {
+                "device": pd.Series(dtype=int),
+                "slo": pd.Series(dtype=float),
+                "violated": pd.Series(dtype=int),
+                "responses": pd.Series(dtype=int),
+            }
+        )
     g = r.groupby(["device", "slo"], sort=True).violated.agg(["sum", "count"]).reset_index()
     return g.rename(columns={"sum": "violated", "count": "responses"})

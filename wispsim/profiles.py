@@ -128,9 +128,7 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
     prov = _section(data, "provenance", src)
     kind = prov.get("kind")
     if kind not in PROVENANCE_KINDS:
-        raise ConfigError(
-            src, "provenance.kind", f"got {kind!r}; allowed: {', '.join(PROVENANCE_KINDS)}"
-        )
+        raise ConfigError(src, "provenance.kind", f"got {kind!r}; allowed: {', '.join(PROVENANCE_KINDS)}")
     needs = {"published": "citation", "measured": "data", "derived": "rule"}[kind]
     if not prov.get(needs):
         raise ConfigError(src, f"provenance.{needs}", f"is required for a {kind} profile")

@@ -41,8 +41,16 @@ class Request:
     )
 
     def __init__(
-        self, rid: int, session: int, arrival: float, deadline: float, n_hat: float,
-        k: int, prefix: int, prefix_after: int, done: simpy.Event,
+        self,
+        rid: int,
+        session: int,
+        arrival: float,
+        deadline: float,
+        n_hat: float,
+        k: int,
+        prefix: int,
+        prefix_after: int,
+        done: simpy.Event,
     ) -> None:
         self.rid = rid
         self.session = session
@@ -139,7 +147,19 @@ class Verifier:
                 r.done.succeed()
             self.batches.append(
                 BatchRecord(
-                    bid, self.replica, "verify", now, env.now, len(batch), queue_len,
-                    n_lin, n_int, n_cac, t_hat, latency, blocks_used, evicted,
+                    bid,
+                    self.replica,
+                    "verify",
+                    now,
+                    env.now,
+                    len(batch),
+                    queue_len,
+                    n_lin,
+                    n_int,
+                    n_cac,
+                    t_hat,
+                    latency,
+                    blocks_used,
+                    evicted,
                 )
             )

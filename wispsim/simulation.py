@@ -126,24 +126,41 @@ class RunContext:
 
     def _censor(self, rid: int, now: float) -> None:
         t0, _, dev, slo, prompt, output = self.outstanding.pop(rid)
-        self.responses.append((
-            dev, slo, rid, t0, math.nan, prompt, output, 0, 0,
-            output / (now - t0) if now > t0 else math.inf, True, True, True,
-        ))
+        self.responses.append(
+            (
+                dev,
+                slo,
+                rid,
+                t0,
+                math.nan,
+                prompt,
+                output,
+                0,
+                0,
+                output / (now - t0) if now > t0 else math.inf,
+                True,
+                True,
+                True,
+            )
+        )
 
 
-def check_memory(scenario: Scenario, capacity_tokens: int, profile: Profile, source: str = "scenario") -> None:
+def check_memory(
+    scenario: Scenario, capacity_tokens: int, profile: Profile, source: str = "scenario"
+) -> None:
     """The KV cache must have room, and hold the longest possible response."""
     wl = scenario.workload
     if capacity_tokens <= 0:
         raise ConfigError(
-            source, "server.gpu_memory_utilization",
+            source,
+            "server.gpu_memory_utilization",
             "no memory is left for the KV cache after the weights and the activation reserve",
         )
     longest = wl.prompt_tokens.support()[1] + wl.output_tokens.support()[1] + scenario.drafting.k_max + 1
     if math.isfinite(longest) and longest > capacity_tokens:
         raise ConfigError(
-            source, "workload.output_tokens",
+            source,
+            "workload.output_tokens",
             f"the longest response ({int(longest)} tokens of prompt + output) does not fit in the "
             f"KV cache ({capacity_tokens} tokens); lower the length limits or raise memory",
         )
@@ -173,14 +190,24 @@ def simulate(scenario: Scenario, devices: int | None = None, seed: int | None = 
     centralized = srv.mode == "centralized"
     if centralized:
         ctx.central = CentralizedServer(
-            env, total_blocks, srv.block_size, srv.max_batch_requests, srv.prefill_chunk_tokens,
-            latency, ctx.batches, ctx.batch_ids,
+            env,
+            total_blocks,
+            srv.block_size,
+            srv.max_batch_requests,
+            srv.prefill_chunk_tokens,
+            latency,
+            ctx.batches,
+            ctx.batch_ids,
         )
     else:
         scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
         gpu = GpuState(
-            profile.estimator, total_blocks, srv.block_size, srv.max_batch_requests,
-            srv.max_batch_tokens, srv.delta_ms / 1000.0,
+            profile.estimator,
+            total_blocks,
+            srv.block_size,
+            srv.max_batch_requests,
+            srv.max_batch_tokens,
+            srv.delta_ms / 1000.0,
         )
         memory = KVMemory(total_blocks, srv.block_size, srv.prefix_cache, srv.eviction)
         ctx.server = Verifier(env, 0, gpu, scheduler, memory, latency, ctx.batches, ctx.batch_ids)
@@ -200,7 +227,9 @@ def simulate(scenario: Scenario, devices: int | None = None, seed: int | None = 
         devices=n,
         rounds=frame(ctx.rounds, RoundRecord),
         batches=frame(ctx.batches, BatchRecord),
-        responses=frame(ctx.responses, ResponseRecord).sort_values("response", kind="stable").reset_index(drop=True),
+        responses=frame(ctx.responses, ResponseRecord)
+        .sort_values("response", kind="stable")
+        .reset_index(drop=True),
         window=ctx.window,
         sim_end=env.now,
         wall_s=time.perf_counter() - wall0,

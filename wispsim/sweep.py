@@ -43,8 +43,12 @@ class Point:
     @property
     def key(self) -> str:
         blob = json.dumps(
-            {"scenario": self.scenario.to_dict(), "devices": self.devices, "seed": self.seed,
-             "version": __version__},
+            {
+                "scenario": self.scenario.to_dict(),
+                "devices": self.devices,
+                "seed": self.seed,
+                "version": __version__,
+            },
             sort_keys=True,
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -76,7 +80,8 @@ def run_point(point: Point, out: Path | None, records: str = "responses") -> Poi
     folder = out / "points" / point.key if out is not None else None
     if folder is not None and (folder / "summary.csv").is_file():
         return PointResult(
-            point.key, pd.read_csv(folder / "summary.csv", dtype={"class": str}),
+            point.key,
+            pd.read_csv(folder / "summary.csv", dtype={"class": str}),
             pd.read_csv(folder / "devices.csv"),
         )
     res = simulate(point.scenario, point.devices, point.seed)
@@ -86,9 +91,15 @@ def run_point(point: Point, out: Path | None, records: str = "responses") -> Poi
 
         def write(d: Path) -> None:
             (d / "scenario.yaml").write_text(point.scenario.to_yaml())
-            meta = {"devices": point.devices, "seed": point.seed, "key": point.key,
-                    "version": __version__, "sim_end_s": res.sim_end, "wall_s": res.wall_s,
-                    **res.info}
+            meta = {
+                "devices": point.devices,
+                "seed": point.seed,
+                "key": point.key,
+                "version": __version__,
+                "sim_end_s": res.sim_end,
+                "wall_s": res.wall_s,
+                **res.info,
+            }
             (d / "meta.json").write_text(json.dumps(meta, indent=1))
             if records in ("responses", "all"):
                 res.responses.to_parquet(d / "responses.parquet", index=False)
@@ -180,6 +191,13 @@ def capacity_sweep(
     curve_rows: list[pd.DataFrame] = []
     pooled_rows: list[dict[str, object]] = []
     planned = finished = 0
+
+    def tick() -> None:
+        nonlocal finished
+        finished += 1
+        if progress:
+            progress(finished, planned)
+
     while True:
         wave: list[tuple[tuple[str, str], int]] = []
         for key, s in searches.items():
@@ -193,13 +211,6 @@ def capacity_sweep(
         planned += len(points)
         if progress:
             progress(finished, planned)
-
-        def tick() -> None:
-            nonlocal finished
-            finished += 1
-            if progress:
-                progress(finished, planned)
-
         results = runner.map(points, tick)
         it = iter(results)
         for (pol, label), n in wave:
@@ -220,19 +231,34 @@ def capacity_sweep(
             stats = pooled_stats(n, allc)
             searches[(pol, label)].evaluated[n] = stats
             for cls, rate in stats.per_class.items():
-                pooled_rows.append({
-                    "policy": pol, "group": label, "class": cls, "devices": n, "seeds": len(seeds),
-                    "responses": int(allc[allc.slo == float(cls)].responses.sum()),
-                    "violation_rate": rate, "decision_violation": stats.violation,
-                    "decision_ci_low": stats.ci_low, "decision_ci_high": stats.ci_high,
-                })
+                pooled_rows.append(
+                    {
+                        "policy": pol,
+                        "group": label,
+                        "class": cls,
+                        "devices": n,
+                        "seeds": len(seeds),
+                        "responses": int(allc[allc.slo == float(cls)].responses.sum()),
+                        "violation_rate": rate,
+                        "decision_violation": stats.violation,
+                        "decision_ci_low": stats.ci_low,
+                        "decision_ci_high": stats.ci_high,
+                    }
+                )
     cap_rows = []
     for (pol, label), s in searches.items():
         lo, hi = s.interval()
-        cap_rows.append({
-            "policy": pol, "class": label, "capacity": s.capacity, "ci_low": lo, "ci_high": hi,
-            "saturated": s.saturated, "evaluated": len(s.evaluated),
-        })
+        cap_rows.append(
+            {
+                "policy": pol,
+                "class": label,
+                "capacity": s.capacity,
+                "ci_low": lo,
+                "ci_high": hi,
+                "saturated": s.saturated,
+                "evaluated": len(s.evaluated),
+            }
+        )
     curve = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
     if not curve.empty:
         curve = curve.sort_values(["policy", "group", "class", "devices", "seed"], kind="stable")

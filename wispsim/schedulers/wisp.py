@@ -61,11 +61,7 @@ class WispScheduler:
             nonlocal total, dmin, blocks, new_tokens
             r = queue[idx]
             nb = -(-(r.l_new + r.l_cached) // bs)
-            if (
-                len(members) >= max_req
-                or new_tokens + r.l_new > max_new
-                or blocks + nb > max_blocks
-            ):
+            if len(members) >= max_req or new_tokens + r.l_new > max_new or blocks + nb > max_blocks:
                 return False
             d = dmin if is_late or r.deadline >= dmin else r.deadline
             if now + total + v > d:
