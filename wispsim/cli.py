@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from wispsim import __version__
+from wispsim.cli_trace import trace_app
 from wispsim.config import POLICY_NAMES, Scenario, load_scenario, parse_set
 from wispsim.errors import ConfigError, WispsimError
 
@@ -37,6 +38,7 @@ scenario_app = typer.Typer(help="Show or check a scenario.", no_args_is_help=Tru
 profile_app = typer.Typer(help="Show verification-latency profiles.", no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
 app.add_typer(profile_app, name="profile")
+app.add_typer(trace_app, name="trace")
 
 console = Console()
 err_console = Console(stderr=True)
