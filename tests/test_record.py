@@ -160,7 +160,7 @@ def test_recording_resumes_without_redoing_finished_samples(pair, tmp_path: Path
 def test_bad_inputs_are_reported(pair, tmp_path: Path) -> None:
     from wispsim.errors import WispsimError
 
-    draft, target, prompts = pair
+    _draft, target, prompts = pair
     with pytest.raises(WispsimError, match="model not found"):
         rec.record_trace(str(tmp_path / "nope"), str(target), prompts, tmp_path / "o.parquet")
     bad = tmp_path / "bad.jsonl"

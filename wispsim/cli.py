@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from wispsim import __version__
+from wispsim.cli_predictor import predictor_app
 from wispsim.cli_trace import trace_app
 from wispsim.config import POLICY_NAMES, Scenario, load_scenario, parse_set
 from wispsim.errors import ConfigError, WispsimError
@@ -39,6 +40,7 @@ profile_app = typer.Typer(help="Show verification-latency profiles.", no_args_is
 app.add_typer(scenario_app, name="scenario")
 app.add_typer(profile_app, name="profile")
 app.add_typer(trace_app, name="trace")
+app.add_typer(predictor_app, name="predictor")
 
 console = Console()
 err_console = Console(stderr=True)

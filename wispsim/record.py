@@ -120,8 +120,8 @@ def load_model(path: str, device: str, dtype: str = "float32") -> tuple[Any, Any
         tok = PreTrainedTokenizerFast.from_pretrained(folder)
     else:
         tok = AutoTokenizer.from_pretrained(folder, **kw)
-    model = AutoModelForCausalLM.from_pretrained(folder, **kw, **kwargs).to(device).eval()
-    return model, tok
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, **kw, **kwargs)
+    return model.to(device).eval(), tok
 
 
 def encode_prompt(tok: Any, text: str) -> list[int]:
@@ -287,6 +287,11 @@ def record_trace(
     eos_ids = [int(x) for e in eos for x in (e if isinstance(e, list) else [e])]
     out.parent.mkdir(parents=True, exist_ok=True)
     parts = Path(str(out) + ".parts")
+    if not parts.is_dir() and out.is_file():
+        # resuming from a checkout that has the trace but not its parts folder: split it back
+        parts.mkdir()
+        for sid, g in pd.read_parquet(out).groupby("sample_id"):
+            g.to_parquet(parts / f"sample-{int(sid):05d}.parquet", index=False)
     parts.mkdir(exist_ok=True)
     meta = {
         "recorder_version": RECORDER_VERSION,

@@ -1,7 +1,8 @@
-"""Where shipped data lives: profiles, traces and the default scenario.
+"""Where shipped data lives: profiles, traces, predictors and the default scenario.
 
-In a source checkout (or an editable install) profiles and traces are the top-level ``profiles/``
-and ``traces/`` folders; a wheel carries copies as ``wispsim/_profiles`` and ``wispsim/_traces``.
+In a source checkout (or an editable install) profiles, traces and exported predictors are the
+top-level ``profiles/``, ``traces/`` and ``predictors/`` folders; a wheel carries copies as
+``wispsim/_profiles``, ``wispsim/_traces`` (and ``wispsim/_predictors`` once it ships any).
 The default scenario is package data of ``wispsim`` itself.
 """
 
@@ -25,6 +26,11 @@ def profiles_dir() -> Path:
 
 def traces_dir() -> Path:
     return _first_existing(_PKG.parent / "traces", _PKG / "_traces")
+
+
+def predictors_dir() -> Path:
+    """Exported rejection predictors (``.npz``; see :mod:`wispsim.predictor`)."""
+    return _first_existing(_PKG.parent / "predictors", _PKG / "_predictors")
 
 
 def default_scenario_path() -> Path:

@@ -94,7 +94,8 @@ def inspect_trace(trace: Trace, k: int = 5, accept_from: str = "flag") -> dict[s
 
 def format_report(r: dict[str, Any]) -> str:
     lines = [
-        f"trace {r['path']}: {r['samples']} samples, {r['positions']} positions (verdicts: {r['accept_from']})",
+        f"trace {r['path']}: {r['samples']} samples, {r['positions']} positions "
+        f"(verdicts: {r['accept_from']})",
         f"mean beta {r['mean_beta']:.4f}   mean accept {r['mean_accept']:.4f}   "
         f"greedy agreement {r['mean_greedy_agree']:.4f}",
         f"K = {r['k']}: {r['windows']} windows, mean accepted length {r['mean_accepted_length']:.3f}, "
