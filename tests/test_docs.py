@@ -81,3 +81,5 @@ def test_wheel_carries_profiles_traces_and_default_scenario(tmp_path: Path) -> N
         assert f"wispsim/_profiles/{prof.name}" in names
     for trace in (ROOT / "traces").glob("*.parquet"):
         assert f"wispsim/_traces/{trace.name}" in names
+    for pred in (ROOT / "predictors").glob("*.npz"):
+        assert f"wispsim/_predictors/{pred.name}" in names

@@ -232,11 +232,15 @@ def load_trace(path: str) -> Trace:
 
 @ACCEPTANCE.register("trace")
 class TraceAcceptance:
-    """Replays a recorded trace: each response is one recorded sample, drawn at random.
+    """Replays a recorded trace position by position.
 
-    The sample sets the response's prompt and output lengths. ``accept_from`` chooses what decides
-    acceptance at a position: ``beta`` (a fresh Bernoulli(beta) draw, so replay is a sample of the
-    same process), ``flag`` (the recorded realized accept flag) or ``greedy`` (argmax agreement).
+    ``accept_from`` chooses what decides acceptance at a position: ``beta`` (a fresh
+    Bernoulli(beta) draw, so replay is a sample of the same process), ``flag`` (the recorded
+    realized verdict) or ``greedy`` (argmax agreement). ``lengths`` chooses where a response's
+    lengths come from: ``trace`` (one recorded sample, drawn at random, sets the prompt and
+    output lengths) or ``workload`` (the workload's lengths; the output's positions are filled
+    with randomly drawn recorded samples one after another, so long responses replay real
+    acceptance even when the recordings are short).
     """
 
     def __init__(self, cfg: AcceptanceConfig) -> None:
@@ -244,24 +248,41 @@ class TraceAcceptance:
             raise TraceError("acceptance.trace: the trace model needs a trace file or name")
         self.trace = load_trace(str(find_trace(cfg.trace)))
         self.accept_from = cfg.accept_from
+        self.lengths = cfg.lengths
 
     def nominal_rate(self) -> float:
         return self.trace.mean_rate(self.accept_from)
+
+    def _sample(self, rng: np.random.Generator) -> tuple[int, slice]:
+        tr = self.trace
+        i = int(rng.integers(tr.samples))
+        s = int(tr.starts[i])
+        return i, slice(s, s + int(tr.lengths[i]))
+
+    def _verdicts(self, rng: np.random.Generator, sl: slice) -> np.ndarray:
+        tr = self.trace
+        if self.accept_from == "beta":
+            return rng.random(sl.stop - sl.start) < tr.beta[sl]
+        if self.accept_from == "flag":
+            return tr.flag[sl].copy()
+        return tr.greedy[sl].copy()
 
     def new_response(
         self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int
     ) -> ResponseStream:
         tr = self.trace
-        i = int(rng.integers(tr.samples))
-        s, n = int(tr.starts[i]), int(tr.lengths[i])
-        sl = slice(s, s + n)
-        if self.accept_from == "beta":
-            accept = rng.random(n) < tr.beta[sl]
-        elif self.accept_from == "flag":
-            accept = tr.flag[sl].copy()
-        else:
-            accept = tr.greedy[sl].copy()
-        return _stream(int(tr.prompt_lens[i]), n, accept, tr.features[sl], pad)
+        if self.lengths == "trace":
+            i, sl = self._sample(rng)
+            n = sl.stop - sl.start
+            return _stream(int(tr.prompt_lens[i]), n, self._verdicts(rng, sl), tr.features[sl], pad)
+        accepts, feats, have = [], [], 0
+        while have < output_len:
+            _, sl = self._sample(rng)
+            accepts.append(self._verdicts(rng, sl))
+            feats.append(tr.features[sl])
+            have += sl.stop - sl.start
+        accept = np.concatenate(accepts)[:output_len]
+        return _stream(prompt_len, output_len, accept, np.concatenate(feats)[:output_len], pad)
 
 
 def make_acceptance(cfg: AcceptanceConfig) -> AcceptanceModel:

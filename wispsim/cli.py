@@ -412,6 +412,51 @@ def compare(
     console.print(f"compare.csv, capacity.csv, curve.csv: {folder}")
 
 
+ablate_app = typer.Typer(help="Ablation studies.", no_args_is_help=True)
+app.add_typer(ablate_app, name="ablate")
+
+
+@ablate_app.command("predictor")
+def ablate_predictor_cmd(
+    scenario: ScenarioArg = None,
+    devices: Annotated[str, typer.Option(help="N values, e.g. 2,4,8,16.")] = "2,4,8,16",
+    classes: Annotated[str | None, typer.Option(help="SLO classes of the devices.")] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds per N (the same for both arms).")] = 3,
+    seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
+    jobs: JobsOpt = 2,
+    out: OutOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Predictor on (wisp) vs off (wisp-fixed): acceptance ratio, wasted drafting, goodput."""
+    from wispsim.ablation import ablate_predictor, write
+    from wispsim.sweep import LocalRunner
+
+    sc = _load(scenario, set_)
+    sc = sc.with_devices(sc.devices.count, parse_classes(classes))
+    ns = list(parse_devices(devices))
+    if seeds < 1:
+        raise ConfigError("--seeds", "", f"must be >= 1, got {seeds}")
+    first = sc.seed if seed is None else seed
+    folder = _out_dir(out, "ablate")
+    (folder / "scenario.yaml").write_text(sc.to_yaml())
+    with _progress() as prog, LocalRunner(jobs, folder, "responses") as runner:
+        task = prog.add_task("ablate predictor", total=None)
+        per_seed, table = ablate_predictor(
+            sc, ns, [first + i for i in range(seeds)], runner,
+            progress=lambda d, t: prog.update(task, completed=d, total=t),
+        )
+    write(per_seed, table, folder)
+    _manifest(folder, "ablate predictor", {"devices": ns, "seeds": seeds, "first_seed": first,
+                                            "acceptance": sc.acceptance.model,
+                                            "trace": sc.acceptance.trace,
+                                            "predictor": sc.drafting.predictor.name})
+    cols = ["devices", "acceptance_ratio_off", "acceptance_ratio_on", "wasted_tokens_off",
+            "wasted_tokens_on", "wdt_ms_off", "wdt_ms_on", "goodput_tps_off", "goodput_tps_on",
+            "goodput_gain"]
+    console.print(_table(table, f"predictor ablation ({sc.acceptance.model} acceptance)", cols))
+    console.print(f"ablation.csv, ablation_per_seed.csv, points/: {folder}")
+
+
 @scenario_app.command("show")
 def scenario_show(scenario: ScenarioArg = None, set_: SetOpt = None) -> None:
     """Print the resolved scenario (defaults filled in, policy preset applied)."""

@@ -30,10 +30,15 @@ def record(
     seed: Annotated[int, typer.Option(help="Seed of the sampling and of the realized verdicts.")] = 0,
     limit: Annotated[int | None, typer.Option(help="Only the first N prompts.")] = None,
     notes: Annotated[str, typer.Option(help="Free text stored in the trace metadata.")] = "",
+    generate_dtype: Annotated[
+        str, typer.Option(help="dtype of the target copy that generates responses: float32 or bfloat16.")
+    ] = "float32",
 ) -> None:
     """Record a trace; resumable (finished samples are kept in OUT.parts/)."""
     from wispsim.record import record_trace
 
+    if generate_dtype not in ("float32", "bfloat16", "float16"):
+        raise WispsimError(f"--generate-dtype: got {generate_dtype!r}; allowed: float32, bfloat16, float16")
     if device not in ("cpu", "cuda"):
         raise WispsimError(f"--device: got {device!r}; allowed: cpu, cuda")
     with Progress(
@@ -55,6 +60,7 @@ def record(
             seed=seed,
             limit=limit,
             notes=notes,
+            generate_dtype=generate_dtype,
             command=" ".join(["wispsim", *sys.argv[1:]]),
             progress=lambda done, total: prog.update(task, completed=done, total=total),
         )

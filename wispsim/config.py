@@ -175,6 +175,7 @@ class AcceptanceConfig:
     feature_noise: float = 0.5
     trace: str | None = None
     accept_from: Literal["beta", "flag", "greedy"] = "beta"
+    lengths: Literal["trace", "workload"] = "trace"
 
     def __post_init__(self) -> None:
         _require(0 < self.mean < 1, "mean", f"must be in (0, 1), got {self.mean}")
@@ -526,6 +527,13 @@ def check_references(scenario: Scenario, source: str) -> None:
         profile = load_profile(sv.profile)
         cap = profile.kv_capacity_tokens(sv.gpu_memory_utilization, sv.activation_reserve_gib)
         check_memory(scenario, cap, profile, source)
+        uses_predictor = scenario.drafting.controller == "predictor"
+        if uses_predictor and scenario.drafting.predictor.name == "npz":
+            from wispsim.predictor import find_predictor
+
+            if not scenario.drafting.predictor.path:
+                raise ConfigError(source, "drafting.predictor.path", "the npz predictor needs a path")
+            find_predictor(scenario.drafting.predictor.path)
         if scenario.acceptance.model == "trace":
             if not scenario.acceptance.trace:
                 raise ConfigError(source, "acceptance.trace", "the trace model needs a trace file or name")

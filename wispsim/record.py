@@ -191,8 +191,13 @@ def record_sample(
     max_new_tokens: int,
     device: str,
     eos_ids: list[int],
+    generator_model: Any = None,
 ) -> pd.DataFrame:
-    """Generate with the target, teacher-force both models, return the sample's rows."""
+    """Generate with the target, teacher-force both models, return the sample's rows.
+
+    ``generator_model`` (default: ``target``) generates the response; a lower-precision copy of
+    the target makes CPU recording faster while p and q are still scored in full precision.
+    """
     import torch
 
     torch.manual_seed(sample_seed)
@@ -205,7 +210,8 @@ def record_sample(
             gen_kwargs |= {"do_sample": False}
         if eos_ids:
             gen_kwargs["eos_token_id"] = eos_ids
-        out = target.generate(ids, attention_mask=torch.ones_like(ids), **gen_kwargs)
+        gen_model = generator_model if generator_model is not None else target
+        out = gen_model.generate(ids, attention_mask=torch.ones_like(ids), **gen_kwargs)
         full = out[:, : len(prompt_ids) + max_new_tokens]
         response = full[0, len(prompt_ids) :].cpu()
         n_prompt = len(prompt_ids)
@@ -220,6 +226,8 @@ def record_sample(
             "context_length": n_prompt + np.arange(r),
             **cols,
             "token_id": response.numpy(),
+            # False where a lower-precision generator broke a near-tie differently
+            "committed_is_target_top1": (lp.argmax(-1) == response).numpy(),
         }
     )
     return df
@@ -266,6 +274,7 @@ def record_trace(
     command: str = "",
     notes: str = "",
     progress: Callable[[int, int], None] | None = None,
+    generate_dtype: str = "float32",
 ) -> int:
     """Record a trace; returns the number of positions in ``out``. Resumes from ``OUT.parts``."""
     torch = _require_torch()
@@ -277,6 +286,9 @@ def record_trace(
     torch.set_num_threads(max(1, torch.get_num_threads()))
     target, tok = load_model(target_path, device)
     draft, dtok = load_model(draft_path, device)
+    generator = None
+    if generate_dtype != "float32":
+        generator, _ = load_model(target_path, device, generate_dtype)
     if dtok.get_vocab() != tok.get_vocab():
         raise WispsimError("--draft and --target must share a tokenizer (their vocabularies differ)")
     eos = [
@@ -299,7 +311,8 @@ def record_trace(
         "draft_sha256": file_sha256(Path(draft_path)),
         "target_model": str(target_path),
         "target_sha256": file_sha256(Path(target_path)),
-        "dtype": "float32",
+        "dtype": "float32 (p and q are scored in fp32)",
+        "generate_dtype": generate_dtype,
         "device": device,
         "temperature": str(temperature),
         "max_new_tokens": str(max_new_tokens),
@@ -320,7 +333,8 @@ def record_trace(
             if not ids:
                 raise WispsimError(f"{prompts_path}: prompt {pr.id!r} encodes to no tokens")
             df = record_sample(
-                draft, target, ids, seed * 100_003 + i, temperature, max_new_tokens, device, eos_ids
+                draft, target, ids, seed * 100_003 + i, temperature, max_new_tokens, device, eos_ids,
+                generator,
             )
             df.insert(0, "sample_id", i)
             df["prompt_id"] = pr.id
