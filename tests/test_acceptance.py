@@ -330,3 +330,40 @@ def test_corrupt_file_is_a_trace_error(tmp_path: Path) -> None:
     p.write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(TraceError, match="not a readable Parquet trace"):
         load_trace(str(p))
+
+
+def test_trace_replay_with_workload_lengths_stitches_recorded_samples() -> None:
+    from wispsim.acceptance import TraceAcceptance, find_trace, load_trace
+
+    cfg = AcceptanceConfig(model="trace", trace="fixture-synthetic", lengths="workload", accept_from="flag")
+    model = TraceAcceptance(cfg)
+    tr = load_trace(str(find_trace("fixture-synthetic")))
+    rng = np.random.default_rng(4)
+    flags = []
+    for _ in range(200):
+        st = model.new_response(rng, 300, 700, 9)
+        assert (st.prompt_len, st.output_len) == (300, 700)  # the workload's lengths, not the trace's
+        assert len(st.accept) == 709 and not st.accept[700:].any()
+        rows = st.rows[:700]
+        assert (rows >= 0).all() and (st.rows[700:] == -1).all()
+        assert (st.accept[:700] == tr.flag[rows]).all()  # every position replays a recorded row
+        assert np.array_equal(st.features[:700], tr.features[rows])
+        flags.append(st.accept[:700])
+    allf = np.concatenate(flags)
+    assert abs(allf.mean() - tr.flag.mean()) < 0.02
+
+
+def test_predictor_decisions_precomputed_per_trace_equal_per_response() -> None:
+    import dataclasses
+
+    from wispsim.acceptance import TraceAcceptance
+    from wispsim.config import DraftingConfig, PredictorConfig
+    from wispsim.controllers import PredictorController
+
+    model = TraceAcceptance(AcceptanceConfig(model="trace", trace="fixture-synthetic", lengths="workload"))
+    ctl = PredictorController(DraftingConfig(predictor=PredictorConfig(threshold=0.6)))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        st = model.new_response(rng, 100, 150, 10)
+        fresh = dataclasses.replace(st, trace=None, rows=None)
+        assert ctl.prepare(st)[:150] == ctl.prepare(fresh)[:150]

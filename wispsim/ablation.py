@@ -16,12 +16,23 @@ from wispsim.config import Scenario
 from wispsim.sweep import LocalRunner, Point
 
 ARMS = {"on": "wisp", "off": "wisp-fixed"}
-COLUMNS = ["acceptance_ratio", "mean_k", "wasted_tokens", "wdt_ms", "goodput_tps", "violation_rate",
-           "speed_p50", "verify_p95_ms"]
+COLUMNS = [
+    "acceptance_ratio",
+    "mean_k",
+    "wasted_tokens",
+    "wdt_ms",
+    "goodput_tps",
+    "violation_rate",
+    "speed_p50",
+    "verify_p95_ms",
+]
 
 
 def ablate_predictor(
-    base: Scenario, devices: list[int], seeds: list[int], runner: LocalRunner,
+    base: Scenario,
+    devices: list[int],
+    seeds: list[int],
+    runner: LocalRunner,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per seed rows, table averaged over seeds with on/off side by side)."""
@@ -40,8 +51,9 @@ def ablate_predictor(
     for (arm, n, seed), res in zip(specs, results, strict=True):
         s = res.summary
         row = s[s["class"] == "all"] if (s["class"] == "all").any() else s
-        rows.append({"predictor": arm, "devices": n, "seed": seed, **row[COLUMNS].iloc[0].to_dict(),
-                     "point": res.key})
+        rows.append(
+            {"predictor": arm, "devices": n, "seed": seed, **row[COLUMNS].iloc[0].to_dict(), "point": res.key}
+        )
     per_seed = pd.DataFrame(rows)
     mean = per_seed.groupby(["devices", "predictor"], sort=True)[COLUMNS].mean().unstack("predictor")
     mean.columns = [f"{c}_{arm}" for c, arm in mean.columns]

@@ -50,6 +50,10 @@ class ResponseStream:
     accept: np.ndarray  # bool, one per position (padded past output_len with False)
     features: np.ndarray  # float, (positions, len(FEATURES))
     run: np.ndarray  # int
+    # trace replay: the trace and the row of it behind each position (-1 for padding), so that
+    # predictor decisions can be computed once per trace instead of once per response
+    trace: Trace | None = None
+    rows: np.ndarray | None = None
 
 
 def accept_runs(accept: np.ndarray) -> np.ndarray:
@@ -62,12 +66,20 @@ def accept_runs(accept: np.ndarray) -> np.ndarray:
 
 
 def _stream(
-    prompt_len: int, output_len: int, accept: np.ndarray, feats: np.ndarray, pad: int
+    prompt_len: int,
+    output_len: int,
+    accept: np.ndarray,
+    feats: np.ndarray,
+    pad: int,
+    trace: Trace | None = None,
+    rows: np.ndarray | None = None,
 ) -> ResponseStream:
     if pad:
         accept = np.concatenate([accept, np.zeros(pad, dtype=bool)])
         feats = np.concatenate([feats, np.zeros((pad, feats.shape[1]))])
-    return ResponseStream(prompt_len, output_len, accept, feats, accept_runs(accept))
+        if rows is not None:
+            rows = np.concatenate([rows, np.full(pad, -1)])
+    return ResponseStream(prompt_len, output_len, accept, feats, accept_runs(accept), trace, rows)
 
 
 class AcceptanceModel(Protocol):
@@ -274,15 +286,24 @@ class TraceAcceptance:
         if self.lengths == "trace":
             i, sl = self._sample(rng)
             n = sl.stop - sl.start
-            return _stream(int(tr.prompt_lens[i]), n, self._verdicts(rng, sl), tr.features[sl], pad)
-        accepts, feats, have = [], [], 0
+            return _stream(
+                int(tr.prompt_lens[i]),
+                n,
+                self._verdicts(rng, sl),
+                tr.features[sl],
+                pad,
+                tr,
+                np.arange(sl.start, sl.stop),
+            )
+        accepts, rows, have = [], [], 0
         while have < output_len:
             _, sl = self._sample(rng)
             accepts.append(self._verdicts(rng, sl))
-            feats.append(tr.features[sl])
+            rows.append(np.arange(sl.start, sl.stop))
             have += sl.stop - sl.start
         accept = np.concatenate(accepts)[:output_len]
-        return _stream(prompt_len, output_len, accept, np.concatenate(feats)[:output_len], pad)
+        idx = np.concatenate(rows)[:output_len]
+        return _stream(prompt_len, output_len, accept, tr.features[idx], pad, tr, idx)
 
 
 def make_acceptance(cfg: AcceptanceConfig) -> AcceptanceModel:

@@ -442,17 +442,37 @@ def ablate_predictor_cmd(
     with _progress() as prog, LocalRunner(jobs, folder, "responses") as runner:
         task = prog.add_task("ablate predictor", total=None)
         per_seed, table = ablate_predictor(
-            sc, ns, [first + i for i in range(seeds)], runner,
+            sc,
+            ns,
+            [first + i for i in range(seeds)],
+            runner,
             progress=lambda d, t: prog.update(task, completed=d, total=t),
         )
     write(per_seed, table, folder)
-    _manifest(folder, "ablate predictor", {"devices": ns, "seeds": seeds, "first_seed": first,
-                                            "acceptance": sc.acceptance.model,
-                                            "trace": sc.acceptance.trace,
-                                            "predictor": sc.drafting.predictor.name})
-    cols = ["devices", "acceptance_ratio_off", "acceptance_ratio_on", "wasted_tokens_off",
-            "wasted_tokens_on", "wdt_ms_off", "wdt_ms_on", "goodput_tps_off", "goodput_tps_on",
-            "goodput_gain"]
+    _manifest(
+        folder,
+        "ablate predictor",
+        {
+            "devices": ns,
+            "seeds": seeds,
+            "first_seed": first,
+            "acceptance": sc.acceptance.model,
+            "trace": sc.acceptance.trace,
+            "predictor": sc.drafting.predictor.name,
+        },
+    )
+    cols = [
+        "devices",
+        "acceptance_ratio_off",
+        "acceptance_ratio_on",
+        "wasted_tokens_off",
+        "wasted_tokens_on",
+        "wdt_ms_off",
+        "wdt_ms_on",
+        "goodput_tps_off",
+        "goodput_tps_on",
+        "goodput_gain",
+    ]
     console.print(_table(table, f"predictor ablation ({sc.acceptance.model} acceptance)", cols))
     console.print(f"ablation.csv, ablation_per_seed.csv, points/: {folder}")
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import numpy as np
+
 from wispsim.acceptance import ResponseStream, accept_runs
 from wispsim.config import DraftingConfig
 from wispsim.predictor import Predictor, make_predictor
@@ -61,11 +63,23 @@ class PredictorController:
         self.k_min = cfg.k_min
         self.k_max = cfg.k_max
         self.predictor = predictor or make_predictor(cfg.predictor)
+        self._trace_decisions: dict[int, np.ndarray] = {}
 
     def prepare(self, stream: ResponseStream) -> object:
         # pred_run[t]: how many consecutive positions from t the predictor calls "accept"
         # (a list: read once per round, and list indexing is ~10x cheaper than numpy's).
-        runs: list[int] = accept_runs(self.predictor.predict_accept(stream.features)).tolist()
+        if stream.trace is not None and stream.rows is not None:
+            # trace replay: the predictor's decisions depend only on the trace row, so they are
+            # computed once for the whole trace (plus a "reject" for padding rows, index -1)
+            key = id(stream.trace)
+            table = self._trace_decisions.get(key)
+            if table is None:
+                table = np.append(self.predictor.predict_accept(stream.trace.features), False)
+                self._trace_decisions[key] = table
+            decisions = table[stream.rows]
+        else:
+            decisions = self.predictor.predict_accept(stream.features)
+        runs: list[int] = accept_runs(decisions).tolist()
         return runs
 
     def plan(self, state: object, pos: int, remaining: int) -> DraftPlan:

@@ -333,7 +333,14 @@ def record_trace(
             if not ids:
                 raise WispsimError(f"{prompts_path}: prompt {pr.id!r} encodes to no tokens")
             df = record_sample(
-                draft, target, ids, seed * 100_003 + i, temperature, max_new_tokens, device, eos_ids,
+                draft,
+                target,
+                ids,
+                seed * 100_003 + i,
+                temperature,
+                max_new_tokens,
+                device,
+                eos_ids,
                 generator,
             )
             df.insert(0, "sample_id", i)
