@@ -47,7 +47,11 @@ def profile_dict(capacity_tokens: int | None = None, **coefficients: float) -> d
             "vocab_size": 1000,
         },
         "coefficients": coefs,
-        "provenance": {"kind": "derived", "rule": "hand-made test fixture"},
+        "provenance": {
+            "kind": "derived",
+            "rule": "hand-made test fixture",
+            "inputs": {"coefficients": "round numbers"},
+        },
     }
 
 

@@ -19,11 +19,13 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from wispsim import __version__
 from wispsim.cli_predictor import predictor_app
+from wispsim.cli_profile import register as register_profile_commands
 from wispsim.cli_trace import trace_app
 from wispsim.config import POLICY_NAMES, Scenario, load_scenario, parse_set
 from wispsim.errors import ConfigError, WispsimError
@@ -36,9 +38,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 scenario_app = typer.Typer(help="Show or check a scenario.", no_args_is_help=True)
-profile_app = typer.Typer(help="Show verification-latency profiles.", no_args_is_help=True)
+profile_app = typer.Typer(
+    help="Show, plan, record, fit and derive verification-latency profiles.", no_args_is_help=True
+)
 app.add_typer(scenario_app, name="scenario")
 app.add_typer(profile_app, name="profile")
+register_profile_commands(profile_app, app)
 app.add_typer(trace_app, name="trace")
 app.add_typer(predictor_app, name="predictor")
 
@@ -556,7 +561,7 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except WispsimError as e:
-        err_console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        err_console.print("[red]error:[/red] " + escape(str(e)), highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted: finished points are kept; run the same command to resume")

@@ -1,8 +1,12 @@
 """Verification-latency profiles: estimator coefficients for one (GPU, model, precision, engine).
 
-A profile is a YAML file under ``profiles/`` (see ``profiles/a100-qwen3-32b.yaml``). Besides the
-coefficients it carries the noise model, the hardware, and the target model's memory facts that
-the paged KV-cache model needs. :func:`load_profile` finds a profile by name or path and checks it.
+A profile is a YAML file under ``profiles/`` (see ``profiles/a100-qwen3-32b.yaml`` and
+``docs/profiles.md``). Besides the coefficients (with their 95% intervals and the fit's quality)
+it carries the noise model, the hardware, the engine and precision, the target model's memory
+facts that the paged KV-cache model needs, and its provenance: ``published`` (with the citation),
+``measured`` (with the raw data file, the command and the date) or ``derived`` (with the rule,
+its inputs and the source profile). :func:`load_profile` finds a profile by name or path and
+checks all of it, naming the profile and the field in every error.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wispsim.archs import DTYPE_BYTES as KV_DTYPES
 from wispsim.config import read_yaml
 from wispsim.errors import ConfigError
 from wispsim.estimator import Estimator
@@ -20,11 +25,30 @@ from wispsim.resources import profiles_dir, resolve_named
 GIB = 1024**3
 COEFFICIENTS = ("a", "b_compute", "b_read", "c")
 PROVENANCE_KINDS = ("published", "measured", "derived")
+# what each kind of provenance must say
+PROVENANCE_NEEDS = {
+    "published": ("citation",),
+    "measured": ("data", "command", "date"),
+    "derived": ("rule", "inputs"),
+}
+NOISE_MODELS = ("lognormal",)
+TOP_LEVEL = (
+    "name",
+    "description",
+    "hardware",
+    "engine",
+    "precision",
+    "model",
+    "coefficients",
+    "fit",
+    "noise",
+    "provenance",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class ModelFacts:
-    """What the memory model needs to know about the target model."""
+    """What the memory model needs to know about the target model (plus its shape, if known)."""
 
     name: str
     parameters: float
@@ -34,6 +58,10 @@ class ModelFacts:
     kv_dtype_bytes: int
     weight_bytes: float
     vocab_size: int = 151936
+    arch: str | None = None
+    attention_heads: int | None = None
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -43,6 +71,9 @@ class ModelFacts:
 
 @dataclass(frozen=True, slots=True)
 class Profile:
+    """One validated profile. ``gpu_memory_gib`` is per GPU; ``gpu_count`` GPUs hold the model
+    (tensor parallel), so memory, weights and KV cache are totals over all of them."""
+
     name: str
     source: str
     estimator: Estimator
@@ -56,6 +87,10 @@ class Profile:
     model: ModelFacts
     provenance: dict[str, Any]
     fit: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    noise_model: str = "lognormal"
+    hbm_bandwidth_gbs: float | None = None
+    bf16_tflops: float | None = None
 
     def kv_capacity_tokens(self, utilization: float, reserve_gib: float) -> int:
         """Tokens of KV cache that fit: GPU memory x utilization - weights - activation reserve."""
@@ -63,21 +98,52 @@ class Profile:
         free = total - self.model.weight_bytes - reserve_gib * GIB * self.gpu_count
         return max(0, int(free // self.model.kv_bytes_per_token))
 
+    @property
+    def kind(self) -> str:
+        return str(self.provenance["kind"])
+
+    @property
+    def data_path(self) -> Path | None:
+        """A measured profile's raw data (``provenance.data``, relative to the profile's folder)."""
+        data = self.provenance.get("data")
+        if not data:
+            return None
+        p = Path(str(data))
+        return p if p.is_absolute() else Path(self.source).parent / p
+
 
 def _num(d: dict[str, Any], key: str, source: str, path: str, *, minimum: float | None = None) -> float:
     if key not in d:
         raise ConfigError(source, f"{path}{key}", "is missing")
-    v = d[key]
+    return _value(d[key], source, f"{path}{key}", minimum=minimum)
+
+
+def _value(v: Any, source: str, where: str, *, minimum: float | None = None) -> float:
     if isinstance(v, str):
         try:
             v = float(v)
         except ValueError:
-            raise ConfigError(source, f"{path}{key}", f"must be a number, got {v!r}") from None
+            raise ConfigError(source, where, f"must be a number, got {v!r}") from None
     if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
-        raise ConfigError(source, f"{path}{key}", f"must be a number, got {v!r}")
+        raise ConfigError(source, where, f"must be a number, got {v!r}")
     if minimum is not None and v < minimum:
-        raise ConfigError(source, f"{path}{key}", f"must be >= {minimum:g}, got {v:g}")
+        raise ConfigError(source, where, f"must be >= {minimum:g}, got {v:g}")
     return float(v)
+
+
+def _int(d: dict[str, Any], key: str, source: str, path: str, *, minimum: int = 1) -> int:
+    v = _num(d, key, source, path, minimum=minimum)
+    if v != int(v):
+        raise ConfigError(source, f"{path}{key}", f"must be a whole number, got {v:g}")
+    return int(v)
+
+
+def _opt_int(d: dict[str, Any], key: str, source: str, path: str) -> int | None:
+    return _int(d, key, source, path) if d.get(key) is not None else None
+
+
+def _opt_num(d: dict[str, Any], key: str, source: str, path: str) -> float | None:
+    return _num(d, key, source, path, minimum=0.0) if d.get(key) is not None else None
 
 
 def _section(d: dict[str, Any], key: str, source: str) -> dict[str, Any]:
@@ -87,11 +153,13 @@ def _section(d: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     return v
 
 
-def parse_profile(data: dict[str, Any], source: str) -> Profile:
-    """Validate a profile mapping (as read from YAML) and build a :class:`Profile`."""
-    name = str(data.get("name") or Path(source).stem)
-    src = f"profile '{name}' ({source})"
+def _coefficients(data: dict[str, Any], src: str) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     coefs = _section(data, "coefficients", src)
+    extra = sorted(set(coefs) - set(COEFFICIENTS))
+    if extra:
+        raise ConfigError(
+            src, f"coefficients.{extra[0]}", f"unknown coefficient; allowed: {', '.join(COEFFICIENTS)}"
+        )
     values: dict[str, float] = {}
     ci95: dict[str, tuple[float, float]] = {}
     for k in COEFFICIENTS:
@@ -105,33 +173,111 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         if ci is not None:
             if not (isinstance(ci, list) and len(ci) == 2):
                 raise ConfigError(src, f"coefficients.{k}.ci95", "must be [low, high]")
-            lo, hi = float(ci[0]), float(ci[1])
+            lo = _value(ci[0], src, f"coefficients.{k}.ci95[0]")
+            hi = _value(ci[1], src, f"coefficients.{k}.ci95[1]")
             if not lo <= values[k] <= hi:
                 raise ConfigError(
                     src, f"coefficients.{k}.ci95", f"[{lo:g}, {hi:g}] must contain {values[k]:g}"
                 )
             ci95[k] = (lo, hi)
-    hw = _section(data, "hardware", src)
+    return values, ci95
+
+
+def _model(data: dict[str, Any], src: str) -> ModelFacts:
     m = _section(data, "model", src)
-    model = ModelFacts(
+    if "kv_dtype_bytes" in m:
+        kv_bytes = _int(m, "kv_dtype_bytes", src, "model.")
+    elif "kv_dtype" in m:
+        kv_bytes = KV_DTYPES.get(str(m["kv_dtype"]).lower(), 0)
+        if not kv_bytes:
+            raise ConfigError(src, "model.kv_dtype", f"got {m['kv_dtype']!r}; known: {', '.join(KV_DTYPES)}")
+    else:
+        raise ConfigError(src, "model.kv_dtype_bytes", "is missing (or give model.kv_dtype, e.g. bfloat16)")
+    if "kv_dtype" in m and KV_DTYPES.get(str(m["kv_dtype"]).lower()) != kv_bytes:
+        raise ConfigError(
+            src, "model.kv_dtype", f"{m['kv_dtype']!r} disagrees with kv_dtype_bytes {kv_bytes}"
+        )
+    facts = ModelFacts(
         name=str(m.get("name", "?")),
         parameters=_num(m, "parameters", src, "model.", minimum=1),
-        layers=int(_num(m, "layers", src, "model.", minimum=1)),
-        kv_heads=int(_num(m, "kv_heads", src, "model.", minimum=1)),
-        head_dim=int(_num(m, "head_dim", src, "model.", minimum=1)),
-        kv_dtype_bytes=int(_num(m, "kv_dtype_bytes", src, "model.", minimum=1)),
+        layers=_int(m, "layers", src, "model."),
+        kv_heads=_int(m, "kv_heads", src, "model."),
+        head_dim=_int(m, "head_dim", src, "model."),
+        kv_dtype_bytes=kv_bytes,
         weight_bytes=_num(m, "weight_bytes", src, "model.", minimum=0),
-        vocab_size=int(m.get("vocab_size", 151936)),
+        vocab_size=_int(m, "vocab_size", src, "model.") if "vocab_size" in m else 151936,
+        arch=str(m["arch"]) if m.get("arch") else None,
+        attention_heads=_opt_int(m, "attention_heads", src, "model."),
+        hidden_size=_opt_int(m, "hidden_size", src, "model."),
+        intermediate_size=_opt_int(m, "intermediate_size", src, "model."),
     )
-    noise = data.get("noise") or {}
-    sigma = _num(noise, "sigma", src, "noise.", minimum=0.0) if "sigma" in noise else 0.0
+    if facts.attention_heads is not None and facts.attention_heads % facts.kv_heads:
+        raise ConfigError(src, "model.kv_heads", f"must divide attention_heads ({facts.attention_heads})")
+    return facts
+
+
+def _provenance(data: dict[str, Any], src: str, source: str) -> dict[str, Any]:
     prov = _section(data, "provenance", src)
     kind = prov.get("kind")
     if kind not in PROVENANCE_KINDS:
         raise ConfigError(src, "provenance.kind", f"got {kind!r}; allowed: {', '.join(PROVENANCE_KINDS)}")
-    needs = {"published": "citation", "measured": "data", "derived": "rule"}[kind]
-    if not prov.get(needs):
-        raise ConfigError(src, f"provenance.{needs}", f"is required for a {kind} profile")
+    for needs in PROVENANCE_NEEDS[kind]:
+        if not prov.get(needs):
+            raise ConfigError(src, f"provenance.{needs}", f"is required for a {kind} profile")
+    if kind == "derived" and not isinstance(prov["inputs"], dict):
+        raise ConfigError(src, "provenance.inputs", "must be a mapping of the rule's inputs")
+    if kind == "measured":
+        p = Path(str(prov["data"]))
+        p = p if p.is_absolute() else Path(source).parent / p
+        if not p.is_file():
+            raise ConfigError(
+                src, "provenance.data", f"raw data file {str(prov['data'])!r} not found (looked for {p})"
+            )
+    return dict(prov)
+
+
+def _noise(data: dict[str, Any], src: str) -> tuple[str, float]:
+    noise = data.get("noise") or {}
+    if not isinstance(noise, dict):
+        raise ConfigError(src, "noise", "must be a mapping with model and sigma")
+    model = str(noise.get("model", "lognormal"))
+    if model not in NOISE_MODELS:
+        raise ConfigError(src, "noise.model", f"got {model!r}; allowed: {', '.join(NOISE_MODELS)}")
+    sigma = _num(noise, "sigma", src, "noise.", minimum=0.0) if "sigma" in noise else 0.0
+    if sigma > 2:
+        raise ConfigError(src, "noise.sigma", f"must be <= 2 (a log-normal spread), got {sigma:g}")
+    return model, sigma
+
+
+def _fit(data: dict[str, Any], src: str) -> dict[str, Any]:
+    fit = data.get("fit") or {}
+    if not isinstance(fit, dict):
+        raise ConfigError(src, "fit", "must be a mapping of fit metrics")
+    r2 = fit.get("r2")
+    if isinstance(r2, dict):
+        for split, v in r2.items():
+            if v is not None and _value(v, src, f"fit.r2.{split}") > 1:
+                raise ConfigError(src, f"fit.r2.{split}", f"must be <= 1, got {v}")
+    configs = fit.get("configurations")
+    if isinstance(configs, dict):
+        for split, v in configs.items():
+            _value(v, src, f"fit.configurations.{split}", minimum=0)
+    return dict(fit)
+
+
+def parse_profile(data: dict[str, Any], source: str) -> Profile:
+    """Validate a profile mapping (as read from YAML) and build a :class:`Profile`."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, "", "a profile must be a mapping")
+    name = str(data.get("name") or Path(source).stem)
+    src = f"profile '{name}' ({source})"
+    unknown = sorted(set(data) - set(TOP_LEVEL))
+    if unknown:
+        raise ConfigError(src, unknown[0], f"unknown field; allowed: {', '.join(TOP_LEVEL)}")
+    values, ci95 = _coefficients(data, src)
+    hw = _section(data, "hardware", src)
+    model = _model(data, src)
+    noise_model, sigma = _noise(data, src)
     profile = Profile(
         name=name,
         source=source,
@@ -139,13 +285,17 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         ci95=ci95,
         noise_sigma=sigma,
         gpu=str(hw.get("gpu", "?")),
-        gpu_count=int(_num(hw, "count", src, "hardware.", minimum=1)),
-        gpu_memory_gib=_num(hw, "memory_gib", src, "hardware.", minimum=1),
+        gpu_count=_int(hw, "count", src, "hardware."),
+        gpu_memory_gib=_num(hw, "memory_gib", src, "hardware.", minimum=1e-3),
         engine=str(data.get("engine", "?")),
         precision=str(data.get("precision", "?")),
         model=model,
-        provenance=dict(prov),
-        fit=dict(data.get("fit") or {}),
+        provenance=_provenance(data, src, source),
+        fit=_fit(data, src),
+        description=str(data.get("description", "")),
+        noise_model=noise_model,
+        hbm_bandwidth_gbs=_opt_num(hw, "hbm_bandwidth_gbs", src, "hardware."),
+        bf16_tflops=_opt_num(hw, "bf16_tflops", src, "hardware."),
     )
     if profile.kv_capacity_tokens(1.0, 0.0) <= 0:
         raise ConfigError(

@@ -1,0 +1,165 @@
+"""The latency recorder on tiny random-weight models (no download; seconds on a CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from wispsim.archs import arch_from_dict, load_arch  # noqa: E402
+from wispsim.errors import WispsimError  # noqa: E402
+from wispsim.measurements import read_measurements  # noqa: E402
+from wispsim.profile_fit import fit_command  # noqa: E402
+from wispsim.profile_plan import Configuration, PlanOptions, make_plan, write_plan  # noqa: E402
+from wispsim.profile_record import (  # noqa: E402
+    HFEngine,
+    build_hf_model,
+    check_packed_attention,
+    make_batch,
+    record_profile,
+)
+from wispsim.profiles import load_profile  # noqa: E402
+
+TINY = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "intermediate_size": 64,
+    "vocab_size": 128,
+    "max_position_embeddings": 512,
+}
+FAST = {"warmup": 1, "runs": 2, "retries": 0, "threads": 1, "dtype": "float32"}
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One configuration of each regime plus two test ones, shrunk to at most 40 tokens a request."""
+    path = tmp_path_factory.mktemp("plan") / "plan.csv"
+    write_plan(make_plan(PlanOptions(counts=(1, 1, 1, 1, 1), test=2, scale=0.02, max_context=40)), path)
+    return path
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "qwen2", "llama"])
+def test_packed_forward_matches_one_request_at_a_time(model_type: str) -> None:
+    """Packing (one sequence of new tokens, per-request attention over a shared KV cache) gives the
+    logits that running every request alone with its own cache gives."""
+    arch = arch_from_dict({"model_type": model_type, **TINY}, f"tiny-{model_type}")
+    engine = HFEngine(build_hf_model(arch, None, "cpu", "float32", seed=1), "cpu")
+    assert check_packed_attention(engine, tol=1e-4) < 1e-4
+
+
+def test_packed_forward_really_uses_the_cache() -> None:
+    """The timed pass forwards only the new tokens: the cache holds the prefixes before it, and
+    both together afterwards."""
+    engine = HFEngine(build_hf_model(load_arch("tiny"), None, "cpu", "float32"), "cpu")
+    cfg = Configuration("c", "train", "mixed", 3, ((2, 10), (3, 0), (1, 6)))
+    batch = make_batch(cfg, 0, 0, engine.vocab)
+    with torch.inference_mode():
+        cache = engine.prefill(batch)
+        assert cache.get_seq_length() == 16
+        logits = engine.forward(batch, cache)
+    assert logits.shape[1] == 6  # logits for every new token, none for the prefixes
+    assert cache.get_seq_length() == 22
+
+
+def test_runs_get_fresh_deterministic_prompts() -> None:
+    cfg = Configuration("train-001", "train", "memory-bound", 5, ((3, 20), (3, 20)))
+    a, b = make_batch(cfg, 0, 0, 512), make_batch(cfg, 1, 0, 512)
+    assert a.l_new == [3, 3] and a.l_cached == [20, 20]
+    assert a.prefixes != b.prefixes and a.news != b.news
+    assert make_batch(cfg, 1, 0, 512) == b
+    assert make_batch(cfg, 1, 1, 512) != b  # a retry draws new prompts too
+
+
+def test_record_writes_rows_resumes_and_fits(plan: Path, tmp_path: Path) -> None:
+    out = tmp_path / "data.csv"
+    seen: list[tuple[int, int]] = []
+    n = record_profile(
+        plan, out, arch_name="tiny", random_weights=True, progress=lambda d, t: seen.append((d, t)), **FAST
+    )
+    df = pd.read_csv(out)
+    assert n == len(df) == 7 and seen[-1] == (7, 7)
+    assert (df.status == "ok").all() and (df.latency_s > 0).all()
+    assert (df.warmup == 1).all() and df.runs_s.str.count(";").eq(1).all()
+    assert {"cv", "cv_ok", "prefix_build_s", "n_interactions"} <= set(df.columns)
+    meta = json.loads(Path(str(out) + ".meta.json").read_text())
+    assert meta["model_facts"]["parameters"] == load_arch("tiny").parameters
+    assert meta["model_facts"]["random_weights"] is True and meta["attention"] == "loop"
+    # rerunning skips what is there
+    assert record_profile(plan, out, arch_name="tiny", random_weights=True, **FAST) == 7
+    assert len(pd.read_csv(out)) == 7
+    # a resume with other settings is refused
+    with pytest.raises(WispsimError, match="dtype"):
+        record_profile(plan, out, arch_name="tiny", random_weights=True, **{**FAST, "dtype": "bfloat16"})
+    prof = tmp_path / "tiny-cpu.yaml"
+    fit_command(out, prof, bootstrap=20, plots=False)
+    p = load_profile(str(prof))
+    assert p.kind == "measured" and p.model.arch == "tiny" and p.fit["configurations"]["train"] == 5
+
+
+def test_out_of_memory_is_recorded_and_left_out_of_the_fit(
+    plan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = HFEngine.time
+
+    def time_or_oom(self: HFEngine, batch):  # type: ignore[no-untyped-def]
+        if sum(batch.l_new) > 30:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(self, batch)
+
+    monkeypatch.setattr(HFEngine, "time", time_or_oom)
+    out = tmp_path / "data.csv"
+    record_profile(plan, out, arch_name="tiny", random_weights=True, **FAST)
+    df = pd.read_csv(out)
+    assert set(df.status) == {"ok", "oom"} and df[df.status == "oom"].latency_s.isna().all()
+    assert len(read_measurements(out)) == (df.status == "ok").sum()
+
+
+def test_record_from_a_model_folder(plan: Path, tmp_path: Path) -> None:
+    model = build_hf_model(load_arch("tiny"), None, "cpu", "float32")
+    model.save_pretrained(tmp_path / "m")
+    out = tmp_path / "data.csv"
+    record_profile(plan, out, model_path=str(tmp_path / "m"), limit=1, **FAST)
+    assert len(pd.read_csv(out)) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"arch_name": "tiny"}, "--random-weights"),
+        ({"arch_name": "tiny", "model_path": "x", "random_weights": True}, "exactly one"),
+        ({}, "exactly one"),
+        ({"arch_name": "gpt-5", "random_weights": True}, "unknown architecture"),
+        ({"arch_name": "tiny", "random_weights": True, "engine": "tgi"}, "--engine"),
+        ({"arch_name": "tiny", "random_weights": True, "runs": 1}, "--runs"),
+    ],
+)
+def test_bad_record_options(plan: Path, tmp_path: Path, kwargs: dict, match: str) -> None:
+    with pytest.raises(WispsimError, match=match):
+        record_profile(plan, tmp_path / "d.csv", **{"warmup": 0, **kwargs})
+
+
+def test_vllm_engine_explains_what_is_missing(plan: Path, tmp_path: Path) -> None:
+    try:
+        import vllm  # noqa: F401
+
+        pytest.skip("vllm is installed")
+    except ImportError:
+        pass
+    with pytest.raises(WispsimError, match="needs vLLM"):
+        record_profile(plan, tmp_path / "d.csv", engine="vllm", arch_name="tiny", random_weights=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_varlen_attention_matches_loop_on_cuda() -> None:
+    engine = HFEngine(build_hf_model(load_arch("tiny"), None, "cuda", "bfloat16"), "cuda", attention="loop")
+    assert check_packed_attention(engine, tol=2e-2) < 2e-2
+    engine = HFEngine(engine.model, "cuda", attention="varlen")  # checks itself against loop
+    assert check_packed_attention(engine, reference="per-request", tol=2e-2) < 2e-2
