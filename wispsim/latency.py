@@ -24,6 +24,7 @@ import numpy as np
 
 from wispsim.config import ServerConfig
 from wispsim.errors import ConfigError
+from wispsim.noise import MeanOneLogNormal
 from wispsim.profiles import Profile
 from wispsim.registry import Registry
 
@@ -41,25 +42,11 @@ LATENCY: Registry[type] = Registry("latency model")
 class LinearLatency:
     def __init__(self, profile: Profile, cfg: ServerConfig, rng: np.random.Generator) -> None:
         self.est = profile.estimator
-        self.sigma = profile.noise_sigma if cfg.noise else 0.0
-        self.rng = rng
-        self._pool: list[float] = []
-        self._i = 0
-
-    def _noise(self) -> float:
-        if self.sigma == 0:
-            return 1.0
-        if self._i >= len(self._pool):
-            s = self.sigma
-            self._pool = np.exp(s * self.rng.standard_normal(512) - s * s / 2).tolist()
-            self._i = 0
-        x = self._pool[self._i]
-        self._i += 1
-        return x
+        self.noise = MeanOneLogNormal(profile.noise_sigma if cfg.noise else 0.0, rng)
 
     def batch_time(self, n_linear: int, n_interactions: int, n_cached: int) -> tuple[float, float]:
         t_hat = self.est.batch(n_linear, n_interactions, n_cached)
-        return t_hat, t_hat * self._noise()
+        return t_hat, t_hat * self.noise.next()
 
 
 class _MeasuredBase:

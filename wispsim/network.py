@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from wispsim.config import LinkType, NetworkConfig
+from wispsim.noise import MeanOneLogNormal
 
 TOKEN_ID_BYTES = 4
 
@@ -30,36 +31,22 @@ def draft_token_bytes(cfg: NetworkConfig, vocab_size: int) -> int:
 
 
 class Link:
-    """One device's access link, with a pre-drawn pool of jitter factors."""
+    """One device's access link, with its own stream of jitter factors."""
 
-    __slots__ = ("_i", "_pool", "down_bps", "latency", "rng", "sigma", "type", "up_bps")
+    __slots__ = ("down_bps", "jitter", "latency", "type", "up_bps")
 
     def __init__(self, name: str, lt: LinkType, rng: np.random.Generator) -> None:
         self.type = name
         self.latency = lt.latency_ms / 1000.0
         self.up_bps = lt.up_mbps * 1e6 / 8
         self.down_bps = lt.down_mbps * 1e6 / 8
-        self.sigma = lt.jitter
-        self.rng = rng
-        self._pool = np.empty(0)
-        self._i = 0
-
-    def _jitter(self) -> float:
-        if self.sigma == 0:
-            return 1.0
-        if self._i >= len(self._pool):
-            s = self.sigma
-            self._pool = np.exp(s * self.rng.standard_normal(256) - s * s / 2).tolist()
-            self._i = 0
-        j: float = self._pool[self._i]
-        self._i += 1
-        return j
+        self.jitter = MeanOneLogNormal(lt.jitter, rng)
 
     def up(self, nbytes: float) -> float:
-        return (self.latency + nbytes / self.up_bps) * self._jitter()
+        return (self.latency + nbytes / self.up_bps) * self.jitter.next()
 
     def down(self, nbytes: float) -> float:
-        return (self.latency + nbytes / self.down_bps) * self._jitter()
+        return (self.latency + nbytes / self.down_bps) * self.jitter.next()
 
 
 def pick_link_type(cfg: NetworkConfig, u: float) -> str:
