@@ -172,6 +172,8 @@ def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
     over = {
         "server": {"gpu_memory_utilization": 0.85, "eviction": "block"},
         "workload": {"warmup_s": 2, "duration_s": 6},
+        "acceptance": {"model": "latent"},
+        "drafting": {"predictor": {"name": "confidence"}},
     }
     res = simulate(load_scenario(overrides=over).with_devices(80, (8.0,)), seed=0)
     r = res.rounds

@@ -172,7 +172,9 @@ def test_bad_inputs_are_reported(pair, tmp_path: Path) -> None:
 def test_a_bf16_generator_still_scores_in_fp32(pair, tmp_path: Path) -> None:
     draft, target, prompts = pair
     out = tmp_path / "t.parquet"
-    rec.record_trace(str(draft), str(target), prompts, out, max_new_tokens=8, limit=1, generate_dtype="bfloat16")
+    rec.record_trace(
+        str(draft), str(target), prompts, out, max_new_tokens=8, limit=1, generate_dtype="bfloat16"
+    )
     df = __import__("pandas").read_parquet(out)
     assert "committed_is_target_top1" in df.columns and df.committed_is_target_top1.mean() > 0.5
     meta = load_trace(str(out)).metadata

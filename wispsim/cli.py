@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import pandas as pd
 import typer
 from rich.console import Console
@@ -139,10 +140,11 @@ def _manifest(out: Path, command: str, extra: dict[str, Any]) -> None:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        if v != v:
+    if isinstance(v, float | np.floating):
+        x = float(v)
+        if x != x:
             return "-"
-        return f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
+        return f"{x:.3f}" if abs(x) < 100 else f"{x:.0f}"
     return str(v)
 
 
@@ -151,8 +153,8 @@ def _table(df: pd.DataFrame, title: str, columns: list[str] | None = None) -> Ta
     cols = columns or list(df.columns)
     for c in cols:
         t.add_column(c, justify="right")
-    for _, row in df.iterrows():
-        t.add_row(*(_fmt(row[c]) for c in cols))
+    for row in df[cols].itertuples(index=False):  # itertuples keeps each column's type
+        t.add_row(*(_fmt(v) for v in row))
     return t
 
 
@@ -233,6 +235,12 @@ def run(
     ]
     console.print(_table(summary, f"{sc.policy}, N={sc.devices.count}, seed={sc.seed}", cols))
     console.print(f"records and summary: {folder}  ({res.wall_s:.1f} s wall, {len(res.rounds)} rounds)")
+    if not res.responses.measured.any():
+        err_console.print(
+            "[yellow]warning:[/yellow] no response started inside the measurement window "
+            f"[{res.window[0]:g}, {res.window[1]:g}) s, so the violation rate is undefined; "
+            "lengthen workload.duration_s"
+        )
 
 
 def _sweep_common(
