@@ -326,19 +326,7 @@ class HFEngine:
             self.torch.cuda.empty_cache()
 
     def facts(self) -> dict[str, Any]:
-        cfg = self.model.config
-        heads = int(cfg.num_attention_heads)
-        return {
-            "model_type": str(cfg.model_type),
-            "parameters": int(self.model.num_parameters()),
-            "layers": int(cfg.num_hidden_layers),
-            "attention_heads": heads,
-            "kv_heads": int(getattr(cfg, "num_key_value_heads", heads)),
-            "head_dim": int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads),
-            "hidden_size": int(cfg.hidden_size),
-            "intermediate_size": int(cfg.intermediate_size),
-            "vocab_size": int(cfg.vocab_size),
-        }
+        return model_facts(self.model.config, int(self.model.num_parameters()))
 
 
 def check_packed_attention(engine: HFEngine, reference: str = "per-request", tol: float = 2e-2) -> float:
@@ -432,20 +420,23 @@ class VLLMEngine:
         pass
 
     def facts(self) -> dict[str, Any]:
-        cfg = self.hf_config
-        heads = int(cfg.num_attention_heads)
-        params = _arch_params_from_config(cfg)
-        return {
-            "model_type": str(cfg.model_type),
-            "parameters": params,
-            "layers": int(cfg.num_hidden_layers),
-            "attention_heads": heads,
-            "kv_heads": int(getattr(cfg, "num_key_value_heads", heads)),
-            "head_dim": int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads),
-            "hidden_size": int(cfg.hidden_size),
-            "intermediate_size": int(cfg.intermediate_size),
-            "vocab_size": int(cfg.vocab_size),
-        }
+        return model_facts(self.hf_config, _arch_params_from_config(self.hf_config))
+
+
+def model_facts(cfg: Any, parameters: int) -> dict[str, Any]:
+    """The memory-model facts of a transformers config (what a measured profile records)."""
+    heads = int(cfg.num_attention_heads)
+    return {
+        "model_type": str(cfg.model_type),
+        "parameters": parameters,
+        "layers": int(cfg.num_hidden_layers),
+        "attention_heads": heads,
+        "kv_heads": int(getattr(cfg, "num_key_value_heads", heads)),
+        "head_dim": int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads),
+        "hidden_size": int(cfg.hidden_size),
+        "intermediate_size": int(cfg.intermediate_size),
+        "vocab_size": int(cfg.vocab_size),
+    }
 
 
 def _arch_params_from_config(cfg: Any) -> int:
