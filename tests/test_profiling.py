@@ -258,10 +258,12 @@ def test_fitted_profile_loads_with_report_and_plots(measured: tuple[Path, Path])
     for k in TRUE:
         assert k in p.ci95
     folder = out.parent / "toy-measured.fit"
-    for f in ("report.md", "actual_vs_predicted.png", "residuals.png", "predictions.csv", "by_category.csv"):
+    for f in ("actual_vs_predicted.png", "residuals.png", "predictions.csv", "by_category.csv"):
         assert (folder / f).is_file(), f
-    report = (folder / "report.md").read_text()
+    report = (out.parent / "toy-measured.report.md").read_text()
     assert "| b_read |" in report and "random-memory-bound" in report
+    for link in ("toy-measured.fit/actual_vs_predicted.png", "toy-measured.fit/residuals.png"):
+        assert f"]({link})" in report and (out.parent / link).is_file()
 
 
 def test_fit_without_model_facts_says_what_is_missing(tmp_path: Path) -> None:
@@ -378,6 +380,31 @@ def test_shipped_derived_profiles_validate_and_are_up_to_date() -> None:
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "profiles").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_profile_validates_and_states_provenance(path: Path) -> None:
+    p = load_profile(str(path))
+    assert p.kind in ("published", "measured", "derived")
+    if p.kind == "published":
+        assert p.provenance["citation"]
+    elif p.kind == "derived":
+        assert p.provenance["rule"] and p.provenance["inputs"]
+    else:
+        assert p.data_path is not None and p.data_path.is_file()
+        assert p.provenance["command"] and p.provenance["date"]
+        meta = json.loads(Path(str(p.data_path) + ".meta.json").read_text())
+        assert meta["command"].startswith("wispsim profile record") and meta["host"] and meta["versions"]
+        assert path.with_name(path.stem + ".report.md").is_file()
+
+
+def test_shipped_cpu_profile_is_reproduced_by_refitting(tmp_path: Path) -> None:
+    shipped = load_profile("cpu-qwen2.5-0.5b")
+    assert shipped.data_path is not None
+    res, _ = fit_command(shipped.data_path, tmp_path / "cpu.yaml", plots=False)
+    for k in ("a", "b_compute", "b_read", "c"):
+        assert res.coef[k] == pytest.approx(getattr(shipped.estimator, k), rel=1e-4, abs=1e-12)
+    assert res.test["n"] == 50 and res.test["r2"] == pytest.approx(shipped.fit["r2"]["test"], abs=1e-4)
+
+
 def test_derived_factors_by_hand() -> None:
     src = load_profile("a100-qwen3-32b")
     q14 = load_profile("a100-qwen3-14b").estimator
@@ -469,6 +496,8 @@ def test_measured_latency_between_points_follows_the_estimator(measured: tuple[P
     t_hat, t = lat.batch_time(*query)
     assert t == pytest.approx(table.latency[i] * t_hat / near)
     assert nearest.batch_time(*query)[1] == pytest.approx(table.latency[i])
+    far = (10**5, 10**7, 10**7)
+    assert table.inside(np.array([far, table.points[i]])).tolist() == [False, True]
 
 
 def test_measured_latency_needs_a_measured_profile(tiny_profile: str) -> None:
@@ -537,4 +566,5 @@ def test_cli_estimator_compare(cli: typer.Typer, measured: tuple[Path, Path], tm
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     cmp = pd.read_csv(tmp_path / "cmp" / "compare.csv")
-    assert {"linear", "measured", "measured/linear"} <= set(cmp.columns)
+    assert {"linear", "measured", "measured/linear", "in_range"} <= set(cmp.columns)
+    assert ((cmp.in_range >= 0) & (cmp.in_range <= 1)).all()

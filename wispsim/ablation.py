@@ -55,8 +55,10 @@ def ablate_predictor(
             {"predictor": arm, "devices": n, "seed": seed, **row[COLUMNS].iloc[0].to_dict(), "point": res.key}
         )
     per_seed = pd.DataFrame(rows)
-    mean = per_seed.groupby(["devices", "predictor"], sort=True)[COLUMNS].mean().unstack("predictor")
-    mean.columns = [f"{c}_{arm}" for c, arm in mean.columns]
+    mean = pd.DataFrame(
+        per_seed.groupby(["devices", "predictor"], sort=True)[COLUMNS].mean().unstack("predictor")
+    )
+    mean.columns = [f"{col[0]}_{col[1]}" for col in mean.columns.to_flat_index()]
     table = mean.reset_index()
     table["devices"] = table["devices"].astype(int)
     table["goodput_gain"] = table.goodput_tps_on / table.goodput_tps_off

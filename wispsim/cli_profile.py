@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -168,7 +168,7 @@ def fit_cmd(
     memory_gib: Annotated[float | None, typer.Option(help="Memory per device (default: recorded).")] = None,
     plots: Annotated[bool, typer.Option(help="Write the actual-vs-predicted and residual plots.")] = True,
 ) -> None:
-    """Fit a, b_compute, b_read, c on the train set; write the profile and NAME.fit/ (report, plots)."""
+    """Fit a, b_compute, b_read, c on the train set; write the profile, NAME.report.md, NAME.fit/."""
     from wispsim.profile_fit import fit_command
 
     res, prof = fit_command(
@@ -199,7 +199,7 @@ def fit_cmd(
     )
     if res.note:
         console.print(f"note: {res.note}")
-    console.print(f"profile: {out}; report: {out.parent / (out.stem + '.fit')}/report.md")
+    console.print(f"profile: {out}; report: {out.with_name(out.stem + '.report.md')}")
 
 
 def derive_cmd(
@@ -323,6 +323,10 @@ def estimator_compare(
     cap = result.capacity.rename(columns={"policy": "latency_model"})
     wide = cap.pivot(index="class", columns="latency_model", values="capacity").reset_index()
     wide["measured/linear"] = wide[measured] / wide["linear"].where(wide["linear"] > 0)
+    wide["in_range"] = [
+        _coverage(base[measured], c, int(n), first, prof.data_path)
+        for c, n in zip(wide["class"], wide[measured], strict=True)
+    ]
     cap.to_csv(folder / "capacity.csv", index=False)
     wide.to_csv(folder / "compare.csv", index=False)
     t = Table(title=f"capacity (devices), {policy}, profile {prof.name}: formula vs measurements")
@@ -331,7 +335,28 @@ def estimator_compare(
     for _, row in wide.iterrows():
         t.add_row(*(f"{v:.3f}" if isinstance(v, float) and not pd.isna(v) else str(v) for v in row))
     console.print(t)
+    console.print(
+        "in_range: share of the batches simulated at the measured capacity whose N_linear, "
+        "N_interactions and N_cached all lie inside the measured range (outside it, replay "
+        "follows the fitted formula from the nearest measurement)."
+    )
     console.print(f"compare.csv, capacity.csv: {folder}")
+
+
+def _coverage(sc: Any, cls: float, n: int, seed: int, data: Path | None) -> float:
+    """Share of verify batches inside the measured range, in one run at ``n`` devices."""
+    from wispsim.measurements import load_table
+    from wispsim.simulation import simulate
+
+    if n <= 0 or data is None:
+        return float("nan")
+    res = simulate(sc.with_devices(n, (float(cls),)), seed=seed)
+    b = res.batches
+    b = b[b.kind == "verify"] if "kind" in b else b
+    if b.empty:
+        return float("nan")
+    inside = load_table(data).inside(b[["n_linear", "n_interactions", "n_cached"]].to_numpy())
+    return float(inside.mean())
 
 
 def register(profile_app: typer.Typer, app: typer.Typer) -> None:

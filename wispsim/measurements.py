@@ -95,6 +95,14 @@ class MeasuredTable:
     def normalize(self, n_linear: float, n_interactions: float, n_cached: float) -> np.ndarray:
         return (np.log1p(np.array([n_linear, n_interactions, n_cached], dtype=float)) - self._lo) / self._span
 
+    def inside(self, points: np.ndarray) -> np.ndarray:
+        """Per row of ``points`` (N_linear, N_interactions, N_cached): whether each aggregate lies
+        within the measured range (between the smallest and largest measured value), i.e. whether
+        replay there interpolates rather than extrapolates along every axis."""
+        pts = np.asarray(points, dtype=float).reshape(-1, 3)
+        lo, hi = self.points.min(axis=0), self.points.max(axis=0)
+        return np.all((pts >= lo) & (pts <= hi), axis=1)
+
     def nearest(self, n_linear: float, n_interactions: float, n_cached: float) -> int:
         """Row index of the measured configuration nearest to these aggregates."""
         _, i = self._tree.query(self.normalize(n_linear, n_interactions, n_cached))

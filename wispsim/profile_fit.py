@@ -248,8 +248,12 @@ def profile_dict(
             coefficients[k]["ci95"] = [min(lo, value), max(hi, value)]
 
     by_cat = {
-        f"{r.split}/{r.category}": {"n": int(r.n), "mae_ms": _r(r.mae_ms), "mape_pct": _r(r.mape_pct)}
-        for r in res.by_category.itertuples()
+        f"{r['split']}/{r['category']}": {
+            "n": int(r["n"]),
+            "mae_ms": _r(r["mae_ms"]),
+            "mape_pct": _r(r["mape_pct"]),
+        }
+        for r in res.by_category.to_dict("records")
     }
     return {
         "name": name,
@@ -426,6 +430,11 @@ def report_markdown(
     return "\n".join(lines)
 
 
+def report_path(profile: Path) -> Path:
+    """The markdown fit report, beside the profile: ``profiles/NAME.report.md``."""
+    return profile.with_name(profile.stem + ".report.md")
+
+
 def fit_command(
     data: Path,
     out: Path,
@@ -441,7 +450,7 @@ def fit_command(
     plots: bool = True,
     command: str = "",
 ) -> tuple[FitResult, dict[str, Any]]:
-    """Fit ``data``, write the profile YAML to ``out`` and its report folder beside it."""
+    """Fit ``data``; write the profile YAML to ``out``, ``NAME.report.md`` and ``NAME.fit/`` beside it."""
     import yaml
 
     from wispsim.profiles import parse_profile
@@ -463,7 +472,7 @@ def fit_command(
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     text = (
-        f"# Verification-time profile fitted by wispsim from {data.name}; see {out.stem}.fit/report.md\n"
+        f"# Verification-time profile fitted by wispsim from {data.name}; see {out.stem}.report.md\n"
         + yaml.safe_dump(prof, sort_keys=False, width=100)
     )
     parse_profile(yaml.safe_load(text), str(out))  # never write a profile that does not load
@@ -474,5 +483,5 @@ def fit_command(
     res.by_category.to_csv(folder / "by_category.csv", index=False)
     if plots:
         plot_fit(res, folder, name)
-    (folder / "report.md").write_text(report_markdown(res, prof, data, folder, out))
+    report_path(out).write_text(report_markdown(res, prof, data, folder, out))
     return res, prof

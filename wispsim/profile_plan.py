@@ -330,5 +330,7 @@ def read_plan(path: Path) -> list[Configuration]:
         if row.split not in SPLITS:
             raise WispsimError(f"{where}: split {row.split!r}; allowed: {', '.join(SPLITS)}")
         reqs = tuple(zip(new, cached, strict=True))
-        out.append(Configuration(str(row.config_id), str(row.split), str(row.category), int(row.seed), reqs))
+        out.append(
+            Configuration(str(row.config_id), str(row.split), str(row.category), int(str(row.seed)), reqs)
+        )
     return out

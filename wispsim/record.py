@@ -303,7 +303,7 @@ def record_trace(
         # resuming from a checkout that has the trace but not its parts folder: split it back
         parts.mkdir()
         for sid, g in pd.read_parquet(out).groupby("sample_id"):
-            g.to_parquet(parts / f"sample-{int(sid):05d}.parquet", index=False)
+            g.to_parquet(parts / f"sample-{int(str(sid)):05d}.parquet", index=False)
     parts.mkdir(exist_ok=True)
     meta = {
         "recorder_version": RECORDER_VERSION,

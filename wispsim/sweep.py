@@ -217,13 +217,13 @@ def capacity_sweep(
             counts = []
             for seed in seeds:
                 r = next(it)
-                s = r.summary.rename(columns={"devices": "class_devices"})
-                s.insert(0, "seed", seed)
-                s.insert(0, "devices", n)
-                s.insert(0, "group", label)
-                s.insert(0, "policy", pol)
-                s["point"] = r.key
-                curve_rows.append(s)
+                summ = r.summary.rename(columns={"devices": "class_devices"})
+                summ.insert(0, "seed", seed)
+                summ.insert(0, "devices", n)
+                summ.insert(0, "group", label)
+                summ.insert(0, "policy", pol)
+                summ["point"] = r.key
+                curve_rows.append(summ)
                 c = r.counts.copy()
                 c["seed"] = seed
                 counts.append(c)
