@@ -70,6 +70,12 @@ class CentralizedServer:
         self._wake: simpy.Event | None = None
         env.process(self.loop())
 
+    def outstanding_tokens(self) -> int:
+        """Tokens still to process here (prefill and decode), for routing."""
+        return sum(
+            s.prompt - min(s.prefilled, s.prompt) + s.output - s.generated for s in self.running
+        ) + sum(s.prompt + s.output - s.generated for s in self.waiting)
+
     def submit(self, rid: int, prompt: int, output: int, done: simpy.Event) -> None:
         self.waiting.append(_Seq(rid, prompt, output, done))
         if self._wake is not None:

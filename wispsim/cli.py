@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from wispsim import __version__
+from wispsim.cli_arrivals import arrivals_app
 from wispsim.cli_predictor import predictor_app
 from wispsim.cli_profile import register as register_profile_commands
 from wispsim.cli_trace import trace_app
@@ -47,6 +48,7 @@ app.add_typer(profile_app, name="profile")
 register_profile_commands(profile_app, app)
 app.add_typer(trace_app, name="trace")
 app.add_typer(predictor_app, name="predictor")
+app.add_typer(arrivals_app, name="arrivals")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -116,6 +118,66 @@ def parse_policies(text: str) -> list[str]:
     return pols
 
 
+def apply_arrivals_option(sc: Scenario, text: str | None, tail: float = 300.0) -> Scenario:
+    """``--arrivals``: FILE, concurrency:FILE, rate:FILE or poisson:RATE.
+
+    A trace sets the measurement window to the trace's span plus ``tail`` seconds (its last
+    value holding), so recovery after the last burst is measured too."""
+    import dataclasses
+
+    from wispsim.arrivals import load_arrival_trace
+
+    if text is None:
+        return sc
+    kind, _, rest = text.partition(":")
+    if kind == "poisson":
+        try:
+            rate = float(rest)
+        except ValueError:
+            rate = -1.0
+        if not rate > 0:
+            raise ConfigError("--arrivals", "", f"poisson:RATE needs a rate > 0 responses/s, got {rest!r}")
+        return sc.replace(arrivals=dataclasses.replace(sc.arrivals, process="poisson", rate=rate))
+    if kind in ("concurrency", "rate") and rest:
+        path = rest
+    else:
+        kind, path = sc.arrivals.kind, text
+    trace = load_arrival_trace(path, "--arrivals")
+    arr = dataclasses.replace(sc.arrivals, process="trace", trace=path, kind=kind)  # type: ignore[arg-type]
+    if tail < 0:
+        raise ConfigError("--tail", "", f"must be >= 0, got {tail}")
+    wl = dataclasses.replace(sc.workload, warmup_s=0.0, duration_s=max(trace.end + tail, 1e-9))
+    return sc.replace(arrivals=arr, workload=wl)
+
+
+def apply_server_options(sc: Scenario, replicas: int | None, router: str | None) -> Scenario:
+    import dataclasses
+
+    from wispsim.router import ROUTERS
+
+    if replicas is not None and replicas < 1:
+        raise ConfigError("--replicas", "", f"must be >= 1, got {replicas}")
+    if router is not None:
+        ROUTERS.get(router, "--router", "--router")
+    srv = dataclasses.replace(
+        sc.server,
+        replicas=replicas if replicas is not None else sc.server.replicas,
+        router=router or sc.server.router,
+        replica_profiles=() if replicas is not None else sc.server.replica_profiles,
+    )
+    return sc.replace(server=srv)
+
+
+def describe_load(sc: Scenario, devices: int | None = None) -> str:
+    a = sc.arrivals
+    reps = f", {sc.server.replicas} replicas" if sc.server.replicas > 1 else ""
+    if a.process == "closed":
+        return f"N={devices or sc.devices.count}{reps}"
+    if a.process == "poisson":
+        return f"Poisson {a.rate:g} responses/s{reps}"
+    return f"{a.kind} trace {Path(a.trace or '').name}{reps}"
+
+
 def _load(scenario: Path | None, sets: list[str] | None) -> Scenario:
     return load_scenario(scenario, parse_set(sets or []))
 
@@ -181,25 +243,47 @@ def run(
     devices: Annotated[int | None, typer.Option(help="Number of devices N.")] = None,
     classes: Annotated[str | None, typer.Option(help="SLO classes in tokens/s, e.g. 2,4,6,8.")] = None,
     seed: Annotated[int | None, typer.Option(help="Run seed.")] = None,
+    arrivals: Annotated[
+        str | None,
+        typer.Option(
+            help="Arrival process: a time_s,value CSV (concurrency trace; its span becomes the "
+            "measurement window), NAME:FILE with NAME concurrency or rate, or poisson:RATE.",
+        ),
+    ] = None,
+    replicas: Annotated[int | None, typer.Option(help="Verifier replicas behind the router.")] = None,
+    router: Annotated[str | None, typer.Option(help="round-robin, least-work or affinity.")] = None,
+    tail: Annotated[
+        float, typer.Option(help="With a trace: seconds measured after it ends (last value holds).")
+    ] = 300.0,
+    step: Annotated[float, typer.Option(help="Time step of the time series (s).")] = 10.0,
+    window: Annotated[float, typer.Option(help="Trailing window of compliance over time (s).")] = 60.0,
+    log: Annotated[
+        Path | None, typer.Option(help="Also write the per-round log (.parquet or .csv) that `replay` reads.")
+    ] = None,
     out: OutOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Run one simulation and write its records (Parquet) and per-class summary."""
-    from wispsim.metrics import summarize
+    """Run one simulation; write its records (Parquet), per-class summary and time series."""
+    from wispsim.metrics import replica_summary, summarize
     from wispsim.simulation import simulate
+    from wispsim.timeseries import write_timeseries
 
     sc = _load(scenario, set_)
     if policy is not None:
         sc = sc.with_policy(policy)
     if devices is not None and devices < 1:
         raise ConfigError("--devices", "", f"must be >= 1, got {devices}")
+    if step <= 0 or window <= 0:
+        raise ConfigError("--step" if step <= 0 else "--window", "", "must be > 0 seconds")
+    sc = apply_server_options(apply_arrivals_option(sc, arrivals, tail), replicas, router)
     sc = sc.with_devices(devices or sc.devices.count, parse_classes(classes))
     if seed is not None:
         if seed < 0:
             raise ConfigError("--seed", "", f"must be >= 0, got {seed}")
         sc = sc.replace(seed=seed)
     folder = _out_dir(out, "run")
-    with err_console.status(f"simulating {sc.devices.count} devices under {sc.policy} ..."):
+    who = describe_load(sc)
+    with err_console.status(f"simulating {who} under {sc.policy} ..."):
         res = simulate(sc)
     summary = summarize(res)
     (folder / "scenario.yaml").write_text(sc.to_yaml())
@@ -207,6 +291,13 @@ def run(
     res.batches.to_parquet(folder / "batches.parquet", index=False)
     res.responses.to_parquet(folder / "responses.parquet", index=False)
     summary.to_csv(folder / "summary.csv", index=False)
+    per_replica = replica_summary(res)
+    per_replica.to_csv(folder / "replicas.csv", index=False)
+    _, _, bursts = write_timeseries(res, folder, step, window, plot=sc.arrivals.process != "closed")
+    if log is not None:
+        from wispsim.replay import write_log
+
+        write_log(res, log)
     _manifest(
         folder,
         "run",
@@ -233,7 +324,11 @@ def run(
         "gpu_utilization",
         "mean_batch_size",
     ]
-    console.print(_table(summary, f"{sc.policy}, N={sc.devices.count}, seed={sc.seed}", cols))
+    console.print(_table(summary, f"{sc.policy}, {describe_load(sc, res.devices)}, seed={sc.seed}", cols))
+    if sc.server.replicas > 1:
+        console.print(_table(per_replica, f"per replica ({sc.server.router} router)"))
+    if bursts is not None and not bursts.empty:
+        console.print(_table(bursts, f"bursts (threshold {1 - sc.epsilon:g}, trailing {window:g} s window)"))
     console.print(f"records and summary: {folder}  ({res.wall_s:.1f} s wall, {len(res.rounds)} rounds)")
     if not res.responses.measured.any():
         err_console.print(
@@ -241,6 +336,228 @@ def run(
             f"[{res.window[0]:g}, {res.window[1]:g}) s, so the violation rate is undefined; "
             "lengthen workload.duration_s"
         )
+
+
+def _replay_tables(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The comparison in two narrow tables: violation rates, and time quantiles as rec/sim."""
+    violations = pd.DataFrame(
+        {
+            "class": table["class"],
+            "responses": [
+                f"{a} / {b}" for a, b in zip(table.responses_recorded, table.responses_simulated, strict=True)
+            ],
+            "recorded": table.violation_recorded,
+            "95% CI": [
+                f"[{lo:.3f}, {hi:.3f}]"
+                for lo, hi in zip(table.violation_recorded_lo, table.violation_recorded_hi, strict=True)
+            ],
+            "simulated": table.violation_simulated,
+            "difference": table.violation_diff,
+        }
+    )
+    if table.truncated_simulated.any():  # measured in the replay, but the log ended inside them
+        violations["log ended"] = table.truncated_simulated
+    ms = lambda x: "-" if x != x else f"{x:.1f}" if abs(x) < 100 else f"{x:.0f}"  # noqa: E731
+    times: dict[str, Any] = {"class": table["class"]}
+    for kind in ("queue", "verify"):
+        for q in (50, 90, 99):
+            rec, sim = table[f"{kind}_p{q}_ms_recorded"], table[f"{kind}_p{q}_ms_simulated"]
+            times[f"{kind} p{q}"] = [f"{ms(float(a))}/{ms(float(b))}" for a, b in zip(rec, sim, strict=True)]
+        times[f"{kind} KS"] = table[f"{kind}_ks"]
+    return violations, pd.DataFrame(times)
+
+
+@app.command("replay")
+def replay_cmd(
+    log: Annotated[
+        Path, typer.Argument(help="Per-round log (.parquet or .csv) with its LOG.meta.json sidecar.")
+    ],
+    scenario: ScenarioArg = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(help=f"Policy preset: {', '.join(POLICY_NAMES)} (default: the recorded one)."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the server's noise (default: the log's).")] = None,
+    out: OutOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Replay a recorded deployment's device side under a policy; compare recorded and simulated.
+
+    The scenario is the one in the log's sidecar; a SCENARIO file replaces it, --set overrides.
+    """
+    from wispsim.replay import compare as compare_replay
+    from wispsim.replay import describe, log_scenario, meta_path, read_log, replay
+
+    frame, meta = read_log(log)
+    if scenario is not None:
+        sc = _load(scenario, set_)
+    else:
+        sc = log_scenario(meta, str(meta_path(log)), parse_set(set_ or []))
+    if policy is not None:
+        sc = sc.with_policy(policy)
+    if seed is not None and seed < 0:
+        raise ConfigError("--seed", "", f"must be >= 0, got {seed}")
+    folder = _out_dir(out, "replay")
+    devices = frame.device.nunique()
+    err_console.print(f"replay: {describe(sc, meta)}", highlight=False)
+    with err_console.status(f"replaying {devices} devices, {len(frame)} rounds under {sc.policy} ..."):
+        res = replay(sc, frame, meta, seed)
+    table = compare_replay(frame, res, meta)
+    (folder / "scenario.yaml").write_text(res.scenario.to_yaml())
+    res.rounds.to_parquet(folder / "rounds.parquet", index=False)
+    res.batches.to_parquet(folder / "batches.parquet", index=False)
+    res.responses.to_parquet(folder / "responses.parquet", index=False)
+    table.to_csv(folder / "comparison.csv", index=False)
+    _manifest(
+        folder,
+        "replay",
+        {
+            "log": str(log),
+            "recorded_policy": meta.get("policy"),
+            "policy": sc.policy,
+            "seed": res.seed,
+            "devices": res.devices,
+            "sim_end_s": res.sim_end,
+            "wall_s": res.wall_s,
+        },
+    )
+    violations, times = _replay_tables(table)
+    title = (
+        f"violation rate: recorded ({meta.get('policy', '?')}) vs simulated ({sc.policy}), seed={res.seed}"
+    )
+    console.print(_table(violations, title))
+    console.print(_table(times, "queue and verify time (ms), recorded/simulated; KS statistic"))
+    console.print(f"records and comparison: {folder}  ({res.wall_s:.1f} s wall, {len(res.rounds)} rounds)")
+
+
+def parse_fleet(text: str) -> tuple[Any, ...]:
+    """``2:500,4:500`` -> device groups (class:count)."""
+    from wispsim.config import DeviceGroup
+
+    groups = []
+    for part in text.split(","):
+        try:
+            slo, cnt = part.split(":")
+            g = DeviceGroup(count=int(cnt), slo=float(slo), name=f"{float(slo):g} tok/s")
+        except (ValueError, ConfigError):
+            raise ConfigError(
+                "--fleet",
+                "",
+                f"expected CLASS:COUNT pairs like 2:500,4:500 (class > 0, count >= 0), got {part!r}",
+            ) from None
+        groups.append(g)
+    if sum(g.count for g in groups) < 1:
+        raise ConfigError("--fleet", "", "needs at least one device")
+    return tuple(groups)
+
+
+@app.command()
+def plan(
+    scenario: ScenarioArg = None,
+    fleet: Annotated[
+        str | None,
+        typer.Option(help="Devices per class, e.g. 2:500,4:500,6:500,8:500 (default: devices.groups)."),
+    ] = None,
+    policy: Annotated[str | None, typer.Option(help=f"Policy preset: {', '.join(POLICY_NAMES)}.")] = None,
+    profile: Annotated[str | None, typer.Option(help="Latency profile of every replica.")] = None,
+    router: Annotated[str | None, typer.Option(help="round-robin, least-work or affinity.")] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds per replica count.")] = 1,
+    seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
+    epsilon: Annotated[float | None, typer.Option(help="Allowed violation rate per class.")] = None,
+    start: Annotated[int | None, typer.Option(help="First replica count tried (default N/100).")] = None,
+    max_replicas: Annotated[int, typer.Option(help="Give up above this many replicas.")] = 512,
+    price_per_gpu_hour: Annotated[
+        float | None, typer.Option(help="GPU price (default: the profile's hardware.price_per_gpu_hour).")
+    ] = None,
+    jobs: JobsOpt = 2,
+    out: OutOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """The fewest verifier replicas that keep every class of a fleet within epsilon."""
+    import dataclasses
+    import time
+
+    from wispsim.fleet import fleet_size
+    from wispsim.plan import plan_replicas, with_replicas
+    from wispsim.profiles import load_profile
+    from wispsim.sweep import LocalRunner
+
+    sc = _load(scenario, set_)
+    if policy is not None:
+        sc = sc.with_policy(policy)
+    if fleet is not None:
+        sc = sc.replace(devices=dataclasses.replace(sc.devices, groups=parse_fleet(fleet)))
+    srv = sc.server
+    if profile is not None:
+        load_profile(profile)
+        srv = dataclasses.replace(srv, profile=profile, replica_profiles=())
+    if router is not None:
+        from wispsim.router import ROUTERS
+
+        ROUTERS.get(router, "--router", "--router")
+        srv = dataclasses.replace(srv, router=router)
+    sc = sc.replace(server=srv)
+    if seeds < 1 or jobs < 1:
+        raise ConfigError("--seeds" if seeds < 1 else "--jobs", "", "must be >= 1")
+    if max_replicas < 1 or (start is not None and not 1 <= start <= max_replicas):
+        raise ConfigError("--start", "", "needs 1 <= --start <= --max-replicas")
+    eps = sc.epsilon if epsilon is None else epsilon
+    if not 0 <= eps < 1:
+        raise ConfigError("--epsilon", "", f"must be in [0, 1), got {eps}")
+    if price_per_gpu_hour is not None and price_per_gpu_hour < 0:
+        raise ConfigError("--price-per-gpu-hour", "", f"must be >= 0, got {price_per_gpu_hour}")
+    first = sc.seed if seed is None else seed
+    seed_list = [first + i for i in range(seeds)]
+    n = fleet_size(sc)
+    folder = _out_dir(out, "plan")
+    (folder / "scenario.yaml").write_text(sc.to_yaml())
+    t0 = time.perf_counter()
+    with _progress() as prog, LocalRunner(jobs, folder, "none") as runner:
+        task = prog.add_task(f"plan {sc.policy}, {n} devices", total=None)
+        res = plan_replicas(
+            sc,
+            runner,
+            seed_list,
+            eps,
+            start=start,
+            max_replicas=max_replicas,
+            progress=lambda k, msg: prog.update(task, completed=k, description=f"plan {sc.policy}: {msg}"),
+        )
+    wall = time.perf_counter() - t0
+    res.tried.to_csv(folder / "plan.csv", index=False)
+    console.print(
+        _table(res.tried, f"{sc.policy}, {n} devices, {sc.server.profile}, router {sc.server.router}")
+    )
+    prof = load_profile(sc.server.profile)
+    price = price_per_gpu_hour if price_per_gpu_hour is not None else prof.price_per_gpu_hour
+    extra: dict[str, Any] = {
+        "devices": n,
+        "policy": sc.policy,
+        "profile": sc.server.profile,
+        "router": sc.server.router,
+        "seeds": seed_list,
+        "epsilon": eps,
+        "replicas": res.replicas,
+        "evaluations": res.evaluations,
+        "wall_s": wall,
+    }
+    if res.replicas is None:
+        _manifest(folder, "plan", extra)
+        raise WispsimError(f"plan: no replica count up to {max_replicas} keeps every class within {eps:g}")
+    (folder / "scenario-answer.yaml").write_text(with_replicas(sc, res.replicas).to_yaml())
+    if res.per_replica is not None:
+        res.per_replica.to_csv(folder / "replicas.csv", index=False)
+        console.print(_table(res.per_replica, f"per-replica load at R={res.replicas} (seed {first})"))
+    gpus = res.replicas * prof.gpu_count
+    line = f"answer: {res.replicas} replicas ({gpus} x {prof.gpu}) for {n} devices"
+    if price is not None:
+        extra["cost_per_hour"] = gpus * price
+        line += f"; cost {gpus} GPUs x {price:g}/GPU-hour = {gpus * price:,.2f} per hour"
+    else:
+        line += "; no price (set hardware.price_per_gpu_hour in the profile or --price-per-gpu-hour)"
+    _manifest(folder, "plan", extra)
+    console.print(line)
+    console.print(f"{res.evaluations} replica counts x {seeds} seed(s) in {wall:.0f} s; results: {folder}")
 
 
 def _sweep_common(
@@ -578,13 +895,28 @@ def main() -> None:
         sys.exit(1)
     except typer.Exit as e:
         sys.exit(e.exit_code)
-    except Exception as e:  # click usage errors
+    except Exception as e:  # usage errors, from click or from typer's vendored copy of it
+        if isinstance(e, _click_exceptions()):
+            e.show()  # type: ignore[attr-defined]
+            sys.exit(e.exit_code)  # type: ignore[attr-defined]
+        raise
+
+
+def _click_exceptions() -> tuple[type[BaseException], ...]:
+    kinds: list[type[BaseException]] = []
+    try:
         import click
 
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
+        kinds.append(click.exceptions.ClickException)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from typer._click import exceptions as vendored  # typer >= 0.20 vendors click
+
+        kinds.append(vendored.ClickException)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(kinds)
 
 
 if __name__ == "__main__":

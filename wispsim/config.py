@@ -116,8 +116,30 @@ class Dist:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceGroup:
+    """One part of a heterogeneous fleet: ``count`` devices of one SLO class, optionally with
+    their own draft-speed distribution (a device type) and access link type."""
+
+    count: int = 1
+    slo: float = 4.0
+    name: str = ""
+    draft_speed: Dist | None = None
+    link: str | None = None
+
+    def __post_init__(self) -> None:
+        _require(self.count >= 0, "count", f"must be >= 0, got {self.count}")
+        _require(self.slo > 0, "slo", f"a token speed must be > 0, got {self.slo}")
+        if self.draft_speed is not None:
+            _require(self.draft_speed.min > 0, "draft_speed.min", "must be > 0 (tokens/s)")
+
+
+@dataclass(frozen=True, slots=True)
 class DevicesConfig:
-    """The edge devices: how many, their SLO classes and how fast they draft."""
+    """The edge devices: how many, their SLO classes and how fast they draft.
+
+    ``groups`` describes a heterogeneous fleet (devices per class, device type and link type);
+    when given it replaces ``count`` and ``classes`` (see :func:`wispsim.fleet.device_specs`).
+    """
 
     count: int = 50
     classes: tuple[float, ...] = (2.0, 4.0, 6.0, 8.0)
@@ -125,6 +147,7 @@ class DevicesConfig:
     predictor_latency_ms: float = 0.46
     alpha_ema: float = 0.2
     start_spread_s: float = 2.0
+    groups: tuple[DeviceGroup, ...] = ()
 
     def __post_init__(self) -> None:
         _require(self.count >= 1, "count", f"must be >= 1, got {self.count}")
@@ -132,6 +155,8 @@ class DevicesConfig:
         for c in self.classes:
             _require(c > 0, "classes", f"token speeds must be > 0, got {c}")
         _require(self.draft_speed.min > 0, "draft_speed.min", "must be > 0 (tokens/s)")
+        if self.groups:
+            _require(sum(g.count for g in self.groups) >= 1, "groups", "needs at least one device")
         _require(self.predictor_latency_ms >= 0, "predictor_latency_ms", "must be >= 0")
         _require(0 < self.alpha_ema <= 1, "alpha_ema", f"must be in (0, 1], got {self.alpha_ema}")
         _require(self.start_spread_s >= 0, "start_spread_s", "must be >= 0")
@@ -251,8 +276,18 @@ class ServerConfig:
     max_batch_tokens: int = 16384
     delta_ms: float = 5.0
     prefill_chunk_tokens: int = 2048
+    replicas: int = 1
+    router: str = "affinity"
+    replica_profiles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        _require(self.replicas >= 1, "replicas", f"must be >= 1, got {self.replicas}")
+        _require(
+            not self.replica_profiles or len(self.replica_profiles) == self.replicas,
+            "replica_profiles",
+            f"gives {len(self.replica_profiles)} profiles for {self.replicas} replicas; "
+            "give one per replica, or none to use server.profile for all",
+        )
         _require(
             0 < self.gpu_memory_utilization <= 1,
             "gpu_memory_utilization",
@@ -288,6 +323,27 @@ class WorkloadConfig:
         _require(self.drain_limit_s >= 0, "drain_limit_s", "must be >= 0")
 
 
+@dataclass(frozen=True, slots=True)
+class ArrivalsConfig:
+    """How responses arrive (SPEC 5 and 7); ``process`` names an arrival process.
+
+    ``closed``: N devices loop forever (the default). ``poisson``: open sessions; new responses
+    arrive at ``rate`` per second, each on a fresh device. ``trace``: a CSV of ``time_s,value``
+    (step function); ``kind: concurrency`` keeps ``value`` devices active, ``kind: rate`` is a
+    time-varying Poisson rate of new responses. ``scale`` multiplies the trace's values.
+    """
+
+    process: str = "closed"
+    rate: float = 1.0
+    trace: str | None = None
+    kind: Literal["concurrency", "rate"] = "concurrency"
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        _require(self.rate > 0, "rate", f"must be > 0 responses/s, got {self.rate}")
+        _require(self.scale > 0, "scale", f"must be > 0, got {self.scale}")
+
+
 POLICIES: dict[str, dict[str, Any]] = {
     # policy: (drafting.controller, server.mode, server.scheduler, server.prefix_cache)
     "wisp": {"controller": "predictor", "mode": "speculative", "scheduler": "wisp", "cache": True},
@@ -318,6 +374,7 @@ class Scenario:
     network: NetworkConfig = NetworkConfig()
     server: ServerConfig = ServerConfig()
     workload: WorkloadConfig = WorkloadConfig()
+    arrivals: ArrivalsConfig = ArrivalsConfig()
 
     def __post_init__(self) -> None:
         _require(
@@ -349,7 +406,10 @@ class Scenario:
         return self.replace(policy=policy, drafting=drafting, server=server)
 
     def with_devices(self, count: int, classes: tuple[float, ...] | None = None) -> Scenario:
+        """N devices; ``classes`` replaces the class list (and drops a fleet's groups)."""
         devices = dataclasses.replace(self.devices, count=count)
+        if classes is not None and self.devices.groups:
+            devices = dataclasses.replace(devices, groups=())
         if classes is not None:
             devices = dataclasses.replace(devices, classes=tuple(float(c) for c in classes))
         return self.replace(devices=devices)
@@ -520,13 +580,29 @@ def check_references(scenario: Scenario, source: str) -> None:
     LATENCY.get(sv.latency_model, source, "server.latency_model")
     if sv.mode == "speculative":
         SCHEDULERS.get(sv.scheduler, source, "server.scheduler")
+    from wispsim.arrivals import ARRIVALS, load_arrival_trace
+    from wispsim.router import ROUTERS
+
+    ARRIVALS.get(scenario.arrivals.process, source, "arrivals.process")
+    ROUTERS.get(sv.router, source, "server.router")
+    for i, g in enumerate(scenario.devices.groups):
+        if g.link is not None and g.link not in scenario.network.link_types:
+            known = ", ".join(sorted(scenario.network.link_types))
+            raise ConfigError(
+                source, f"devices.groups[{i}].link", f"unknown link type {g.link!r}; known: {known}"
+            )
+    if scenario.arrivals.process == "trace":
+        if not scenario.arrivals.trace:
+            raise ConfigError(source, "arrivals.trace", "the trace arrival process needs a CSV file or name")
+        load_arrival_trace(scenario.arrivals.trace, source)
     try:
         from wispsim.profiles import load_profile
         from wispsim.simulation import check_memory
 
-        profile = load_profile(sv.profile)
-        cap = profile.kv_capacity_tokens(sv.gpu_memory_utilization, sv.activation_reserve_gib)
-        check_memory(scenario, cap, profile, source)
+        for name in sv.replica_profiles or (sv.profile,):
+            profile = load_profile(name)
+            cap = profile.kv_capacity_tokens(sv.gpu_memory_utilization, sv.activation_reserve_gib)
+            check_memory(scenario, cap, profile, source)
         uses_predictor = scenario.drafting.controller == "predictor"
         if uses_predictor and scenario.drafting.predictor.name == "npz":
             from wispsim.predictor import find_predictor

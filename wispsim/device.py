@@ -20,6 +20,7 @@ from wispsim.network import TOKEN_ID_BYTES, Link, pick_link_type
 from wispsim.server import Request
 
 if TYPE_CHECKING:
+    from wispsim.fleet import DeviceSpec
     from wispsim.simulation import RunContext
 
 # purposes of the per-device random streams (spawn keys)
@@ -36,6 +37,7 @@ class Device:
         "ctx",
         "index",
         "link",
+        "once",
         "rng_accept",
         "rng_work",
         "slo",
@@ -44,20 +46,22 @@ class Device:
         "tau_p",
     )
 
-    def __init__(self, ctx: RunContext, index: int, slo: float) -> None:
+    def __init__(self, ctx: RunContext, index: int, spec: DeviceSpec, once: bool = False) -> None:
+        """Device ``index`` of class ``spec.slo``; ``once``: an open session (one response, now)."""
         sc = ctx.scenario
         seed = ctx.seed
         const = device_rng(seed, index, STREAM_CONST)
         self.ctx = ctx
         self.index = index
-        self.slo = slo
+        self.slo = spec.slo
+        self.once = once
         # constants of the device, always drawn in this order
-        speed = float(sc.devices.draft_speed.sample(const))
+        speed = float(spec.draft_speed.sample(const))
         link_u = float(const.random())
-        self.start_offset = float(const.uniform(0.0, sc.devices.start_spread_s))
+        self.start_offset = 0.0 if once else float(const.uniform(0.0, sc.devices.start_spread_s))
         self.tau_d = 1.0 / speed
         self.tau_p = sc.devices.predictor_latency_ms / 1000.0
-        lt = pick_link_type(sc.network, link_u)
+        lt = spec.link if spec.link is not None else pick_link_type(sc.network, link_u)
         self.link = Link(lt, sc.network.link_types[lt], device_rng(seed, index, STREAM_NET))
         self.rng_work = device_rng(seed, index, STREAM_WORK)
         self.rng_accept = device_rng(seed, index, STREAM_ACCEPT)
@@ -69,7 +73,19 @@ class Device:
         think = float(wl.think_time_s.sample(rng))
         prompt = int(wl.prompt_tokens.sample(rng))
         output = int(wl.output_tokens.sample(rng))
-        return think, prompt, output
+        return (0.0 if self.once else think), prompt, output
+
+    def _gate(self, pending: float) -> Generator[Any, Any, float]:
+        """Wait while the arrival process keeps this device idle; returns the time still owed."""
+        gate = self.ctx.arrivals.gate(self.index)
+        if gate is None:
+            return pending
+        if pending > 0:
+            yield self.ctx.env.timeout(pending)
+        while gate is not None:
+            yield gate
+            gate = self.ctx.arrivals.gate(self.index)
+        return 0.0
 
     def run_speculative(self) -> Generator[Any, Any, None]:
         ctx = self.ctx
@@ -88,6 +104,7 @@ class Device:
         timeout, event = env.timeout, env.event
         pending = self.start_offset  # time owed before the next thing the device does
         while True:
+            pending = yield from self._gate(pending)
             think, prompt, output = self._next_response()
             stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, pad)
             prompt, output = stream.prompt_len, stream.output_len
@@ -166,8 +183,10 @@ class Device:
                 pos += committed
                 rnd += 1
                 pending = down
-            server.memory.drop(resp)
+            server.drop(resp)
             self._finish(resp, t0, t_end, prompt, output, rnd, cold_rounds, measured, responses)
+            if self.once:
+                return
 
     def run_centralized(self) -> Generator[Any, Any, None]:
         """Send the prompt; the server generates every token and streams them back."""
@@ -177,6 +196,7 @@ class Device:
         header = ctx.header_bytes
         pending = self.start_offset
         while True:
+            pending = yield from self._gate(pending)
             think, prompt, output = self._next_response()
             # same acceptance draws as the speculative loop, so trace lengths match across policies
             stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, 0)
@@ -193,6 +213,8 @@ class Device:
             t_end = env.now + down
             self._finish(resp, t0, t_end, prompt, output, output, 1, measured, ctx.responses)
             pending = down
+            if self.once:
+                return
 
     def _finish(
         self,

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wispsim.fleet import device_specs, fleet_classes, fleet_size
 from wispsim.simulation import SimResult
 
 SUMMARY_COLUMNS = [
@@ -115,7 +116,8 @@ def _class_row(
     }
 
 
-def server_stats(batches: pd.DataFrame, window: tuple[float, float]) -> dict[str, float]:
+def server_stats(batches: pd.DataFrame, window: tuple[float, float], replicas: int = 1) -> dict[str, float]:
+    """GPU utilization (busy share of the window, averaged over replicas), batch size, evictions."""
     w0, w1 = window
     if not len(batches):
         return {"gpu_utilization": 0.0, "mean_batch_size": float("nan"), "batches": 0, "evictions": 0}
@@ -124,7 +126,7 @@ def server_stats(batches: pd.DataFrame, window: tuple[float, float]) -> dict[str
     busy = np.clip(np.minimum(end, w1) - np.maximum(start, w0), 0, None).sum()
     inwin = batches[(batches.t_dispatch >= w0) & (batches.t_dispatch < w1)]
     return {
-        "gpu_utilization": float(busy / (w1 - w0)),
+        "gpu_utilization": float(busy / ((w1 - w0) * replicas)),
         "mean_batch_size": _mean(inwin["size"]),
         "batches": len(inwin),
         "evictions": int(inwin.evictions.sum()),
@@ -141,12 +143,11 @@ def summarize(result: SimResult) -> pd.DataFrame:
     resp = resp_all[resp_all.measured]
     rounds_all = result.rounds
     rounds = rounds_all[rounds_all.measured] if len(rounds_all) else rounds_all
-    srv = server_stats(result.batches, result.window)
-    from wispsim.simulation import device_classes
-
-    per_class = pd.Series(device_classes(result.devices, result.scenario.devices.classes)).value_counts()
+    srv = server_stats(result.batches, result.window, result.scenario.server.replicas)
+    per_class = pd.Series(device_slos(result)).value_counts()
+    classes = fleet_classes(result.scenario)
     rows = []
-    for slo in sorted(result.scenario.devices.classes):
+    for slo in sorted(classes):
         sel = lambda df, s=slo: df[df.slo == s]  # noqa: E731
         row = _class_row(
             class_label(slo),
@@ -158,11 +159,51 @@ def summarize(result: SimResult) -> pd.DataFrame:
             result.window,
         )
         rows.append({**row, **srv})
-    if len(result.scenario.devices.classes) > 1:
+    if len(classes) > 1:
         rows.append(
             {**_class_row("all", result.devices, resp, rounds, rounds_all, resp_all, result.window), **srv}
         )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def device_slos(result: SimResult) -> list[float]:
+    """The class of each device the run started (index order)."""
+    sc = result.scenario
+    a = sc.arrivals
+    open_sessions = a.process == "poisson" or (a.process == "trace" and a.kind == "rate")
+    specs = device_specs(sc, fleet_size(sc) if open_sessions else result.devices)
+    return [specs[i % len(specs)].slo for i in range(result.devices)]
+
+
+def replica_summary(result: SimResult) -> pd.DataFrame:
+    """Per replica, over the measurement window: batches, utilization, batch size, rounds, queue and
+    verify times, cold-round share and evictions."""
+    b = result.batches
+    w0, w1 = result.window
+    rounds = result.rounds
+    rows = []
+    replica_of = dict(zip(b.batch, b.replica, strict=True)) if len(b) else {}
+    rr = rounds.batch.map(replica_of) if len(rounds) else pd.Series(dtype=float)
+    for rep in range(result.scenario.server.replicas):
+        mine = b[b.replica == rep]
+        stats = server_stats(mine, result.window)
+        sel = rounds[(rr == rep) & (rounds.arrival >= w0) & (rounds.arrival < w1)] if len(rounds) else rounds
+        q = (sel.dispatch - sel.arrival) if len(sel) else pd.Series(dtype=float)
+        rows.append(
+            {
+                "replica": rep,
+                "batches": stats["batches"],
+                "gpu_utilization": stats["gpu_utilization"],
+                "mean_batch_size": stats["mean_batch_size"],
+                "rounds": len(sel),
+                "rounds_per_s": len(sel) / (w1 - w0),
+                "queue_p95_ms": _q(q, 0.95, 1000.0),
+                "verify_p95_ms": _q(sel.verify_time, 0.95, 1000.0) if len(sel) else float("nan"),
+                "cold_share": _mean(sel.cold) if len(sel) else float("nan"),
+                "evictions": stats["evictions"],
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def device_counts(result: SimResult) -> pd.DataFrame:

@@ -91,6 +91,7 @@ class Profile:
     noise_model: str = "lognormal"
     hbm_bandwidth_gbs: float | None = None
     bf16_tflops: float | None = None
+    price_per_gpu_hour: float | None = None  # hardware.price_per_gpu_hour, for `wispsim plan`
 
     def kv_capacity_tokens(self, utilization: float, reserve_gib: float) -> int:
         """Tokens of KV cache that fit: GPU memory x utilization - weights - activation reserve."""
@@ -296,6 +297,7 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         noise_model=noise_model,
         hbm_bandwidth_gbs=_opt_num(hw, "hbm_bandwidth_gbs", src, "hardware."),
         bf16_tflops=_opt_num(hw, "bf16_tflops", src, "hardware."),
+        price_per_gpu_hour=_opt_num(hw, "price_per_gpu_hour", src, "hardware."),
     )
     if profile.kv_capacity_tokens(1.0, 0.0) <= 0:
         raise ConfigError(

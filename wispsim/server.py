@@ -38,6 +38,7 @@ class Request:
         "rid",
         "session",
         "verify_time",
+        "work",
     )
 
     def __init__(
@@ -67,6 +68,7 @@ class Request:
         self.dispatch = 0.0
         self.verify_time = 0.0
         self.batch = -1
+        self.work = 0.0  # the estimator's marginal cost where it was queued (for routing)
 
 
 class Verifier:
@@ -82,8 +84,10 @@ class Verifier:
         latency: LatencyModel,
         batches: list[Any],
         batch_ids: Any,
+        track_work: bool = False,
     ) -> None:
         self.env = env
+        self.track_work = track_work  # only routers read the outstanding work
         self.replica = replica
         self.gpu = gpu
         self.scheduler = scheduler
@@ -93,9 +97,28 @@ class Verifier:
         self._batch_ids = batch_ids
         self.queue: list[Request] = []
         self._wake: simpy.Event | None = None
+        self.busy_until = 0.0
+        self.queued_work = 0.0
         env.process(self.loop())
 
+    def cost(self, req: Request) -> float:
+        """The estimator's marginal cost of ``req`` here: cheap on a cached prefix."""
+        entry = self.memory.cache.get(req.session)
+        hit = 0 if entry is None else min(entry[0], req.prefix)
+        return self.gpu.estimator.marginal(req.prefix - hit + req.k, hit)
+
+    def outstanding(self, now: float) -> float:
+        """Seconds of work ahead of a new request: the running batch's rest plus the queue."""
+        return max(self.busy_until - now, 0.0) + self.queued_work
+
+    def drop(self, session: int) -> None:
+        """A response finished: free its prefix."""
+        self.memory.drop(session)
+
     def submit(self, req: Request) -> simpy.Event:
+        if self.track_work:
+            req.work = self.cost(req)
+            self.queued_work += req.work
         self.queue.append(req)
         if self._wake is not None:
             self._wake.succeed()
@@ -139,6 +162,9 @@ class Verifier:
             evicted = memory.allocate([(r.session, r.l_new + r.l_cached) for r in batch])
             t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac)
             blocks_used = memory.used
+            if self.track_work:
+                self.queued_work = max(self.queued_work - sum(r.work for r in batch), 0.0)
+                self.busy_until = now + t_hat
             yield env.timeout(latency)
             for r in batch:
                 r.dispatch = now

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
@@ -25,16 +25,19 @@ import pandas as pd
 import simpy
 
 from wispsim.acceptance import AcceptanceModel, expected_accept_ratio, make_acceptance
+from wispsim.arrivals import Arrivals, Closed, make_arrivals
 from wispsim.centralized import CentralizedServer
 from wispsim.config import Scenario
 from wispsim.controllers import Controller, make_controller
 from wispsim.device import Device
 from wispsim.errors import ConfigError
+from wispsim.fleet import device_specs, fleet_size
 from wispsim.latency import make_latency
 from wispsim.memory import KVMemory
 from wispsim.network import draft_token_bytes
 from wispsim.profiles import Profile, load_profile
 from wispsim.records import BatchRecord, ResponseRecord, RoundRecord, frame
+from wispsim.router import ROUTERS, CentralRouter
 from wispsim.schedulers import SCHEDULERS, GpuState
 from wispsim.server import Verifier
 
@@ -88,8 +91,10 @@ class RunContext:
         self.outstanding: dict[int, tuple[float, float, int, float, int, int]] = {}
         self._measured: set[int] = set()
         self.done = env.event()
-        self.server: Verifier
-        self.central: CentralizedServer
+        self.server: Any  # a Verifier, or a router in front of several
+        self.central: Any  # a CentralizedServer, or a CentralRouter
+        self.arrivals: Arrivals
+        self.devices_started = 0
 
     def open_response(self, t0: float, device: int, slo: float, prompt: int, output: int) -> int:
         rid = next(self._response_ids)
@@ -171,60 +176,106 @@ def device_classes(n: int, classes: tuple[float, ...]) -> list[float]:
     return [classes[i % len(classes)] for i in range(n)]
 
 
-def simulate(scenario: Scenario, devices: int | None = None, seed: int | None = None) -> SimResult:
-    """Run one simulation of ``scenario`` with ``devices`` devices (default: devices.count)."""
+def _server_rng(seed: int, replica: int) -> np.random.Generator:
+    key = (SERVER_STREAM,) if replica == 0 else (SERVER_STREAM, replica)
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def simulate(
+    scenario: Scenario,
+    devices: int | None = None,
+    seed: int | None = None,
+    drive: Callable[[RunContext], int] | None = None,
+) -> SimResult:
+    """Run one simulation of ``scenario`` with ``devices`` devices (default: devices.count).
+
+    ``drive`` replaces the arrival process and the devices: it is called with the run context
+    (servers built, ``ctx.server`` / ``ctx.central`` ready) once before the run, starts its own
+    SimPy processes (``wispsim.replay`` drives recorded devices this way) and returns how many
+    devices it started.
+    """
     wall0 = time.perf_counter()
     n = devices if devices is not None else scenario.devices.count
     if n < 1:
         raise ConfigError("--devices", "devices", f"must be >= 1, got {n}")
     seed = scenario.seed if seed is None else seed
-    profile = load_profile(scenario.server.profile)
     srv = scenario.server
+    names = srv.replica_profiles or (srv.profile,) * srv.replicas
+    profiles = [load_profile(name) for name in names]
+    profile = profiles[0]
     env = simpy.Environment()
     ctx = RunContext(env, scenario, seed, profile)
-    capacity_tokens = profile.kv_capacity_tokens(srv.gpu_memory_utilization, srv.activation_reserve_gib)
-    check_memory(scenario, capacity_tokens, profile)
+    capacities = []
+    for prof in profiles:
+        cap = prof.kv_capacity_tokens(srv.gpu_memory_utilization, srv.activation_reserve_gib)
+        check_memory(scenario, cap, prof)
+        capacities.append(cap)
+    capacity_tokens = capacities[0]
     total_blocks = capacity_tokens // srv.block_size
-    server_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(SERVER_STREAM,)))
-    latency = make_latency(profile, srv, server_rng)
     centralized = srv.mode == "centralized"
+    routed = srv.replicas > 1
     if centralized:
-        ctx.central = CentralizedServer(
-            env,
-            total_blocks,
-            srv.block_size,
-            srv.max_batch_requests,
-            srv.prefill_chunk_tokens,
-            latency,
-            ctx.batches,
-            ctx.batch_ids,
-        )
+        servers = [
+            CentralizedServer(
+                env,
+                cap // srv.block_size,
+                srv.block_size,
+                srv.max_batch_requests,
+                srv.prefill_chunk_tokens,
+                make_latency(prof, srv, _server_rng(seed, r)),
+                ctx.batches,
+                ctx.batch_ids,
+                replica=r,
+            )
+            for r, (prof, cap) in enumerate(zip(profiles, capacities, strict=True))
+        ]
+        ctx.central = CentralRouter(servers, srv.router) if routed else servers[0]
     else:
-        scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
-        gpu = GpuState(
-            profile.estimator,
-            total_blocks,
-            srv.block_size,
-            srv.max_batch_requests,
-            srv.max_batch_tokens,
-            srv.delta_ms / 1000.0,
-        )
-        memory = KVMemory(total_blocks, srv.block_size, srv.prefix_cache, srv.eviction)
-        ctx.server = Verifier(env, 0, gpu, scheduler, memory, latency, ctx.batches, ctx.batch_ids)
+        verifiers = []
+        for r, (prof, cap) in enumerate(zip(profiles, capacities, strict=True)):
+            blocks = cap // srv.block_size
+            gpu = GpuState(
+                prof.estimator,
+                blocks,
+                srv.block_size,
+                srv.max_batch_requests,
+                srv.max_batch_tokens,
+                srv.delta_ms / 1000.0,
+            )
+            memory = KVMemory(blocks, srv.block_size, srv.prefix_cache, srv.eviction)
+            scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
+            latency = make_latency(prof, srv, _server_rng(seed, r))
+            verifiers.append(
+                Verifier(
+                    env, r, gpu, scheduler, memory, latency, ctx.batches, ctx.batch_ids, track_work=routed
+                )
+            )
+        ctx.server = ROUTERS.get(srv.router, field="server.router")(verifiers) if routed else verifiers[0]
 
-    devs = [Device(ctx, i, slo) for i, slo in enumerate(device_classes(n, scenario.devices.classes))]
-    for d in devs:
-        proc = d.run_centralized() if centralized else d.run_speculative()
-        env.process(proc)
+    if drive is not None:
+        ctx.arrivals = arrivals = Closed(ctx, 0)
+        ctx.devices_started = drive(ctx)
+    else:
+        ctx.arrivals = arrivals = make_arrivals(ctx, n)
+        specs = device_specs(scenario, arrivals.n if not arrivals.open else fleet_size(scenario))
+
+        def launch(index: int, once: bool) -> None:
+            ctx.devices_started += 1
+            d = Device(ctx, index, specs[index % len(specs)], once)
+            env.process(d.run_centralized() if centralized else d.run_speculative())
+
+        arrivals.start(launch)
     env.process(ctx.watchdog())
     env.run(until=ctx.done)
-    info: dict[str, Any] = {"kv_capacity_tokens": capacity_tokens}
+    info: dict[str, Any] = {"kv_capacity_tokens": capacity_tokens, "replicas": srv.replicas}
+    if arrivals.open or scenario.arrivals.process != "closed":
+        info["devices_started"] = ctx.devices_started
     if centralized:
         info["preemptions"] = ctx.central.preemptions
     return SimResult(
         scenario=scenario,
         seed=seed,
-        devices=n,
+        devices=n if scenario.arrivals.process == "closed" and drive is None else ctx.devices_started,
         rounds=frame(ctx.rounds, RoundRecord),
         batches=frame(ctx.batches, BatchRecord),
         responses=frame(ctx.responses, ResponseRecord)

@@ -28,7 +28,7 @@ import pandas as pd
 from wispsim import __version__
 from wispsim.capacity import CapacitySearch, pooled_stats
 from wispsim.config import Scenario
-from wispsim.metrics import device_counts, summarize
+from wispsim.metrics import device_counts, replica_summary, summarize
 from wispsim.simulation import simulate
 
 RECORD_MODES = ("none", "responses", "all")
@@ -59,6 +59,7 @@ class PointResult:
     key: str
     summary: pd.DataFrame
     counts: pd.DataFrame
+    replicas: pd.DataFrame | None = None  # per-replica load (replicas.csv)
 
 
 def _write_atomic_dir(final: Path, write: Callable[[Path], None]) -> None:
@@ -79,14 +80,17 @@ def run_point(point: Point, out: Path | None, records: str = "responses") -> Poi
     """Run one point, or load it if ``out`` already holds it."""
     folder = out / "points" / point.key if out is not None else None
     if folder is not None and (folder / "summary.csv").is_file():
+        reps = folder / "replicas.csv"
         return PointResult(
             point.key,
             pd.read_csv(folder / "summary.csv", dtype={"class": str}),
             pd.read_csv(folder / "devices.csv"),
+            pd.read_csv(reps) if reps.is_file() else None,
         )
     res = simulate(point.scenario, point.devices, point.seed)
     summary = summarize(res)
     counts = device_counts(res)
+    replicas = replica_summary(res)
     if folder is not None:
 
         def write(d: Path) -> None:
@@ -107,10 +111,11 @@ def run_point(point: Point, out: Path | None, records: str = "responses") -> Poi
                 res.rounds.to_parquet(d / "rounds.parquet", index=False)
                 res.batches.to_parquet(d / "batches.parquet", index=False)
             counts.to_csv(d / "devices.csv", index=False)
+            replicas.to_csv(d / "replicas.csv", index=False)
             summary.to_csv(d / "summary.csv", index=False)  # written last: marks completion
 
         _write_atomic_dir(folder, write)
-    return PointResult(point.key, summary, counts)
+    return PointResult(point.key, summary, counts, replicas)
 
 
 class LocalRunner:
