@@ -58,6 +58,12 @@ def test_readme_mentions_every_command() -> None:
         "wispsim scenario show",
         "wispsim scenario validate",
         "wispsim profile show",
+        "wispsim profile record",
+        "wispsim profile fit",
+        "wispsim estimator compare",
+        "wispsim arrivals generate",
+        "wispsim replay",
+        "wispsim plan",
     ):
         assert cmd in README
 

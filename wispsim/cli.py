@@ -1,7 +1,9 @@
 """The ``wispsim`` command line (typer + rich).
 
 Commands: ``run`` (one simulation), ``sweep`` (capacity search for one policy), ``compare``
-(capacity of several policies side by side), ``scenario show|validate``, ``profile show|list``.
+(capacity of several policies side by side), ``replay`` (a recorded per-round log under a policy),
+``plan`` (replicas for a fleet), ``arrivals generate|show``, ``scenario show|validate``,
+``profile ...``, ``estimator compare``, ``trace ...``, ``predictor ...``, ``ablate ...``.
 Every command that writes results puts them in one folder with the resolved scenario, so each
 number can be traced back to the config and seed that produced it. Bad input is reported in one
 line with exit code 2.
