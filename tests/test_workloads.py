@@ -321,3 +321,41 @@ def test_cli_plan_finds_the_smallest_feasible_replica_count(tmp_path: Path) -> N
     assert ans == 1 or tried.loc[ans - 1, "max_violation"] > 0.05  # the one below was tried and failed
     assert man["cost_per_hour"] == pytest.approx(2.5 * ans)
     assert len(pd.read_csv(out / "replicas.csv")) == ans
+
+
+class FakeRunner:
+    """Answers points without simulating: every device violates while R < need."""
+
+    def __init__(self, need: int, jobs: int = 2) -> None:
+        self.need, self.jobs, self.seen = need, jobs, []
+
+    def map(self, points):
+        from wispsim.sweep import PointResult
+
+        out = []
+        for p in points:
+            r = p.scenario.server.replicas
+            self.seen.append(r)
+            counts = pd.DataFrame({"device": [0, 1], "slo": [2.0, 8.0], "violated": [int(r < self.need)] * 2})
+            out.append(PointResult("k", pd.DataFrame(), counts.assign(responses=1)))
+        return out
+
+
+@pytest.mark.parametrize(
+    ("need", "start", "jobs"), [(7, 1, 2), (7, 30, 2), (1, 4, 1), (23, 20, 2), (64, 3, 3)]
+)
+def test_plan_search_finds_the_threshold(need: int, start: int, jobs: int) -> None:
+    from wispsim.plan import plan_replicas
+
+    runner = FakeRunner(need, jobs)
+    res = plan_replicas(load_scenario(), runner, [0], 0.05, start=start, max_replicas=512)  # type: ignore[arg-type]
+    assert res.replicas == need
+    assert len(set(runner.seen)) == len(runner.seen)  # no replica count simulated twice
+    assert len(runner.seen) <= 2 * math.ceil(math.log2(512)) + 2
+
+
+def test_plan_reports_infeasible_up_to_the_limit() -> None:
+    from wispsim.plan import plan_replicas
+
+    res = plan_replicas(load_scenario(), FakeRunner(1000), [0], 0.05, start=2, max_replicas=16)  # type: ignore[arg-type]
+    assert res.replicas is None and res.tried.replicas.max() == 16

@@ -97,21 +97,27 @@ def plan_replicas(
         below = [r for r in rows if not ok(r) and (hi is None or r < hi)]
         return (max(below) if below else 0), hi
 
+    def table() -> pd.DataFrame:
+        return pd.DataFrame([rows[r] for r in sorted(rows)])
+
     r0 = min(max(1, start if start is not None else math.ceil(n / 100)), max_replicas)
     evaluate(sorted({r0, *[max(1, r0 >> k) for k in range(1, width)]}))
     lo, hi = bounds()
     while hi is None:  # double until feasible
         if lo >= max_replicas:
-            tried = pd.DataFrame(sorted(rows.values(), key=lambda d: d["replicas"]))
-            return PlanResult(None, n, tried, None, len(rows), [f"infeasible up to {max_replicas} replicas"])
+            return PlanResult(
+                None, n, table(), None, len(rows), [f"infeasible up to {max_replicas} replicas"]
+            )
         evaluate([min(lo << k, max_replicas) for k in range(1, width + 1)])
         lo, hi = bounds()
-    while hi > 1 and lo == 0 and min(rows) == hi:  # feasible at the smallest tried: halve down
-        evaluate(sorted({max(1, hi >> k) for k in range(1, width + 1)}))
+    best: int = hi
+    while best > 1 and lo == 0 and min(rows) == best:  # feasible at the smallest tried: halve down
+        evaluate(sorted({max(1, best >> k) for k in range(1, width + 1)}))
         lo, hi = bounds()
-    while hi - lo > 1:  # k-section between the largest infeasible and the smallest feasible
-        k = min(width, hi - lo - 1)
-        evaluate([lo + round((hi - lo) * (i + 1) / (k + 1)) for i in range(k)])
+        best = hi if hi is not None else best
+    while best - lo > 1:  # k-section between the largest infeasible and the smallest feasible
+        k = min(width, best - lo - 1)
+        evaluate([lo + round((best - lo) * (i + 1) / (k + 1)) for i in range(k)])
         lo, hi = bounds()
-    tried = pd.DataFrame(sorted(rows.values(), key=lambda d: d["replicas"]))
-    return PlanResult(hi, n, tried, replica_load.get(hi), len(rows))
+        best = hi if hi is not None else best
+    return PlanResult(best, n, table(), replica_load.get(best), len(rows))

@@ -253,10 +253,12 @@ def simulate(
         ctx.server = ROUTERS.get(srv.router, field="server.router")(verifiers) if routed else verifiers[0]
 
     if drive is not None:
-        ctx.arrivals = arrivals = Closed(ctx, 0)
+        arrivals: Arrivals = Closed(ctx, 0)
+        ctx.arrivals = arrivals
         ctx.devices_started = drive(ctx)
     else:
-        ctx.arrivals = arrivals = make_arrivals(ctx, n)
+        arrivals = make_arrivals(ctx, n)
+        ctx.arrivals = arrivals
         specs = device_specs(scenario, arrivals.n if not arrivals.open else fleet_size(scenario))
 
         def launch(index: int, once: bool) -> None:
