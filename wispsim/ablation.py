@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from wispsim.config import Scenario
-from wispsim.sweep import LocalRunner, Point
+from wispsim.sweep import Point, Runner
 
 ARMS = {"on": "wisp", "off": "wisp-fixed"}
 COLUMNS = [
@@ -32,7 +32,7 @@ def ablate_predictor(
     base: Scenario,
     devices: list[int],
     seeds: list[int],
-    runner: LocalRunner,
+    runner: Runner,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per seed rows, table averaged over seeds with on/off side by side)."""

@@ -65,7 +65,13 @@ SetOpt = Annotated[
 OutOpt = Annotated[
     Path | None, typer.Option("--out", "-o", help="Output folder (default: a new folder under results/).")
 ]
-JobsOpt = Annotated[int, typer.Option("--jobs", "-j", help="Parallel simulations (local processes).")]
+JobsOpt = Annotated[
+    int, typer.Option("--jobs", "-j", help="Parallel simulations (local processes, or Ray tasks in flight).")
+]
+BackendOpt = Annotated[str, typer.Option(help="Where simulations run: local (process pool) or ray.")]
+AddressOpt = Annotated[
+    str | None, typer.Option(help="Ray cluster address (with --backend ray; default: a local Ray instance).")
+]
 
 
 # ------------------------------------------------------------------------------------------
@@ -472,6 +478,8 @@ def plan(
         float | None, typer.Option(help="GPU price (default: the profile's hardware.price_per_gpu_hour).")
     ] = None,
     jobs: JobsOpt = 2,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
     out: OutOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -482,7 +490,7 @@ def plan(
     from wispsim.fleet import fleet_size
     from wispsim.plan import plan_replicas, with_replicas
     from wispsim.profiles import load_profile
-    from wispsim.sweep import LocalRunner
+    from wispsim.sweep import make_runner
 
     sc = _load(scenario, set_)
     if policy is not None:
@@ -514,7 +522,7 @@ def plan(
     folder = _out_dir(out, "plan")
     (folder / "scenario.yaml").write_text(sc.to_yaml())
     t0 = time.perf_counter()
-    with _progress() as prog, LocalRunner(jobs, folder, "none") as runner:
+    with _progress() as prog, make_runner(backend, jobs, folder, "none", address) as runner:
         task = prog.add_task(f"plan {sc.policy}, {n} devices", total=None)
         res = plan_replicas(
             sc,
@@ -578,8 +586,10 @@ def _sweep_common(
     max_devices: int,
     records: str,
     command: str,
+    backend: str = "local",
+    address: str | None = None,
 ) -> tuple[Path, Any]:
-    from wispsim.sweep import RECORD_MODES, LocalRunner, capacity_sweep, groups_for
+    from wispsim.sweep import RECORD_MODES, capacity_sweep, groups_for, make_runner
 
     sc = _load(scenario, sets)
     cls = parse_classes(classes) or sc.devices.classes
@@ -604,7 +614,7 @@ def _sweep_common(
     for p, s in base.items():
         (folder / (f"scenario-{p}.yaml" if len(base) > 1 else "scenario.yaml")).write_text(s.to_yaml())
     groups = groups_for(cls, mix)
-    with _progress() as prog, LocalRunner(jobs, folder, records) as runner:
+    with _progress() as prog, make_runner(backend, jobs, folder, records, address) as runner:
         task = prog.add_task(f"{command} {','.join(policies)}", total=None)
         result = capacity_sweep(
             base,
@@ -633,6 +643,8 @@ def _sweep_common(
             "start": start,
             "max_devices": max_devices,
             "jobs": jobs,
+            "backend": backend,
+            "address": address,
         },
     )
     return folder, result
@@ -655,6 +667,8 @@ def sweep(
         float | None, typer.Option(help="Allowed violation rate (default: the scenario's, 0.05).")
     ] = None,
     jobs: JobsOpt = 2,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
     out: OutOpt = None,
     mix: Annotated[
         str, typer.Option(help="separate: each class alone; shared: all classes on one server.")
@@ -681,6 +695,8 @@ def sweep(
         max_devices,
         records,
         "sweep",
+        backend,
+        address,
     )
     console.print(
         _table(
@@ -712,6 +728,8 @@ def compare(
     seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
     epsilon: Annotated[float | None, typer.Option(help="Allowed violation rate.")] = None,
     jobs: JobsOpt = 2,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
     out: OutOpt = None,
     mix: Annotated[str, typer.Option(help="separate or shared.")] = "separate",
     start: Annotated[int, typer.Option(help="First N of the doubling bracket.")] = 8,
@@ -737,6 +755,8 @@ def compare(
         max_devices,
         records,
         "compare",
+        backend,
+        address,
     )
     wide = speedups(result.capacity, pols)
     wide.to_csv(folder / "compare.csv", index=False)
@@ -756,12 +776,14 @@ def ablate_predictor_cmd(
     seeds: Annotated[int, typer.Option(help="Seeds per N (the same for both arms).")] = 3,
     seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
     jobs: JobsOpt = 2,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
     out: OutOpt = None,
     set_: SetOpt = None,
 ) -> None:
     """Predictor on (wisp) vs off (wisp-fixed): acceptance ratio, wasted drafting, goodput."""
     from wispsim.ablation import ablate_predictor, write
-    from wispsim.sweep import LocalRunner
+    from wispsim.sweep import make_runner
 
     sc = _load(scenario, set_)
     sc = sc.with_devices(sc.devices.count, parse_classes(classes))
@@ -771,7 +793,7 @@ def ablate_predictor_cmd(
     first = sc.seed if seed is None else seed
     folder = _out_dir(out, "ablate")
     (folder / "scenario.yaml").write_text(sc.to_yaml())
-    with _progress() as prog, LocalRunner(jobs, folder, "responses") as runner:
+    with _progress() as prog, make_runner(backend, jobs, folder, "responses", address) as runner:
         task = prog.add_task("ablate predictor", total=None)
         per_seed, table = ablate_predictor(
             sc,

@@ -266,6 +266,8 @@ def estimator_compare(
     seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
     epsilon: Annotated[float | None, typer.Option(help="Allowed violation rate.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel simulations.")] = 2,
+    backend: Annotated[str, typer.Option(help="Where simulations run: local or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (--backend ray).")] = None,
     start: Annotated[int, typer.Option(help="First N of the doubling bracket.")] = 8,
     max_devices: Annotated[int, typer.Option(help="Largest N the search tries.")] = 1024,
     measured: Annotated[str, typer.Option(help="measured or measured-nearest.")] = "measured",
@@ -281,7 +283,7 @@ def estimator_compare(
     from wispsim.cli import parse_classes, parse_devices
     from wispsim.config import load_scenario, parse_set
     from wispsim.profiles import load_profile
-    from wispsim.sweep import LocalRunner, capacity_sweep, groups_for
+    from wispsim.sweep import capacity_sweep, groups_for, make_runner
 
     if measured not in ("measured", "measured-nearest"):
         raise ConfigError("--measured", "", f"got {measured!r}; allowed: measured, measured-nearest")
@@ -307,7 +309,7 @@ def estimator_compare(
     folder.mkdir(parents=True, exist_ok=True)
     for model, s in base.items():
         (folder / f"scenario-{model}.yaml").write_text(s.to_yaml())
-    with _progress("compare") as prog, LocalRunner(jobs, folder, "none") as runner:
+    with _progress("compare") as prog, make_runner(backend, jobs, folder, "none", address) as runner:
         task = prog.add_task("compare", total=None)
         result = capacity_sweep(
             base,

@@ -25,7 +25,7 @@ import pandas as pd
 from wispsim.capacity import pooled_stats
 from wispsim.config import Scenario
 from wispsim.fleet import fleet_size
-from wispsim.sweep import LocalRunner, Point
+from wispsim.sweep import Point, Runner
 
 
 @dataclass
@@ -45,7 +45,7 @@ def with_replicas(scenario: Scenario, replicas: int) -> Scenario:
 
 def plan_replicas(
     scenario: Scenario,
-    runner: LocalRunner,
+    runner: Runner,
     seeds: list[int],
     epsilon: float,
     start: int | None = None,

@@ -76,46 +76,77 @@ def _write_atomic_dir(final: Path, write: Callable[[Path], None]) -> None:
         raise
 
 
-def run_point(point: Point, out: Path | None, records: str = "responses") -> PointResult:
-    """Run one point, or load it if ``out`` already holds it."""
+def load_point(point: Point, out: Path | None) -> PointResult | None:
+    """A point's stored results, or None if ``out`` does not hold it complete."""
     folder = out / "points" / point.key if out is not None else None
-    if folder is not None and (folder / "summary.csv").is_file():
-        reps = folder / "replicas.csv"
-        return PointResult(
-            point.key,
-            pd.read_csv(folder / "summary.csv", dtype={"class": str}),
-            pd.read_csv(folder / "devices.csv"),
-            pd.read_csv(reps) if reps.is_file() else None,
-        )
+    if folder is None or not (folder / "summary.csv").is_file():
+        return None
+    reps = folder / "replicas.csv"
+    return PointResult(
+        point.key,
+        pd.read_csv(folder / "summary.csv", dtype={"class": str}),
+        pd.read_csv(folder / "devices.csv"),
+        pd.read_csv(reps) if reps.is_file() else None,
+    )
+
+
+@dataclass
+class PointOutput:
+    """Everything one simulated point stores (computed anywhere, stored by whoever holds ``out``)."""
+
+    point: Point
+    summary: pd.DataFrame
+    counts: pd.DataFrame
+    replicas: pd.DataFrame
+    meta: dict[str, object]
+    frames: dict[str, pd.DataFrame]  # records kept per the record mode
+
+
+def compute_point(point: Point, records: str = "responses") -> PointOutput:
+    """Simulate one point (no disk access: safe on a remote Ray worker)."""
     res = simulate(point.scenario, point.devices, point.seed)
-    summary = summarize(res)
-    counts = device_counts(res)
-    replicas = replica_summary(res)
-    if folder is not None:
+    frames: dict[str, pd.DataFrame] = {}
+    if records in ("responses", "all"):
+        frames["responses"] = res.responses
+    if records == "all":
+        frames["rounds"] = res.rounds
+        frames["batches"] = res.batches
+    meta = {
+        "devices": point.devices,
+        "seed": point.seed,
+        "key": point.key,
+        "version": __version__,
+        "sim_end_s": res.sim_end,
+        "wall_s": res.wall_s,
+        **res.info,
+    }
+    return PointOutput(point, summarize(res), device_counts(res), replica_summary(res), meta, frames)
+
+
+def store_point(output: PointOutput, out: Path | None) -> PointResult:
+    """Write a computed point under ``out/points/<key>/`` atomically (summary.csv last)."""
+    point = output.point
+    if out is not None:
 
         def write(d: Path) -> None:
             (d / "scenario.yaml").write_text(point.scenario.to_yaml())
-            meta = {
-                "devices": point.devices,
-                "seed": point.seed,
-                "key": point.key,
-                "version": __version__,
-                "sim_end_s": res.sim_end,
-                "wall_s": res.wall_s,
-                **res.info,
-            }
-            (d / "meta.json").write_text(json.dumps(meta, indent=1))
-            if records in ("responses", "all"):
-                res.responses.to_parquet(d / "responses.parquet", index=False)
-            if records == "all":
-                res.rounds.to_parquet(d / "rounds.parquet", index=False)
-                res.batches.to_parquet(d / "batches.parquet", index=False)
-            counts.to_csv(d / "devices.csv", index=False)
-            replicas.to_csv(d / "replicas.csv", index=False)
-            summary.to_csv(d / "summary.csv", index=False)  # written last: marks completion
+            (d / "meta.json").write_text(json.dumps(output.meta, indent=1, default=str))
+            for name, df in output.frames.items():
+                df.to_parquet(d / f"{name}.parquet", index=False)
+            output.counts.to_csv(d / "devices.csv", index=False)
+            output.replicas.to_csv(d / "replicas.csv", index=False)
+            output.summary.to_csv(d / "summary.csv", index=False)  # written last: marks completion
 
-        _write_atomic_dir(folder, write)
-    return PointResult(point.key, summary, counts, replicas)
+        _write_atomic_dir(out / "points" / point.key, write)
+    return PointResult(point.key, output.summary, output.counts, output.replicas)
+
+
+def run_point(point: Point, out: Path | None, records: str = "responses") -> PointResult:
+    """Run one point, or load it if ``out`` already holds it."""
+    done = load_point(point, out)
+    if done is not None:
+        return done
+    return store_point(compute_point(point, records), out)
 
 
 class LocalRunner:
@@ -153,6 +184,105 @@ class LocalRunner:
         return out
 
 
+class RayRunner:
+    """Runs points as Ray tasks, on a local Ray instance or an existing cluster (``address``).
+
+    Workers only simulate (:func:`compute_point`); this process checks the store before
+    submitting and writes each result as it arrives (:func:`store_point`), so results land in
+    ``out`` on the machine that runs the command, a killed sweep keeps every point that came back,
+    and workers need no shared file system. ``jobs`` is how many points are in flight at once
+    (default: the cluster's CPUs).
+    """
+
+    def __init__(
+        self, jobs: int | None, out: Path | None, records: str = "responses", address: str | None = None
+    ) -> None:
+        self.out = out
+        self.records = records
+        self.address = address
+        self._jobs = jobs
+        self.jobs = max(1, jobs or 1)
+        self._started = False
+
+    def __enter__(self) -> RayRunner:
+        try:
+            import ray
+        except ImportError:
+            from wispsim.errors import WispsimError
+
+            raise WispsimError(
+                "--backend ray needs Ray: pip install 'wispsim[ray]' (or pip install ray)"
+            ) from None
+        if not ray.is_initialized():
+            kwargs: dict[str, object] = {"include_dashboard": False, "log_to_driver": False}
+            if self.address:
+                ray.init(address=self.address, **kwargs)
+            else:
+                ray.init(num_cpus=self._jobs, **kwargs)
+            self._started = True
+        self.jobs = max(1, self._jobs or int(ray.cluster_resources().get("CPU", 1)))
+        self._remote = ray.remote(compute_point)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._started:
+            import ray
+
+            ray.shutdown()
+
+    def map(self, points: list[Point], done: Callable[[], None] | None = None) -> list[PointResult]:
+        import ray
+
+        results: dict[int, PointResult] = {}
+        pending: dict[object, int] = {}
+        todo = []
+        for i, p in enumerate(points):
+            stored = load_point(p, self.out)
+            if stored is not None:
+                results[i] = stored
+                if done:
+                    done()
+            else:
+                todo.append(i)
+        queue = iter(todo)
+        for i in queue:  # keep at most ``jobs`` tasks in flight
+            pending[self._remote.remote(points[i], self.records)] = i
+            if len(pending) >= self.jobs:
+                break
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            ref = ready[0]
+            i = pending.pop(ref)
+            results[i] = store_point(ray.get(ref), self.out)
+            if done:
+                done()
+            nxt = next(queue, None)
+            if nxt is not None:
+                pending[self._remote.remote(points[nxt], self.records)] = nxt
+        return [results[i] for i in range(len(points))]
+
+
+BACKENDS = ("local", "ray")
+
+
+def make_runner(
+    backend: str, jobs: int, out: Path | None, records: str = "responses", address: str | None = None
+) -> LocalRunner | RayRunner:
+    """The runner for ``--backend``: a local process pool, or Ray (``--address`` for a cluster)."""
+    from wispsim.errors import ConfigError
+
+    if backend == "local":
+        if address:
+            raise ConfigError("--address", "", "only with --backend ray")
+        return LocalRunner(jobs, out, records)
+    if backend == "ray":
+        return RayRunner(jobs, out, records, address)
+    raise ConfigError("--backend", "", f"got {backend!r}; allowed: {', '.join(BACKENDS)}")
+
+
+Runner = LocalRunner | RayRunner
+
+
 @dataclass(frozen=True)
 class Group:
     """What one capacity question puts on the server: one class alone, or a shared mix."""
@@ -180,7 +310,7 @@ def capacity_sweep(
     groups: list[Group],
     seeds: list[int],
     epsilon: float,
-    runner: LocalRunner,
+    runner: Runner,
     grid: tuple[int, ...] = (),
     start: int = 8,
     max_devices: int = 4096,
