@@ -214,11 +214,10 @@ class RayRunner:
                 "--backend ray needs Ray: pip install 'wispsim[ray]' (or pip install ray)"
             ) from None
         if not ray.is_initialized():
-            kwargs: dict[str, object] = {"include_dashboard": False, "log_to_driver": False}
             if self.address:
-                ray.init(address=self.address, **kwargs)
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
             else:
-                ray.init(num_cpus=self._jobs, **kwargs)
+                ray.init(num_cpus=self._jobs, include_dashboard=False, log_to_driver=False)
             self._started = True
         self.jobs = max(1, self._jobs or int(ray.cluster_resources().get("CPU", 1)))
         self._remote = ray.remote(compute_point)
