@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -220,7 +221,7 @@ class RayRunner:
                 ray.init(num_cpus=self._jobs, include_dashboard=False, log_to_driver=False)
             self._started = True
         self.jobs = max(1, self._jobs or int(ray.cluster_resources().get("CPU", 1)))
-        self._remote = ray.remote(compute_point)
+        self._remote: Any = ray.remote(compute_point)
         return self
 
     def __exit__(self, *exc: object) -> None:
