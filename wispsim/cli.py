@@ -28,6 +28,7 @@ from rich.table import Table
 
 from wispsim import __version__
 from wispsim.cli_arrivals import arrivals_app
+from wispsim.cli_experiment import experiment_app
 from wispsim.cli_predictor import predictor_app
 from wispsim.cli_profile import register as register_profile_commands
 from wispsim.cli_trace import trace_app
@@ -51,6 +52,7 @@ register_profile_commands(profile_app, app)
 app.add_typer(trace_app, name="trace")
 app.add_typer(predictor_app, name="predictor")
 app.add_typer(arrivals_app, name="arrivals")
+app.add_typer(experiment_app, name="experiment")
 
 console = Console()
 err_console = Console(stderr=True)
