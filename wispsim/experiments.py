@@ -498,6 +498,7 @@ def study_attribution(ctx: Context) -> Section:
             folder / "attribution.png",
             window=int(spec.get("window", 20)),
             factor=float(spec.get("factor", 1.5)),
+            responses=res.responses,
         )
         total = sum(counts.values()) or 1
         rows.append(
