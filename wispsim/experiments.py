@@ -136,15 +136,26 @@ def run_experiment(
     out = root / ("" if quick else "data") / spec["name"]
     out.mkdir(parents=True, exist_ok=True)
     resolved = resolve(spec, quick)
-    ctx = Context(spec["name"], resolved, out, root, quick, make_runner, progress)
+    runners: list[Any] = []
+
+    def counted(folder: Path) -> Any:
+        r = make_runner(folder)
+        runners.append(r)
+        return r
+
+    ctx = Context(spec["name"], resolved, out, root, quick, counted, progress)
     t0 = time.perf_counter()
     section = STUDIES.get(spec["study"], field="study")(ctx)
     wall = time.perf_counter() - t0
+    computed = sum(getattr(r, "computed", 0) for r in runners)
+    loaded = sum(getattr(r, "loaded", 0) for r in runners)
+    sims = f" ({computed} simulations run" + (f", {loaded} loaded from earlier runs" if loaded else "") + ")"
     header = [
         f"## {section.title}",
         "",
         f"*Study `{spec['name']}` ({spec['study']}), {'quick' if quick else 'full'} size; "
-        f"{wall:.0f} s wall on {_cores()} cores; wispsim {__version__}, Python {platform.python_version()}; "
+        f"{wall:.0f} s wall on {_cores()} cores{sims if runners else ''}; "
+        f"wispsim {__version__}, Python {platform.python_version()}; "
         f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d}. Rerun: `wispsim experiment run {spec['name']}"
         f"{' --quick' if quick else ''}`. Data: `{ctx.rel(out)}/`.*",
         "",
@@ -157,7 +168,16 @@ def run_experiment(
     (out / "section.md").write_text("\n".join(body) + "\n")
     (out / "run.json").write_text(
         json.dumps(
-            {"spec": resolved, "wall_s": wall, "version": __version__, **section.facts}, indent=1, default=str
+            {
+                "spec": resolved,
+                "wall_s": wall,
+                "simulations_run": computed,
+                "simulations_loaded": loaded,
+                "version": __version__,
+                **section.facts,
+            },
+            indent=1,
+            default=str,
         )
     )
     return out
@@ -289,7 +309,7 @@ def study_capacity(ctx: Context) -> Section:
         sec.body += [
             f"### {target}",
             "",
-            f"Capacity in devices [95% interval], {len(_seeds(spec))} seed(s) ({wall:.0f} s):",
+            f"Capacity in devices [95% interval], {len(_seeds(spec))} seed(s):",
             "",
         ]
         sec.body += _md_table(wide)

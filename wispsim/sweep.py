@@ -61,6 +61,7 @@ class PointResult:
     summary: pd.DataFrame
     counts: pd.DataFrame
     replicas: pd.DataFrame | None = None  # per-replica load (replicas.csv)
+    computed: bool = False  # simulated now (False: loaded from the store)
 
 
 def _write_atomic_dir(final: Path, write: Callable[[Path], None]) -> None:
@@ -139,7 +140,7 @@ def store_point(output: PointOutput, out: Path | None) -> PointResult:
             output.summary.to_csv(d / "summary.csv", index=False)  # written last: marks completion
 
         _write_atomic_dir(out / "points" / point.key, write)
-    return PointResult(point.key, output.summary, output.counts, output.replicas)
+    return PointResult(point.key, output.summary, output.counts, output.replicas, computed=True)
 
 
 def run_point(point: Point, out: Path | None, records: str = "responses") -> PointResult:
@@ -158,6 +159,7 @@ class LocalRunner:
         self.out = out
         self.records = records
         self._pool: ProcessPoolExecutor | None = None
+        self.computed = self.loaded = 0
 
     def __enter__(self) -> LocalRunner:
         if self.jobs > 1:
@@ -169,19 +171,21 @@ class LocalRunner:
             self._pool.shutdown(cancel_futures=True)
 
     def map(self, points: list[Point], done: Callable[[], None] | None = None) -> list[PointResult]:
+        out: list[PointResult] = []
         if self._pool is None:
-            results = []
             for p in points:
-                results.append(run_point(p, self.out, self.records))
+                out.append(run_point(p, self.out, self.records))
                 if done:
                     done()
-            return results
-        futures = [self._pool.submit(run_point, p, self.out, self.records) for p in points]
-        out = []
-        for f in futures:
-            out.append(f.result())
-            if done:
-                done()
+        else:
+            futures = [self._pool.submit(run_point, p, self.out, self.records) for p in points]
+            for f in futures:
+                out.append(f.result())
+                if done:
+                    done()
+        n = sum(r.computed for r in out)
+        self.computed += n
+        self.loaded += len(out) - n
         return out
 
 
@@ -204,6 +208,7 @@ class RayRunner:
         self._jobs = jobs
         self.jobs = max(1, jobs or 1)
         self._started = False
+        self.computed = self.loaded = 0
 
     def __enter__(self) -> RayRunner:
         try:
@@ -259,6 +264,9 @@ class RayRunner:
             nxt = next(queue, None)
             if nxt is not None:
                 pending[self._remote.remote(points[nxt], self.records)] = nxt
+        n = sum(r.computed for r in results.values())
+        self.computed += n
+        self.loaded += len(results) - n
         return [results[i] for i in range(len(points))]
 
 
