@@ -29,6 +29,7 @@ from rich.table import Table
 from wispsim import __version__
 from wispsim.cli_arrivals import arrivals_app
 from wispsim.cli_experiment import experiment_app
+from wispsim.cli_plot import plot_app
 from wispsim.cli_predictor import predictor_app
 from wispsim.cli_profile import register as register_profile_commands
 from wispsim.cli_trace import trace_app
@@ -53,6 +54,7 @@ app.add_typer(trace_app, name="trace")
 app.add_typer(predictor_app, name="predictor")
 app.add_typer(arrivals_app, name="arrivals")
 app.add_typer(experiment_app, name="experiment")
+app.add_typer(plot_app, name="plot")
 
 console = Console()
 err_console = Console(stderr=True)
