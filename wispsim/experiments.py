@@ -15,6 +15,7 @@ study that is interrupted resumes where it stopped and a rerun costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -149,14 +150,26 @@ def run_experiment(
     wall = time.perf_counter() - t0
     computed = sum(getattr(r, "computed", 0) for r in runners)
     loaded = sum(getattr(r, "loaded", 0) for r in runners)
-    sims = f" ({computed} simulations run" + (f", {loaded} loaded from earlier runs" if loaded else "") + ")"
+    # Cost of the results, summed over the runs that computed them (a rerun that only loads
+    # stored points must not report its few seconds as the study's cost).
+    prev = _read_json(out / "run.json")
+    total_sims = int(prev.get("simulations_computed_total", 0)) + computed
+    total_wall = float(prev.get("compute_wall_s_total", 0.0)) + (wall if computed else 0.0)
+    if runners and computed == 0 and loaded:
+        cost = f"{loaded} stored simulations loaded in {wall:.0f} s" + (
+            f"; computing them took {total_wall:.0f} s wall on {_cores()} cores" if total_sims else ""
+        )
+    elif runners:
+        cost = f"{wall:.0f} s wall on {_cores()} cores ({computed} simulations run" + (
+            f", {loaded} loaded from earlier runs)" if loaded else ")"
+        )
+    else:
+        cost = f"{wall:.0f} s wall on {_cores()} cores"
     header = [
         f"## {section.title}",
         "",
-        f"*Study `{spec['name']}` ({spec['study']}), {'quick' if quick else 'full'} size; "
-        f"{wall:.0f} s wall on {_cores()} cores{sims if runners else ''}; "
-        f"wispsim {__version__}, Python {platform.python_version()}; "
-        f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d}. Rerun: `wispsim experiment run {spec['name']}"
+        f"*Study `{spec['name']}` ({spec['study']}), {'quick' if quick else 'full'} size; {cost}; "
+        f"{_versions()}; {_dt.datetime.now(_dt.UTC):%Y-%m-%d}. Rerun: `wispsim experiment run {spec['name']}"
         f"{' --quick' if quick else ''}`. Data: `{ctx.rel(out)}/`.*",
         "",
     ]
@@ -173,7 +186,10 @@ def run_experiment(
                 "wall_s": wall,
                 "simulations_run": computed,
                 "simulations_loaded": loaded,
+                "simulations_computed_total": total_sims,
+                "compute_wall_s_total": total_wall,
                 "version": __version__,
+                "versions": _versions(),
                 **section.facts,
             },
             indent=1,
@@ -201,6 +217,46 @@ def write_report(quick: bool) -> Path:
     path = root / "REPORT.md"
     path.write_text("\n".join(parts))
     return path
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _versions() -> str:
+    """wispsim (with the git commit of the checkout when there is one), Python and the libraries
+    whose behaviour the numbers depend on."""
+    import subprocess
+    from importlib.metadata import PackageNotFoundError, version
+
+    here = Path(__file__).resolve().parents[1]
+    commit = ""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if head.returncode == 0:
+            dirty = subprocess.run(
+                ["git", "-C", str(here), "status", "--porcelain", "--", "wispsim"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            commit = f" @ {head.stdout.strip()}" + ("+changes" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    libs = []
+    for lib in ("simpy", "numpy", "pandas"):
+        with contextlib.suppress(PackageNotFoundError):
+            libs.append(f"{lib} {version(lib)}")
+    return f"wispsim {__version__}{commit}, Python {platform.python_version()}, " + ", ".join(libs)
 
 
 def _cores() -> int:
@@ -588,7 +644,6 @@ def study_acceptance(ctx: Context) -> Section:
     ones under Bernoulli, so its drafting changes with the model, not only its acceptance.
     """
     from wispsim.acceptance import make_acceptance
-    from wispsim.plots import capacity_bars
 
     spec = ctx.spec
     policies = list(spec.get("policies", ["wisp", "wisp-fixed", "sled"]))
@@ -624,11 +679,7 @@ def study_acceptance(ctx: Context) -> Section:
     for label in ("trace", "bernoulli"):
         m = cells[cells.acceptance == label].set_index(["policy", "class"]).cell
         wide[label] = [m.get((p, c), "-") for p, c in zip(wide.policy, wide["class"], strict=True)]
-    bars = capacity_bars(
-        cap.assign(policy=cap.policy + " (" + cap.acceptance + ")").drop(columns="acceptance"),
-        ctx.out / "acceptance.png",
-        title=f"Capacity: trace replay vs Bernoulli at the same mean ({mean:.2f})",
-    )
+    bars = _acceptance_figure(cap, policies, mean, ctx.out / "acceptance.png")
     sec = Section(spec.get("title", "Correlated vs independent acceptance"))
     sec.body += [
         f"Trace `{traced.acceptance.trace}` (mean per-token acceptance {mean:.3f}) against a "
@@ -646,3 +697,40 @@ def study_acceptance(ctx: Context) -> Section:
     sec.body += ["", f"![trace vs Bernoulli]({ctx.rel(bars)})"]
     sec.facts["mean_rate"] = mean
     return sec
+
+
+def _acceptance_figure(cap: pd.DataFrame, policies: list[str], mean: float, path: Path) -> Path:
+    """One panel per policy: capacity per class under trace replay and under Bernoulli, with the
+    95% intervals as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(policies), figsize=(3.6 * len(policies) + 0.6, 3.8), squeeze=False)
+    for ax, pol in zip(axes[0], policies, strict=True):
+        d = cap[cap.policy == pol]
+        classes = list(dict.fromkeys(d["class"]))
+        x = np.arange(len(classes))
+        for i, (label, color) in enumerate((("trace", "C0"), ("bernoulli", "C1"))):
+            e = d[d.acceptance == label].set_index("class").reindex(classes)
+            val = e.capacity.to_numpy(float)
+            err = [
+                np.clip(val - e.ci_low.to_numpy(float), 0, None),
+                np.clip(e.ci_high.to_numpy(float) - val, 0, None),
+            ]
+            ax.bar(x + (i - 0.5) * 0.4, val, 0.4, yerr=err, capsize=3, color=color, label=label)
+        ax.set_xticks(x, [f"{float(c):g}" for c in classes])
+        ax.set_xlabel("SLO class (tok/s)")
+        ax.set_title(pol, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("devices at capacity")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(
+        f"Capacity: trace replay vs independent Bernoulli at the same mean ({mean:.3f})", fontsize=11
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
