@@ -526,7 +526,7 @@ def plan(
     folder = _out_dir(out, "plan")
     (folder / "scenario.yaml").write_text(sc.to_yaml())
     t0 = time.perf_counter()
-    with _progress() as prog, make_runner(backend, jobs, folder, "none", address) as runner:
+    with make_runner(backend, jobs, folder, "none", address) as runner, _progress() as prog:
         task = prog.add_task(f"plan {sc.policy}, {n} devices", total=None)
         res = plan_replicas(
             sc,
@@ -618,7 +618,7 @@ def _sweep_common(
     for p, s in base.items():
         (folder / (f"scenario-{p}.yaml" if len(base) > 1 else "scenario.yaml")).write_text(s.to_yaml())
     groups = groups_for(cls, mix)
-    with _progress() as prog, make_runner(backend, jobs, folder, records, address) as runner:
+    with make_runner(backend, jobs, folder, records, address) as runner, _progress() as prog:
         task = prog.add_task(f"{command} {','.join(policies)}", total=None)
         result = capacity_sweep(
             base,
@@ -797,7 +797,7 @@ def ablate_predictor_cmd(
     first = sc.seed if seed is None else seed
     folder = _out_dir(out, "ablate")
     (folder / "scenario.yaml").write_text(sc.to_yaml())
-    with _progress() as prog, make_runner(backend, jobs, folder, "responses", address) as runner:
+    with make_runner(backend, jobs, folder, "responses", address) as runner, _progress() as prog:
         task = prog.add_task("ablate predictor", total=None)
         per_seed, table = ablate_predictor(
             sc,

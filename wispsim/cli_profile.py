@@ -309,7 +309,7 @@ def estimator_compare(
     folder.mkdir(parents=True, exist_ok=True)
     for model, s in base.items():
         (folder / f"scenario-{model}.yaml").write_text(s.to_yaml())
-    with _progress("compare") as prog, make_runner(backend, jobs, folder, "none", address) as runner:
+    with make_runner(backend, jobs, folder, "none", address) as runner, _progress("compare") as prog:
         task = prog.add_task("compare", total=None)
         result = capacity_sweep(
             base,
