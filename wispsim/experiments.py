@@ -311,6 +311,9 @@ def _sweep(
             grid=grid,
             start=int(spec.get("start", 8)),
             max_devices=int(spec.get("max_devices", 1024)),
+            progress=lambda done, planned: ctx.progress(
+                f"{ctx.rel(folder)}: {done}/{planned} simulations done"
+            ),
         )
     res.capacity.to_csv(folder / "capacity.csv", index=False)
     res.curve.to_csv(folder / "curve.csv", index=False)
