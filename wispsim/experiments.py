@@ -7,10 +7,13 @@ One YAML file per study under ``experiments/`` names its ``study`` kind (a funct
 a markdown section; ``experiments/REPORT.md`` (``experiments/quick/REPORT.md``) is regenerated
 from every section present, in the order of the studies' ``order`` keys. Every section says what
 was run (scenario, seeds, versions, wall time) and what it shows; a study's ``discussion`` field
-(written by a person, after looking at the numbers) is printed under its tables.
+(written by a person, after looking at the numbers) is printed under its tables, with a caution
+when the tables no longer hash to its ``discussion_for`` (the numbers it was written for).
 
-Simulations go through the same stored points as ``wispsim sweep`` (:mod:`wispsim.sweep`), so a
-study that is interrupted resumes where it stopped and a rerun costs nothing.
+Capacity searches go through the same stored points as ``wispsim sweep`` (:mod:`wispsim.sweep`),
+so a study that is interrupted resumes where it stopped and a rerun costs nothing; the section
+header says which git commit computed the points it shows. The bursty and attribution studies
+keep whole runs (time series, every round) rather than points and simulate again on a rerun.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import hashlib
 import json
 import math
 import platform
@@ -50,6 +54,7 @@ class Context:
     quick: bool
     make_runner: Callable[[Path], Any]  # folder -> a runner context manager
     progress: Callable[[str], None] = lambda msg: None
+    simulated: int = 0  # simulations a study ran itself (not stored points: bursty, attribution)
 
     def scenario(self, **overrides: Any) -> Scenario:
         """The study's scenario: its file, its ``set`` overrides, then ``overrides``."""
@@ -113,11 +118,80 @@ def load_spec(name: str) -> dict[str, Any]:
 
 
 def resolve(spec: dict[str, Any], quick: bool) -> dict[str, Any]:
-    """The spec with its ``quick`` block merged over it when ``quick``."""
+    """The spec with its ``quick`` block merged over it when ``quick``, checked field by field."""
     base = {k: v for k, v in spec.items() if k != "quick"}
+    if "quick" in spec and not isinstance(spec["quick"], dict):
+        raise ConfigError(_spec_source(spec), "quick", "must be a mapping of overrides")
     if quick and isinstance(spec.get("quick"), dict):
         base = _deep_merge(base, spec["quick"])
+    _check_spec(base)
     return base
+
+
+def _spec_source(spec: dict[str, Any]) -> str:
+    return f"experiments/{spec.get('name', '?')}.yaml"
+
+
+def _check_spec(spec: dict[str, Any]) -> None:
+    """One-line errors for the fields studies read (before any simulation runs)."""
+    from wispsim.config import POLICIES
+
+    src = _spec_source(spec)
+
+    def number_list(key: str, integer: bool) -> None:
+        if key not in spec:
+            return
+        v = spec[key]
+        kind = "positive integers" if integer else "positive numbers"
+        if not isinstance(v, list) or not v:
+            raise ConfigError(src, key, f"must be a non-empty list of {kind}, got {v!r}")
+        for x in v:
+            ok = isinstance(x, int) if integer else isinstance(x, int | float)
+            if isinstance(x, bool) or not ok or not x > 0:
+                raise ConfigError(src, key, f"must be a list of {kind}, got {x!r}")
+
+    def integer(key: str, minimum: int) -> None:
+        if key in spec and (
+            isinstance(spec[key], bool) or not isinstance(spec[key], int) or spec[key] < minimum
+        ):
+            raise ConfigError(src, key, f"must be an integer >= {minimum}, got {spec[key]!r}")
+
+    number_list("classes", integer=False)
+    if spec.get("study") == "attribution":  # one N
+        integer("devices", 1)
+    else:
+        number_list("devices", integer=True)
+    for key, minimum in (
+        ("seeds", 1),
+        ("seed", 0),
+        ("start", 1),
+        ("max_devices", 1),
+        ("light_load_devices", 1),
+    ):
+        integer(key, minimum)
+    if "epsilon" in spec:
+        e = spec["epsilon"]
+        if isinstance(e, bool) or not isinstance(e, int | float) or not 0 <= e < 1:
+            raise ConfigError(src, "epsilon", f"must be in [0, 1), got {e!r}")
+    if "policies" in spec:
+        pols = spec["policies"]
+        if not isinstance(pols, list) or not pols:
+            raise ConfigError(src, "policies", f"must be a non-empty list; allowed: {', '.join(POLICIES)}")
+        for pol in pols:
+            if pol not in POLICIES:
+                raise ConfigError(src, "policies", f"unknown policy {pol!r}; allowed: {', '.join(POLICIES)}")
+    if "targets" in spec:
+        from wispsim.profiles import find_profile
+
+        if not isinstance(spec["targets"], list) or not spec["targets"]:
+            raise ConfigError(src, "targets", "must be a non-empty list of profile names")
+        for t in spec["targets"]:
+            try:
+                find_profile(str(t))
+            except WispsimError:
+                raise ConfigError(src, "targets", f"no profile {t!r} (see `wispsim profile list`)") from None
+    if "set" in spec and not isinstance(spec["set"], dict):
+        raise ConfigError(src, "set", "must be a mapping of field.path: value")
 
 
 # ------------------------------------------------------------------------------------------
@@ -165,6 +239,15 @@ def run_experiment(
         )
     else:
         cost = f"{wall:.0f} s wall on {_cores()} cores"
+    commits: dict[str, int] = {}
+    for r in runners:
+        for c, n in getattr(r, "commits", {}).items():
+            commits[c] = commits.get(c, 0) + n
+    if commits:
+        made = ", ".join(f"{c} ({n})" for c, n in sorted(commits.items(), key=lambda kv: -kv[1]))
+        cost += f"; points computed by commit {made}"
+    if ctx.simulated:
+        cost += f" ({ctx.simulated} simulations run directly, not stored)"
     header = [
         f"## {section.title}",
         "",
@@ -176,8 +259,19 @@ def run_experiment(
     if spec.get("about"):
         header += [str(spec["about"]).strip(), ""]
     body = header + section.body
+    # The discussion is prose a person wrote for particular numbers: ``discussion_for`` holds the
+    # hash of the section body it was written against, and a mismatch is printed, not hidden.
+    results_hash = hashlib.sha256("\n".join(section.body).encode()).hexdigest()[:12]
     if resolved.get("discussion") and not quick:
         body += ["", "**What it shows.** " + str(resolved["discussion"]).strip()]
+        written_for = str(resolved.get("discussion_for", ""))
+        if written_for != results_hash:
+            body += [
+                "",
+                f"*Caution: this discussion was written for results `{written_for or 'unrecorded'}`; "
+                f"the tables above are results `{results_hash}`. Check its numbers against them, then "
+                f"set `discussion_for: {results_hash}` in experiments/{spec['name']}.yaml.*",
+            ]
     (out / "section.md").write_text("\n".join(body) + "\n")
     (out / "run.json").write_text(
         json.dumps(
@@ -186,6 +280,7 @@ def run_experiment(
                 "wall_s": wall,
                 "simulations_run": computed,
                 "simulations_loaded": loaded,
+                "results_hash": results_hash,
                 "simulations_computed_total": total_sims,
                 "compute_wall_s_total": total_wall,
                 "version": __version__,
@@ -230,33 +325,19 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _versions() -> str:
     """wispsim (with the git commit of the checkout when there is one), Python and the libraries
     whose behaviour the numbers depend on."""
-    import subprocess
     from importlib.metadata import PackageNotFoundError, version
 
-    here = Path(__file__).resolve().parents[1]
-    commit = ""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        if head.returncode == 0:
-            dirty = subprocess.run(
-                ["git", "-C", str(here), "status", "--porcelain", "--", "wispsim"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            ).stdout.strip()
-            commit = f" @ {head.stdout.strip()}" + ("+changes" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
+    from wispsim.sweep import code_commit
+
+    commit = code_commit()
     libs = []
     for lib in ("simpy", "numpy", "pandas"):
         with contextlib.suppress(PackageNotFoundError):
             libs.append(f"{lib} {version(lib)}")
-    return f"wispsim {__version__}{commit}, Python {platform.python_version()}, " + ", ".join(libs)
+    return (
+        f"wispsim {__version__}{'' if commit == 'unknown' else ' @ ' + commit}, "
+        f"Python {platform.python_version()}, " + ", ".join(libs)
+    )
 
 
 def _cores() -> int:
@@ -310,7 +391,7 @@ def _sweep(
             runner,
             grid=grid,
             start=int(spec.get("start", 8)),
-            max_devices=int(spec.get("max_devices", 1024)),
+            max_devices=int(spec.get("max_devices", 4096)),
             progress=lambda done, planned: ctx.progress(
                 f"{ctx.rel(folder)}: {done}/{planned} simulations done"
             ),
@@ -329,9 +410,24 @@ def _with_profile(sc: Scenario, profile: str) -> Scenario:
     return sc.replace(server=dataclasses.replace(sc.server, profile=profile))
 
 
+def _saturated(d: Any) -> bool:
+    return str(d.get("saturated", False)) == "True"
+
+
 def _cap_cell(r: Any) -> str:
+    """``capacity [low, high]``, or ``>= capacity`` when the search hit its ceiling (a lower bound)."""
     d = r if isinstance(r, dict) else r._asdict()
+    if _saturated(d):
+        return f">= {int(d['capacity'])} (search ceiling)"
     return f"{int(d['capacity'])} [{int(d['ci_low'])}, {int(d['ci_high'])}]"
+
+
+def _measured(cap: pd.DataFrame) -> pd.DataFrame:
+    """``cap`` with saturated capacities (lower bounds) set to NaN, so ratios leave them out."""
+    if "saturated" not in cap:
+        return cap
+    sat = cap["saturated"].astype(str).eq("True")
+    return cap.assign(capacity=cap["capacity"].astype(float).mask(sat))
 
 
 # ------------------------------------------------------------------------------------------
@@ -360,10 +456,13 @@ def study_capacity(ctx: Context) -> Section:
             index="class", columns="policy", values="cell"
         )
         wide = wide.reindex(columns=policies).reset_index()
-        num = cap.pivot(index="class", columns="policy", values="capacity").reindex(columns=policies)
+        num = (
+            _measured(cap).pivot(index="class", columns="policy", values="capacity").reindex(columns=policies)
+        )
         for other in policies[1:]:
             wide[f"{policies[0]}/{other}"] = [
-                f"{a / b:.2f}" if b > 0 else "-" for a, b in zip(num[policies[0]], num[other], strict=True)
+                f"{a / b:.2f}" if b > 0 and a == a else "-"  # a == a: not NaN (not saturated)
+                for a, b in zip(num[policies[0]], num[other], strict=True)
             ]
         sec.body += [
             f"### {target}",
@@ -436,9 +535,7 @@ def study_mix(ctx: Context) -> Section:
     sec.body += [
         "",
         "Capacity of the whole mix (every class within epsilon): "
-        + ", ".join(
-            f"{r.policy} {int(r.capacity)} [{int(r.ci_low)}, {int(r.ci_high)}]" for r in cap.itertuples()
-        ),
+        + ", ".join(f"{r.policy} {_cap_cell(r)}" for r in cap.itertuples()),
     ]
     fig = violation_curves(ctx.out, ctx.out / "mix_curves.png")
     sec.body += ["", f"![per-class violation in a shared mix]({ctx.rel(fig)})"]
@@ -465,6 +562,7 @@ def study_bursty(ctx: Context) -> Section:
             folder = ctx.out / f"{p}-seed{seed}"
             folder.mkdir(parents=True, exist_ok=True)
             res = simulate(sc, seed=seed)
+            ctx.simulated += 1
             (folder / "scenario.yaml").write_text(sc.to_yaml())
             _, _, bursts = write_timeseries(res, folder, plot=False)
             from wispsim.metrics import summarize
@@ -474,6 +572,12 @@ def study_bursty(ctx: Context) -> Section:
                 rows.append(bursts.assign(policy=p, seed=seed))
             if seed == _seeds(spec)[0]:
                 folders[p] = folder
+    if not rows:
+        raise ConfigError(
+            f"experiments/{ctx.name}.yaml",
+            "trace",
+            f"{trace!r} has no bursts to measure (see `wispsim arrivals show`)",
+        )
     allb = pd.concat(rows, ignore_index=True)
     allb.to_csv(ctx.out / "bursts_all.csv", index=False)
     agg = (
@@ -568,6 +672,7 @@ def study_attribution(ctx: Context) -> Section:
         if spec.get("classes"):
             sc = sc.with_devices(n, tuple(float(c) for c in spec["classes"]))
         res = simulate(sc, devices=n, seed=seed)
+        ctx.simulated += 1
         folder = ctx.out / p
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "scenario.yaml").write_text(sc.to_yaml())
@@ -674,7 +779,11 @@ def study_acceptance(ctx: Context) -> Section:
     cap.to_csv(ctx.out / "capacity.csv", index=False)
     draft = pd.DataFrame(drafting)
     draft.to_csv(ctx.out / "drafting.csv", index=False)
-    wide = cap.pivot_table(index=["policy", "class"], columns="acceptance", values="capacity").reset_index()
+    wide = (
+        _measured(cap)
+        .pivot_table(index=["policy", "class"], columns="acceptance", values="capacity", dropna=False)
+        .reset_index()
+    )
     wide["policy"] = pd.Categorical(wide["policy"], policies, ordered=True)
     wide = wide.sort_values(["policy", "class"])
     wide["bernoulli/trace"] = wide["bernoulli"] / wide["trace"].where(wide["trace"] > 0)

@@ -1,9 +1,13 @@
 """Running many simulations: points, a results store that survives interruption, and sweeps.
 
 A *point* is one simulation: a resolved scenario, N and a seed. Its results live in
-``OUT/points/<key>/`` where the key is a hash of the resolved scenario, N, the seed and the
-wispsim version; a point whose folder is complete is never run again, so an interrupted sweep
-resumes where it stopped and loses nothing it finished. Points run in a local process pool
+``OUT/points/<key>/`` where the key is a hash of the resolved scenario, N, the seed, the wispsim
+version and the contents of the data files the scenario names (latency profiles, acceptance
+trace, predictor, arrival trace: editing a profile in place makes new points); a point whose
+folder is complete is never run again, so an interrupted sweep resumes where it stopped and
+loses nothing it finished. Each point's ``meta.json`` records the git commit of the code that
+computed it (:func:`code_commit`), so a report built from stored points can say which code made
+them. Points run in a local process pool
 (``--jobs``); each is deterministic given its key, so results do not depend on the pool.
 
 :func:`capacity_sweep` drives one :class:`~wispsim.capacity.CapacitySearch` per (policy, group)
@@ -13,14 +17,17 @@ in waves: each wave asks every unfinished search for its next N values and runs 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +42,88 @@ from wispsim.simulation import simulate
 RECORD_MODES = ("none", "responses", "all")
 
 
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def input_files(scenario: Scenario) -> dict[str, Path | None]:
+    """The data files a scenario reads besides itself, by role (None: not found here)."""
+    from wispsim.errors import WispsimError
+
+    def find(fn: Callable[[str], Path], name: str) -> Path | None:
+        try:
+            return fn(name)
+        except WispsimError:
+            return None
+
+    from wispsim.acceptance import find_trace
+    from wispsim.arrivals import find_arrival_trace
+    from wispsim.predictor import find_predictor
+    from wispsim.profiles import find_profile
+
+    sv = scenario.server
+    files: dict[str, Path | None] = {}
+    for name in dict.fromkeys(sv.replica_profiles or (sv.profile,)):
+        files[f"profile:{name}"] = find(find_profile, name)
+    if scenario.acceptance.model == "trace" and scenario.acceptance.trace:
+        files["acceptance.trace"] = find(find_trace, scenario.acceptance.trace)
+    pred = scenario.drafting.predictor
+    if scenario.drafting.controller == "predictor" and pred.path:
+        files["drafting.predictor"] = find(find_predictor, pred.path)
+    if scenario.arrivals.process == "trace" and scenario.arrivals.trace:
+        files["arrivals.trace"] = find(find_arrival_trace, scenario.arrivals.trace)
+    return files
+
+
+def input_digests(scenario: Scenario) -> dict[str, str]:
+    """Content hashes of :func:`input_files` (cached per file, size and modification time)."""
+    out = {}
+    for role, path in input_files(scenario).items():
+        if path is None:
+            out[role] = "missing"
+        else:
+            st = path.stat()
+            out[role] = _file_digest(str(path.resolve()), st.st_size, st.st_mtime_ns)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def code_commit() -> str:
+    """The git commit of the wispsim checkout running now (``+changes`` when ``wispsim/`` has
+    uncommitted edits), or ``unknown`` outside a git checkout (an installed wheel)."""
+    here = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--", "wispsim"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if dirty else "")
+
+
 @dataclass(frozen=True)
 class Point:
     scenario: Scenario
     devices: int
     seed: int
 
-    @property
+    @cached_property
     def key(self) -> str:
         blob = json.dumps(
             {
@@ -49,6 +131,7 @@ class Point:
                 "devices": self.devices,
                 "seed": self.seed,
                 "version": __version__,
+                "inputs": input_digests(self.scenario),
             },
             sort_keys=True,
         )
@@ -62,6 +145,7 @@ class PointResult:
     counts: pd.DataFrame
     replicas: pd.DataFrame | None = None  # per-replica load (replicas.csv)
     computed: bool = False  # simulated now (False: loaded from the store)
+    commit: str = "unknown"  # git commit of the code that computed it (meta.json)
 
 
 def _write_atomic_dir(final: Path, write: Callable[[Path], None]) -> None:
@@ -84,11 +168,16 @@ def load_point(point: Point, out: Path | None) -> PointResult | None:
     if folder is None or not (folder / "summary.csv").is_file():
         return None
     reps = folder / "replicas.csv"
+    try:
+        commit = str(json.loads((folder / "meta.json").read_text()).get("commit", "unknown"))
+    except (OSError, ValueError, AttributeError):
+        commit = "unknown"
     return PointResult(
         point.key,
         pd.read_csv(folder / "summary.csv", dtype={"class": str}),
         pd.read_csv(folder / "devices.csv"),
         pd.read_csv(reps) if reps.is_file() else None,
+        commit=commit,
     )
 
 
@@ -128,11 +217,12 @@ def compute_point(point: Point, records: str = "responses") -> PointOutput:
 def store_point(output: PointOutput, out: Path | None) -> PointResult:
     """Write a computed point under ``out/points/<key>/`` atomically (summary.csv last)."""
     point = output.point
+    meta = {**output.meta, "commit": code_commit(), "inputs": input_digests(point.scenario)}
     if out is not None:
 
         def write(d: Path) -> None:
             (d / "scenario.yaml").write_text(point.scenario.to_yaml())
-            (d / "meta.json").write_text(json.dumps(output.meta, indent=1, default=str))
+            (d / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
             for name, df in output.frames.items():
                 df.to_parquet(d / f"{name}.parquet", index=False)
             output.counts.to_csv(d / "devices.csv", index=False)
@@ -140,7 +230,9 @@ def store_point(output: PointOutput, out: Path | None) -> PointResult:
             output.summary.to_csv(d / "summary.csv", index=False)  # written last: marks completion
 
         _write_atomic_dir(out / "points" / point.key, write)
-    return PointResult(point.key, output.summary, output.counts, output.replicas, computed=True)
+    return PointResult(
+        point.key, output.summary, output.counts, output.replicas, computed=True, commit=str(meta["commit"])
+    )
 
 
 def run_point(point: Point, out: Path | None, records: str = "responses") -> PointResult:
@@ -160,8 +252,10 @@ class LocalRunner:
         self.records = records
         self._pool: ProcessPoolExecutor | None = None
         self.computed = self.loaded = 0
+        self.commits: dict[str, int] = {}  # git commit that computed each point -> points
 
     def __enter__(self) -> LocalRunner:
+        code_commit()  # once, here: forked workers inherit it, and edits made mid-sweep don't show
         if self.jobs > 1:
             self._pool = ProcessPoolExecutor(max_workers=self.jobs)
         return self
@@ -186,6 +280,8 @@ class LocalRunner:
         n = sum(r.computed for r in out)
         self.computed += n
         self.loaded += len(out) - n
+        for r in out:
+            self.commits[r.commit] = self.commits.get(r.commit, 0) + 1
         return out
 
 
@@ -209,6 +305,7 @@ class RayRunner:
         self.jobs = max(1, jobs or 1)
         self._started = False
         self.computed = self.loaded = 0
+        self.commits: dict[str, int] = {}  # git commit that computed each point -> points
 
     def __enter__(self) -> RayRunner:
         try:
@@ -267,6 +364,8 @@ class RayRunner:
         n = sum(r.computed for r in results.values())
         self.computed += n
         self.loaded += len(results) - n
+        for r in results.values():
+            self.commits[r.commit] = self.commits.get(r.commit, 0) + 1
         return [results[i] for i in range(len(points))]
 
 
