@@ -63,3 +63,117 @@ def test_unknown_experiment_lists_the_known_ones() -> None:
 
     with pytest.raises(ConfigError, match=r"known: .*capacity"):
         load_spec("nope")
+
+
+def test_a_rerun_loads_points_and_reports_who_computed_them(quick_run: Path) -> None:
+    """The header of a study built from stored points names the git commit in their meta.json."""
+    import json
+
+    metas = list((quick_run / "capacity").glob("*/points/*/meta.json"))
+    assert metas
+    meta = json.loads(metas[0].read_text())
+    assert meta["commit"] and "inputs" in meta and meta["inputs"]["profile:a100-qwen3-32b"] != "missing"
+    sec = (quick_run / "capacity" / "section.md").read_text()
+    assert f"points computed by commit {meta['commit']}" in sec
+    run = json.loads((quick_run / "capacity" / "run.json").read_text())
+    assert run["simulations_computed_total"] > 0 and len(run["results_hash"]) == 12
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("classes", ["a"], "classes: must be a list of positive numbers"),
+        ("classes", [], "classes: must be a non-empty list"),
+        ("seeds", "x", "seeds: must be an integer >= 1"),
+        ("seeds", 0, "seeds: must be an integer >= 1"),
+        ("epsilon", 1.5, r"epsilon: must be in \[0, 1\)"),
+        ("policies", ["wisp", "nope"], "policies: unknown policy 'nope'; allowed: .*centralized"),
+        ("targets", ["no-such-profile"], "targets: no profile 'no-such-profile'"),
+        ("devices", [10, -1], "devices: must be a list of positive integers"),
+        ("quick", [1], "quick: must be a mapping"),
+    ],
+)
+def test_bad_experiment_specs_are_one_line_errors(field: str, value: object, message: str) -> None:
+    from wispsim.experiments import resolve
+
+    spec = {"study": "capacity", "name": "capacity", field: value}
+    with pytest.raises(ConfigError, match=f"experiments/capacity.yaml: {message}") as e:
+        resolve(spec, quick=False)
+    assert "\n" not in str(e.value)
+
+
+def test_cli_bad_spec_exits_2_without_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "broken.yaml").write_text("study: capacity\nclasses: [fast]\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "wispsim.cli", "experiment", "run", "broken"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2
+    assert "experiments/broken.yaml: classes" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_saturated_capacity_is_a_lower_bound_and_has_no_ratio() -> None:
+    from wispsim.experiments import _cap_cell, _measured
+
+    cap = pd.DataFrame(
+        {
+            "policy": ["wisp", "sled"],
+            "class": ["2", "2"],
+            "capacity": [4096, 70],
+            "ci_low": [4096, 64],
+            "ci_high": [4096, 79],
+            "saturated": [True, False],
+        }
+    )
+    cells = [_cap_cell(r) for r in cap.itertuples()]
+    assert cells == [">= 4096 (search ceiling)", "70 [64, 79]"]
+    measured = _measured(cap).capacity
+    assert measured.isna().tolist() == [True, False]
+
+
+def test_discussion_written_for_other_numbers_is_flagged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A discussion whose ``discussion_for`` does not match the section's results hash gets a caution."""
+    import json
+
+    from wispsim.experiments import run_experiment
+
+    (tmp_path / "experiments").mkdir()
+    spec = "study: estimator\ndiscussion: The fit is good.\n"
+    (tmp_path / "experiments" / "est.yaml").write_text(spec)
+    monkeypatch.chdir(tmp_path)
+    out = run_experiment("est", False, lambda folder: None)
+    sec = (out / "section.md").read_text()
+    digest = json.loads((out / "run.json").read_text())["results_hash"]
+    assert "The fit is good." in sec and f"set `discussion_for: {digest}`" in sec
+    (tmp_path / "experiments" / "est.yaml").write_text(spec + f"discussion_for: {digest}\n")
+    sec = (run_experiment("est", False, lambda folder: None) / "section.md").read_text()
+    assert "The fit is good." in sec and "Caution" not in sec
+
+
+def test_point_key_follows_the_contents_of_the_files_it_reads(tmp_path: Path) -> None:
+    """Editing a profile in place must not let stored points of the old profile be reused."""
+    import dataclasses
+    import shutil as sh
+
+    from wispsim.config import load_scenario
+    from wispsim.profiles import find_profile
+    from wispsim.sweep import Point
+
+    prof = tmp_path / "mine.yaml"
+    sh.copy(find_profile("a100-qwen3-32b"), prof)
+    sc = load_scenario(None)
+    sc = sc.replace(server=dataclasses.replace(sc.server, profile=str(prof)))
+    before = Point(sc, 10, 0).key
+    assert Point(sc, 10, 0).key == before
+    prof.write_text(prof.read_text() + "\n# edited\n")
+    assert Point(sc, 10, 0).key != before
