@@ -7,9 +7,13 @@ tests/test_notebooks.py executes the notebooks on the same folders.
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,9 +27,12 @@ from wispsim.plots import (
     QUEUE,
     attribute_rounds,
     attribution,
+    bursty_compare_figure,
     capacity_bars,
+    capacity_bars_figure,
     violated_rounds,
     violation_curves,
+    violation_curves_figure,
 )
 
 QUICK = ["--set", "workload.warmup_s=2", "--set", "workload.duration_s=8"]
@@ -101,6 +108,21 @@ def invoke(*args: str) -> str:
     return r.output
 
 
+def drawn(fig: Any) -> dict[str, Any]:
+    """The figure's artists by gid (wispsim.plots names what it draws: curve|..., knee|..., ...)."""
+    return {a.get_gid(): a for a in fig.findobj(lambda a: a.get_gid() is not None)}
+
+
+def span_edges(patch: Any) -> tuple[float, float]:
+    """The x extent of an axvspan (a Rectangle or, in older matplotlib, a Polygon)."""
+    xs = patch.get_patch_transform().transform(patch.get_path().vertices)[:, 0]
+    return float(xs.min()), float(xs.max())
+
+
+def labels_as_str(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, dtype={"policy": str, "class": str, "group": str})
+
+
 # ------------------------------------------------------------------------------------------
 # every command writes a PNG
 # ------------------------------------------------------------------------------------------
@@ -156,6 +178,59 @@ def test_violation_curves_reads_epsilon_and_draws_a_shared_mix(tmp_path: Path) -
     out = violation_curves((cap, pooled), tmp_path / "mix.png", epsilon=0.05)
     assert is_png(out)
     assert is_png(capacity_bars(cap, tmp_path / "bars.png"))
+    # what is drawn: each class's violation_rate (solid), the worst class's decision_violation
+    # (dotted), its interval as the band; the knee at capacity, shaded from ci_low to ci_high
+    fig = violation_curves_figure((cap, pooled), epsilon=0.05)
+    art = drawn(fig)
+    for (pol, cls), d in pooled.groupby(["policy", "class"]):
+        d = d.sort_values("devices")
+        line = art[f"curve|{pol}|mix:4,8|{cls}"]
+        assert list(line.get_xdata()) == d.devices.tolist()
+        assert list(line.get_ydata()) == pytest.approx(d.violation_rate.tolist())
+        worst = art[f"worst|{pol}|mix:4,8|{cls}"]
+        assert list(worst.get_ydata()) == pytest.approx(d.decision_violation.tolist())
+    for k in cap.itertuples():
+        assert list(art[f"knee|{k.policy}|mix:4,8"].get_xdata()) == [k.capacity, k.capacity]
+        assert span_edges(art[f"knee-interval|{k.policy}|mix:4,8"]) == (k.ci_low, k.ci_high)
+    assert fig.axes[0].get_ylabel() == "violation rate (violation_rate)"
+    bars = drawn(capacity_bars_figure(cap))
+    for k in cap.itertuples():
+        bar = bars[f"capacity|{k.policy}|mix:4,8"]
+        assert bar.get_height() == k.capacity
+        x = bar.get_x() + bar.get_width() / 2
+        (seg,) = [s for s in bars[f"capacity-interval|{k.policy}"].get_segments() if s[0][0] == x]
+        assert (seg[0][1], seg[1][1]) == (k.ci_low, k.ci_high)
+
+
+def test_the_figures_draw_what_the_folder_holds(compare_dir: Path, bursty_runs: dict[str, Path]) -> None:
+    """Knees at capacity.csv's capacity and interval, curves at curve_pooled.csv's violation_rate,
+    bars at capacity with ci_low..ci_high error bars; bursts at bursts.csv's peaks."""
+    cap = labels_as_str(compare_dir / "capacity.csv")
+    pooled = labels_as_str(compare_dir / "curve_pooled.csv")
+    art = drawn(violation_curves_figure(compare_dir))
+    bars = drawn(capacity_bars_figure(compare_dir))
+    for k in cap.itertuples():
+        assert list(art[f"knee|{k.policy}|{k[2]}"].get_xdata()) == [k.capacity, k.capacity]
+        assert span_edges(art[f"knee-interval|{k.policy}|{k[2]}"]) == (k.ci_low, k.ci_high)
+        d = pooled[(pooled.policy == k.policy) & (pooled.group == k[2])].sort_values("devices")
+        line = art[f"curve|{k.policy}|{k[2]}|{k[2]}"]
+        assert list(line.get_xdata()) == d.devices.tolist()
+        assert list(line.get_ydata()) == pytest.approx(d.violation_rate.tolist(), nan_ok=True)
+        bar = bars[f"capacity|{k.policy}|{k[2]}"]
+        assert bar.get_height() == k.capacity
+        x = bar.get_x() + bar.get_width() / 2
+        (seg,) = [s for s in bars[f"capacity-interval|{k.policy}"].get_segments() if s[0][0] == x]
+        assert (seg[0][1], seg[1][1]) == (k.ci_low, k.ci_high)
+    fig = bursty_compare_figure(bursty_runs, classes=["2"])
+    art = drawn(fig)
+    for pol, f in bursty_runs.items():
+        ts = pd.read_csv(f / "timeseries.csv", dtype={"class": str})
+        ts = ts[ts["class"] == "2"].sort_values("t")
+        line = art[f"compliance|{pol}|2"]
+        assert list(line.get_ydata()) == pytest.approx(ts.compliance.tolist(), nan_ok=True)
+    peaks = pd.read_csv(bursty_runs["wisp"] / "bursts.csv").peak_t.unique()
+    drawn_peaks = [a.get_xdata()[0] for a in fig.findobj(lambda a: a.get_gid() == "peak|2")]
+    assert len(peaks) and sorted(drawn_peaks) == sorted(peaks)
 
 
 def test_frames_without_the_needed_columns_are_refused(tmp_path: Path) -> None:
@@ -277,3 +352,127 @@ def test_bad_input_is_one_line_naming_the_file(
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
     assert expected in p.stderr, p.stderr
+
+
+def _copy_tables(src: Path, dst: Path) -> Path:
+    """The small files of a results folder (no points/, no Parquet), to spoil one of them."""
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.suffix in (".csv", ".json", ".yaml"):
+            shutil.copy(f, dst / f.name)
+    return dst
+
+
+def _edit(path: Path, change: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)  # every cell as written
+    change(df).to_csv(path, index=False)
+
+
+def _cell(row: int, col: str, value: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def change(df: pd.DataFrame) -> pd.DataFrame:
+        df.loc[row, col] = value
+        return df
+
+    return change
+
+
+def _two_sweeps(df: pd.DataFrame) -> pd.DataFrame:  # as experiments/data/acceptance/capacity.csv
+    return pd.concat([df.assign(acceptance="trace"), df.assign(acceptance="bernoulli")])
+
+
+# (command, file to spoil, how, the expected error); "{}" is the spoiled folder
+SPOILED = {
+    "blank capacity, curves": (
+        ["curves", "{}"],
+        "capacity.csv",
+        _cell(0, "capacity", ""),
+        r"capacity\.csv: column capacity, row 1 \(policy \w+, class 4\): expected a finite number, "
+        r"got an empty cell$",
+    ),
+    "blank capacity, bars": (
+        ["capacity", "{}"],
+        "capacity.csv",
+        _cell(1, "capacity", ""),
+        r"capacity\.csv: column capacity, row 2 \(policy \w+, class \d\): .* got an empty cell$",
+    ),
+    "inf interval": (
+        ["capacity", "{}"],
+        "capacity.csv",
+        _cell(0, "ci_high", "inf"),
+        r"capacity\.csv: column ci_high, row 1 .*: expected a finite number, got 'inf'$",
+    ),
+    "text peak": (
+        ["bursty", "{}"],
+        "bursts.csv",
+        _cell(0, "peak_value", "high"),
+        r"bursts\.csv: column peak_value, row 1 \(class \w+, peak 1\): .* got 'high'$",
+    ),
+    "two sweeps in one capacity.csv, bars": (
+        ["capacity", "{}"],
+        "capacity.csv",
+        _two_sweeps,
+        r"capacity\.csv: policy \w+, class 4 appears in 2 rows; the extra column\(s\) acceptance ",
+    ),
+    "two sweeps in one capacity.csv, curves": (
+        ["curves", "{}"],
+        "capacity.csv",
+        _two_sweeps,
+        r"capacity\.csv: policy \w+, class 4 appears in 2 rows; the extra column\(s\) acceptance ",
+    ),
+    "a capacity row without curve rows": (
+        ["curves", "{}"],
+        "capacity.csv",
+        _cell(0, "class", "16"),
+        r"curve_pooled\.csv: no rows for policy \w+, class 16 of .*capacity\.csv \(its classes here: 4, 8\)$",
+    ),
+    "output not a figure": (
+        ["capacity", "{}", "-o", "{}/capacity.txt"],
+        "",
+        None,
+        r"capacity\.txt: cannot write a figure there: the name must end in \.png, \.pdf, \.svg ",
+    ),
+    "output under a file": (
+        ["capacity", "{}", "-o", "{}/capacity.csv/x.png"],
+        "",
+        None,
+        r"x\.png: cannot write the figure: .*capacity\.csv is a file, not a folder$",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SPOILED)
+def test_spoiled_tables_and_bad_outputs_are_one_line_errors(
+    case: str, tmp_path: Path, compare_dir: Path, bursty_runs: dict[str, Path]
+) -> None:
+    args, name, change, expected = SPOILED[case]
+    src = bursty_runs["wisp"] if args[0] == "bursty" else compare_dir
+    folder = _copy_tables(src, tmp_path / "spoiled")
+    if change is not None:
+        _edit(folder / name, change)
+    r = CliRunner().invoke(app, ["plot", *(a.format(folder) for a in args)])
+    # the CLI's entry point prints a WispsimError as one "error: ..." line with exit code 2
+    assert isinstance(r.exception, WispsimError), (r.output, r.exception)
+    message = str(r.exception)
+    assert r.exception.exit_code == 2 and "\n" not in message, message
+    assert re.search(expected, message), message
+    assert not list(folder.glob("*.png"))
+
+
+def test_class_labels_are_matched_as_numbers_and_the_figure_goes_where_it_says(
+    compare_dir: Path, tmp_path: Path
+) -> None:
+    """capacity.csv's 4.0 is curve_pooled.csv's 4; -o FOLDER writes the default name inside it."""
+    folder = _copy_tables(compare_dir, tmp_path / "floats")
+    _edit(folder / "capacity.csv", lambda df: df.assign(**{"class": df["class"] + ".0"}))
+    out = tmp_path / "figures"
+    out.mkdir()
+    text = invoke("curves", str(folder), "-o", str(out))
+    assert f"wrote {out / 'violation_curves.png'}" in text and is_png(out / "violation_curves.png")
+    cap = labels_as_str(compare_dir / "capacity.csv")
+    art = drawn(violation_curves_figure(folder))
+    for k in cap.itertuples():  # every knee drawn, on its class
+        assert list(art[f"knee|{k.policy}|{k[2]}"].get_xdata()) == [k.capacity, k.capacity]
+    text = invoke("capacity", str(folder), "--out", str(tmp_path / "bars.svg"))
+    assert f"wrote {tmp_path / 'bars.svg'}" in text and (tmp_path / "bars.svg").read_text().startswith(
+        "<?xml"
+    )

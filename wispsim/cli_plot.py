@@ -1,7 +1,9 @@
 """``wispsim plot curves|capacity|bursty|attribution``: figures from any results folder.
 
 Each command reads a folder that ``sweep``, ``compare`` or ``run`` wrote (never simulating) and
-writes one PNG, by default inside that folder; :mod:`wispsim.plots` draws them.
+writes one PNG, by default inside that folder; :mod:`wispsim.plots` draws them. ``--out`` is a file
+ending in .png, .pdf or .svg, or an existing folder (the default file name is written in it); the
+path actually written is printed.
 """
 
 from __future__ import annotations
@@ -19,8 +21,24 @@ console = Console()
 
 FolderArg = Annotated[Path, typer.Argument(help="A results folder.", show_default=False)]
 PngOpt = Annotated[
-    Path | None, typer.Option("--out", "-o", help="PNG to write (default: inside the folder).")
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="Figure to write: a .png, .pdf or .svg file, or a folder (default: inside the results folder).",
+    ),
 ]
+
+
+def _out(out: Path | None, folder: Path, name: str) -> Path:
+    """The figure's path, checked before anything is read or drawn."""
+    from wispsim.plots import figure_path
+
+    return figure_path(out if out is not None else folder / name, name)
+
+
+def _wrote(path: Path) -> None:
+    console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
 
 
 @plot_app.command("curves")
@@ -36,8 +54,8 @@ def curves(
 
     if epsilon is not None and not 0 <= epsilon < 1:
         raise ConfigError("--epsilon", "", f"must be in [0, 1), got {epsilon}")
-    path = violation_curves(folder, out or folder / "violation_curves.png", epsilon=epsilon)
-    console.print(f"wrote {path}")
+    path = violation_curves(folder, _out(out, folder, "violation_curves.png"), epsilon=epsilon)
+    _wrote(path)
 
 
 @plot_app.command("capacity")
@@ -45,8 +63,8 @@ def capacity(folder: FolderArg, out: PngOpt = None) -> None:
     """Capacity per class and policy as grouped bars with 95% intervals."""
     from wispsim.plots import capacity_bars
 
-    path = capacity_bars(folder, out or folder / "capacity.png")
-    console.print(f"wrote {path}")
+    path = capacity_bars(folder, _out(out, folder, "capacity.png"))
+    _wrote(path)
 
 
 @plot_app.command("bursty")
@@ -75,10 +93,9 @@ def bursty(
     if len(set(names)) < len(names):
         raise ConfigError("--label", "", "labels must be different")
     cls = [c for c in classes.split(",") if c.strip()] if classes else None
-    path = bursty_compare(
-        dict(zip(names, folders, strict=True)), out or folders[0] / "bursty_compare.png", classes=cls
-    )
-    console.print(f"wrote {path}")
+    dest = _out(out, folders[0], "bursty_compare.png")
+    path = bursty_compare(dict(zip(names, folders, strict=True)), dest, classes=cls)
+    _wrote(path)
 
 
 @plot_app.command("attribution")
@@ -97,6 +114,7 @@ def attribution_cmd(
         raise ConfigError(
             "--window" if window < 1 else "--factor", "", "must be >= 1" if window < 1 else "must be > 0"
         )
+    dest = _out(out, folder, "attribution.png")
     rounds = read_parquet(folder, "rounds.parquet", ROUND_COLUMNS)
     batches = read_parquet(folder, "batches.parquet", BATCH_COLUMNS)
     responses = (
@@ -110,7 +128,7 @@ def attribution_cmd(
     path, counts = attribution(
         rounds,
         batches,
-        out or folder / "attribution.png",
+        dest,
         window=window,
         factor=factor,
         responses=responses,
@@ -119,4 +137,4 @@ def attribution_cmd(
     total = sum(counts.values())
     shares = ", ".join(f"{k} {v} ({v / total:.0%})" for k, v in counts.items()) if total else "none"
     console.print(f"violated rounds: {shares}")
-    console.print(f"wrote {path}")
+    _wrote(path)

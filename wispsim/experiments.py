@@ -227,6 +227,8 @@ def run_experiment(
     # Cost of the results, summed over the runs that computed them (a rerun that only loads
     # stored points must not report its few seconds as the study's cost).
     prev = _read_json(out / "run.json")
+    if computed and not loaded:  # everything computed now: earlier totals describe other points
+        prev = {}
     total_sims = int(prev.get("simulations_computed_total", 0)) + computed
     total_wall = float(prev.get("compute_wall_s_total", 0.0)) + (wall if computed else 0.0)
     if runners and computed == 0 and loaded:

@@ -3,9 +3,13 @@ under bursts, and the attribution of violations to queueing or compute (SPEC 7).
 
 Every function reads results only -- the CSV and Parquet files that ``wispsim sweep``, ``compare``
 and ``run`` write, or the same tables as DataFrames -- and never runs the simulator, so a figure
-can be redrawn from any results folder long after the run. Each writes one PNG (matplotlib, Agg)
-and returns its path. A missing folder or file, or a table without the columns a figure needs, is
-a :class:`~wispsim.errors.WispsimError` whose one-line message names the file.
+can be redrawn from any results folder long after the run. Each writes one figure (matplotlib, Agg;
+PNG, or PDF/SVG when the path ends so; an existing folder gets the default file name inside it) and
+returns the path written. Each has a ``*_figure`` twin that returns the matplotlib Figure instead,
+so what was drawn can be inspected: the artists carry gids (``curve|POLICY|GROUP|CLASS``,
+``knee|POLICY|GROUP``, ``capacity|POLICY|CLASS``, ...). A missing folder or file, a table without
+the columns a figure needs, a cell that is not a finite number, or an output path that cannot be
+written, is a :class:`~wispsim.errors.WispsimError` whose one-line message names the file.
 
 Attribution: a round of a measured response that violated its SLO is *compute-dominant* when its
 verify time exceeds ``factor`` x the moving average latency of the ``window`` batches dispatched
@@ -19,7 +23,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -27,13 +31,20 @@ import yaml
 
 from wispsim.errors import ConfigError, WispsimError
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 COMPUTE, QUEUE = "compute-dominant", "queue-dominant"
 CAPACITY_COLUMNS = ("policy", "class", "capacity", "ci_low", "ci_high")
 POOLED_COLUMNS = ("policy", "group", "class", "devices", "violation_rate", "decision_violation")
+# every column sweep/compare write; any other one (e.g. "acceptance") marks a table of several sweeps
+_CAPACITY_KNOWN = (*CAPACITY_COLUMNS, "saturated", "evaluated")
+_POOLED_KNOWN = (*POOLED_COLUMNS, "seeds", "responses", "decision_ci_low", "decision_ci_high")
 TIMESERIES_COLUMNS = ("t", "class", "compliance")
 ROUND_COLUMNS = ("response", "slo", "batch", "arrival", "dispatch", "verify_time", "measured")
 BATCH_COLUMNS = ("batch", "replica", "t_dispatch", "latency")
 DPI = 110
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 _LABEL_COLUMNS = {"policy": str, "class": str, "group": str}
 
 
@@ -86,14 +97,52 @@ def read_parquet(folder: Path | str, name: str, columns: Iterable[str] = ()) -> 
     return _check_columns(df, columns, str(path))
 
 
-def _numeric(df: pd.DataFrame, columns: Iterable[str], what: str) -> pd.DataFrame:
+def _row_name(df: pd.DataFrame, i: int) -> str:
+    """'row 3 (policy wisp, class 4)': the i-th data row (from 1, the header not counted)."""
+    labels = [f"{c} {df[c].iloc[i]}" for c in ("policy", "group", "class", "t", "peak") if c in df]
+    return f"row {i + 1}" + (f" ({', '.join(labels)})" if labels else "")
+
+
+def _numeric(df: pd.DataFrame, columns: Iterable[str], what: str, gaps: Iterable[str] = ()) -> pd.DataFrame:
+    """``columns`` as numbers. A cell that is not a finite number (text, inf, or empty -- except in
+    the ``gaps`` columns, where empty means "no value" and is drawn as a gap) is an error naming
+    the file (``what``), the column and the row."""
     df = df.copy()
+    may_be_empty = set(gaps)
     for c in columns:
-        try:
-            df[c] = pd.to_numeric(df[c])
-        except (ValueError, TypeError):
-            raise WispsimError(f"{what}: column {c} has values that are not numbers") from None
+        raw = df[c]
+        num = pd.to_numeric(raw, errors="coerce")
+        vals = num.to_numpy(dtype=float, na_value=np.nan)
+        empty = raw.isna().to_numpy(bool)
+        bad = np.isinf(vals) | (np.isnan(vals) & ~empty)  # inf, or text that is not a number
+        if c not in may_be_empty:
+            bad |= empty
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            got = "an empty cell" if empty[i] else repr(str(raw.iloc[i]).strip())
+            raise WispsimError(f"{what}: column {c}, {_row_name(df, i)}: expected a finite number, got {got}")
+        df[c] = num
     return df
+
+
+def _check_unique(df: pd.DataFrame, keys: Sequence[str], what: str, known: Iterable[str]) -> None:
+    """One row per ``keys``; else an error naming the repeated key and the columns telling them apart."""
+    dup = df.duplicated(list(keys), keep=False).to_numpy(bool)
+    if not dup.any():
+        return
+    rows = df[dup]
+    first = rows.iloc[0]
+    same = rows[(rows[list(keys)] == first[list(keys)]).all(axis=1)]
+    key = ", ".join(f"{k} {first[k]}" for k in keys)
+    extra = [c for c in df.columns if c not in set(known)]
+    differ = [c for c in extra if same[c].nunique(dropna=False) > 1] or extra
+    hint = (
+        f"; the extra column(s) {', '.join(differ)} tell them apart: this file holds several sweeps, "
+        f"plot each from its own folder or table, with one row per ({', '.join(keys)})"
+        if differ
+        else f"; expected one row per ({', '.join(keys)})"
+    )
+    raise WispsimError(f"{what}: {key} appears in {len(same)} rows{hint}")
 
 
 def folder_meta(folder: Path | str) -> dict[str, Any]:
@@ -163,11 +212,37 @@ def _plt() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path | str) -> Path:
+def figure_path(path: Path | str, default_name: str) -> Path:
+    """Where a figure goes: ``path`` itself, or ``path/default_name`` when ``path`` is an existing
+    folder. Its name must end in one of :data:`FIGURE_SUFFIXES` (checked before anything is drawn).
+    """
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=DPI)
-    _plt().close(fig)
+    if out.is_dir():
+        out = out / default_name
+    if out.suffix.lower() not in FIGURE_SUFFIXES:
+        allowed = ", ".join(FIGURE_SUFFIXES)
+        raise WispsimError(
+            f"{out}: cannot write a figure there: the name must end in {allowed} "
+            f"(or be an existing folder, to write {default_name} in it)"
+        )
+    return out
+
+
+def _save(fig: Any, path: Path | str, default_name: str) -> Path:
+    """Write ``fig`` to :func:`figure_path` and close it; the path written, or a one-line error."""
+    plt = _plt()
+    try:
+        out = figure_path(path, default_name)
+        if out.parent.exists() and not out.parent.is_dir():
+            raise WispsimError(f"{out}: cannot write the figure: {out.parent} is a file, not a folder")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=DPI, format=out.suffix[1:].lower())
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip()
+        why = why.splitlines()[0] if why else type(e).__name__
+        raise WispsimError(f"{path}: cannot write the figure: {why}") from None
+    finally:
+        plt.close(fig)
     return out
 
 
@@ -181,8 +256,35 @@ def _grid(n: int) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------
 
 
+def _norm_class(c: Any) -> str:
+    """A class label as the simulator writes it: "4.0" -> "4", "mix:4.0,8" -> "mix:4,8", "all"."""
+    s = str(c).strip()
+    if s == "all":
+        return s
+    if s.startswith("mix:"):
+        return "mix:" + ",".join(_norm_class(x) for x in s[4:].split(","))
+    try:
+        return f"{float(s):g}"
+    except ValueError:
+        return s
+
+
+def _capacity_frame(cap: pd.DataFrame, what: str) -> pd.DataFrame:
+    """A capacity table checked: finite numbers, class labels normalised, one row per (policy, class)."""
+    cap = _numeric(cap, ("capacity", "ci_low", "ci_high"), what)
+    if cap.empty:
+        raise WispsimError(f"{what}: no rows")
+    cap = cap.assign(**{"class": cap["class"].map(_norm_class)})
+    _check_unique(cap, ("policy", "class"), what, _CAPACITY_KNOWN)
+    return cap
+
+
 def _sweep_frames(source: Any) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any], str]:
-    """(capacity, pooled curve, meta, name) from a folder, a (capacity, pooled) pair or a result."""
+    """(capacity, pooled curve, meta, name) from a folder, a (capacity, pooled) pair or a result.
+
+    Class labels are normalised on both sides ("4.0" and "4" are one class) and every capacity row
+    must have curve rows (the same policy, its class as the curve's group).
+    """
     if isinstance(source, str | Path):
         folder = results_folder(source)
         cap = read_csv(folder, "capacity.csv", CAPACITY_COLUMNS)
@@ -203,36 +305,40 @@ def _sweep_frames(source: Any) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, An
         pooled = pooled.astype({c: str for c in ("policy", "group", "class") if c in pooled})
         pooled = _check_columns(pooled, POOLED_COLUMNS, what_pooled)
         meta, name = {}, ""
-    cap = _numeric(cap, ("capacity", "ci_low", "ci_high"), what_cap)
-    num = [c for c in (*POOLED_COLUMNS[3:], "decision_ci_low", "decision_ci_high") if c in pooled]
-    pooled = _numeric(pooled, num, what_pooled)
-    if cap.empty or pooled.empty:
-        raise WispsimError(f"{what_cap if cap.empty else what_pooled}: no rows")
+    cap = _capacity_frame(cap, what_cap)
+    rates = [c for c in (*POOLED_COLUMNS[4:], "decision_ci_low", "decision_ci_high") if c in pooled]
+    pooled = _numeric(pooled, ("devices", *rates), what_pooled, gaps=rates)  # a rate may be undefined
+    if pooled.empty:
+        raise WispsimError(f"{what_pooled}: no rows")
+    pooled = pooled.assign(group=pooled.group.map(_norm_class), **{"class": pooled["class"].map(_norm_class)})
+    _check_unique(pooled, ("policy", "group", "class", "devices"), what_pooled, _POOLED_KNOWN)
+    curves = set(zip(pooled.policy, pooled.group, strict=True))
+    for pol, cls in zip(cap.policy, cap["class"], strict=True):
+        if (pol, cls) not in curves:
+            there = sorted({g for p, g in curves if p == pol}, key=_class_key)
+            raise WispsimError(
+                f"{what_pooled}: no rows for policy {pol}, class {cls} of {what_cap} "
+                f"(its classes here: {', '.join(there) or 'none'})"
+            )
     return cap, pooled, meta, name
 
 
 def _knee_label(policy: str, row: Mapping[str, Any]) -> str:
-    cap, lo, hi = int(row["capacity"]), int(row["ci_low"]), int(row["ci_high"])
+    cap, lo, hi = (f"{float(row[k]):g}" for k in ("capacity", "ci_low", "ci_high"))
     if str(row.get("saturated", "False")) == "True":
         return f"{policy}: >= {cap} (saturated)"
     return f"{policy} knee {cap} [{lo}, {hi}]"
 
 
-def violation_curves(
+def violation_curves_figure(
     source: Path | str | tuple[pd.DataFrame, pd.DataFrame] | Any,
-    path: Path | str,
     epsilon: float | None = None,
     title: str | None = None,
-) -> Path:
-    """Violation rate vs devices, one panel per class (per class of each mix), one line per policy.
-
-    ``source``: a sweep or compare folder (capacity.csv, curve_pooled.csv, manifest.json), a pair
-    of DataFrames (capacity, pooled) or an object with ``.capacity`` and ``.pooled`` (a sweep
-    result). Each line is the violation rate pooled over seeds, with its bootstrap 95% interval as
-    a band (for a mix, the interval is that of the worst class, drawn as a dotted line: capacity
-    is decided on it). The knee -- the capacity -- is a dashed vertical line with its 95% interval
-    shaded. ``epsilon`` defaults to the folder's (manifest.json, then scenario.yaml).
-    """
+) -> Figure:
+    """The figure of :func:`violation_curves`, not written. Its artists' gids: ``curve|P|G|C`` (the
+    line: ``violation_rate`` vs ``devices``), ``worst|P|G|C`` (a mix's ``decision_violation``),
+    ``band|P|G|C``, ``knee|P|G`` (x = capacity) and ``knee-interval|P|G`` (ci_low to ci_high) for
+    policy P, group G (capacity.csv's class) and class C."""
     cap, pooled, meta, name = _sweep_frames(source)
     eps = epsilon if epsilon is not None else meta.get("epsilon")
     policies = list(dict.fromkeys([*cap.policy, *pooled.policy]))
@@ -254,16 +360,43 @@ def violation_curves(
             if d.empty:
                 continue
             col = colors[pol]
-            ax.plot(d.devices, d.violation_rate, marker="o", ms=3, lw=1.4, color=col, label=pol)
+            ax.plot(
+                d.devices,
+                d.violation_rate,
+                marker="o",
+                ms=3,
+                lw=1.4,
+                color=col,
+                label=pol,
+                gid=f"curve|{pol}|{g}|{c}",
+            )
             if mix:  # capacity of a mix is decided on its worst class
-                ax.plot(d.devices, d.decision_violation, ls=":", lw=1, color=col, label=f"{pol}: worst class")
+                ax.plot(
+                    d.devices,
+                    d.decision_violation,
+                    ls=":",
+                    lw=1,
+                    color=col,
+                    label=f"{pol}: worst class (decision_violation)",
+                    gid=f"worst|{pol}|{g}|{c}",
+                )
             if {"decision_ci_low", "decision_ci_high"} <= set(d.columns):
-                ax.fill_between(d.devices, d.decision_ci_low, d.decision_ci_high, color=col, alpha=0.15, lw=0)
+                ax.fill_between(
+                    d.devices,
+                    d.decision_ci_low,
+                    d.decision_ci_high,
+                    color=col,
+                    alpha=0.15,
+                    lw=0,
+                    gid=f"band|{pol}|{g}|{c}",
+                )
             knee = cap[(cap.policy == pol) & (cap["class"] == g)]
             if len(knee):
                 k = knee.iloc[0]
-                ax.axvline(k.capacity, color=col, ls="--", lw=1, label=_knee_label(pol, k))
-                ax.axvspan(k.ci_low - 0.5, k.ci_high + 0.5, color=col, alpha=0.12, lw=0)
+                ax.axvline(
+                    k.capacity, color=col, ls="--", lw=1, label=_knee_label(pol, k), gid=f"knee|{pol}|{g}"
+                )
+                ax.axvspan(k.ci_low, k.ci_high, color=col, alpha=0.12, lw=0, gid=f"knee-interval|{pol}|{g}")
         if eps is not None:
             ax.axhline(float(eps), color="r", ls="-.", lw=0.8, label=f"epsilon = {float(eps):g}")
         ax.set_title(f"class {_class_label(c)}" + (f" in {g}" if mix else ""), fontsize=10)
@@ -272,7 +405,7 @@ def violation_curves(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     for ax in axes[:, 0]:
-        ax.set_ylabel("violation rate")
+        ax.set_ylabel("violation rate (violation_rate)")
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     if title is None:
@@ -288,15 +421,35 @@ def violation_curves(
         title += f"\n{name}; band: bootstrap 95% interval; shaded span: capacity interval" if name else ""
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
 
 
-def capacity_bars(capacity: pd.DataFrame | Path | str, path: Path | str, title: str | None = None) -> Path:
-    """Grouped bars: capacity per class (x) and policy (bar), the 95% interval as error bars.
+def violation_curves(
+    source: Path | str | tuple[pd.DataFrame, pd.DataFrame] | Any,
+    path: Path | str,
+    epsilon: float | None = None,
+    title: str | None = None,
+) -> Path:
+    """Violation rate vs devices, one panel per class (per class of each mix), one line per policy.
 
-    ``capacity`` is a capacity table (capacity.csv's columns) or a folder holding capacity.csv.
-    A saturated search (capacity is only a lower bound) is hatched and labelled ">= N".
+    ``source``: a sweep or compare folder (capacity.csv, curve_pooled.csv, manifest.json), a pair
+    of DataFrames (capacity, pooled) or an object with ``.capacity`` and ``.pooled`` (a sweep
+    result). Each line is curve_pooled.csv's ``violation_rate`` (the class's violation rate pooled
+    over seeds) with the bootstrap 95% interval (``decision_ci_low`` to ``decision_ci_high``) as a
+    band; for a mix, that interval is the worst class's, whose rate (``decision_violation``) is the
+    dotted line: capacity is decided on it. The knee -- capacity.csv's ``capacity`` -- is a dashed
+    vertical line with its 95% interval (``ci_low`` to ``ci_high``) shaded. ``epsilon`` defaults
+    to the folder's (manifest.json, then scenario.yaml). Returns the path written (see
+    :func:`figure_path`; a folder gets violation_curves.png).
     """
+    out = figure_path(path, "violation_curves.png")
+    return _save(violation_curves_figure(source, epsilon, title), out, "violation_curves.png")
+
+
+def capacity_bars_figure(capacity: pd.DataFrame | Path | str, title: str | None = None) -> Figure:
+    """The figure of :func:`capacity_bars`, not written. Each bar's gid is ``capacity|P|C`` (height:
+    the capacity of policy P and class C); its error bars' LineCollection is ``capacity-interval|P``
+    (one segment per bar, from ci_low to ci_high)."""
     meta: dict[str, Any] = {}
     if isinstance(capacity, str | Path):
         folder = results_folder(capacity)
@@ -306,9 +459,7 @@ def capacity_bars(capacity: pd.DataFrame | Path | str, path: Path | str, title: 
     else:
         what = "capacity table"
         cap = _check_columns(capacity.astype({"class": str, "policy": str}), CAPACITY_COLUMNS, what)
-    cap = _numeric(cap, ("capacity", "ci_low", "ci_high"), what)
-    if cap.empty:
-        raise WispsimError(f"{what}: no rows")
+    cap = _capacity_frame(cap, what)
     policies = list(dict.fromkeys(cap.policy))
     classes = list(dict.fromkeys(cap["class"]))
     plt = _plt()
@@ -316,7 +467,7 @@ def capacity_bars(capacity: pd.DataFrame | Path | str, path: Path | str, title: 
     width = min(0.8 / len(policies), 0.35)
     x = np.arange(len(classes))
     for i, pol in enumerate(policies):
-        d = cap[cap.policy == pol].set_index("class").reindex(classes)
+        d = cap[cap.policy == pol].set_index("class").reindex(classes)  # NaN: no row for a class
         val = d.capacity.to_numpy(float)
         lo = np.clip(val - d.ci_low.to_numpy(float), 0, None)
         hi = np.clip(d.ci_high.to_numpy(float) - val, 0, None)
@@ -327,7 +478,11 @@ def capacity_bars(capacity: pd.DataFrame | Path | str, path: Path | str, title: 
         )
         pos = x + width * (i - (len(policies) - 1) / 2)
         bars = ax.bar(pos, val, width, color=f"C{i % 10}", label=pol, yerr=[lo, hi], capsize=3)
-        for b, v, up, s in zip(bars, val, hi, sat, strict=True):
+        if bars.errorbar is not None:
+            for coll in bars.errorbar.lines[2]:
+                coll.set_gid(f"capacity-interval|{pol}")
+        for b, cls, v, up, s in zip(bars, classes, val, hi, sat, strict=True):
+            b.set_gid(f"capacity|{pol}|{cls}")
             if not np.isfinite(v):
                 continue
             if s:
@@ -353,22 +508,23 @@ def capacity_bars(capacity: pd.DataFrame | Path | str, path: Path | str, title: 
         title = "Capacity per SLO class, 95% interval" + (f"\n{', '.join(bits)}" if bits else "")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
+
+
+def capacity_bars(capacity: pd.DataFrame | Path | str, path: Path | str, title: str | None = None) -> Path:
+    """Grouped bars: capacity per class (x) and policy (bar), the 95% interval as error bars.
+
+    ``capacity`` is a capacity table (capacity.csv's columns) or a folder holding capacity.csv;
+    it must have one row per (policy, class). A saturated search (capacity is only a lower bound)
+    is hatched and labelled ">= N". Returns the path written (a folder gets capacity.png).
+    """
+    out = figure_path(path, "capacity.png")
+    return _save(capacity_bars_figure(capacity, title), out, "capacity.png")
 
 
 # ------------------------------------------------------------------------------------------
 # bursty runs: compliance over time
 # ------------------------------------------------------------------------------------------
-
-
-def _norm_class(c: Any) -> str:
-    s = str(c).strip()
-    if s == "all":
-        return s
-    try:
-        return f"{float(s):g}"
-    except ValueError:
-        return s
 
 
 def bursty_compare(
@@ -383,7 +539,19 @@ def bursty_compare(
     ``--arrivals``, also bursts.csv and the trace target in server_timeseries.csv). The trace's
     target is drawn in grey on a twin axis, each burst's peak as a vertical line, the threshold
     1 - epsilon as a red line. ``classes``: which panels ("2", 4.0, "all"; default all of them).
+    Returns the path written (a folder gets bursty_compare.png).
     """
+    out = figure_path(path, "bursty_compare.png")
+    return _save(bursty_compare_figure(run_folders, classes, title), out, "bursty_compare.png")
+
+
+def bursty_compare_figure(
+    run_folders: Mapping[str, Path | str],
+    classes: Sequence[Any] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """The figure of :func:`bursty_compare`, not written. Gids: ``compliance|LABEL|CLASS`` (a run's
+    compliance line in a panel) and ``peak|CLASS`` (the vertical lines at bursts.csv's peak_t)."""
     if not run_folders:
         raise ConfigError("bursty_compare", "run_folders", "needs at least one run folder")
     series: dict[str, pd.DataFrame] = {}
@@ -393,7 +561,8 @@ def bursty_compare(
     for label, f in run_folders.items():
         folder = results_folder(f)
         ts = read_csv(folder, "timeseries.csv", TIMESERIES_COLUMNS)
-        ts = _numeric(ts, ("t", "compliance"), str(folder / "timeseries.csv"))
+        # an empty compliance cell: nothing was decided in that window (a gap in the line)
+        ts = _numeric(ts, ("t", "compliance"), str(folder / "timeseries.csv"), gaps=("compliance",))
         series[label] = ts.assign(**{"class": ts["class"].map(_norm_class)})
         metas[label] = folder_meta(folder)
         if target is None and (folder / "server_timeseries.csv").is_file():
@@ -402,6 +571,7 @@ def bursty_compare(
                 target = _numeric(srv, ("t", "target"), str(folder / "server_timeseries.csv"))
         if peaks is None and (folder / "bursts.csv").is_file():
             b = read_csv(folder, "bursts.csv", ("peak_t", "peak_value"))
+            b = _numeric(b, ("peak_t", "peak_value"), str(folder / "bursts.csv"))
             peaks = b.drop_duplicates("peak_t")[["peak_t", "peak_value"]]
     known = sorted({c for s in series.values() for c in s["class"]}, key=_class_key)
     if classes is None:
@@ -431,12 +601,14 @@ def bursty_compare(
             ax.patch.set_visible(False)
         for j, (label, ts) in enumerate(series.items()):
             d = ts[ts["class"] == cls].sort_values("t")
-            ax.plot(d.t, d.compliance, color=f"C{j % 10}", lw=1.3, label=label)
+            ax.plot(
+                d.t, d.compliance, color=f"C{j % 10}", lw=1.3, label=label, gid=f"compliance|{label}|{cls}"
+            )
         if eps is not None:
             ax.axhline(1 - float(eps), color="r", ls="--", lw=0.8, label=f"threshold {1 - float(eps):g}")
         if peaks is not None:
             for pt, pv in zip(peaks.peak_t, peaks.peak_value, strict=True):
-                ax.axvline(pt, color="0.45", ls=":", lw=0.9)
+                ax.axvline(pt, color="0.45", ls=":", lw=0.9, gid=f"peak|{cls}")
                 if i == 0:
                     ax.annotate(
                         f"peak {pv:g}",
@@ -470,7 +642,7 @@ def bursty_compare(
         title = f"SLO compliance over time: {' vs '.join(series)} ({', '.join(bits)})"
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
 
 
 # ------------------------------------------------------------------------------------------
@@ -555,11 +727,25 @@ def attribution(
 ) -> tuple[Path, dict[str, int]]:
     """Violated rounds in the (queue time, verify time) plane, coloured by attribution.
 
-    Returns the figure's path and the counts per label (``compute-dominant``,
-    ``queue-dominant``). Pass ``responses`` for the simulator's own verdicts (see
-    :func:`violated_rounds`). Both axes are logarithmic; queue times below 0.1 ms are drawn at
+    Returns the path written (a folder gets attribution.png) and the counts per label
+    (``compute-dominant``, ``queue-dominant``). Pass ``responses`` for the simulator's own verdicts
+    (see :func:`violated_rounds`). Both axes are logarithmic; queue times below 0.1 ms are drawn at
     0.1 ms. At most 20,000 points are drawn (a fixed random subset); the counts use all of them.
     """
+    out = figure_path(path, "attribution.png")
+    fig, counts = attribution_figure(rounds, batches, window, factor, responses, title)
+    return _save(fig, out, "attribution.png"), counts
+
+
+def attribution_figure(
+    rounds: pd.DataFrame,
+    batches: pd.DataFrame,
+    window: int = 20,
+    factor: float = 1.5,
+    responses: pd.DataFrame | None = None,
+    title: str | None = None,
+) -> tuple[Figure, dict[str, int]]:
+    """The figure of :func:`attribution`, not written, and the counts per label."""
     lab = attribute_rounds(violated_rounds(rounds, responses), batches, window, factor)
     counts = {COMPUTE: int((lab.label == COMPUTE).sum()), QUEUE: int((lab.label == QUEUE).sum())}
     total = sum(counts.values())
@@ -576,6 +762,7 @@ def attribution(
             color=color,
             label=f"{name}: {counts[name]}",
             rasterized=True,
+            gid=f"attribution|{name}",
         )
     if total:
         ax.set_xscale("log")
@@ -597,4 +784,4 @@ def attribution(
         fontsize=9,
     )
     fig.tight_layout()
-    return _save(fig, path), counts
+    return fig, counts
