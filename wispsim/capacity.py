@@ -115,3 +115,12 @@ class CapacitySearch:
         highs = [p.devices for p in pts if p.devices > cap and p.ci_low > self.epsilon]
         ci_high = min(highs) - 1 if highs else max(p.devices for p in pts)
         return ci_low, max(ci_high, cap)
+
+
+def saturated_mask(cap: pd.DataFrame) -> pd.Series:
+    """Per row of a capacity table: did the search stop at its ceiling (capacity a lower bound)?
+
+    Accepts the column as bools (a table in memory) or as text (read back from any CSV)."""
+    if "saturated" not in cap:
+        return pd.Series(False, index=cap.index)
+    return cap["saturated"].astype(str).str.strip().str.lower().eq("true")

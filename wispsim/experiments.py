@@ -412,24 +412,21 @@ def _with_profile(sc: Scenario, profile: str) -> Scenario:
     return sc.replace(server=dataclasses.replace(sc.server, profile=profile))
 
 
-def _saturated(d: Any) -> bool:
-    return str(d.get("saturated", False)) == "True"
-
-
 def _cap_cell(r: Any) -> str:
     """``capacity [low, high]``, or ``>= capacity`` when the search hit its ceiling (a lower bound)."""
+    from wispsim.capacity import saturated_mask
+
     d = r if isinstance(r, dict) else r._asdict()
-    if _saturated(d):
+    if bool(saturated_mask(pd.DataFrame([d])).iloc[0]):
         return f">= {int(d['capacity'])} (search ceiling)"
     return f"{int(d['capacity'])} [{int(d['ci_low'])}, {int(d['ci_high'])}]"
 
 
 def _measured(cap: pd.DataFrame) -> pd.DataFrame:
     """``cap`` with saturated capacities (lower bounds) set to NaN, so ratios leave them out."""
-    if "saturated" not in cap:
-        return cap
-    sat = cap["saturated"].astype(str).eq("True")
-    return cap.assign(capacity=cap["capacity"].astype(float).mask(sat))
+    from wispsim.capacity import saturated_mask
+
+    return cap.assign(capacity=cap["capacity"].astype(float).mask(saturated_mask(cap)))
 
 
 # ------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from wispsim.capacity import saturated_mask
 from wispsim.errors import ConfigError, WispsimError
 
 if TYPE_CHECKING:
@@ -325,7 +326,7 @@ def _sweep_frames(source: Any) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, An
 
 def _knee_label(policy: str, row: Mapping[str, Any]) -> str:
     cap, lo, hi = (f"{float(row[k]):g}" for k in ("capacity", "ci_low", "ci_high"))
-    if str(row.get("saturated", "False")) == "True":
+    if bool(saturated_mask(pd.DataFrame([dict(row)])).iloc[0]):
         return f"{policy}: >= {cap} (saturated)"
     return f"{policy} knee {cap} [{lo}, {hi}]"
 
@@ -471,11 +472,7 @@ def capacity_bars_figure(capacity: pd.DataFrame | Path | str, title: str | None 
         val = d.capacity.to_numpy(float)
         lo = np.clip(val - d.ci_low.to_numpy(float), 0, None)
         hi = np.clip(d.ci_high.to_numpy(float) - val, 0, None)
-        sat = (
-            d.saturated.astype(str).eq("True").to_numpy()
-            if "saturated" in d
-            else np.zeros(len(d), dtype=bool)
-        )
+        sat = saturated_mask(d).to_numpy()
         pos = x + width * (i - (len(policies) - 1) / 2)
         bars = ax.bar(pos, val, width, color=f"C{i % 10}", label=pol, yerr=[lo, hi], capsize=3)
         if bars.errorbar is not None:
