@@ -34,9 +34,11 @@ from typing import Any
 import numpy as np
 import simpy
 
-from wispsim.config import Scenario, load_scenario
-from wispsim.profiles import load_profile
-from wispsim.simulation import SimResult, simulate
+from wispsim.config import Scenario
+from wispsim.model.profiles import load_profile
+from wispsim.sim.engine import simulate
+from wispsim.sim.inputs import load_scenario
+from wispsim.sim.records import SimResult
 
 SIZES = (50, 100, 200)
 POOL = 4096  # pre-drawn round times shared by the bare devices
@@ -161,7 +163,7 @@ def load() -> str:
 def bench_sweep() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
         exe = shutil.which("wispsim")
-        cmd = [*([exe] if exe else [sys.executable, "-m", "wispsim.cli"]), *SWEEP, "--out", tmp]
+        cmd = [*([exe] if exe else [sys.executable, "-m", "wispsim.cli.main"]), *SWEEP, "--out", tmp]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0

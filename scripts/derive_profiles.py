@@ -4,7 +4,7 @@
     python scripts/derive_profiles.py --check    # exits 1 if a shipped file is out of date
 
 Each file is what ``wispsim profile derive`` writes with the arguments in
-``wispsim.profile_derive.SHIPPED`` (the command is recorded in the file); the rule is explained
+``wispsim.measure.profile.derive.SHIPPED`` (the command is recorded in the file); the rule is explained
 in docs/profiles.md.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from wispsim.profile_derive import SHIPPED, derive_named, render
+from wispsim.measure.profile.derive import SHIPPED, derive_named, render
 
 ROOT = Path(__file__).resolve().parents[1]
 

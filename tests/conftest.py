@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from support import deterministic_overrides, write_profile
 
-from wispsim.config import Scenario, load_scenario
+from wispsim.config import Scenario
+from wispsim.sim.inputs import load_scenario
 
 
 @pytest.fixture(scope="session")

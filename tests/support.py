@@ -1,6 +1,6 @@
 """Test helpers: tiny profiles with hand-friendly numbers, scripted acceptance, scenario builders.
 
-Tests build scenarios through the real loader (:func:`wispsim.config.load_scenario` with
+Tests build scenarios through the real loader (:func:`wispsim.config.schema.load_scenario` with
 overrides), so what they exercise is what a user's YAML file would produce. Importing this module
 registers the scripted acceptance models ``test-all`` and ``test-none``.
 """
@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from wispsim.acceptance import ACCEPTANCE, FEATURES, ResponseStream, accept_runs
-from wispsim.config import AcceptanceConfig, Scenario, load_scenario
+from wispsim.config import AcceptanceConfig, Scenario
+from wispsim.model.acceptance import ACCEPTANCE, FEATURES, ResponseStream, accept_runs
+from wispsim.sim.inputs import load_scenario
 
 GIB = 1024**3
 

@@ -17,7 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wispsim.acceptance import (
+from wispsim.config import AcceptanceConfig
+from wispsim.errors import ConfigError, TraceError
+from wispsim.model.acceptance import (
     FEATURES,
     TRACE_COLUMNS,
     BernoulliAcceptance,
@@ -29,8 +31,6 @@ from wispsim.acceptance import (
     load_trace,
     make_acceptance,
 )
-from wispsim.config import AcceptanceConfig
-from wispsim.errors import ConfigError, TraceError
 
 FIXTURE = "fixture-synthetic"
 
@@ -333,7 +333,7 @@ def test_corrupt_file_is_a_trace_error(tmp_path: Path) -> None:
 
 
 def test_trace_replay_with_workload_lengths_stitches_recorded_samples() -> None:
-    from wispsim.acceptance import TraceAcceptance, find_trace, load_trace
+    from wispsim.model.acceptance import TraceAcceptance, find_trace, load_trace
 
     cfg = AcceptanceConfig(model="trace", trace="fixture-synthetic", lengths="workload", accept_from="flag")
     model = TraceAcceptance(cfg)
@@ -356,9 +356,9 @@ def test_trace_replay_with_workload_lengths_stitches_recorded_samples() -> None:
 def test_predictor_decisions_precomputed_per_trace_equal_per_response() -> None:
     import dataclasses
 
-    from wispsim.acceptance import TraceAcceptance
     from wispsim.config import DraftingConfig, PredictorConfig
-    from wispsim.controllers import PredictorController
+    from wispsim.model.acceptance import TraceAcceptance
+    from wispsim.model.drafting import PredictorController
 
     model = TraceAcceptance(AcceptanceConfig(model="trace", trace="fixture-synthetic", lengths="workload"))
     ctl = PredictorController(DraftingConfig(predictor=PredictorConfig(threshold=0.6)))

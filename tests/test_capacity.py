@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from wispsim.capacity import CapacitySearch, PointStats, pooled_stats
+from wispsim.study.capacity_search import CapacitySearch, PointStats, pooled_stats
 
 
 def _run(search: CapacitySearch, curve) -> list[int]:

@@ -11,8 +11,8 @@ from itertools import count
 import pytest
 import simpy
 
-from wispsim.centralized import CentralizedServer
-from wispsim.records import BatchRecord
+from wispsim.sim.centralized import CentralizedServer
+from wispsim.sim.records import BatchRecord
 
 
 class FakeLatency:

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wispsim.config import POLICIES, Dist, Scenario, load_scenario, parse_set
+from wispsim.config import POLICIES, Dist, Scenario, parse_set
 from wispsim.errors import ConfigError, WispsimError
+from wispsim.sim.inputs import load_scenario
 
 
 def write(tmp_path: Path, text: str, name: str = "scenario.yaml") -> Path:

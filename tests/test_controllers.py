@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wispsim.acceptance import FEATURES, ResponseStream, accept_runs
 from wispsim.config import DraftingConfig, PredictorConfig
-from wispsim.controllers import FixedController, PredictorController, make_controller
 from wispsim.errors import ConfigError
+from wispsim.model.acceptance import FEATURES, ResponseStream, accept_runs
+from wispsim.model.drafting import FixedController, PredictorController, make_controller
 
 
 def stream_with_top1(top1: list[float], pad: int = 3) -> ResponseStream:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from wispsim.config import load_scenario
+from wispsim.sim.inputs import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -27,7 +27,7 @@ def test_readme_python_blocks_run(code: str, tmp_path: Path) -> None:
     if "@SCHEDULERS.register" in code:
         # the plug-in example must really work as a scheduler
         check = (
-            "\nfrom wispsim.config import load_scenario\nfrom wispsim.simulation import simulate\n"
+            "\nfrom wispsim import load_scenario, simulate\n"
             "sc = load_scenario(overrides={'policy': 'custom', 'server': {'scheduler': 'shortest'},"
             " 'workload': {'warmup_s': 2, 'duration_s': 5}}).with_devices(6)\n"
             "assert len(simulate(sc).rounds) > 0\n"
@@ -55,7 +55,7 @@ def test_readme_mentions_every_command() -> None:
     """Every command the CLI registers (groups and their subcommands) appears in the README."""
     import typer.main
 
-    from wispsim.cli import app
+    from wispsim.cli.main import app
 
     def walk(cmd: Any, prefix: str) -> list[str]:  # typer vendors its own click: duck-type groups
         if hasattr(cmd, "commands"):

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from support import profile_dict
 
 from wispsim.errors import ConfigError
-from wispsim.estimator import Estimator, aggregates
-from wispsim.profiles import load_profile
+from wispsim.model.estimator import Estimator, aggregates
+from wispsim.model.profiles import load_profile
 
 # Qwen3-32B on one A100 80GB, vLLM (SPEC 4 table)
 QWEN = Estimator(a=3.314e-5, b_compute=3.450e-8, b_read=4.620e-6, c=1.486e-2)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from wispsim.cli import app
+from wispsim.cli.main import app
 from wispsim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def test_quick_capacity_and_mix_tables_have_numbers(quick_run: Path) -> None:
 
 
 def test_unknown_experiment_lists_the_known_ones() -> None:
-    from wispsim.experiments import load_spec
+    from wispsim.study.experiments.spec import load_spec
 
     with pytest.raises(ConfigError, match=r"known: .*capacity"):
         load_spec("nope")
@@ -94,7 +94,7 @@ def test_a_rerun_loads_points_and_reports_who_computed_them(quick_run: Path) -> 
     ],
 )
 def test_bad_experiment_specs_are_one_line_errors(field: str, value: object, message: str) -> None:
-    from wispsim.experiments import resolve
+    from wispsim.study.experiments.spec import resolve
 
     spec = {"study": "capacity", "name": "capacity", field: value}
     with pytest.raises(ConfigError, match=f"experiments/capacity.yaml: {message}") as e:
@@ -121,7 +121,7 @@ def test_cli_bad_spec_exits_2_without_traceback(tmp_path: Path) -> None:
 
 
 def test_saturated_capacity_is_a_lower_bound_and_has_no_ratio() -> None:
-    from wispsim.experiments import _cap_cell, _measured
+    from wispsim.study.experiments.spec import _cap_cell, _measured
 
     cap = pd.DataFrame(
         {
@@ -145,7 +145,7 @@ def test_discussion_written_for_other_numbers_is_flagged(
     """A discussion whose ``discussion_for`` does not match the section's results hash gets a caution."""
     import json
 
-    from wispsim.experiments import run_experiment
+    from wispsim.study.experiments.spec import run_experiment
 
     (tmp_path / "experiments").mkdir()
     spec = "study: estimator\ndiscussion: The fit is good.\n"
@@ -165,9 +165,9 @@ def test_point_key_follows_the_contents_of_the_files_it_reads(tmp_path: Path) ->
     import dataclasses
     import shutil as sh
 
-    from wispsim.config import load_scenario
-    from wispsim.profiles import find_profile
-    from wispsim.sweep import Point
+    from wispsim.model.profiles import find_profile
+    from wispsim.sim.inputs import load_scenario
+    from wispsim.study.points import Point
 
     prof = tmp_path / "mine.yaml"
     sh.copy(find_profile("a100-qwen3-32b"), prof)

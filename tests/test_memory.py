@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wispsim.memory import KVMemory
+from wispsim.model.memory import KVMemory
 
 
 def test_blocks_round_up() -> None:
@@ -166,8 +166,8 @@ def test_block_eviction_frees_only_the_tail_blocks_it_needs() -> None:
 
 
 def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
-    from wispsim.config import load_scenario
-    from wispsim.simulation import simulate
+    from wispsim.sim.engine import simulate
+    from wispsim.sim.inputs import load_scenario
 
     over = {
         "server": {"gpu_memory_utilization": 0.85, "eviction": "block"},

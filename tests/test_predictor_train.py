@@ -20,13 +20,11 @@ pytest.importorskip("lightgbm")
 
 from typer.testing import CliRunner
 
-from wispsim.acceptance import FEATURES, find_trace, load_trace
-from wispsim.cli_predictor import predictor_app
-from wispsim.config import PredictorConfig, load_scenario
+from wispsim.cli.predictor import predictor_app
+from wispsim.config import PredictorConfig
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.predictor import NpzPredictor, load_exported, make_predictor
-from wispsim.predictor_export import require_ml
-from wispsim.predictor_train import (
+from wispsim.measure.predictor.export import require_ml
+from wispsim.measure.predictor.train import (
     MODEL_KINDS,
     Trained,
     classification_metrics,
@@ -39,7 +37,10 @@ from wispsim.predictor_train import (
     train,
     window_labels,
 )
-from wispsim.simulation import simulate
+from wispsim.model.acceptance import FEATURES, find_trace, load_trace
+from wispsim.model.predictor import NpzPredictor, load_exported, make_predictor
+from wispsim.sim.engine import simulate
+from wispsim.sim.inputs import load_scenario
 
 FIXTURE = "fixture-synthetic"
 

@@ -11,19 +11,19 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from wispsim.archs import arch_from_dict, load_arch  # noqa: E402
 from wispsim.errors import WispsimError  # noqa: E402
-from wispsim.measurements import read_measurements  # noqa: E402
-from wispsim.profile_fit import fit_command  # noqa: E402
-from wispsim.profile_plan import Configuration, PlanOptions, make_plan, write_plan  # noqa: E402
-from wispsim.profile_record import (  # noqa: E402
+from wispsim.measure.profile.archs import arch_from_dict, load_arch  # noqa: E402
+from wispsim.measure.profile.fit import fit_command  # noqa: E402
+from wispsim.measure.profile.plan import Configuration, PlanOptions, make_plan, write_plan  # noqa: E402
+from wispsim.measure.profile.record import (  # noqa: E402
     HFEngine,
     build_hf_model,
     check_packed_attention,
     make_batch,
     record_profile,
 )
-from wispsim.profiles import load_profile  # noqa: E402
+from wispsim.model.measured import read_measurements  # noqa: E402
+from wispsim.model.profiles import load_profile  # noqa: E402
 
 TINY = {
     "hidden_size": 32,

@@ -17,15 +17,11 @@ import yaml
 from support import deterministic_overrides, profile_dict
 from typer.testing import CliRunner
 
-from wispsim.archs import load_arch
-from wispsim.config import load_scenario
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.estimator import Estimator
-from wispsim.latency import LATENCY
-from wispsim.measurements import MeasuredTable, read_measurements
-from wispsim.profile_derive import SHIPPED, derive_named
-from wispsim.profile_fit import fit, fit_command, metrics
-from wispsim.profile_plan import (
+from wispsim.measure.profile.archs import load_arch
+from wispsim.measure.profile.derive import SHIPPED, derive_named
+from wispsim.measure.profile.fit import fit, fit_command, metrics
+from wispsim.measure.profile.plan import (
     CATEGORIES,
     DEFAULT_COUNTS,
     PlanOptions,
@@ -35,7 +31,11 @@ from wispsim.profile_plan import (
     read_plan,
     write_plan,
 )
-from wispsim.profiles import load_profile, parse_profile
+from wispsim.model.estimator import Estimator
+from wispsim.model.latency import LATENCY
+from wispsim.model.measured import MeasuredTable, read_measurements
+from wispsim.model.profiles import load_profile, parse_profile
+from wispsim.sim.inputs import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 # the published A100 / Qwen3-32B coefficients (SPEC 4) as the synthetic truth
@@ -507,7 +507,7 @@ def test_measured_latency_needs_a_measured_profile(tiny_profile: str) -> None:
 
 
 def test_simulation_replays_measured_latencies(measured: tuple[Path, Path]) -> None:
-    from wispsim.simulation import simulate
+    from wispsim.sim.engine import simulate
 
     _, out = measured
     over = deterministic_overrides(str(out), server={"latency_model": "measured"})
@@ -526,7 +526,7 @@ def test_simulation_replays_measured_latencies(measured: tuple[Path, Path]) -> N
 
 @pytest.fixture(scope="module")
 def cli() -> typer.Typer:
-    from wispsim.cli_profile import register
+    from wispsim.cli.profile import register
 
     app = typer.Typer()
     profile_app = typer.Typer()

@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from wispsim import record as rec  # noqa: E402
-from wispsim.acceptance import FEATURES, load_trace  # noqa: E402
+from wispsim.measure.trace import record as rec  # noqa: E402
+from wispsim.model.acceptance import FEATURES, load_trace  # noqa: E402
 
 VOCAB = 48
 

@@ -14,11 +14,14 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from wispsim.cli import app
-from wispsim.config import Scenario, load_scenario
+from wispsim.analysis.metrics import summarize
+from wispsim.cli.main import app
+from wispsim.config import Scenario
 from wispsim.errors import ConfigError
-from wispsim.metrics import summarize
-from wispsim.replay import (
+from wispsim.sim.engine import simulate
+from wispsim.sim.inputs import load_scenario
+from wispsim.sim.records import SimResult
+from wispsim.study.replay.log import (
     COLUMN_NAMES,
     REQUIRED,
     compare,
@@ -30,7 +33,6 @@ from wispsim.replay import (
     wilson,
     write_log,
 )
-from wispsim.simulation import SimResult, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = {"workload": {"warmup_s": 5, "duration_s": 30}}

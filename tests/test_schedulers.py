@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wispsim.errors import ConfigError
-from wispsim.estimator import Estimator
-from wispsim.schedulers import SCHEDULERS, GpuState, Pending
-from wispsim.schedulers.fcfs import FCFSScheduler
-from wispsim.schedulers.wisp import WispScheduler
+from wispsim.model.estimator import Estimator
+from wispsim.model.schedulers import SCHEDULERS, GpuState, Pending
+from wispsim.model.schedulers.fcfs import FCFSScheduler
+from wispsim.model.schedulers.wisp import WispScheduler
 
 TOY = Estimator(a=1e-3, b_compute=0.0, b_read=0.0, c=0.01)
 PUBLISHED = Estimator(a=3.314e-5, b_compute=3.450e-8, b_read=4.620e-6, c=1.486e-2)

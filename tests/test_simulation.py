@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 from support import deterministic_overrides, write_profile
 
-from wispsim.config import load_scenario
-from wispsim.simulation import simulate
+from wispsim.sim.engine import simulate
+from wispsim.sim.inputs import load_scenario
 
 A, BC, BR, C = 1e-4, 1e-6, 1e-5, 0.01
 approx = pytest.approx

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-import wispsim.sweep as sweep_mod
-from wispsim.config import load_scenario
-from wispsim.sweep import LocalRunner, Point, capacity_sweep, groups_for
+import wispsim.study.points as sweep_mod
+from wispsim.sim.inputs import load_scenario
+from wispsim.study.points import LocalRunner, Point, capacity_sweep, groups_for
 
 # a short window, and less KV memory so that even WISP reaches its knee below 64 devices
 QUICK = {

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wispsim.acceptance import load_trace
-from wispsim.tracetools import inspect_trace, window_lengths
+from wispsim.measure.trace.inspect import inspect_trace, window_lengths
+from wispsim.model.acceptance import load_trace
 
 
 def write_trace(path: Path, samples: list[list[int]], top1: list[list[float]] | None = None) -> Path:
@@ -98,9 +98,9 @@ def test_trace_inspect_cli_prints_and_plots(tmp_path: Path) -> None:
 
 
 def test_predictor_ablation_on_a_trace(tmp_path: Path) -> None:
-    from wispsim.ablation import ablate_predictor
-    from wispsim.config import load_scenario
-    from wispsim.sweep import LocalRunner
+    from wispsim.sim.inputs import load_scenario
+    from wispsim.study.ablation import ablate_predictor
+    from wispsim.study.points import LocalRunner
 
     sc = load_scenario(
         overrides={

@@ -14,14 +14,14 @@ import pytest
 from support import write_profile
 from typer.testing import CliRunner
 
-from wispsim.arrivals import ArrivalTrace, bursty_trace, load_arrival_trace
-from wispsim.cli import app
-from wispsim.config import load_scenario
+from wispsim.analysis.metrics import replica_summary, summarize
+from wispsim.analysis.timeseries import burst_table, compliance_series, trace_peaks
+from wispsim.cli.main import app
 from wispsim.errors import ConfigError
-from wispsim.fleet import device_specs, fleet_classes, fleet_size
-from wispsim.metrics import replica_summary, summarize
-from wispsim.simulation import simulate
-from wispsim.timeseries import burst_table, compliance_series, trace_peaks
+from wispsim.model.fleet import device_specs, fleet_classes, fleet_size
+from wispsim.sim.arrivals import ArrivalTrace, bursty_trace, load_arrival_trace
+from wispsim.sim.engine import simulate
+from wispsim.sim.inputs import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -330,7 +330,7 @@ class FakeRunner:
         self.need, self.jobs, self.seen = need, jobs, []
 
     def map(self, points):
-        from wispsim.sweep import PointResult
+        from wispsim.study.points import PointResult
 
         out = []
         for p in points:
@@ -345,7 +345,7 @@ class FakeRunner:
     ("need", "start", "jobs"), [(7, 1, 2), (7, 30, 2), (1, 4, 1), (23, 20, 2), (64, 3, 3)]
 )
 def test_plan_search_finds_the_threshold(need: int, start: int, jobs: int) -> None:
-    from wispsim.plan import plan_replicas
+    from wispsim.study.replicas import plan_replicas
 
     runner = FakeRunner(need, jobs)
     res = plan_replicas(load_scenario(), runner, [0], 0.05, start=start, max_replicas=512)  # type: ignore[arg-type]
@@ -355,7 +355,7 @@ def test_plan_search_finds_the_threshold(need: int, start: int, jobs: int) -> No
 
 
 def test_plan_reports_infeasible_up_to_the_limit() -> None:
-    from wispsim.plan import plan_replicas
+    from wispsim.study.replicas import plan_replicas
 
     res = plan_replicas(load_scenario(), FakeRunner(1000), [0], 0.05, start=2, max_replicas=16)  # type: ignore[arg-type]
     assert res.replicas is None and res.tried.replicas.max() == 16

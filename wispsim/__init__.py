@@ -2,10 +2,37 @@
 
 Edge devices draft tokens with a small model; a GPU server verifies the drafts in batches with
 the large model. wispsim answers how many devices a verifier can serve while every device keeps
-its token-speed SLO, under which policy, and where the knee is. Start with ``wispsim --help`` or
-:func:`wispsim.simulation.simulate`.
+its token-speed SLO, under which policy, and where the knee is. Start with ``wispsim --help`` or::
+
+    from wispsim import load_scenario, simulate, summarize
+
+The package is layered (``docs/architecture.md``); this module only re-exports, lazily, so that
+importing a low layer such as :mod:`wispsim.errors` does not load the simulator.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "load_scenario", "simulate", "summarize"]
+
+if TYPE_CHECKING:
+    from wispsim.analysis.metrics import summarize
+    from wispsim.sim.engine import simulate
+    from wispsim.sim.inputs import load_scenario
+
+_EXPORTS = {
+    "load_scenario": "wispsim.sim.inputs",
+    "simulate": "wispsim.sim.engine",
+    "summarize": "wispsim.analysis.metrics",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'wispsim' has no attribute {name!r}")

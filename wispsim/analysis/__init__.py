@@ -1,0 +1,1 @@
+"""Records -> tables: per-class metrics, time series, attribution, result-folder tables."""

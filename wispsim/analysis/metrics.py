@@ -1,0 +1,222 @@
+"""Summaries computed from a run's records (never from counters kept on the side).
+
+:func:`summarize` gives one row per SLO class plus an ``all`` row. Definitions:
+
+- ``violation_rate``: share of measured responses whose speed (output tokens / wall time from first
+  draft to last commit) is below the class's target (SPEC 2.4, the primary metric). Censored
+  responses (still running when they could no longer meet the SLO) count as violations.
+- ``budget_miss_rate``: share of measured responses' rounds whose queue + verify time exceeded the
+  round's server-side budget tau_c.
+- ``goodput_tps``: committed tokens per second inside the measurement window (from rounds; for
+  centralized serving, from responses that ended inside the window).
+- ``acceptance_ratio``: accepted / drafted tokens; ``wasted_tokens``: mean k - L per round;
+  ``wdt_ms``: mean wasted drafting time tau_d * max(0, k - L) per round.
+- ``gpu_utilization``: busy time of the GPU inside the window / window length; ``mean_batch_size``
+  and ``evictions`` over batches dispatched inside the window; ``prefix_hit_rate``: share of
+  non-first rounds whose prefix was still cached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from wispsim.model.fleet import device_specs, fleet_classes, fleet_size
+from wispsim.sim.records import SimResult
+
+SUMMARY_COLUMNS = [
+    "class",
+    "devices",
+    "responses",
+    "censored",
+    "violation_rate",
+    "speed_p5",
+    "speed_p50",
+    "speed_p95",
+    "rounds",
+    "budget_miss_rate",
+    "goodput_tps",
+    "acceptance_ratio",
+    "mean_k",
+    "wasted_tokens",
+    "wdt_ms",
+    "queue_p50_ms",
+    "queue_p95_ms",
+    "queue_p99_ms",
+    "verify_p50_ms",
+    "verify_p95_ms",
+    "verify_p99_ms",
+    "prefix_hit_rate",
+    "gpu_utilization",
+    "mean_batch_size",
+    "batches",
+    "evictions",
+]
+
+
+def _q(x: pd.Series | np.ndarray, q: float, scale: float = 1.0) -> float:
+    a = np.asarray(x, dtype=float)
+    return float(np.quantile(a, q) * scale) if len(a) else float("nan")
+
+
+def _mean(x: pd.Series | np.ndarray) -> float:
+    a = np.asarray(x, dtype=float)
+    return float(a.mean()) if len(a) else float("nan")
+
+
+def _class_row(
+    label: str,
+    devices: int,
+    resp: pd.DataFrame,
+    rounds: pd.DataFrame,
+    all_rounds: pd.DataFrame,
+    all_resp: pd.DataFrame,
+    window: tuple[float, float],
+) -> dict[str, Any]:
+    w0, w1 = window
+    span = w1 - w0
+    if len(all_rounds):
+        inwin = all_rounds[(all_rounds.t_end >= w0) & (all_rounds.t_end < w1)]
+        goodput = float(inwin.committed.sum()) / span
+    else:
+        ended = all_resp[(all_resp.t_end >= w0) & (all_resp.t_end < w1)]
+        goodput = float(ended.output_len.sum()) / span
+    k = rounds.k.to_numpy(float) if len(rounds) else np.empty(0)
+    acc = rounds.accepted.to_numpy(float) if len(rounds) else np.empty(0)
+    waste = np.maximum(0.0, k - acc)
+    queue = (rounds.dispatch - rounds.arrival).to_numpy() if len(rounds) else np.empty(0)
+    later = rounds[rounds["round"] > 0] if len(rounds) else rounds
+    return {
+        "class": label,
+        "devices": devices,
+        "responses": len(resp),
+        "censored": int(resp.censored.sum()) if len(resp) else 0,
+        "violation_rate": _mean(resp.violated) if len(resp) else float("nan"),
+        "speed_p5": _q(resp.speed, 0.05),
+        "speed_p50": _q(resp.speed, 0.50),
+        "speed_p95": _q(resp.speed, 0.95),
+        "rounds": len(rounds),
+        "budget_miss_rate": _mean((queue + rounds.verify_time.to_numpy()) > rounds.budget.to_numpy())
+        if len(rounds)
+        else float("nan"),
+        "goodput_tps": goodput,
+        "acceptance_ratio": float(acc.sum() / k.sum()) if k.sum() > 0 else float("nan"),
+        "mean_k": _mean(k),
+        "wasted_tokens": _mean(waste),
+        "wdt_ms": _mean(waste * rounds.tau_d.to_numpy()) * 1000 if len(rounds) else float("nan"),
+        "queue_p50_ms": _q(queue, 0.50, 1000),
+        "queue_p95_ms": _q(queue, 0.95, 1000),
+        "queue_p99_ms": _q(queue, 0.99, 1000),
+        "verify_p50_ms": _q(rounds.verify_time, 0.50, 1000) if len(rounds) else float("nan"),
+        "verify_p95_ms": _q(rounds.verify_time, 0.95, 1000) if len(rounds) else float("nan"),
+        "verify_p99_ms": _q(rounds.verify_time, 0.99, 1000) if len(rounds) else float("nan"),
+        "prefix_hit_rate": 1.0 - _mean(later.cold) if len(later) else float("nan"),
+    }
+
+
+def server_stats(batches: pd.DataFrame, window: tuple[float, float], replicas: int = 1) -> dict[str, float]:
+    """GPU utilization (busy share of the window, averaged over replicas), batch size, evictions."""
+    w0, w1 = window
+    if not len(batches):
+        return {"gpu_utilization": 0.0, "mean_batch_size": float("nan"), "batches": 0, "evictions": 0}
+    start = batches.t_dispatch.to_numpy()
+    end = batches.t_end.to_numpy()
+    busy = np.clip(np.minimum(end, w1) - np.maximum(start, w0), 0, None).sum()
+    inwin = batches[(batches.t_dispatch >= w0) & (batches.t_dispatch < w1)]
+    return {
+        "gpu_utilization": float(busy / ((w1 - w0) * replicas)),
+        "mean_batch_size": _mean(inwin["size"]),
+        "batches": len(inwin),
+        "evictions": int(inwin.evictions.sum()),
+    }
+
+
+def class_label(slo: float) -> str:
+    return f"{slo:g}"
+
+
+def summarize(result: SimResult) -> pd.DataFrame:
+    """Per-class summary rows and an ``all`` row (columns :data:`SUMMARY_COLUMNS`)."""
+    resp_all = result.responses
+    resp = resp_all[resp_all.measured]
+    rounds_all = result.rounds
+    rounds = rounds_all[rounds_all.measured] if len(rounds_all) else rounds_all
+    srv = server_stats(result.batches, result.window, result.scenario.server.replicas)
+    per_class = pd.Series(device_slos(result)).value_counts()
+    classes = fleet_classes(result.scenario)
+    rows = []
+    for slo in sorted(classes):
+        sel = lambda df, s=slo: df[df.slo == s]  # noqa: E731
+        row = _class_row(
+            class_label(slo),
+            int(per_class.get(slo, 0)),
+            sel(resp),
+            sel(rounds) if len(rounds) else rounds,
+            sel(rounds_all) if len(rounds_all) else rounds_all,
+            sel(resp_all),
+            result.window,
+        )
+        rows.append({**row, **srv})
+    if len(classes) > 1:
+        rows.append(
+            {**_class_row("all", result.devices, resp, rounds, rounds_all, resp_all, result.window), **srv}
+        )
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def device_slos(result: SimResult) -> list[float]:
+    """The class of each device the run started (index order)."""
+    sc = result.scenario
+    a = sc.arrivals
+    open_sessions = a.process == "poisson" or (a.process == "trace" and a.kind == "rate")
+    specs = device_specs(sc, fleet_size(sc) if open_sessions else result.devices)
+    return [specs[i % len(specs)].slo for i in range(result.devices)]
+
+
+def replica_summary(result: SimResult) -> pd.DataFrame:
+    """Per replica, over the measurement window: batches, utilization, batch size, rounds, queue and
+    verify times, cold-round share and evictions."""
+    b = result.batches
+    w0, w1 = result.window
+    rounds = result.rounds
+    rows = []
+    replica_of = dict(zip(b.batch, b.replica, strict=True)) if len(b) else {}
+    rr = rounds.batch.map(replica_of) if len(rounds) else pd.Series(dtype=float)
+    for rep in range(result.scenario.server.replicas):
+        mine = b[b.replica == rep]
+        stats = server_stats(mine, result.window)
+        sel = rounds[(rr == rep) & (rounds.arrival >= w0) & (rounds.arrival < w1)] if len(rounds) else rounds
+        q = (sel.dispatch - sel.arrival) if len(sel) else pd.Series(dtype=float)
+        rows.append(
+            {
+                "replica": rep,
+                "batches": stats["batches"],
+                "gpu_utilization": stats["gpu_utilization"],
+                "mean_batch_size": stats["mean_batch_size"],
+                "rounds": len(sel),
+                "rounds_per_s": len(sel) / (w1 - w0),
+                "queue_p95_ms": _q(q, 0.95, 1000.0),
+                "verify_p95_ms": _q(sel.verify_time, 0.95, 1000.0) if len(sel) else float("nan"),
+                "cold_share": _mean(sel.cold) if len(sel) else float("nan"),
+                "evictions": stats["evictions"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def device_counts(result: SimResult) -> pd.DataFrame:
+    """Per device: measured responses and violations (clusters for the capacity bootstrap)."""
+    r = result.responses[result.responses.measured]
+    if r.empty:
+        return pd.DataFrame(
+            {
+                "device": pd.Series(dtype=int),
+                "slo": pd.Series(dtype=float),
+                "violated": pd.Series(dtype=int),
+                "responses": pd.Series(dtype=int),
+            }
+        )
+    g = r.groupby(["device", "slo"], sort=True).violated.agg(["sum", "count"]).reset_index()
+    return g.rename(columns={"sum": "violated", "count": "responses"})

@@ -1,0 +1,65 @@
+"""``wispsim experiment list|run``: the studies under ``experiments/`` (see wispsim.study.experiments.spec)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from wispsim.errors import ConfigError
+
+experiment_app = typer.Typer(
+    help="Run the paper's evaluation studies (experiments/*.yaml).", no_args_is_help=True
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+@experiment_app.command("list")
+def list_cmd() -> None:
+    """The studies, in report order."""
+    from wispsim.study.experiments.spec import list_experiments, load_spec
+
+    for name in list_experiments():
+        spec = load_spec(name)
+        console.print(f"{name:<14} {spec['study']:<12} {spec.get('title', '')}")
+
+
+@experiment_app.command("run")
+def run_cmd(
+    names: Annotated[list[str] | None, typer.Argument(help="Studies to run (names in experiments/).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Run every study.")] = False,
+    quick: Annotated[bool, typer.Option(help="Reduced size (CI): results in experiments/quick/.")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel simulations.")] = 2,
+    backend: Annotated[str, typer.Option(help="local or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (--backend ray).")] = None,
+) -> None:
+    """Run studies, write their data, figures and sections, and regenerate the report."""
+    import time
+
+    from wispsim.study.experiments.spec import list_experiments, run_experiment, write_report
+    from wispsim.study.points import make_runner
+
+    if jobs < 1:
+        raise ConfigError("--jobs", "", f"must be >= 1, got {jobs}")
+    todo = list_experiments() if all_ else list(names or [])
+    if not todo:
+        raise ConfigError("experiment run", "", "name a study or give --all (see `wispsim experiment list`)")
+    make_runner(backend, jobs, None, "none", address)  # validate the options before running anything
+
+    def runner(folder: Path) -> Any:
+        return make_runner(backend, jobs, folder, "none", address)
+
+    for i, name in enumerate(todo, 1):
+        t0 = time.perf_counter()
+        with err_console.status(f"[{i}/{len(todo)}] {name} ...") as status:
+
+            def say(msg: str, s: Any = status, n: str = name, k: int = i) -> None:
+                s.update(f"[{k}/{len(todo)}] {n}: {msg}")
+
+            out = run_experiment(name, quick, runner, say)
+        console.print(f"[{i}/{len(todo)}] {name}: {time.perf_counter() - t0:.0f} s -> {out}")
+    report = write_report(quick)
+    console.print(f"report: {report}")

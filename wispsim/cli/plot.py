@@ -1,0 +1,140 @@
+"""``wispsim plot curves|capacity|bursty|attribution``: figures from any results folder.
+
+Each command reads a folder that ``sweep``, ``compare`` or ``run`` wrote (never simulating) and
+writes one PNG, by default inside that folder; :mod:`wispsim.plots.capacity` draws them. ``--out`` is a file
+ending in .png, .pdf or .svg, or an existing folder (the default file name is written in it); the
+path actually written is printed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from wispsim.errors import ConfigError
+
+plot_app = typer.Typer(help="Figures from results folders (sweep, compare, run).", no_args_is_help=True)
+console = Console()
+
+FolderArg = Annotated[Path, typer.Argument(help="A results folder.", show_default=False)]
+PngOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="Figure to write: a .png, .pdf or .svg file, or a folder (default: inside the results folder).",
+    ),
+]
+
+
+def _out(out: Path | None, folder: Path, name: str) -> Path:
+    """The figure's path, checked before anything is read or drawn."""
+    from wispsim.plots.capacity import figure_path
+
+    return figure_path(out if out is not None else folder / name, name)
+
+
+def _wrote(path: Path) -> None:
+    console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+
+
+@plot_app.command("curves")
+def curves(
+    folder: FolderArg,
+    out: PngOpt = None,
+    epsilon: Annotated[
+        float | None, typer.Option(help="Violation target line (default: the sweep's).")
+    ] = None,
+) -> None:
+    """Violation rate vs devices per class and policy, with the capacity knees and their intervals."""
+    from wispsim.plots.capacity import violation_curves
+
+    if epsilon is not None and not 0 <= epsilon < 1:
+        raise ConfigError("--epsilon", "", f"must be in [0, 1), got {epsilon}")
+    path = violation_curves(folder, _out(out, folder, "violation_curves.png"), epsilon=epsilon)
+    _wrote(path)
+
+
+@plot_app.command("capacity")
+def capacity(folder: FolderArg, out: PngOpt = None) -> None:
+    """Capacity per class and policy as grouped bars with 95% intervals."""
+    from wispsim.plots.capacity import capacity_bars
+
+    path = capacity_bars(folder, _out(out, folder, "capacity.png"))
+    _wrote(path)
+
+
+@plot_app.command("bursty")
+def bursty(
+    folders: Annotated[
+        list[Path], typer.Argument(help="Run folders (wispsim run --arrivals ...).", show_default=False)
+    ],
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="Legend label per folder, in order (repeatable).")
+    ] = None,
+    classes: Annotated[
+        str | None, typer.Option(help="Panels, e.g. 2,8,all (default: every class and all).")
+    ] = None,
+    out: PngOpt = None,
+) -> None:
+    """SLO compliance over time of several runs, one panel per class, bursts marked."""
+    from wispsim.plots.capacity import bursty_compare, results_folder, run_label
+
+    for f in folders:
+        results_folder(f)
+    if label and len(label) != len(folders):
+        raise ConfigError("--label", "", f"got {len(label)} label(s) for {len(folders)} folder(s)")
+    names = list(label) if label else [run_label(f) for f in folders]
+    if len(set(names)) < len(names):  # the same policy twice: tell the runs apart by folder
+        names = [f"{n} ({f.name})" for n, f in zip(names, folders, strict=True)]
+    if len(set(names)) < len(names):
+        raise ConfigError("--label", "", "labels must be different")
+    cls = [c for c in classes.split(",") if c.strip()] if classes else None
+    dest = _out(out, folders[0], "bursty_compare.png")
+    path = bursty_compare(dict(zip(names, folders, strict=True)), dest, classes=cls)
+    _wrote(path)
+
+
+@plot_app.command("attribution")
+def attribution_cmd(
+    folder: FolderArg,
+    window: Annotated[int, typer.Option(help="Batches in the moving average of batch latency.")] = 20,
+    factor: Annotated[
+        float, typer.Option(help="Compute-dominant when verify time > FACTOR x the moving average.")
+    ] = 1.5,
+    out: PngOpt = None,
+) -> None:
+    """Violated rounds of a run in the (queue, verify) plane: queue- or compute-dominant (SPEC 7)."""
+    from wispsim.plots.capacity import BATCH_COLUMNS, ROUND_COLUMNS, attribution, folder_meta, read_parquet
+
+    if window < 1 or not factor > 0:
+        raise ConfigError(
+            "--window" if window < 1 else "--factor", "", "must be >= 1" if window < 1 else "must be > 0"
+        )
+    dest = _out(out, folder, "attribution.png")
+    rounds = read_parquet(folder, "rounds.parquet", ROUND_COLUMNS)
+    batches = read_parquet(folder, "batches.parquet", BATCH_COLUMNS)
+    responses = (
+        read_parquet(folder, "responses.parquet", ("response", "violated", "measured"))
+        if (folder / "responses.parquet").is_file()
+        else None
+    )
+    meta = folder_meta(folder)
+    bits = [f"{k} {meta[k]}" for k in ("devices", "seed") if k in meta]
+    head = f"{meta.get('policy', folder.name)}" + (f" ({', '.join(bits)})" if bits else "")
+    path, counts = attribution(
+        rounds,
+        batches,
+        dest,
+        window=window,
+        factor=factor,
+        responses=responses,
+        title=f"{head}, violated rounds",
+    )
+    total = sum(counts.values())
+    shares = ", ".join(f"{k} {v} ({v / total:.0%})" for k, v in counts.items()) if total else "none"
+    console.print(f"violated rounds: {shares}")
+    _wrote(path)

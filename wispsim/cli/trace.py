@@ -1,0 +1,95 @@
+"""``wispsim trace record|inspect``: record acceptance traces from real models, and inspect them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from wispsim.errors import WispsimError
+
+trace_app = typer.Typer(help="Record and inspect per-position acceptance traces.", no_args_is_help=True)
+console = Console()
+err_console = Console(stderr=True)
+
+
+@trace_app.command("record")
+def record(
+    draft: Annotated[str, typer.Option(help="Draft model: an HF folder or a .gguf file.")],
+    target: Annotated[str, typer.Option(help="Target model: an HF folder or a .gguf file.")],
+    prompts: Annotated[Path, typer.Option(help="Prompts: .jsonl with id, family, prompt (or .txt lines).")],
+    out: Annotated[Path, typer.Option(help="Trace to write, e.g. traces/NAME.parquet.")],
+    temperature: Annotated[float, typer.Option(help="0 = greedy; > 0 samples the target.")] = 0.0,
+    max_new_tokens: Annotated[int, typer.Option(help="Longest response per prompt.")] = 128,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    seed: Annotated[int, typer.Option(help="Seed of the sampling and of the realized verdicts.")] = 0,
+    limit: Annotated[int | None, typer.Option(help="Only the first N prompts.")] = None,
+    notes: Annotated[str, typer.Option(help="Free text stored in the trace metadata.")] = "",
+    generate_dtype: Annotated[
+        str, typer.Option(help="dtype of the target copy that generates responses: float32 or bfloat16.")
+    ] = "float32",
+) -> None:
+    """Record a trace; resumable (finished samples are kept in OUT.parts/)."""
+    from wispsim.measure.trace.record import record_trace
+
+    if generate_dtype not in ("float32", "bfloat16", "float16"):
+        raise WispsimError(f"--generate-dtype: got {generate_dtype!r}; allowed: float32, bfloat16, float16")
+    if device not in ("cpu", "cuda"):
+        raise WispsimError(f"--device: got {device!r}; allowed: cpu, cuda")
+    with Progress(
+        TextColumn("[bold]recording"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+    ) as prog:
+        task = prog.add_task("record", total=None)
+        n = record_trace(
+            draft,
+            target,
+            prompts,
+            out,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            device=device,
+            seed=seed,
+            limit=limit,
+            notes=notes,
+            generate_dtype=generate_dtype,
+            command=" ".join(["wispsim", *sys.argv[1:]]),
+            progress=lambda done, total: prog.update(task, completed=done, total=total),
+        )
+    console.print(f"{out}: {n} positions")
+
+
+@trace_app.command("inspect")
+def inspect(
+    trace: Annotated[str, typer.Argument(help="Trace file or name under traces/.")],
+    k: Annotated[int, typer.Option(help="Verification window for the accepted-length figures.")] = 5,
+    accept_from: Annotated[str, typer.Option(help="Verdicts: flag, greedy or beta.")] = "flag",
+    plot: Annotated[Path | None, typer.Option(help="Write the figure here (PNG).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+) -> None:
+    """Mean acceptance, per-window-position acceptance, accepted-length histogram, feature
+    correlations and acceptance by top-1 probability."""
+    from wispsim.measure.trace.inspect import format_report, inspect_trace, plot_report
+    from wispsim.model.acceptance import find_trace, load_trace
+
+    if accept_from not in ("flag", "greedy", "beta"):
+        raise WispsimError(f"--accept-from: got {accept_from!r}; allowed: flag, greedy, beta")
+    if k < 1:
+        raise WispsimError(f"--k: must be >= 1, got {k}")
+    tr = load_trace(str(find_trace(trace)))
+    report = inspect_trace(tr, k, accept_from)
+    if as_json:
+        typer.echo(json.dumps(report, indent=1))
+    else:
+        typer.echo(format_report(report))
+    if plot is not None:
+        plot_report(report, tr, plot)
+        typer.echo(f"figure: {plot}")

@@ -1,0 +1,341 @@
+"""The scenario schema: one frozen dataclass per section, and the policy presets.
+
+A scenario is YAML on disk and a tree of these dataclasses in memory; each checks its own values
+in ``__post_init__``. The loader (:func:`wispsim.sim.inputs.load_scenario`) merges a file over the
+default scenario, builds the tree (:mod:`wispsim.config.parse`), applies the policy preset and
+checks the plug-in names. This package knows names, never implementations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import yaml
+
+from wispsim.config.dist import Dist, require
+from wispsim.errors import ConfigError
+
+# --------------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGroup:
+    """One part of a heterogeneous fleet: ``count`` devices of one SLO class, optionally with
+    their own draft-speed distribution (a device type) and access link type."""
+
+    count: int = 1
+    slo: float = 4.0
+    name: str = ""
+    draft_speed: Dist | None = None
+    link: str | None = None
+
+    def __post_init__(self) -> None:
+        require(self.count >= 0, "count", f"must be >= 0, got {self.count}")
+        require(self.slo > 0, "slo", f"a token speed must be > 0, got {self.slo}")
+        if self.draft_speed is not None:
+            require(self.draft_speed.min > 0, "draft_speed.min", "must be > 0 (tokens/s)")
+
+
+@dataclass(frozen=True, slots=True)
+class DevicesConfig:
+    """The edge devices: how many, their SLO classes and how fast they draft.
+
+    ``groups`` describes a heterogeneous fleet (devices per class, device type and link type);
+    when given it replaces ``count`` and ``classes`` (see :func:`wispsim.model.fleet.device_specs`).
+    """
+
+    count: int = 50
+    classes: tuple[float, ...] = (2.0, 4.0, 6.0, 8.0)
+    draft_speed: Dist = Dist("lognormal", mean=50.0, cv=0.25, min=15.0, max=150.0)
+    predictor_latency_ms: float = 0.46
+    alpha_ema: float = 0.2
+    start_spread_s: float = 2.0
+    groups: tuple[DeviceGroup, ...] = ()
+
+    def __post_init__(self) -> None:
+        require(self.count >= 1, "count", f"must be >= 1, got {self.count}")
+        require(len(self.classes) >= 1, "classes", "needs at least one class")
+        for c in self.classes:
+            require(c > 0, "classes", f"token speeds must be > 0, got {c}")
+        require(self.draft_speed.min > 0, "draft_speed.min", "must be > 0 (tokens/s)")
+        if self.groups:
+            require(sum(g.count for g in self.groups) >= 1, "groups", "needs at least one device")
+        require(self.predictor_latency_ms >= 0, "predictor_latency_ms", "must be >= 0")
+        require(0 < self.alpha_ema <= 1, "alpha_ema", f"must be in (0, 1], got {self.alpha_ema}")
+        require(self.start_spread_s >= 0, "start_spread_s", "must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PredictorConfig:
+    """The rejection predictor a ``predictor`` drafting controller asks after each draft token."""
+
+    name: str = "confidence"
+    threshold: float = 0.5
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        require(0 <= self.threshold <= 1, "threshold", f"must be in [0, 1], got {self.threshold}")
+
+
+@dataclass(frozen=True, slots=True)
+class DraftingConfig:
+    """Who decides how many tokens a device drafts per round (SPEC 2.1)."""
+
+    controller: str = "predictor"
+    k: int = 5
+    k_max: int = 8
+    k_min: int = 1
+    predictor: PredictorConfig = PredictorConfig()
+
+    def __post_init__(self) -> None:
+        require(self.k >= 1, "k", f"must be >= 1, got {self.k}")
+        require(self.k_min >= 1, "k_min", f"must be >= 1, got {self.k_min}")
+        require(self.k_max >= self.k_min, "k_max", f"must be >= k_min ({self.k_min})")
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceConfig:
+    """How drafted tokens are accepted (SPEC 1 and 5)."""
+
+    model: str = "latent"
+    mean: float = 0.72
+    spread: float = 0.3
+    feature_noise: float = 0.5
+    trace: str | None = None
+    accept_from: Literal["beta", "flag", "greedy"] = "beta"
+    lengths: Literal["trace", "workload"] = "trace"
+
+    def __post_init__(self) -> None:
+        require(0 < self.mean < 1, "mean", f"must be in (0, 1), got {self.mean}")
+        max_sd = math.sqrt(self.mean * (1 - self.mean))
+        require(
+            0 <= self.spread < max_sd,
+            "spread",
+            f"must be in [0, {max_sd:.3f}) for mean {self.mean} (a Beta's std), got {self.spread}",
+        )
+        require(self.feature_noise >= 0, "feature_noise", "must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class LinkType:
+    """One kind of access link: one-way latency, bandwidths and a log-normal jitter factor."""
+
+    latency_ms: float = 10.0
+    up_mbps: float = 20.0
+    down_mbps: float = 50.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        require(self.latency_ms >= 0, "latency_ms", f"must be >= 0, got {self.latency_ms}")
+        require(self.up_mbps > 0, "up_mbps", f"must be > 0, got {self.up_mbps}")
+        require(self.down_mbps > 0, "down_mbps", f"must be > 0, got {self.down_mbps}")
+        require(self.jitter >= 0, "jitter", f"must be >= 0, got {self.jitter}")
+
+
+DEFAULT_LINK_TYPES: dict[str, LinkType] = {
+    "wifi": LinkType(latency_ms=10.0, up_mbps=20.0, down_mbps=50.0, jitter=0.15),
+    "5g": LinkType(latency_ms=15.0, up_mbps=50.0, down_mbps=200.0, jitter=0.2),
+    "4g": LinkType(latency_ms=40.0, up_mbps=10.0, down_mbps=30.0, jitter=0.3),
+    "ethernet": LinkType(latency_ms=1.0, up_mbps=1000.0, down_mbps=1000.0, jitter=0.05),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    """Links between devices and the server, and what a round's uplink carries (SPEC 2.2)."""
+
+    payload: Literal["ids", "topk", "full"] = "ids"
+    topk: int = 20
+    header_bytes: int = 64
+    links: dict[str, float] = field(default_factory=lambda: {"wifi": 1.0})
+    link_types: dict[str, LinkType] = field(default_factory=lambda: dict(DEFAULT_LINK_TYPES))
+
+    def __post_init__(self) -> None:
+        require(self.topk >= 1, "topk", f"must be >= 1, got {self.topk}")
+        require(self.header_bytes >= 0, "header_bytes", "must be >= 0")
+        require(len(self.links) > 0, "links", "needs at least one link type")
+        for name, w in self.links.items():
+            known = ", ".join(sorted(self.link_types))
+            require(name in self.link_types, f"links.{name}", f"unknown link type; known: {known}")
+            require(w >= 0, f"links.{name}", f"share must be >= 0, got {w}")
+        require(sum(self.links.values()) > 0, "links", "shares must not all be 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """The verification server (SPEC 2.3 and 3)."""
+
+    profile: str = "a100-qwen3-32b"
+    mode: Literal["speculative", "centralized"] = "speculative"
+    scheduler: str = "wisp"
+    prefix_cache: bool = True
+    eviction: Literal["session", "block"] = "session"
+    latency_model: str = "linear"
+    noise: bool = True
+    gpu_memory_utilization: float = 0.9
+    activation_reserve_gib: float = 1.5
+    block_size: int = 16
+    max_batch_requests: int = 256
+    max_batch_tokens: int = 16384
+    delta_ms: float = 5.0
+    prefill_chunk_tokens: int = 2048
+    replicas: int = 1
+    router: str = "affinity"
+    replica_profiles: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        require(self.replicas >= 1, "replicas", f"must be >= 1, got {self.replicas}")
+        require(
+            not self.replica_profiles or len(self.replica_profiles) == self.replicas,
+            "replica_profiles",
+            f"gives {len(self.replica_profiles)} profiles for {self.replicas} replicas; "
+            "give one per replica, or none to use server.profile for all",
+        )
+        require(
+            0 < self.gpu_memory_utilization <= 1,
+            "gpu_memory_utilization",
+            f"must be in (0, 1], got {self.gpu_memory_utilization}",
+        )
+        require(self.activation_reserve_gib >= 0, "activation_reserve_gib", "must be >= 0")
+        require(self.block_size >= 1, "block_size", f"must be >= 1, got {self.block_size}")
+        require(self.max_batch_requests >= 1, "max_batch_requests", "must be >= 1")
+        require(self.max_batch_tokens >= 1, "max_batch_tokens", "must be >= 1")
+        require(self.delta_ms >= 0, "delta_ms", f"must be >= 0, got {self.delta_ms}")
+        require(self.prefill_chunk_tokens >= 1, "prefill_chunk_tokens", "must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    """What devices ask for and how long the simulation measures (SPEC 2.1)."""
+
+    prompt_tokens: Dist = Dist("lognormal", mean=256.0, cv=0.5, min=16.0, max=2048.0)
+    output_tokens: Dist = Dist("lognormal", mean=256.0, cv=0.5, min=16.0, max=1024.0)
+    think_time_s: Dist = Dist("constant", value=0.0)
+    warmup_s: float = 20.0
+    duration_s: float = 120.0
+    drain_limit_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_tokens", "output_tokens"):
+            d = getattr(self, name)
+            lo = d.support()[0]
+            fld = f"{name}.value" if d.dist == "constant" else f"{name}.min"
+            require(lo >= 1, fld, f"a response needs >= 1 token, but samples can be {lo:g}")
+        require(self.warmup_s >= 0, "warmup_s", f"must be >= 0, got {self.warmup_s}")
+        require(self.duration_s > 0, "duration_s", f"must be > 0, got {self.duration_s}")
+        require(self.drain_limit_s >= 0, "drain_limit_s", "must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalsConfig:
+    """How responses arrive (SPEC 5 and 7); ``process`` names an arrival process.
+
+    ``closed``: N devices loop forever (the default). ``poisson``: open sessions; new responses
+    arrive at ``rate`` per second, each on a fresh device. ``trace``: a CSV of ``time_s,value``
+    (step function); ``kind: concurrency`` keeps ``value`` devices active, ``kind: rate`` is a
+    time-varying Poisson rate of new responses. ``scale`` multiplies the trace's values.
+    """
+
+    process: str = "closed"
+    rate: float = 1.0
+    trace: str | None = None
+    kind: Literal["concurrency", "rate"] = "concurrency"
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        require(self.rate > 0, "rate", f"must be > 0 responses/s, got {self.rate}")
+        require(self.scale > 0, "scale", f"must be > 0, got {self.scale}")
+
+
+POLICIES: dict[str, dict[str, Any]] = {
+    # policy: (drafting.controller, server.mode, server.scheduler, server.prefix_cache)
+    "wisp": {"controller": "predictor", "mode": "speculative", "scheduler": "wisp", "cache": True},
+    "sled": {"controller": "fixed", "mode": "speculative", "scheduler": "fcfs", "cache": False},
+    "centralized": {
+        "controller": "none",
+        "mode": "centralized",
+        "scheduler": "continuous",
+        "cache": True,
+    },
+    "fcfs": {"controller": "predictor", "mode": "speculative", "scheduler": "fcfs", "cache": True},
+    "wisp-fixed": {"controller": "fixed", "mode": "speculative", "scheduler": "wisp", "cache": True},
+}
+POLICY_NAMES = (*POLICIES, "custom")
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A whole scenario: everything one simulation run needs besides N and the seed."""
+
+    name: str = "default"
+    policy: str = "wisp"
+    seed: int = 0
+    epsilon: float = 0.05
+    devices: DevicesConfig = DevicesConfig()
+    drafting: DraftingConfig = DraftingConfig()
+    acceptance: AcceptanceConfig = AcceptanceConfig()
+    network: NetworkConfig = NetworkConfig()
+    server: ServerConfig = ServerConfig()
+    workload: WorkloadConfig = WorkloadConfig()
+    arrivals: ArrivalsConfig = ArrivalsConfig()
+
+    def __post_init__(self) -> None:
+        require(
+            self.policy in POLICY_NAMES,
+            "policy",
+            f"unknown policy {self.policy!r}; allowed: {', '.join(POLICY_NAMES)}",
+        )
+        require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        require(0 <= self.epsilon < 1, "epsilon", f"must be in [0, 1), got {self.epsilon}")
+
+    def replace(self, **changes: Any) -> Scenario:
+        return dataclasses.replace(self, **changes)
+
+    def with_policy(self, policy: str, source: str = "--policy") -> Scenario:
+        """This scenario under a named policy preset (SPEC 3): sets drafting and server fields."""
+        if policy == "custom":
+            return self.replace(policy=policy)
+        if policy not in POLICIES:
+            raise ConfigError(
+                source,
+                "" if source.startswith("--") else "policy",
+                f"unknown policy {policy!r}; allowed: {', '.join(POLICY_NAMES)}",
+            )
+        p = POLICIES[policy]
+        drafting = dataclasses.replace(self.drafting, controller=p["controller"])
+        server = dataclasses.replace(
+            self.server, mode=p["mode"], scheduler=p["scheduler"], prefix_cache=p["cache"]
+        )
+        return self.replace(policy=policy, drafting=drafting, server=server)
+
+    def with_devices(self, count: int, classes: tuple[float, ...] | None = None) -> Scenario:
+        """N devices; ``classes`` replaces the class list (and drops a fleet's groups)."""
+        devices = dataclasses.replace(self.devices, count=count)
+        if classes is not None and self.devices.groups:
+            devices = dataclasses.replace(devices, groups=())
+        if classes is not None:
+            devices = dataclasses.replace(devices, classes=tuple(float(c) for c in classes))
+        return self.replace(devices=devices)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_plain(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def _to_plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {k: _to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, tuple | list):
+        return [_to_plain(v) for v in obj]
+    if isinstance(obj, float) and math.isinf(obj):
+        return ".inf"
+    return obj

@@ -1,0 +1,1 @@
+"""Measurement tooling the simulator never imports: traces, latency profiles, predictors."""

@@ -1,0 +1,1 @@
+"""Rejection predictors: labels, training, evaluation, export and benchmarks."""

@@ -1,0 +1,1 @@
+"""Latency profiles: the profiling plan, architectures, recording, fitting, deriving."""

@@ -1,0 +1,240 @@
+"""Model architectures and GPU datasheets: the facts that profiles are measured on and scaled by.
+
+An architecture is a YAML file under ``wispsim/data/archs/`` holding a model's real
+``config.json`` values (hidden size, layers, heads, KV heads, head dim, MLP width, vocabulary).
+From them :class:`Arch` computes what the verification-time estimator's terms stand for:
+
+- parameters, and weight bytes at a dtype (read once per forward pass: the batch constant c);
+- linear FLOPs per token: 2 x the weights a token passes through (projections, MLP, LM head);
+  what ``a`` (seconds per new token) pays for;
+- attention FLOPs per query-key interaction: 4 x layers x heads x head dim (QK^T and AV, a
+  multiply-add each); what ``b_compute`` pays for;
+- KV bytes per token: 2 x layers x KV heads x head dim x dtype bytes; what ``b_read`` reads.
+
+The recorder builds random-weight models of these architectures (``--arch``), and derived
+profiles scale published coefficients by their ratios (see :mod:`wispsim.measure.profile.derive`).
+Nothing here imports torch; :meth:`Arch.hf_config` imports transformers when called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wispsim.errors import ConfigError
+from wispsim.paths import data_dir
+
+_DATA = data_dir()
+_META_KEYS = ("name", "hf_name", "description", "source")
+
+DTYPE_BYTES = {
+    "float32": 4,
+    "fp32": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "float8": 1,
+    "fp8": 1,
+    "int8": 1,
+}
+
+
+def dtype_bytes(dtype: str, source: str = "dtype") -> int:
+    try:
+        return DTYPE_BYTES[dtype.lower()]
+    except KeyError:
+        raise ConfigError(source, "", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Arch:
+    """A decoder-only transformer's shape (the fields of its HF ``config.json`` that matter)."""
+
+    name: str
+    hf_name: str
+    model_type: str
+    hidden_size: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    hf: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def qkv_bias(self) -> bool:
+        """Qwen2 has biases on q, k, v (not o); Llama and Qwen3 follow ``attention_bias``."""
+        return self.model_type == "qwen2" or self.attention_bias
+
+    def _per_layer_matmul(self) -> int:
+        h, q, kv = self.hidden_size, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        attention = h * q + 2 * h * kv + q * h
+        mlp = 3 * h * self.intermediate_size  # gate, up, down (SwiGLU)
+        return attention + mlp
+
+    def matmul_params_per_token(self) -> int:
+        """Weights a token is multiplied with: every layer's projections and MLP, and the LM head."""
+        return self.layers * self._per_layer_matmul() + self.vocab_size * self.hidden_size
+
+    @property
+    def parameters(self) -> int:
+        """Parameter count, as ``model.num_parameters()`` reports it."""
+        h, q, kv = self.hidden_size, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        per_layer = self._per_layer_matmul() + 2 * h  # two RMSNorms
+        if self.qkv_bias:
+            per_layer += q + 2 * kv
+        if self.attention_bias:
+            per_layer += h  # o_proj bias
+        if self.model_type == "qwen3":
+            per_layer += 2 * self.head_dim  # q_norm and k_norm
+        embed = self.vocab_size * h
+        head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        return self.layers * per_layer + embed + head + h  # + final norm
+
+    @property
+    def linear_flops_per_token(self) -> int:
+        return 2 * self.matmul_params_per_token()
+
+    @property
+    def attention_flops_per_interaction(self) -> int:
+        return 4 * self.layers * self.heads * self.head_dim
+
+    def kv_bytes_per_token(self, kv_dtype_bytes: int) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * kv_dtype_bytes
+
+    def weight_bytes(self, dtype_bytes_: int) -> int:
+        return self.parameters * dtype_bytes_
+
+    def model_facts(self, dtype: str) -> dict[str, Any]:
+        """The ``model:`` section of a profile for this architecture at ``dtype``."""
+        nbytes = dtype_bytes(dtype)
+        return {
+            "name": self.hf_name,
+            "arch": self.name,
+            "parameters": float(self.parameters),
+            "layers": self.layers,
+            "attention_heads": self.heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "vocab_size": self.vocab_size,
+            "kv_dtype_bytes": nbytes,
+            "weight_bytes": float(self.weight_bytes(nbytes)),
+        }
+
+    def hf_config(self) -> Any:
+        """A ``transformers`` config of this architecture (imports transformers)."""
+        from transformers import AutoConfig
+
+        return AutoConfig.for_model(**self.hf)
+
+
+def arch_from_dict(data: dict[str, Any], source: str) -> Arch:
+    required = (
+        "model_type",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "intermediate_size",
+        "vocab_size",
+    )
+    for key in required:
+        if key not in data:
+            raise ConfigError(source, key, "is missing")
+    for key in required[1:]:
+        v = data[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(source, key, f"must be an integer >= 1, got {v!r}")
+    heads = int(data["num_attention_heads"])
+    kv_heads = int(data["num_key_value_heads"])
+    if heads % kv_heads:
+        raise ConfigError(source, "num_key_value_heads", f"must divide num_attention_heads ({heads})")
+    head_dim = int(data.get("head_dim") or data["hidden_size"] // heads)
+    hf = {k: v for k, v in data.items() if k not in _META_KEYS}
+    hf.setdefault("head_dim", head_dim)
+    name = str(data.get("name") or Path(source).stem)
+    return Arch(
+        name=name,
+        hf_name=str(data.get("hf_name", name)),
+        model_type=str(data["model_type"]),
+        hidden_size=int(data["hidden_size"]),
+        layers=int(data["num_hidden_layers"]),
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=int(data["intermediate_size"]),
+        vocab_size=int(data["vocab_size"]),
+        tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+        attention_bias=bool(data.get("attention_bias", False)),
+        hf=hf,
+        source=str(data.get("source", source)),
+    )
+
+
+def available_archs() -> list[str]:
+    return sorted(p.stem for p in (_DATA / "archs").glob("*.yaml"))
+
+
+@cache
+def load_arch(name_or_path: str) -> Arch:
+    """A shipped architecture by name (``qwen3-32b``) or an architecture YAML file by path."""
+    p = Path(name_or_path)
+    if not p.is_file():
+        p = _DATA / "archs" / f"{name_or_path}.yaml"
+    if not p.is_file():
+        raise ConfigError(
+            "--arch", "", f"unknown architecture {name_or_path!r}; known: {', '.join(available_archs())}"
+        )
+    data = yaml.safe_load(p.read_text())
+    if not isinstance(data, dict):
+        raise ConfigError(str(p), "", "an architecture file must be a mapping")
+    return arch_from_dict(data, str(p))
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """Datasheet facts of one GPU model."""
+
+    key: str
+    name: str
+    memory_gib: float
+    hbm_bandwidth_gbs: float
+    bf16_tflops: float
+    source: str = ""
+
+
+def available_gpus() -> list[str]:
+    return sorted(_gpu_table())
+
+
+@cache
+def _gpu_table() -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load((_DATA / "gpus.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def load_gpu(key: str) -> GPU:
+    table = _gpu_table()
+    if key not in table:
+        raise ConfigError("--gpu", "", f"unknown GPU {key!r}; known: {', '.join(sorted(table))}")
+    d = table[key]
+    return GPU(
+        key=key,
+        name=str(d["name"]),
+        memory_gib=float(d["memory_gib"]),
+        hbm_bandwidth_gbs=float(d["hbm_bandwidth_gbs"]),
+        bf16_tflops=float(d["bf16_tflops"]),
+        source=str(d.get("source", "")),
+    )

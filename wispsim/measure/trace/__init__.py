@@ -1,0 +1,1 @@
+"""Recording and inspecting acceptance traces from real model pairs."""

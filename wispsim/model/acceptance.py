@@ -1,0 +1,320 @@
+"""Acceptance models: which drafted tokens the target accepts (SPEC 1 and 5).
+
+Acceptance is a property of the *position along the committed text*, not of the draft window, so
+every model produces, per response, a per-position stream: ``accept[t]`` (would the draft's token
+at position t be accepted) and the draft-distribution ``features[t]`` the rejection predictor sees.
+A round that starts at position t drafts t, t+1, ...; its accepted length is the run of accepts
+from t. Because the stream is drawn per response from the device's acceptance generator, it is the
+same whatever drafting policy or scheduler runs, which keeps policy comparisons fair.
+
+Models (registry ``ACCEPTANCE``):
+
+- ``bernoulli``: every position accepted independently with probability ``mean``; features carry
+  no information.
+- ``latent``: each position's acceptance probability is drawn from Beta(mean, spread); the token is
+  accepted with that probability; features are a noisy monotone function of it.
+- ``trace``: replay of a recorded per-position acceptance trace (Parquet; see ``traces/``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from wispsim.config import AcceptanceConfig
+from wispsim.errors import TraceError
+from wispsim.paths import resolve_named, traces_dir
+from wispsim.registry import Registry
+
+FEATURES = ("top1_prob", "entropy", "margin", "logit_std")
+TRACE_COLUMNS = ("sample_id", "position", *FEATURES, "beta", "greedy_agree", "accept")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseStream:
+    """One response's acceptance along its positions, with its lengths.
+
+    ``run[t]`` is the number of consecutive accepted positions starting at t (precomputed so a
+    round's accepted length is ``min(run[t], k)``).
+    """
+
+    prompt_len: int
+    output_len: int
+    accept: np.ndarray  # bool, one per position (padded past output_len with False)
+    features: np.ndarray  # float, (positions, len(FEATURES))
+    run: np.ndarray  # int
+    # trace replay: the trace and the row of it behind each position (-1 for padding), so that
+    # predictor decisions can be computed once per trace instead of once per response
+    trace: Trace | None = None
+    rows: np.ndarray | None = None
+
+
+def accept_runs(accept: np.ndarray) -> np.ndarray:
+    """``run[t]`` = number of consecutive True values of ``accept`` starting at t."""
+    n = len(accept)
+    idx = np.arange(n)
+    reject_at = np.where(accept, n, idx)
+    next_reject = np.minimum.accumulate(reject_at[::-1])[::-1]
+    return next_reject - idx
+
+
+def _stream(
+    prompt_len: int,
+    output_len: int,
+    accept: np.ndarray,
+    feats: np.ndarray,
+    pad: int,
+    trace: Trace | None = None,
+    rows: np.ndarray | None = None,
+) -> ResponseStream:
+    if pad:
+        accept = np.concatenate([accept, np.zeros(pad, dtype=bool)])
+        feats = np.concatenate([feats, np.zeros((pad, feats.shape[1]))])
+        if rows is not None:
+            rows = np.concatenate([rows, np.full(pad, -1)])
+    return ResponseStream(prompt_len, output_len, accept, feats, accept_runs(accept), trace, rows)
+
+
+class AcceptanceModel(Protocol):
+    """Makes one :class:`ResponseStream` per response from the device's acceptance generator."""
+
+    def nominal_rate(self) -> float:
+        """Mean per-token acceptance probability (seeds the devices' acceptance estimate)."""
+        ...
+
+    def new_response(
+        self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int
+    ) -> ResponseStream: ...
+
+
+ACCEPTANCE: Registry[type] = Registry("acceptance model")
+
+
+def synthetic_features(p: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
+    """Draft features as a noisy monotone function of the per-token acceptance probability p.
+
+    top-1 probability = sigmoid(logit(p) + noise*Z); the other features follow from it the way
+    they do for a peaked distribution whose remaining mass spreads over ~10 tokens: entropy falls,
+    margin and the logits' spread rise as top-1 rises.
+    """
+    n = len(p)
+    pc = np.clip(p, 1e-4, 1 - 1e-4)
+    z = rng.standard_normal((n, 3))
+    top1 = 1.0 / (1.0 + np.exp(-(np.log(pc / (1 - pc)) + noise * z[:, 0])))
+    rest = 1.0 - top1
+    top2 = rest * (0.3 + 0.4 / (1.0 + np.exp(-z[:, 1])))
+    top2 = np.minimum(top2, top1)
+    entropy = -(top1 * np.log(top1)) - rest * np.log(np.maximum(rest, 1e-12) / 10.0)
+    logit_std = 1.5 + 3.0 * top1 + 0.3 * z[:, 2]
+    return np.column_stack([top1, entropy, top1 - top2, logit_std])
+
+
+@ACCEPTANCE.register("bernoulli")
+class BernoulliAcceptance:
+    """Independent per-token acceptance at a fixed rate; features are uninformative."""
+
+    def __init__(self, cfg: AcceptanceConfig) -> None:
+        self.mean = cfg.mean
+        self.noise = cfg.feature_noise
+
+    def nominal_rate(self) -> float:
+        return self.mean
+
+    def new_response(
+        self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int
+    ) -> ResponseStream:
+        accept = rng.random(output_len) < self.mean
+        feats = synthetic_features(np.full(output_len, self.mean), self.noise, rng)
+        return _stream(prompt_len, output_len, accept, feats, pad)
+
+
+@ACCEPTANCE.register("latent")
+class LatentAcceptance:
+    """Per-token acceptance probability ~ Beta(mean, spread); features track it noisily."""
+
+    def __init__(self, cfg: AcceptanceConfig) -> None:
+        self.mean = cfg.mean
+        self.noise = cfg.feature_noise
+        if cfg.spread == 0:
+            self.ab: tuple[float, float] | None = None
+        else:
+            kappa = cfg.mean * (1 - cfg.mean) / cfg.spread**2 - 1
+            self.ab = (cfg.mean * kappa, (1 - cfg.mean) * kappa)
+
+    def nominal_rate(self) -> float:
+        return self.mean
+
+    def new_response(
+        self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int
+    ) -> ResponseStream:
+        if self.ab is None:
+            p = np.full(output_len, self.mean)
+        else:
+            p = rng.beta(self.ab[0], self.ab[1], output_len)
+        accept = rng.random(output_len) < p
+        feats = synthetic_features(p, self.noise, rng)
+        return _stream(prompt_len, output_len, accept, feats, pad)
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A loaded acceptance trace, one contiguous block of rows per sample, in position order."""
+
+    path: str
+    starts: np.ndarray
+    lengths: np.ndarray
+    prompt_lens: np.ndarray
+    beta: np.ndarray
+    flag: np.ndarray
+    greedy: np.ndarray
+    features: np.ndarray
+    metadata: dict[str, str]
+
+    @property
+    def samples(self) -> int:
+        return len(self.starts)
+
+    def mean_rate(self, accept_from: str = "beta") -> float:
+        col = {"beta": self.beta, "flag": self.flag, "greedy": self.greedy}[accept_from]
+        return float(np.mean(col))
+
+
+def find_trace(name_or_path: str) -> Path:
+    path = resolve_named(name_or_path, traces_dir(), (".parquet",))
+    if path is None:
+        known = ", ".join(sorted(p.name for p in traces_dir().glob("*.parquet"))) or "none"
+        raise TraceError(f"acceptance.trace: no trace {name_or_path!r}; shipped traces: {known}")
+    return path
+
+
+@functools.lru_cache(maxsize=8)
+def load_trace(path: str) -> Trace:
+    """Read and check a trace file (cached: sweeps reuse it across runs)."""
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # pyarrow raises several types for a corrupt file
+        raise TraceError(f"{path}: not a readable Parquet trace ({type(e).__name__}: {e})") from None
+    missing = [c for c in TRACE_COLUMNS if c not in table.column_names]
+    if missing:
+        raise TraceError(f"{path}: missing columns {', '.join(missing)}; need {', '.join(TRACE_COLUMNS)}")
+    df: pd.DataFrame = table.to_pandas()
+    if len(df) == 0:
+        raise TraceError(f"{path}: the trace has no rows")
+    df = df.sort_values(["sample_id", "position"], kind="stable").reset_index(drop=True)
+    beta = df["beta"].to_numpy(float)
+    if not np.all((beta >= 0) & (beta <= 1)):
+        raise TraceError(f"{path}: column beta must lie in [0, 1]")
+    feats = df[list(FEATURES)].to_numpy(float)
+    if not np.all(np.isfinite(feats)):
+        raise TraceError(f"{path}: feature columns contain NaN or infinite values")
+    sid = df["sample_id"].to_numpy()
+    change = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
+    lengths = np.diff(np.r_[change, len(df)])
+    pos = df["position"].to_numpy()
+    expected = np.arange(len(df)) - np.repeat(change, lengths)
+    if not np.array_equal(pos - np.repeat(pos[change], lengths), expected):
+        raise TraceError(f"{path}: positions of a sample must be consecutive integers")
+    if "context_length" in df.columns:
+        prompt = df["context_length"].to_numpy()[change].astype(int)
+    else:
+        prompt = np.full(len(change), 256)
+    raw_meta = table.schema.metadata or {}
+    meta = {
+        k.decode(): v.decode(errors="replace") for k, v in raw_meta.items() if not k.startswith(b"pandas")
+    }
+    return Trace(
+        path=path,
+        starts=change,
+        lengths=lengths,
+        prompt_lens=np.maximum(prompt, 1),
+        beta=beta,
+        flag=df["accept"].to_numpy(bool),
+        greedy=df["greedy_agree"].to_numpy(bool),
+        features=feats,
+        metadata=meta,
+    )
+
+
+@ACCEPTANCE.register("trace")
+class TraceAcceptance:
+    """Replays a recorded trace position by position.
+
+    ``accept_from`` chooses what decides acceptance at a position: ``beta`` (a fresh
+    Bernoulli(beta) draw, so replay is a sample of the same process), ``flag`` (the recorded
+    realized verdict) or ``greedy`` (argmax agreement). ``lengths`` chooses where a response's
+    lengths come from: ``trace`` (one recorded sample, drawn at random, sets the prompt and
+    output lengths) or ``workload`` (the workload's lengths; the output's positions are filled
+    with randomly drawn recorded samples one after another, so long responses replay real
+    acceptance even when the recordings are short).
+    """
+
+    def __init__(self, cfg: AcceptanceConfig) -> None:
+        if not cfg.trace:
+            raise TraceError("acceptance.trace: the trace model needs a trace file or name")
+        self.trace = load_trace(str(find_trace(cfg.trace)))
+        self.accept_from = cfg.accept_from
+        self.lengths = cfg.lengths
+
+    def nominal_rate(self) -> float:
+        return self.trace.mean_rate(self.accept_from)
+
+    def _sample(self, rng: np.random.Generator) -> tuple[int, slice]:
+        tr = self.trace
+        i = int(rng.integers(tr.samples))
+        s = int(tr.starts[i])
+        return i, slice(s, s + int(tr.lengths[i]))
+
+    def _verdicts(self, rng: np.random.Generator, sl: slice) -> np.ndarray:
+        tr = self.trace
+        if self.accept_from == "beta":
+            return rng.random(sl.stop - sl.start) < tr.beta[sl]
+        if self.accept_from == "flag":
+            return tr.flag[sl].copy()
+        return tr.greedy[sl].copy()
+
+    def new_response(
+        self, rng: np.random.Generator, prompt_len: int, output_len: int, pad: int
+    ) -> ResponseStream:
+        tr = self.trace
+        if self.lengths == "trace":
+            i, sl = self._sample(rng)
+            n = sl.stop - sl.start
+            return _stream(
+                int(tr.prompt_lens[i]),
+                n,
+                self._verdicts(rng, sl),
+                tr.features[sl],
+                pad,
+                tr,
+                np.arange(sl.start, sl.stop),
+            )
+        accepts, rows, have = [], [], 0
+        while have < output_len:
+            _, sl = self._sample(rng)
+            accepts.append(self._verdicts(rng, sl))
+            rows.append(np.arange(sl.start, sl.stop))
+            have += sl.stop - sl.start
+        accept = np.concatenate(accepts)[:output_len]
+        idx = np.concatenate(rows)[:output_len]
+        return _stream(prompt_len, output_len, accept, tr.features[idx], pad, tr, idx)
+
+
+def make_acceptance(cfg: AcceptanceConfig) -> AcceptanceModel:
+    model: AcceptanceModel = ACCEPTANCE.get(cfg.model, field="acceptance.model")(cfg)
+    return model
+
+
+def expected_accept_ratio(rate: float, k: int) -> float:
+    """E[L]/k for i.i.d. acceptance at ``rate`` and a window of k (seeds alpha_hat)."""
+    if k <= 0:
+        return rate
+    if math.isclose(rate, 1.0):
+        return 1.0
+    return rate * (1 - rate**k) / (1 - rate) / k

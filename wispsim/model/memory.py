@@ -1,0 +1,140 @@
+"""Paged KV memory with a prefix cache and LRU eviction (SPEC 2.3).
+
+Memory is counted in blocks of ``block_size`` tokens. Between rounds, a response's committed
+prefix stays cached (when the prefix cache is on), holding ceil(prefix / block_size) blocks. A
+batch needs blocks for every member's L_total; to make room the server evicts idle cached
+prefixes, least recently used first. A session whose prefix was evicted is cold on its next
+round: it forwards its whole prefix again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from wispsim.config import Scenario
+from wispsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from wispsim.model.profiles import Profile
+
+
+class KVMemory:
+    """Block accounting for one GPU replica's KV cache.
+
+    ``eviction`` says how much of an idle prefix is evicted to make room: ``session`` (SPEC 2.3)
+    drops the least recently used session's whole prefix, so its next round is cold; ``block``
+    (what vLLM v1's prefix cache does) frees only as many blocks as needed, from the tail of the
+    least recently used prefix, so that session keeps a partial prefix hit.
+    """
+
+    __slots__ = ("block_size", "cache", "eviction", "evictions", "prefix_cache", "total_blocks", "used")
+
+    def __init__(
+        self, total_blocks: int, block_size: int, prefix_cache: bool, eviction: str = "session"
+    ) -> None:
+        self.total_blocks = total_blocks
+        self.block_size = block_size
+        self.prefix_cache = prefix_cache
+        self.eviction = eviction
+        # session -> (cached tokens, blocks held), in LRU order (oldest first)
+        self.cache: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self.used = 0
+        self.evictions = 0
+
+    def blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def cached_tokens(self, session: int) -> int:
+        entry = self.cache.get(session)
+        return entry[0] if entry else 0
+
+    def _evict(self, need: int, protect: set[int] | None = None) -> int:
+        """Free idle prefixes LRU-first until ``need`` more blocks fit; returns sessions hit."""
+        hit = 0
+        for s in list(self.cache):
+            short = self.used + need - self.total_blocks
+            if short <= 0:
+                break
+            if protect and s in protect:
+                continue
+            tokens, held = self.cache[s]
+            take = held if self.eviction == "session" else min(held, short)
+            self.used -= take
+            hit += 1
+            if take == held:
+                del self.cache[s]
+            else:  # tail blocks go first; the head of the prefix stays a cache hit
+                keep = held - take
+                self.cache[s] = (min(tokens, keep * self.block_size), keep)
+        self.evictions += hit
+        return hit
+
+    def allocate(self, batch: Iterable[tuple[int, int]]) -> int:
+        """Make room for a batch of (session, L_total); returns how many prefixes were evicted.
+
+        The batch's own cached prefixes are kept; other idle prefixes are evicted LRU-first.
+        """
+        batch = list(batch)
+        members = {s for s, _ in batch}
+        need = 0
+        for s, l_total in batch:
+            entry = self.cache.get(s)
+            need += self.blocks(l_total) - (entry[1] if entry else 0)
+        evicted = self._evict(need, members) if self.used + need > self.total_blocks else 0
+        if self.used + need > self.total_blocks:
+            raise RuntimeError("batch does not fit in KV memory; the scheduler must prevent this")
+        for s, l_total in batch:
+            old = self.cache.pop(s, None)
+            nb = self.blocks(l_total)
+            self.used += nb - (old[1] if old else 0)
+            self.cache[s] = (l_total, nb)
+        return evicted
+
+    def finish_round(self, session: int, prefix: int) -> int:
+        """After a round: keep the committed prefix cached (most recently used), or free it.
+
+        The committed prefix can be one block longer than what the batch held (it includes the
+        bonus token the target sampled), so keeping it may need room: idle prefixes are evicted
+        LRU-first, so ``used`` never exceeds ``total_blocks``. Returns how many were evicted.
+        """
+        old = self.cache.pop(session, None)
+        if old:
+            self.used -= old[1]
+        evicted = 0
+        nb = self.blocks(prefix)
+        if self.prefix_cache and 0 < nb <= self.total_blocks:
+            if self.used + nb > self.total_blocks:
+                evicted = self._evict(nb)
+            self.used += nb
+            self.cache[session] = (prefix, nb)
+        return evicted
+
+    def drop(self, session: int) -> None:
+        """A response finished: free its prefix."""
+        old = self.cache.pop(session, None)
+        if old:
+            self.used -= old[1]
+
+
+def check_memory(
+    scenario: Scenario, capacity_tokens: int, profile: Profile, source: str = "scenario"
+) -> None:
+    """The KV cache must have room, and hold the longest possible response."""
+    wl = scenario.workload
+    if capacity_tokens <= 0:
+        raise ConfigError(
+            source,
+            "server.gpu_memory_utilization",
+            "no memory is left for the KV cache after the weights and the activation reserve",
+        )
+    longest = wl.prompt_tokens.support()[1] + wl.output_tokens.support()[1] + scenario.drafting.k_max + 1
+    if math.isfinite(longest) and longest > capacity_tokens:
+        raise ConfigError(
+            source,
+            "workload.output_tokens",
+            f"the longest response ({int(longest)} tokens of prompt + output) does not fit in the "
+            f"KV cache ({capacity_tokens} tokens); lower the length limits or raise memory",
+        )

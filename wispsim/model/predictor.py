@@ -1,0 +1,284 @@
+"""Rejection predictors: would the target accept the token just drafted? (SPEC 6)
+
+A predictor maps draft-distribution features (columns :data:`wispsim.model.acceptance.FEATURES`) to a
+decision "accept" (True) or "reject" (False). Predictors evaluate a whole response's positions at
+once, so a device computes its decisions once per response instead of once per token.
+
+- ``confidence``: a threshold on the draft's top-1 probability (the simplest thing that works).
+- ``npz``: a trained model (MLP, XGBoost, LightGBM or random forest) exported by
+  ``wispsim predictor train`` as plain arrays and evaluated here with NumPy alone, so the
+  simulator never imports the training libraries. The file carries its own decision threshold.
+
+Exported format (``format = "wispsim-predictor/1"``): ``kind``, ``features`` (names, in input
+order), ``threshold`` (predict accept when P(accept) >= threshold), ``k`` (window used for the
+labels), ``meta`` (JSON: metrics and provenance) and either
+
+- MLP: ``scaler_mean``, ``scaler_scale``, ``W0..W{n-1}``, ``b0..b{n-1}``, ``activation`` (hidden
+  layers) and ``out_activation`` (``logistic``); or
+- trees: one flat node table for all trees (``node_feature``, ``node_threshold``, ``node_left``,
+  ``node_right`` with -1 at leaves, ``node_value`` at leaves) and ``tree_offsets`` (tree i owns
+  nodes ``tree_offsets[i]:tree_offsets[i+1]``; child indices are local to the tree), ``decision``
+  (``<``: xgboost, ``<=``: lightgbm and scikit-learn; true goes left), ``feature_dtype``
+  (``float32`` where the library compares single-precision inputs), ``combine`` (``sigmoid_sum``:
+  sigmoid(scale * (base_margin + sum of leaves)); ``mean``: mean of the leaves' class-1
+  probabilities), ``base_margin`` and ``sigmoid_scale``.
+
+The simulator passes exactly the four FEATURES; a model trained with the extra window-position
+feature cannot be used there (the position in the window is not known before drafting).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from wispsim.config import PredictorConfig
+from wispsim.errors import ConfigError, WispsimError
+from wispsim.model.acceptance import FEATURES
+from wispsim.paths import predictors_dir, resolve_named
+from wispsim.registry import Registry
+
+FORMAT = "wispsim-predictor/1"
+
+
+class Predictor(Protocol):
+    def predict_accept(self, features: np.ndarray) -> np.ndarray:
+        """Boolean array: True where the token is predicted to be accepted."""
+        ...
+
+
+PREDICTORS: Registry[type] = Registry("predictor")
+
+
+@PREDICTORS.register("confidence")
+class ConfidencePredictor:
+    """Predict "accept" when the draft's top-1 probability is at least ``threshold``."""
+
+    def __init__(self, cfg: PredictorConfig) -> None:
+        self.threshold = cfg.threshold
+
+    def predict_accept(self, features: np.ndarray) -> np.ndarray:
+        return np.asarray(features[:, 0] >= self.threshold)
+
+
+# --------------------------------------------------------------------------------------------
+# Exported models, evaluated with NumPy
+# --------------------------------------------------------------------------------------------
+
+_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "relu": lambda h: np.maximum(h, 0.0),
+    "tanh": np.tanh,
+    "logistic": lambda h: 1.0 / (1.0 + np.exp(-h)),
+    "identity": lambda h: h,
+}
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return np.asarray(1.0 / (1.0 + np.exp(-z)))
+
+
+@dataclass(frozen=True, slots=True)
+class MlpArrays:
+    """A feed-forward network after a standard scaler (scikit-learn's MLPClassifier layout)."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: tuple[np.ndarray, ...]
+    biases: tuple[np.ndarray, ...]
+    activation: str
+    out_activation: str
+
+    def proba(self, x: np.ndarray) -> np.ndarray:
+        h = (x - self.mean) / self.scale
+        act = _ACTIVATIONS[self.activation]
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = h @ w + b
+            h = act(h) if i < last else _ACTIVATIONS[self.out_activation](h)
+        return np.asarray(h[:, 0])
+
+
+@dataclass(frozen=True, slots=True)
+class TreeArrays:
+    """All trees of an ensemble as one node table, walked for every tree and row at once.
+
+    At load time leaves become self-loops (both children point at the leaf), so a walk of exactly
+    ``depth`` steps ends at every tree's leaf without checking which rows are done.
+    """
+
+    roots: np.ndarray  # (trees,) global index of each root
+    feature: np.ndarray  # (nodes,) feature index (0 at leaves)
+    threshold: np.ndarray  # (nodes,)
+    left: np.ndarray  # (nodes,) global index; self at leaves
+    right: np.ndarray
+    value: np.ndarray  # (nodes,) leaf value (0 inside)
+    depth: int
+    strict: bool  # "<" (xgboost) instead of "<="
+    float32: bool
+    combine: str
+    base_margin: float
+    sigmoid_scale: float
+
+    def proba(self, x: np.ndarray) -> np.ndarray:
+        if self.float32:
+            x = x.astype(np.float32).astype(np.float64)
+        n, nf = x.shape
+        flat = x.ravel()
+        row = (np.arange(n) * nf)[None, :]
+        node = np.repeat(self.roots[:, None], n, axis=1)
+        for _ in range(self.depth):
+            xv = flat[row + self.feature[node]]
+            thr = self.threshold[node]
+            go_left = xv < thr if self.strict else xv <= thr
+            node = np.where(go_left, self.left[node], self.right[node])
+        leaves = self.value[node]
+        if self.combine == "mean":
+            return np.asarray(leaves.mean(axis=0))
+        return _sigmoid(self.sigmoid_scale * (self.base_margin + leaves.sum(axis=0)))
+
+
+def tree_depth(left: np.ndarray, right: np.ndarray, roots: np.ndarray) -> int:
+    """Number of edges on the longest root-to-leaf path over all trees (leaves have left -1)."""
+    depth = 0
+    level = roots
+    while True:
+        inner = level[left[level] >= 0]
+        if len(inner) == 0:
+            return depth
+        level = np.concatenate([left[inner], right[inner]])
+        depth += 1
+
+
+def _trees_from_npz(z: Any) -> TreeArrays:
+    offsets = z["tree_offsets"].astype(np.int64)
+    counts = np.diff(offsets)
+    base = np.repeat(offsets[:-1], counts)
+    local_left = z["node_left"].astype(np.int64)
+    local_right = z["node_right"].astype(np.int64)
+    leaf = local_left < 0
+    idx = np.arange(len(local_left))
+    left = np.where(leaf, idx, local_left + base)
+    right = np.where(leaf, idx, local_right + base)
+    roots = offsets[:-1]
+    glob_left = np.where(leaf, -1, left)
+    return TreeArrays(
+        roots=roots,
+        feature=np.where(leaf, 0, z["node_feature"]).astype(np.int64),
+        threshold=z["node_threshold"].astype(np.float64),
+        left=left,
+        right=right,
+        value=np.where(leaf, z["node_value"], 0.0).astype(np.float64),
+        depth=tree_depth(glob_left, right, roots),
+        strict=str(z["decision"]) == "<",
+        float32=str(z["feature_dtype"]) == "float32",
+        combine=str(z["combine"]),
+        base_margin=float(z["base_margin"]),
+        sigmoid_scale=float(z["sigmoid_scale"]),
+    )
+
+
+def _mlp_from_npz(z: Any) -> MlpArrays:
+    n = int(z["n_layers"])
+    return MlpArrays(
+        mean=z["scaler_mean"].astype(np.float64),
+        scale=z["scaler_scale"].astype(np.float64),
+        weights=tuple(z[f"W{i}"].astype(np.float64) for i in range(n)),
+        biases=tuple(z[f"b{i}"].astype(np.float64) for i in range(n)),
+        activation=str(z["activation"]),
+        out_activation=str(z["out_activation"]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedPredictor:
+    """A loaded ``.npz`` predictor: P(accept) from features, and its own decision threshold."""
+
+    path: str
+    kind: str
+    features: tuple[str, ...]
+    threshold: float
+    k: int
+    model: MlpArrays | TreeArrays
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def proba(self, features: np.ndarray) -> np.ndarray:
+        """P(accept) for each row of ``features`` (columns in the order of ``self.features``)."""
+        x = np.asarray(features, dtype=np.float64)
+        if x.ndim == 1:
+            x = x[None, :]
+        return self.model.proba(x)
+
+    def predict_accept(self, features: np.ndarray) -> np.ndarray:
+        return np.asarray(self.proba(features) >= self.threshold)
+
+
+def find_predictor(path: str) -> Path:
+    """``path`` as given, else under the shipped ``predictors/`` folder (or its parent)."""
+    folder = predictors_dir()
+    found = resolve_named(path, folder, (".npz",))
+    if found is None and (folder.parent / path).is_file():
+        found = folder.parent / path
+    if found is None:
+        known = ", ".join(sorted(p.name for p in folder.glob("*.npz"))) or "none"
+        raise ConfigError(
+            "scenario", "drafting.predictor.path", f"no predictor file {path!r}; shipped predictors: {known}"
+        )
+    return found
+
+
+@functools.lru_cache(maxsize=16)
+def load_exported(path: str) -> ExportedPredictor:
+    """Read an exported predictor (cached: every run of a sweep uses the same file)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            fmt = str(z["format"]) if "format" in z else "?"
+            if fmt != FORMAT:
+                raise WispsimError(f"{path}: not a wispsim predictor (format {fmt!r}, expected {FORMAT!r})")
+            kind = str(z["kind"])
+            model = _mlp_from_npz(z) if kind == "mlp" else _trees_from_npz(z)
+            return ExportedPredictor(
+                path=path,
+                kind=kind,
+                features=tuple(str(f) for f in z["features"]),
+                threshold=float(z["threshold"]),
+                k=int(z["k"]),
+                model=model,
+                meta=json.loads(str(z["meta"])),
+            )
+    except (OSError, ValueError, KeyError) as e:
+        raise WispsimError(f"{path}: not a readable predictor file ({type(e).__name__}: {e})") from None
+
+
+@PREDICTORS.register("npz")
+class NpzPredictor:
+    """A trained predictor exported as arrays (``drafting.predictor: {name: npz, path: ...}``).
+
+    The decision threshold is the one stored in the file (chosen for a low false-positive rate at
+    training time); ``drafting.predictor.threshold`` is not used.
+    """
+
+    def __init__(self, cfg: PredictorConfig) -> None:
+        if not cfg.path:
+            raise ConfigError("scenario", "drafting.predictor.path", "the npz predictor needs a path")
+        self.model = load_exported(str(find_predictor(cfg.path)))
+        if self.model.features != FEATURES:
+            raise ConfigError(
+                "scenario",
+                "drafting.predictor.path",
+                f"{self.model.path} was trained on features {', '.join(self.model.features)}; the "
+                f"simulator supplies only {', '.join(FEATURES)} (train without --window-position)",
+            )
+
+    def predict_accept(self, features: np.ndarray) -> np.ndarray:
+        return self.model.predict_accept(features)
+
+
+def make_predictor(cfg: PredictorConfig) -> Predictor:
+    predictor: Predictor = PREDICTORS.get(cfg.name, field="drafting.predictor.name")(cfg)
+    return predictor

@@ -1,0 +1,326 @@
+"""Verification-latency profiles: estimator coefficients for one (GPU, model, precision, engine).
+
+A profile is a YAML file under ``profiles/`` (see ``profiles/a100-qwen3-32b.yaml`` and
+``docs/profiles.md``). Besides the coefficients (with their 95% intervals and the fit's quality)
+it carries the noise model, the hardware, the engine and precision, the target model's memory
+facts that the paged KV-cache model needs, and its provenance: ``published`` (with the citation),
+``measured`` (with the raw data file, the command and the date) or ``derived`` (with the rule,
+its inputs and the source profile). :func:`load_profile` finds a profile by name or path and
+checks all of it, naming the profile and the field in every error.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wispsim.config import read_yaml
+from wispsim.errors import ConfigError
+from wispsim.measure.profile.archs import DTYPE_BYTES as KV_DTYPES
+from wispsim.model.estimator import Estimator
+from wispsim.paths import profiles_dir, resolve_named
+
+GIB = 1024**3
+COEFFICIENTS = ("a", "b_compute", "b_read", "c")
+PROVENANCE_KINDS = ("published", "measured", "derived")
+# what each kind of provenance must say
+PROVENANCE_NEEDS = {
+    "published": ("citation",),
+    "measured": ("data", "command", "date"),
+    "derived": ("rule", "inputs"),
+}
+NOISE_MODELS = ("lognormal",)
+TOP_LEVEL = (
+    "name",
+    "description",
+    "hardware",
+    "engine",
+    "precision",
+    "model",
+    "coefficients",
+    "fit",
+    "noise",
+    "provenance",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """What the memory model needs to know about the target model (plus its shape, if known)."""
+
+    name: str
+    parameters: float
+    layers: int
+    kv_heads: int
+    head_dim: int
+    kv_dtype_bytes: int
+    weight_bytes: float
+    vocab_size: int = 151936
+    arch: str | None = None
+    attention_heads: int | None = None
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """2 (K and V) x layers x KV heads x head dim x dtype bytes (SPEC 2.3)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """One validated profile. ``gpu_memory_gib`` is per GPU; ``gpu_count`` GPUs hold the model
+    (tensor parallel), so memory, weights and KV cache are totals over all of them."""
+
+    name: str
+    source: str
+    estimator: Estimator
+    ci95: dict[str, tuple[float, float]]
+    noise_sigma: float
+    gpu: str
+    gpu_count: int
+    gpu_memory_gib: float
+    engine: str
+    precision: str
+    model: ModelFacts
+    provenance: dict[str, Any]
+    fit: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    noise_model: str = "lognormal"
+    hbm_bandwidth_gbs: float | None = None
+    bf16_tflops: float | None = None
+    price_per_gpu_hour: float | None = None  # hardware.price_per_gpu_hour, for `wispsim plan`
+
+    def kv_capacity_tokens(self, utilization: float, reserve_gib: float) -> int:
+        """Tokens of KV cache that fit: GPU memory x utilization - weights - activation reserve."""
+        total = self.gpu_memory_gib * GIB * self.gpu_count * utilization
+        free = total - self.model.weight_bytes - reserve_gib * GIB * self.gpu_count
+        return max(0, int(free // self.model.kv_bytes_per_token))
+
+    @property
+    def kind(self) -> str:
+        return str(self.provenance["kind"])
+
+    @property
+    def data_path(self) -> Path | None:
+        """A measured profile's raw data (``provenance.data``, relative to the profile's folder)."""
+        data = self.provenance.get("data")
+        if not data:
+            return None
+        p = Path(str(data))
+        return p if p.is_absolute() else Path(self.source).parent / p
+
+
+def _num(d: dict[str, Any], key: str, source: str, path: str, *, minimum: float | None = None) -> float:
+    if key not in d:
+        raise ConfigError(source, f"{path}{key}", "is missing")
+    return _value(d[key], source, f"{path}{key}", minimum=minimum)
+
+
+def _value(v: Any, source: str, where: str, *, minimum: float | None = None) -> float:
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            raise ConfigError(source, where, f"must be a number, got {v!r}") from None
+    if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
+        raise ConfigError(source, where, f"must be a number, got {v!r}")
+    if minimum is not None and v < minimum:
+        raise ConfigError(source, where, f"must be >= {minimum:g}, got {v:g}")
+    return float(v)
+
+
+def _int(d: dict[str, Any], key: str, source: str, path: str, *, minimum: int = 1) -> int:
+    v = _num(d, key, source, path, minimum=minimum)
+    if v != int(v):
+        raise ConfigError(source, f"{path}{key}", f"must be a whole number, got {v:g}")
+    return int(v)
+
+
+def _opt_int(d: dict[str, Any], key: str, source: str, path: str) -> int | None:
+    return _int(d, key, source, path) if d.get(key) is not None else None
+
+
+def _opt_num(d: dict[str, Any], key: str, source: str, path: str) -> float | None:
+    return _num(d, key, source, path, minimum=0.0) if d.get(key) is not None else None
+
+
+def _section(d: dict[str, Any], key: str, source: str) -> dict[str, Any]:
+    v = d.get(key)
+    if not isinstance(v, dict):
+        raise ConfigError(source, key, "is missing or not a mapping")
+    return v
+
+
+def _coefficients(data: dict[str, Any], src: str) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    coefs = _section(data, "coefficients", src)
+    extra = sorted(set(coefs) - set(COEFFICIENTS))
+    if extra:
+        raise ConfigError(
+            src, f"coefficients.{extra[0]}", f"unknown coefficient; allowed: {', '.join(COEFFICIENTS)}"
+        )
+    values: dict[str, float] = {}
+    ci95: dict[str, tuple[float, float]] = {}
+    for k in COEFFICIENTS:
+        entry = coefs.get(k)
+        if entry is None:
+            raise ConfigError(src, f"coefficients.{k}", "is missing")
+        if not isinstance(entry, dict):
+            entry = {"value": entry}
+        values[k] = _num(entry, "value", src, f"coefficients.{k}.", minimum=0.0)
+        ci = entry.get("ci95")
+        if ci is not None:
+            if not (isinstance(ci, list) and len(ci) == 2):
+                raise ConfigError(src, f"coefficients.{k}.ci95", "must be [low, high]")
+            lo = _value(ci[0], src, f"coefficients.{k}.ci95[0]")
+            hi = _value(ci[1], src, f"coefficients.{k}.ci95[1]")
+            if not lo <= values[k] <= hi:
+                raise ConfigError(
+                    src, f"coefficients.{k}.ci95", f"[{lo:g}, {hi:g}] must contain {values[k]:g}"
+                )
+            ci95[k] = (lo, hi)
+    return values, ci95
+
+
+def _model(data: dict[str, Any], src: str) -> ModelFacts:
+    m = _section(data, "model", src)
+    if "kv_dtype_bytes" in m:
+        kv_bytes = _int(m, "kv_dtype_bytes", src, "model.")
+    elif "kv_dtype" in m:
+        kv_bytes = KV_DTYPES.get(str(m["kv_dtype"]).lower(), 0)
+        if not kv_bytes:
+            raise ConfigError(src, "model.kv_dtype", f"got {m['kv_dtype']!r}; known: {', '.join(KV_DTYPES)}")
+    else:
+        raise ConfigError(src, "model.kv_dtype_bytes", "is missing (or give model.kv_dtype, e.g. bfloat16)")
+    if "kv_dtype" in m and KV_DTYPES.get(str(m["kv_dtype"]).lower()) != kv_bytes:
+        raise ConfigError(
+            src, "model.kv_dtype", f"{m['kv_dtype']!r} disagrees with kv_dtype_bytes {kv_bytes}"
+        )
+    facts = ModelFacts(
+        name=str(m.get("name", "?")),
+        parameters=_num(m, "parameters", src, "model.", minimum=1),
+        layers=_int(m, "layers", src, "model."),
+        kv_heads=_int(m, "kv_heads", src, "model."),
+        head_dim=_int(m, "head_dim", src, "model."),
+        kv_dtype_bytes=kv_bytes,
+        weight_bytes=_num(m, "weight_bytes", src, "model.", minimum=0),
+        vocab_size=_int(m, "vocab_size", src, "model.") if "vocab_size" in m else 151936,
+        arch=str(m["arch"]) if m.get("arch") else None,
+        attention_heads=_opt_int(m, "attention_heads", src, "model."),
+        hidden_size=_opt_int(m, "hidden_size", src, "model."),
+        intermediate_size=_opt_int(m, "intermediate_size", src, "model."),
+    )
+    if facts.attention_heads is not None and facts.attention_heads % facts.kv_heads:
+        raise ConfigError(src, "model.kv_heads", f"must divide attention_heads ({facts.attention_heads})")
+    return facts
+
+
+def _provenance(data: dict[str, Any], src: str, source: str) -> dict[str, Any]:
+    prov = _section(data, "provenance", src)
+    kind = prov.get("kind")
+    if kind not in PROVENANCE_KINDS:
+        raise ConfigError(src, "provenance.kind", f"got {kind!r}; allowed: {', '.join(PROVENANCE_KINDS)}")
+    for needs in PROVENANCE_NEEDS[kind]:
+        if not prov.get(needs):
+            raise ConfigError(src, f"provenance.{needs}", f"is required for a {kind} profile")
+    if kind == "derived" and not isinstance(prov["inputs"], dict):
+        raise ConfigError(src, "provenance.inputs", "must be a mapping of the rule's inputs")
+    if kind == "measured":
+        p = Path(str(prov["data"]))
+        p = p if p.is_absolute() else Path(source).parent / p
+        if not p.is_file():
+            raise ConfigError(
+                src, "provenance.data", f"raw data file {str(prov['data'])!r} not found (looked for {p})"
+            )
+    return dict(prov)
+
+
+def _noise(data: dict[str, Any], src: str) -> tuple[str, float]:
+    noise = data.get("noise") or {}
+    if not isinstance(noise, dict):
+        raise ConfigError(src, "noise", "must be a mapping with model and sigma")
+    model = str(noise.get("model", "lognormal"))
+    if model not in NOISE_MODELS:
+        raise ConfigError(src, "noise.model", f"got {model!r}; allowed: {', '.join(NOISE_MODELS)}")
+    sigma = _num(noise, "sigma", src, "noise.", minimum=0.0) if "sigma" in noise else 0.0
+    if sigma > 2:
+        raise ConfigError(src, "noise.sigma", f"must be <= 2 (a log-normal spread), got {sigma:g}")
+    return model, sigma
+
+
+def _fit(data: dict[str, Any], src: str) -> dict[str, Any]:
+    fit = data.get("fit") or {}
+    if not isinstance(fit, dict):
+        raise ConfigError(src, "fit", "must be a mapping of fit metrics")
+    r2 = fit.get("r2")
+    if isinstance(r2, dict):
+        for split, v in r2.items():
+            if v is not None and _value(v, src, f"fit.r2.{split}") > 1:
+                raise ConfigError(src, f"fit.r2.{split}", f"must be <= 1, got {v}")
+    configs = fit.get("configurations")
+    if isinstance(configs, dict):
+        for split, v in configs.items():
+            _value(v, src, f"fit.configurations.{split}", minimum=0)
+    return dict(fit)
+
+
+def parse_profile(data: dict[str, Any], source: str) -> Profile:
+    """Validate a profile mapping (as read from YAML) and build a :class:`Profile`."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, "", "a profile must be a mapping")
+    name = str(data.get("name") or Path(source).stem)
+    src = f"profile '{name}' ({source})"
+    unknown = sorted(set(data) - set(TOP_LEVEL))
+    if unknown:
+        raise ConfigError(src, unknown[0], f"unknown field; allowed: {', '.join(TOP_LEVEL)}")
+    values, ci95 = _coefficients(data, src)
+    hw = _section(data, "hardware", src)
+    model = _model(data, src)
+    noise_model, sigma = _noise(data, src)
+    profile = Profile(
+        name=name,
+        source=source,
+        estimator=Estimator(**values),
+        ci95=ci95,
+        noise_sigma=sigma,
+        gpu=str(hw.get("gpu", "?")),
+        gpu_count=_int(hw, "count", src, "hardware."),
+        gpu_memory_gib=_num(hw, "memory_gib", src, "hardware.", minimum=1e-3),
+        engine=str(data.get("engine", "?")),
+        precision=str(data.get("precision", "?")),
+        model=model,
+        provenance=_provenance(data, src, source),
+        fit=_fit(data, src),
+        description=str(data.get("description", "")),
+        noise_model=noise_model,
+        hbm_bandwidth_gbs=_opt_num(hw, "hbm_bandwidth_gbs", src, "hardware."),
+        bf16_tflops=_opt_num(hw, "bf16_tflops", src, "hardware."),
+        price_per_gpu_hour=_opt_num(hw, "price_per_gpu_hour", src, "hardware."),
+    )
+    if profile.kv_capacity_tokens(1.0, 0.0) <= 0:
+        raise ConfigError(
+            src, "model.weight_bytes", "the weights do not fit in the GPUs' memory (hardware.count)"
+        )
+    return profile
+
+
+def find_profile(name_or_path: str) -> Path:
+    path = resolve_named(name_or_path, profiles_dir(), (".yaml", ".yml"))
+    if path is None:
+        known = ", ".join(available_profiles()) or "none"
+        raise ConfigError(
+            "scenario", "server.profile", f"no profile {name_or_path!r}; shipped profiles: {known}"
+        )
+    return path
+
+
+def load_profile(name_or_path: str) -> Profile:
+    path = find_profile(name_or_path)
+    return parse_profile(read_yaml(path), str(path))
+
+
+def available_profiles() -> list[str]:
+    d = profiles_dir()
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []

@@ -1,0 +1,91 @@
+"""WISP's SLO-aware batch scheduler (SPEC 3.1).
+
+At a dispatch epoch t each pending request i has value g_i = N_hat_i (expected committed tokens),
+marginal cost v_i = a*L_new + b_compute*L_new*L_total + b_read*L_cached, utility U_i = g_i / v_i
+and latest start time LST_i = d_i - (v_i + c) - delta. Requests with t >= LST_i are critical.
+
+The batch grows in three phases; each phase stops at its first request that fails FeasibleAdd:
+
+1. critical requests, earliest deadline first. If one fails, phase 3 is skipped (no non-critical
+   fill: the batch must stay short for the urgent ones);
+2. late requests -- those that cannot meet their deadline even alone, t + v_i + c > d_i -- oldest
+   first. Their own deadline is left out of the check (it is lost anyway), so they ride along
+   only while every other member stays feasible;
+3. non-critical requests by decreasing utility.
+
+FeasibleAdd(B, i): memory and batch limits hold for B + {i}, and
+t + T_hat(B + {i}) <= min over non-late j in B + {i} of d_j.
+A batch is never empty while the queue is not: if nothing could be added, the single most urgent
+request (earliest deadline, then oldest) is dispatched alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from wispsim.model.schedulers.base import SCHEDULERS, GpuState, P
+
+
+@SCHEDULERS.register("wisp")
+class WispScheduler:
+    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> list[P]:
+        if not queue:
+            return []
+        est = gpu.estimator
+        a, b_c, b_r, c = est.a, est.b_compute, est.b_read, est.c
+        delta = gpu.delta
+        critical: list[tuple[float, float, int, float]] = []
+        late: list[tuple[float, int, float]] = []
+        other: list[tuple[float, float, int, float]] = []
+        for idx, r in enumerate(queue):
+            l_new, l_cached = r.l_new, r.l_cached
+            v = l_new * (a + b_c * (l_new + l_cached)) + b_r * l_cached  # est.marginal, inlined
+            if now + v + c > r.deadline:
+                late.append((r.arrival, idx, v))
+            elif now >= r.deadline - (v + c) - delta:
+                critical.append((r.deadline, r.arrival, idx, v))
+            else:
+                utility = r.n_hat / v if v > 0 else math.inf
+                other.append((-utility, r.arrival, idx, v))
+
+        # the growing batch: members, T_hat so far, earliest non-late deadline, memory, limits
+        members: list[P] = []
+        total = c
+        dmin = math.inf
+        blocks = new_tokens = 0
+        bs, max_blocks = gpu.block_size, gpu.total_blocks
+        max_req, max_new = gpu.max_requests, gpu.max_new_tokens
+
+        def try_add(idx: int, v: float, is_late: bool) -> bool:
+            nonlocal total, dmin, blocks, new_tokens
+            r = queue[idx]
+            nb = -(-(r.l_new + r.l_cached) // bs)
+            if len(members) >= max_req or new_tokens + r.l_new > max_new or blocks + nb > max_blocks:
+                return False
+            d = dmin if is_late or r.deadline >= dmin else r.deadline
+            if now + total + v > d:
+                return False
+            members.append(r)
+            total += v
+            dmin = d
+            blocks += nb
+            new_tokens += r.l_new
+            return True
+
+        critical_failed = False
+        for _, _, idx, v in sorted(critical):
+            if not try_add(idx, v, False):
+                critical_failed = True
+                break
+        for _, idx, v in sorted(late):
+            if not try_add(idx, v, True):
+                break
+        if not critical_failed:
+            for _, _, idx, v in sorted(other):
+                if not try_add(idx, v, False):
+                    break
+        if not members:
+            urgent = min(range(len(queue)), key=lambda i: (queue[i].deadline, queue[i].arrival, i))
+            return [queue[urgent]]
+        return members

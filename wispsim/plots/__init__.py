@@ -1,0 +1,1 @@
+"""Figures. The only layer that imports matplotlib."""

@@ -1,0 +1,1 @@
+"""A real deployment: verification server, centralized server, device swarm."""

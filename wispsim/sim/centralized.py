@@ -1,0 +1,187 @@
+"""Centralized serving: the server generates every token with continuous batching (SPEC 3.3).
+
+vLLM-style iteration-level scheduling. Each step decodes one token for every running response
+whose prompt is processed, and spends the rest of a per-step token budget
+(``server.prefill_chunk_tokens``) on prefill chunks of responses still being prefilled, oldest
+first (chunked prefill). A response whose last prefill chunk runs in a step gets its first token
+from that step. Step latency comes from the same estimator: a decode is (L_new = 1, L_cached =
+context), a chunk is (L_new = chunk, L_cached = tokens already prefilled).
+
+KV memory: a waiting response is admitted (oldest first, at most ``max_batch_requests`` running)
+when free blocks cover its whole context; each decode grows the context by one token. When a
+decode needs a block and none is free, the most recently admitted response is preempted: its
+blocks are freed and it goes back to the front of the queue to be recomputed (vLLM's recompute
+preemption).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+from itertools import count
+from typing import Any
+
+import simpy
+
+from wispsim.model.latency import LatencyModel
+from wispsim.sim.records import BatchRecord
+
+
+class _Seq:
+    __slots__ = ("blocks", "context", "done", "generated", "output", "prefilled", "prompt", "rid")
+
+    def __init__(self, rid: int, prompt: int, output: int, done: simpy.Event) -> None:
+        self.rid = rid
+        self.prompt = prompt
+        self.output = output
+        self.done = done
+        self.generated = 0
+        self.prefilled = 0  # tokens of prompt + generated-so-far whose KV is computed
+        self.context = prompt  # tokens that must be in KV before decoding
+        self.blocks = 0
+
+
+class CentralizedServer:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        total_blocks: int,
+        block_size: int,
+        max_running: int,
+        step_tokens: int,
+        latency: LatencyModel,
+        batches: list[Any],
+        batch_ids: count[int],
+        replica: int = 0,
+    ) -> None:
+        self.env = env
+        self.total_blocks = total_blocks
+        self.block_size = block_size
+        self.max_running = max_running
+        self.step_tokens = step_tokens
+        self.latency = latency
+        self.batches = batches
+        self._ids = batch_ids
+        self.replica = replica
+        self.waiting: deque[_Seq] = deque()
+        self.running: list[_Seq] = []
+        self.free = total_blocks
+        self.preemptions = 0
+        self._wake: simpy.Event | None = None
+        env.process(self.loop())
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to process here (prefill and decode), for routing."""
+        return sum(
+            s.prompt - min(s.prefilled, s.prompt) + s.output - s.generated for s in self.running
+        ) + sum(s.prompt + s.output - s.generated for s in self.waiting)
+
+    def submit(self, rid: int, prompt: int, output: int, done: simpy.Event) -> None:
+        self.waiting.append(_Seq(rid, prompt, output, done))
+        if self._wake is not None:
+            self._wake.succeed()
+            self._wake = None
+
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.max_running:
+            s = self.waiting[0]
+            need = self._blocks(s.context + 1)
+            if need > self.free:
+                break
+            self.waiting.popleft()
+            s.blocks = need
+            self.free -= need
+            self.running.append(s)
+
+    def _preempt_last(self) -> None:
+        s = self.running.pop()
+        self.free += s.blocks
+        s.blocks = 0
+        s.prefilled = 0
+        s.context = s.prompt + s.generated
+        self.waiting.appendleft(s)
+        self.preemptions += 1
+
+    def loop(self) -> Generator[Any, Any, None]:
+        env = self.env
+        while True:
+            if not self.running and not self.waiting:
+                self._wake = env.event()
+                yield self._wake
+            self._admit()
+            if not self.running:  # the head of the queue can never fit: a config error upstream
+                raise RuntimeError("a centralized request does not fit in KV memory")
+            # grow decodes by one token each, preempting the newest when memory runs out
+            i = 0
+            while i < len(self.running):
+                s = self.running[i]
+                if s.prefilled >= s.context:
+                    need = self._blocks(s.context + 1) - s.blocks
+                    while need > self.free and self.running[-1] is not s:
+                        self._preempt_last()
+                    if need > self.free:  # s itself is the newest: preempt it
+                        self._preempt_last()
+                        continue
+                    s.blocks += need
+                    self.free -= need
+                i += 1
+            budget = self.step_tokens
+            work: list[tuple[_Seq, int]] = []
+            n_lin = n_int = n_cac = 0
+            for s in self.running:
+                if s.prefilled >= s.context:
+                    new, cached = 1, s.context
+                else:
+                    if budget <= 0:
+                        continue
+                    new = min(s.context - s.prefilled, budget)
+                    cached = s.prefilled
+                budget -= new
+                work.append((s, new))
+                n_lin += new
+                n_int += (new + cached) * new
+                n_cac += cached
+            if not work:
+                continue
+            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac)
+            start = env.now
+            bid = next(self._ids)
+            used = self.total_blocks - self.free
+            yield env.timeout(latency)
+            finished = []
+            for s, new in work:
+                if s.prefilled >= s.context:  # decode step
+                    s.context += 1
+                    s.prefilled += 1
+                    s.generated += 1
+                else:
+                    s.prefilled += new
+                    if s.prefilled >= s.context:  # prefill completed: first token comes out
+                        s.generated += 1
+                if s.generated >= s.output:
+                    finished.append(s)
+            for s in finished:
+                self.running.remove(s)
+                self.free += s.blocks
+                s.done.succeed()
+            self.batches.append(
+                BatchRecord(
+                    bid,
+                    self.replica,
+                    "step",
+                    start,
+                    env.now,
+                    len(work),
+                    len(self.running) + len(self.waiting) + len(finished),
+                    n_lin,
+                    n_int,
+                    n_cac,
+                    t_hat,
+                    latency,
+                    used,
+                    0,
+                )
+            )

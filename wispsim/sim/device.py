@@ -1,0 +1,250 @@
+"""Edge devices: closed-loop clients that draft and send rounds for verification (SPEC 2.1).
+
+A device belongs to one SLO class, drafts at its own speed (drawn once from the draft-speed
+distribution), and loops: pick a response (prompt and output length), then round after round
+draft k tokens, send them up, wait for the verdict, append the committed tokens; then think and
+start the next response.
+
+Random streams: each device owns four generators derived from (run seed, device index, purpose),
+so device i draws the same workload, acceptance and jitter whatever N is and whichever policy runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from wispsim.model.network import TOKEN_ID_BYTES, Link, pick_link_type
+from wispsim.sim.verifier import Request
+
+if TYPE_CHECKING:
+    from wispsim.model.fleet import DeviceSpec
+    from wispsim.sim.context import RunContext
+
+# purposes of the per-device random streams (spawn keys)
+STREAM_CONST, STREAM_WORK, STREAM_ACCEPT, STREAM_NET = 0, 1, 2, 3
+
+
+def device_rng(seed: int, device: int, purpose: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(device, purpose)))
+
+
+class Device:
+    __slots__ = (
+        "alpha_hat",
+        "ctx",
+        "index",
+        "link",
+        "once",
+        "rng_accept",
+        "rng_work",
+        "slo",
+        "start_offset",
+        "tau_d",
+        "tau_p",
+    )
+
+    def __init__(self, ctx: RunContext, index: int, spec: DeviceSpec, once: bool = False) -> None:
+        """Device ``index`` of class ``spec.slo``; ``once``: an open session (one response, now)."""
+        sc = ctx.scenario
+        seed = ctx.seed
+        const = device_rng(seed, index, STREAM_CONST)
+        self.ctx = ctx
+        self.index = index
+        self.slo = spec.slo
+        self.once = once
+        # constants of the device, always drawn in this order
+        speed = float(spec.draft_speed.sample(const))
+        link_u = float(const.random())
+        self.start_offset = 0.0 if once else float(const.uniform(0.0, sc.devices.start_spread_s))
+        self.tau_d = 1.0 / speed
+        self.tau_p = sc.devices.predictor_latency_ms / 1000.0
+        lt = spec.link if spec.link is not None else pick_link_type(sc.network, link_u)
+        self.link = Link(lt, sc.network.link_types[lt], device_rng(seed, index, STREAM_NET))
+        self.rng_work = device_rng(seed, index, STREAM_WORK)
+        self.rng_accept = device_rng(seed, index, STREAM_ACCEPT)
+        self.alpha_hat = ctx.alpha_init
+
+    def _next_response(self) -> tuple[float, int, int]:
+        wl = self.ctx.scenario.workload
+        rng = self.rng_work
+        think = float(wl.think_time_s.sample(rng))
+        prompt = int(wl.prompt_tokens.sample(rng))
+        output = int(wl.output_tokens.sample(rng))
+        return (0.0 if self.once else think), prompt, output
+
+    def _gate(self, pending: float) -> Generator[Any, Any, float]:
+        """Wait while the arrival process keeps this device idle; returns the time still owed."""
+        gate = self.ctx.arrivals.gate(self.index)
+        if gate is None:
+            return pending
+        if pending > 0:
+            yield self.ctx.env.timeout(pending)
+        while gate is not None:
+            yield gate
+            gate = self.ctx.arrivals.gate(self.index)
+        return 0.0
+
+    def run_speculative(self) -> Generator[Any, Any, None]:
+        ctx = self.ctx
+        env = ctx.env
+        ctl = ctx.controller
+        server = ctx.server
+        link = self.link
+        slo = self.slo
+        tau_d, tau_p = self.tau_d, self.tau_p
+        header, tok_bytes = ctx.header_bytes, ctx.draft_token_bytes
+        w = ctx.alpha_ema
+        rounds, responses = ctx.rounds, ctx.responses
+        pad = ctx.stream_pad
+        req_ids = ctx.request_ids
+        index = self.index
+        timeout, event = env.timeout, env.event
+        pending = self.start_offset  # time owed before the next thing the device does
+        while True:
+            pending = yield from self._gate(pending)
+            think, prompt, output = self._next_response()
+            stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, pad)
+            prompt, output = stream.prompt_len, stream.output_len
+            runs: list[int] = stream.run.tolist()
+            state = ctl.prepare(stream)
+            t0 = env.now + pending + think
+            pending += think
+            resp = ctx.open_response(t0, index, slo, prompt, output)
+            measured = ctx.is_measured(resp)
+            pos = 0
+            rnd = 0
+            cold_rounds = 0
+            t_end = t0
+            while pos < output:
+                remaining = output - pos
+                k, passes, calls = ctl.plan(state, pos, remaining)
+                accepted = runs[pos] if runs[pos] < k else k
+                committed = accepted + 1 if accepted < remaining else remaining
+                draft = passes * tau_d + calls * tau_p
+                nbytes = header + k * tok_bytes + (prompt * TOKEN_ID_BYTES if rnd == 0 else 0)
+                up = link.up(nbytes)
+                t_start = env.now + pending
+                yield timeout(pending + draft + up)
+                arrival = env.now
+                n_hat = self.alpha_hat * k + 1.0
+                budget = n_hat / slo - draft - up
+                prefix = prompt + pos
+                req = Request(
+                    next(req_ids),
+                    resp,
+                    arrival,
+                    arrival + budget,
+                    n_hat,
+                    k,
+                    prefix,
+                    prefix + committed,
+                    event(),
+                )
+                yield server.submit(req)
+                down = link.down(header + committed * TOKEN_ID_BYTES)
+                t_end = env.now + down
+                cold_rounds += req.cold
+                # a RoundRecord, as a plain tuple (field order of RoundRecord)
+                rounds.append(
+                    (
+                        index,
+                        slo,
+                        resp,
+                        rnd,
+                        pos,
+                        t_start,
+                        tau_d,
+                        draft,
+                        passes,
+                        calls,
+                        k,
+                        accepted,
+                        committed,
+                        up,
+                        arrival,
+                        budget,
+                        arrival + budget,
+                        n_hat,
+                        req.dispatch,
+                        req.verify_time,
+                        req.batch,
+                        req.l_new,
+                        req.l_cached,
+                        req.cold,
+                        down,
+                        t_end,
+                        measured,
+                    )
+                )
+                self.alpha_hat += w * (accepted / k - self.alpha_hat)
+                pos += committed
+                rnd += 1
+                pending = down
+            server.drop(resp)
+            self._finish(resp, t0, t_end, prompt, output, rnd, cold_rounds, measured, responses)
+            if self.once:
+                return
+
+    def run_centralized(self) -> Generator[Any, Any, None]:
+        """Send the prompt; the server generates every token and streams them back."""
+        ctx = self.ctx
+        env = ctx.env
+        link = self.link
+        header = ctx.header_bytes
+        pending = self.start_offset
+        while True:
+            pending = yield from self._gate(pending)
+            think, prompt, output = self._next_response()
+            # same acceptance draws as the speculative loop, so trace lengths match across policies
+            stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, 0)
+            prompt, output = stream.prompt_len, stream.output_len
+            t0 = env.now + pending + think
+            resp = ctx.open_response(t0, self.index, self.slo, prompt, output)
+            measured = ctx.is_measured(resp)
+            up = link.up(header + prompt * TOKEN_ID_BYTES)
+            yield env.timeout(pending + think + up)
+            done = env.event()
+            ctx.central.submit(resp, prompt, output, done)
+            yield done
+            down = link.down(header + TOKEN_ID_BYTES)
+            t_end = env.now + down
+            self._finish(resp, t0, t_end, prompt, output, output, 1, measured, ctx.responses)
+            pending = down
+            if self.once:
+                return
+
+    def _finish(
+        self,
+        resp: int,
+        t0: float,
+        t_end: float,
+        prompt: int,
+        output: int,
+        rounds: int,
+        cold: int,
+        measured: bool,
+        out: list[tuple[Any, ...]],
+    ) -> None:
+        if not self.ctx.close_response(resp):
+            return  # already recorded as censored
+        speed = output / (t_end - t0) if t_end > t0 else float("inf")
+        out.append(
+            (
+                self.index,
+                self.slo,
+                resp,
+                t0,
+                t_end,
+                prompt,
+                output,
+                rounds,
+                cold,
+                speed,
+                speed < self.slo,
+                measured,
+                False,
+            )
+        )

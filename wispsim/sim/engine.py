@@ -1,0 +1,158 @@
+"""One simulation run: wire the components, run SimPy, return flat records.
+
+:func:`simulate` is the only entry point the rest of the package uses. It builds the server
+(speculative verifier or centralized engine), the devices and their processes, runs until every
+*measured* response is decided, and returns the round, batch and response records.
+
+Measurement window: responses that start in [warmup, warmup + duration) are measured. Devices keep
+generating load after the window closes until every measured response has finished, or has run
+past the time at which it could still meet its SLO (then it is a certain violation and is recorded
+as censored), or ``drain_limit_s`` has passed. Measuring only responses that *finish* inside a
+window would drop the slow ones and bias the violation rate down; this avoids that.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import simpy
+
+from wispsim.config import Scenario
+from wispsim.errors import ConfigError
+from wispsim.model.fleet import device_specs, fleet_size
+from wispsim.model.latency import make_latency
+from wispsim.model.memory import KVMemory, check_memory
+from wispsim.model.profiles import load_profile
+from wispsim.model.schedulers import SCHEDULERS, GpuState
+from wispsim.sim.arrivals import Arrivals, Closed, make_arrivals
+from wispsim.sim.centralized import CentralizedServer
+from wispsim.sim.context import RunContext
+from wispsim.sim.device import Device
+from wispsim.sim.records import BatchRecord, ResponseRecord, RoundRecord, SimResult, frame
+from wispsim.sim.router import ROUTERS, CentralRouter
+from wispsim.sim.verifier import Verifier
+
+SERVER_STREAM = 1_000_000_007  # spawn key of the server's noise stream (apart from device keys)
+
+
+def device_classes(n: int, classes: tuple[float, ...]) -> list[float]:
+    """Device i belongs to classes[i % len(classes)]."""
+    return [classes[i % len(classes)] for i in range(n)]
+
+
+def _server_rng(seed: int, replica: int) -> np.random.Generator:
+    key = (SERVER_STREAM,) if replica == 0 else (SERVER_STREAM, replica)
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def simulate(
+    scenario: Scenario,
+    devices: int | None = None,
+    seed: int | None = None,
+    drive: Callable[[RunContext], int] | None = None,
+) -> SimResult:
+    """Run one simulation of ``scenario`` with ``devices`` devices (default: devices.count).
+
+    ``drive`` replaces the arrival process and the devices: it is called with the run context
+    (servers built, ``ctx.server`` / ``ctx.central`` ready) once before the run, starts its own
+    SimPy processes (``wispsim.study.replay.log`` drives recorded devices this way) and returns how many
+    devices it started.
+    """
+    wall0 = time.perf_counter()
+    n = devices if devices is not None else scenario.devices.count
+    if n < 1:
+        raise ConfigError("--devices", "devices", f"must be >= 1, got {n}")
+    seed = scenario.seed if seed is None else seed
+    srv = scenario.server
+    names = srv.replica_profiles or (srv.profile,) * srv.replicas
+    profiles = [load_profile(name) for name in names]
+    profile = profiles[0]
+    env = simpy.Environment()
+    ctx = RunContext(env, scenario, seed, profile)
+    capacities = []
+    for prof in profiles:
+        cap = prof.kv_capacity_tokens(srv.gpu_memory_utilization, srv.activation_reserve_gib)
+        check_memory(scenario, cap, prof)
+        capacities.append(cap)
+    capacity_tokens = capacities[0]
+    total_blocks = capacity_tokens // srv.block_size
+    centralized = srv.mode == "centralized"
+    routed = srv.replicas > 1
+    if centralized:
+        servers = [
+            CentralizedServer(
+                env,
+                cap // srv.block_size,
+                srv.block_size,
+                srv.max_batch_requests,
+                srv.prefill_chunk_tokens,
+                make_latency(prof, srv, _server_rng(seed, r)),
+                ctx.batches,
+                ctx.batch_ids,
+                replica=r,
+            )
+            for r, (prof, cap) in enumerate(zip(profiles, capacities, strict=True))
+        ]
+        ctx.central = CentralRouter(servers, srv.router) if routed else servers[0]
+    else:
+        verifiers = []
+        for r, (prof, cap) in enumerate(zip(profiles, capacities, strict=True)):
+            blocks = cap // srv.block_size
+            gpu = GpuState(
+                prof.estimator,
+                blocks,
+                srv.block_size,
+                srv.max_batch_requests,
+                srv.max_batch_tokens,
+                srv.delta_ms / 1000.0,
+            )
+            memory = KVMemory(blocks, srv.block_size, srv.prefix_cache, srv.eviction)
+            scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
+            latency = make_latency(prof, srv, _server_rng(seed, r))
+            verifiers.append(
+                Verifier(
+                    env, r, gpu, scheduler, memory, latency, ctx.batches, ctx.batch_ids, track_work=routed
+                )
+            )
+        ctx.server = ROUTERS.get(srv.router, field="server.router")(verifiers) if routed else verifiers[0]
+
+    if drive is not None:
+        arrivals: Arrivals = Closed(ctx, 0)
+        ctx.arrivals = arrivals
+        ctx.devices_started = drive(ctx)
+    else:
+        arrivals = make_arrivals(ctx, n)
+        ctx.arrivals = arrivals
+        specs = device_specs(scenario, arrivals.n if not arrivals.open else fleet_size(scenario))
+
+        def launch(index: int, once: bool) -> None:
+            ctx.devices_started += 1
+            d = Device(ctx, index, specs[index % len(specs)], once)
+            env.process(d.run_centralized() if centralized else d.run_speculative())
+
+        arrivals.start(launch)
+    env.process(ctx.watchdog())
+    env.run(until=ctx.done)
+    info: dict[str, Any] = {"kv_capacity_tokens": capacity_tokens, "replicas": srv.replicas}
+    if arrivals.open or scenario.arrivals.process != "closed":
+        info["devices_started"] = ctx.devices_started
+    if centralized:
+        info["preemptions"] = ctx.central.preemptions
+    return SimResult(
+        scenario=scenario,
+        seed=seed,
+        devices=n if scenario.arrivals.process == "closed" and drive is None else ctx.devices_started,
+        rounds=frame(ctx.rounds, RoundRecord),
+        batches=frame(ctx.batches, BatchRecord),
+        responses=frame(ctx.responses, ResponseRecord)
+        .sort_values("response", kind="stable")
+        .reset_index(drop=True),
+        window=ctx.window,
+        sim_end=env.now,
+        wall_s=time.perf_counter() - wall0,
+        kv_blocks=total_blocks,
+        info=info,
+    )

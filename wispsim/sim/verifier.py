@@ -1,0 +1,191 @@
+"""The verification server: one GPU replica that verifies drafts in batches (SPEC 2.3).
+
+Requests wait in a queue. Whenever the GPU is idle and the queue is not empty, the scheduler forms
+a batch (a dispatch epoch); the server makes room in KV memory (evicting idle prefixes LRU-first),
+runs the batch for the latency model's time, and completes every member at once -- the slowest
+part sets everyone's finish time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from wispsim.model.latency import LatencyModel
+from wispsim.model.memory import KVMemory
+from wispsim.model.schedulers.base import GpuState, Scheduler
+from wispsim.sim.records import BatchRecord
+
+
+class Request:
+    """One round's verification request, as the server and scheduler see it."""
+
+    __slots__ = (
+        "arrival",
+        "batch",
+        "cold",
+        "deadline",
+        "dispatch",
+        "done",
+        "k",
+        "l_cached",
+        "l_new",
+        "n_hat",
+        "prefix",
+        "prefix_after",
+        "rid",
+        "session",
+        "verify_time",
+        "work",
+    )
+
+    def __init__(
+        self,
+        rid: int,
+        session: int,
+        arrival: float,
+        deadline: float,
+        n_hat: float,
+        k: int,
+        prefix: int,
+        prefix_after: int,
+        done: simpy.Event,
+    ) -> None:
+        self.rid = rid
+        self.session = session
+        self.arrival = arrival
+        self.deadline = deadline
+        self.n_hat = n_hat
+        self.k = k
+        self.prefix = prefix
+        self.prefix_after = prefix_after
+        self.done = done
+        self.l_new = prefix + k
+        self.l_cached = 0
+        self.cold = True
+        self.dispatch = 0.0
+        self.verify_time = 0.0
+        self.batch = -1
+        self.work = 0.0  # the estimator's marginal cost where it was queued (for routing)
+
+
+class Verifier:
+    """One GPU replica running speculative verification."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        replica: int,
+        gpu: GpuState,
+        scheduler: Scheduler,
+        memory: KVMemory,
+        latency: LatencyModel,
+        batches: list[Any],
+        batch_ids: Any,
+        track_work: bool = False,
+    ) -> None:
+        self.env = env
+        self.track_work = track_work  # only routers read the outstanding work
+        self.replica = replica
+        self.gpu = gpu
+        self.scheduler = scheduler
+        self.memory = memory
+        self.latency = latency
+        self.batches = batches
+        self._batch_ids = batch_ids
+        self.queue: list[Request] = []
+        self._wake: simpy.Event | None = None
+        self.busy_until = 0.0
+        self.queued_work = 0.0
+        env.process(self.loop())
+
+    def cost(self, req: Request) -> float:
+        """The estimator's marginal cost of ``req`` here: cheap on a cached prefix."""
+        entry = self.memory.cache.get(req.session)
+        hit = 0 if entry is None else min(entry[0], req.prefix)
+        return self.gpu.estimator.marginal(req.prefix - hit + req.k, hit)
+
+    def outstanding(self, now: float) -> float:
+        """Seconds of work ahead of a new request: the running batch's rest plus the queue."""
+        return max(self.busy_until - now, 0.0) + self.queued_work
+
+    def drop(self, session: int) -> None:
+        """A response finished: free its prefix."""
+        self.memory.drop(session)
+
+    def submit(self, req: Request) -> simpy.Event:
+        if self.track_work:
+            req.work = self.cost(req)
+            self.queued_work += req.work
+        self.queue.append(req)
+        if self._wake is not None:
+            self._wake.succeed()
+            self._wake = None
+        return req.done
+
+    def _refresh(self) -> None:
+        """Set each queued request's L_new / L_cached from the prefix cache as it is now.
+
+        A fully cached prefix forwards only the k draft tokens; a partly evicted one (``block``
+        eviction) forwards the rest of its prefix too; an evicted or uncached one is cold.
+        """
+        get = self.memory.cache.get
+        for r in self.queue:
+            entry = get(r.session)
+            if entry is None:
+                r.l_new, r.l_cached, r.cold = r.prefix + r.k, 0, True
+            else:
+                hit = entry[0] if entry[0] < r.prefix else r.prefix
+                r.l_new, r.l_cached, r.cold = r.prefix - hit + r.k, hit, hit == 0
+
+    def loop(self) -> Generator[Any, Any, None]:
+        env = self.env
+        memory = self.memory
+        while True:
+            if not self.queue:
+                self._wake = env.event()
+                yield self._wake
+            now = env.now
+            self._refresh()
+            queue_len = len(self.queue)
+            batch = self.scheduler.select(self.queue, now, self.gpu)
+            bid = next(self._batch_ids)
+            n_lin = n_int = n_cac = 0
+            for r in batch:
+                r.batch = bid
+                n_lin += r.l_new
+                n_int += (r.l_new + r.l_cached) * r.l_new
+                n_cac += r.l_cached
+            self.queue = [r for r in self.queue if r.batch != bid]
+            evicted = memory.allocate([(r.session, r.l_new + r.l_cached) for r in batch])
+            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac)
+            blocks_used = memory.used
+            if self.track_work:
+                self.queued_work = max(self.queued_work - sum(r.work for r in batch), 0.0)
+                self.busy_until = now + t_hat
+            yield env.timeout(latency)
+            for r in batch:
+                r.dispatch = now
+                r.verify_time = latency
+                evicted += memory.finish_round(r.session, r.prefix_after)
+                r.done.succeed()
+            self.batches.append(
+                BatchRecord(
+                    bid,
+                    self.replica,
+                    "verify",
+                    now,
+                    env.now,
+                    len(batch),
+                    queue_len,
+                    n_lin,
+                    n_int,
+                    n_cac,
+                    t_hat,
+                    latency,
+                    blocks_used,
+                    evicted,
+                )
+            )

@@ -1,0 +1,1 @@
+"""The paper's evaluation as declarative studies (``experiments/*.yaml``) and their report."""

@@ -1,0 +1,1 @@
+"""Replay of recorded per-round logs: the log format, reading, driving the simulator, comparison."""

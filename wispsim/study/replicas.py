@@ -1,0 +1,123 @@
+"""Cluster sizing: the fewest verifier replicas that keep every class of a fleet within epsilon.
+
+``wispsim plan`` takes a fleet (``devices.groups``: devices per class, optionally per device type
+and link type; or ``--fleet 2:500,4:500``), a policy and a profile, and searches the replica count
+R with simulations: the whole fleet runs against R replicas behind the scenario's router, and R
+is *feasible* when every class's pooled violation rate (over the seeds) is at most epsilon. The
+search brackets from a starting guess (doubling up while infeasible, halving down while
+feasible) and then bisects, assuming more replicas never hurt. Every simulation is a stored
+point (:mod:`wispsim.study.points`), so an interrupted plan resumes where it stopped.
+
+At the answer it reports each replica's load (rounds per second, utilization, batch size, queue
+and verify p95, cold-round share) and, when the profile has ``hardware.price_per_gpu_hour`` (or
+``--price-per-gpu-hour`` is given), the cost per hour: replicas x GPUs per replica x price.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from wispsim.config import Scenario
+from wispsim.model.fleet import fleet_size
+from wispsim.study.capacity_search import pooled_stats
+from wispsim.study.points import Point, Runner
+
+
+@dataclass
+class PlanResult:
+    replicas: int | None  # None: not feasible up to max_replicas
+    devices: int
+    tried: pd.DataFrame  # one row per R evaluated
+    per_replica: pd.DataFrame | None
+    evaluations: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def with_replicas(scenario: Scenario, replicas: int) -> Scenario:
+    srv = dataclasses.replace(scenario.server, replicas=replicas, replica_profiles=())
+    return scenario.replace(server=srv)
+
+
+def plan_replicas(
+    scenario: Scenario,
+    runner: Runner,
+    seeds: list[int],
+    epsilon: float,
+    start: int | None = None,
+    max_replicas: int = 512,
+    progress: Callable[[int, str], None] | None = None,
+) -> PlanResult:
+    """Smallest R with every class's violation rate <= epsilon (see the module docstring).
+
+    With ``runner.jobs`` parallel slots each wave evaluates several replica counts at once (a
+    k-section search instead of bisection), so the cores are used even with one seed.
+    """
+    n = fleet_size(scenario)
+    rows: dict[int, dict[str, float]] = {}
+    replica_load: dict[int, pd.DataFrame] = {}
+    width = max(1, runner.jobs // len(seeds))  # replica counts per wave
+
+    def evaluate(cands: list[int]) -> None:
+        todo = sorted({r for r in cands if r not in rows})
+        if not todo:
+            return
+        points = [Point(with_replicas(scenario, r), n, s) for r in todo for s in seeds]
+        results = runner.map(points)
+        for i, r in enumerate(todo):
+            mine = results[i * len(seeds) : (i + 1) * len(seeds)]
+            counts = pd.concat(
+                [res.counts.assign(seed=s) for res, s in zip(mine, seeds, strict=True)], ignore_index=True
+            )
+            st = pooled_stats(n, counts)
+            rows[r] = {
+                "replicas": r,
+                "max_violation": st.violation,
+                "ci_low": st.ci_low,
+                "ci_high": st.ci_high,
+                "responses": st.responses,
+                **{f"violation_{k}": v for k, v in st.per_class.items()},
+            }
+            if mine[0].replicas is not None:
+                replica_load[r] = mine[0].replicas
+            if progress:
+                progress(len(rows), f"R={r}: worst class {st.violation:.3f}")
+
+    def ok(r: int) -> bool:
+        v = rows[r]["max_violation"]
+        return not math.isnan(v) and v <= epsilon
+
+    def bounds() -> tuple[int, int | None]:
+        feas = [r for r in rows if ok(r)]
+        hi = min(feas) if feas else None
+        below = [r for r in rows if not ok(r) and (hi is None or r < hi)]
+        return (max(below) if below else 0), hi
+
+    def table() -> pd.DataFrame:
+        return pd.DataFrame([rows[r] for r in sorted(rows)])
+
+    r0 = min(max(1, start if start is not None else math.ceil(n / 100)), max_replicas)
+    evaluate(sorted({r0, *[max(1, r0 >> k) for k in range(1, width)]}))
+    lo, hi = bounds()
+    while hi is None:  # double until feasible
+        if lo >= max_replicas:
+            return PlanResult(
+                None, n, table(), None, len(rows), [f"infeasible up to {max_replicas} replicas"]
+            )
+        evaluate([min(lo << k, max_replicas) for k in range(1, width + 1)])
+        lo, hi = bounds()
+    best: int = hi
+    while best > 1 and lo == 0 and min(rows) == best:  # feasible at the smallest tried: halve down
+        evaluate(sorted({max(1, best >> k) for k in range(1, width + 1)}))
+        lo, hi = bounds()
+        best = hi if hi is not None else best
+    while best - lo > 1:  # k-section between the largest infeasible and the smallest feasible
+        k = min(width, best - lo - 1)
+        evaluate([lo + round((best - lo) * (i + 1) / (k + 1)) for i in range(k)])
+        lo, hi = bounds()
+        best = hi if hi is not None else best
+    return PlanResult(best, n, table(), replica_load.get(best), len(rows))
