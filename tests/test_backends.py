@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from wispsim.sim.inputs import load_scenario
-from wispsim.study.points import LocalRunner, RayRunner, capacity_sweep, groups_for, make_runner
+from wispsim.study.capacity import capacity_sweep, groups_for
+from wispsim.study.runners import LocalRunner, RayRunner, make_runner
 
 # a sweep of a dozen or so points, each a fraction of a second
 SETS = ["workload.warmup_s=2", "workload.duration_s=8", "workload.drain_limit_s=60"]

@@ -9,7 +9,9 @@ import pandas as pd
 
 import wispsim.study.points as sweep_mod
 from wispsim.sim.inputs import load_scenario
-from wispsim.study.points import LocalRunner, Point, capacity_sweep, groups_for
+from wispsim.study.capacity import capacity_sweep, groups_for
+from wispsim.study.points import Point
+from wispsim.study.runners import LocalRunner
 
 # a short window, and less KV memory so that even WISP reaches its knee below 64 devices
 QUICK = {

@@ -40,7 +40,7 @@ def run_cmd(
     import time
 
     from wispsim.study.experiments.spec import list_experiments, run_experiment, write_report
-    from wispsim.study.points import make_runner
+    from wispsim.study.runners import make_runner
 
     if jobs < 1:
         raise ConfigError("--jobs", "", f"must be >= 1, got {jobs}")

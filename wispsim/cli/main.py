@@ -36,6 +36,7 @@ from wispsim.cli.trace import trace_app
 from wispsim.config import POLICY_NAMES, Scenario, parse_set
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.sim.inputs import load_scenario
+from wispsim.study.capacity import speedups
 
 app = typer.Typer(
     name="wispsim",
@@ -494,8 +495,8 @@ def plan(
 
     from wispsim.model.fleet import fleet_size
     from wispsim.model.profiles import load_profile
-    from wispsim.study.points import make_runner
     from wispsim.study.replicas import plan_replicas, with_replicas
+    from wispsim.study.runners import make_runner
 
     sc = _load(scenario, set_)
     if policy is not None:
@@ -594,7 +595,9 @@ def _sweep_common(
     backend: str = "local",
     address: str | None = None,
 ) -> tuple[Path, Any]:
-    from wispsim.study.points import RECORD_MODES, capacity_sweep, groups_for, make_runner
+    from wispsim.study.capacity import capacity_sweep, groups_for
+    from wispsim.study.points import RECORD_MODES
+    from wispsim.study.runners import make_runner
 
     sc = _load(scenario, sets)
     cls = parse_classes(classes) or sc.devices.classes
@@ -632,9 +635,7 @@ def _sweep_common(
             max_devices=max_devices,
             progress=lambda done, total: prog.update(task, completed=done, total=total),
         )
-    result.capacity.to_csv(folder / "capacity.csv", index=False)
-    result.curve.to_csv(folder / "curve.csv", index=False)
-    result.pooled.to_csv(folder / "curve_pooled.csv", index=False)
+    result.write(folder)
     _manifest(
         folder,
         command,
@@ -713,16 +714,6 @@ def sweep(
     console.print(f"capacity.csv, curve.csv and points/: {folder}")
 
 
-def speedups(cap: pd.DataFrame, policies: list[str]) -> pd.DataFrame:
-    """Wide table: class, capacity per policy, and ratios of the first policy to the others."""
-    wide = cap.pivot(index="class", columns="policy", values="capacity").reindex(columns=policies)
-    wide = wide.reset_index()
-    first = policies[0]
-    for p in policies[1:]:
-        wide[f"{first}/{p}"] = wide[first] / wide[p].where(wide[p] > 0)
-    return wide
-
-
 @app.command()
 def compare(
     scenario: ScenarioArg = None,
@@ -788,7 +779,7 @@ def ablate_predictor_cmd(
 ) -> None:
     """Predictor on (wisp) vs off (wisp-fixed): acceptance ratio, wasted drafting, goodput."""
     from wispsim.study.ablation import ablate_predictor, write
-    from wispsim.study.points import make_runner
+    from wispsim.study.runners import make_runner
 
     sc = _load(scenario, set_)
     sc = sc.with_devices(sc.devices.count, parse_classes(classes))

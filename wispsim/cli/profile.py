@@ -284,7 +284,8 @@ def estimator_compare(
     from wispsim.config import parse_set
     from wispsim.model.profiles import load_profile
     from wispsim.sim.inputs import load_scenario
-    from wispsim.study.points import capacity_sweep, groups_for, make_runner
+    from wispsim.study.capacity import capacity_sweep, groups_for
+    from wispsim.study.runners import make_runner
 
     if measured not in ("measured", "measured-nearest"):
         raise ConfigError("--measured", "", f"got {measured!r}; allowed: measured, measured-nearest")

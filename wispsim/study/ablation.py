@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from wispsim.config import Scenario
-from wispsim.study.points import Point, Runner
+from wispsim.study.points import Point
+from wispsim.study.runners import Runner
 
 ARMS = {"on": "wisp", "off": "wisp-fixed"}
 COLUMNS = [

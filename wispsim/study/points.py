@@ -1,4 +1,4 @@
-"""Running many simulations: points, a results store that survives interruption, and sweeps.
+"""Points: one simulation each, and a results store that survives interruption.
 
 A *point* is one simulation: a resolved scenario, N and a seed. Its results live in
 ``OUT/points/<key>/`` where the key is a hash of the resolved scenario, N, the seed, the wispsim
@@ -7,12 +7,8 @@ trace, predictor, arrival trace: editing a profile in place makes new points); a
 folder is complete is never run again, so an interrupted sweep resumes where it stopped and
 loses nothing it finished. Each point's ``meta.json`` records the git commit of the code that
 computed it (:func:`code_commit`), so a report built from stored points can say which code made
-them. Points run in a local process pool
-(``--jobs``); each is deterministic given its key, so results do not depend on the pool.
-
-:func:`capacity_sweep` drives one :class:`~wispsim.study.capacity_search.CapacitySearch` per (policy, group)
-in waves: each wave asks every unfinished search for its next N values and runs all their points
-(times seeds) in parallel.
+them. Each point is deterministic given its key, so results do not depend on the runner
+(:mod:`wispsim.study.runners`) that computed it.
 """
 
 from __future__ import annotations
@@ -22,12 +18,10 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -36,7 +30,6 @@ from wispsim.analysis.metrics import device_counts, replica_summary, summarize
 from wispsim.config import Scenario
 from wispsim.provenance import code_commit, file_digest
 from wispsim.sim.engine import simulate
-from wispsim.study.capacity_search import CapacitySearch, pooled_stats
 
 RECORD_MODES = ("none", "responses", "all")
 
@@ -205,270 +198,3 @@ def run_point(point: Point, out: Path | None, records: str = "responses") -> Poi
     if done is not None:
         return done
     return store_point(compute_point(point, records), out)
-
-
-class LocalRunner:
-    """Runs points serially (jobs=1) or in a local process pool."""
-
-    def __init__(self, jobs: int, out: Path | None, records: str = "responses") -> None:
-        self.jobs = max(1, jobs)
-        self.out = out
-        self.records = records
-        self._pool: ProcessPoolExecutor | None = None
-        self.computed = self.loaded = 0
-        self.commits: dict[str, int] = {}  # git commit that computed each point -> points
-
-    def __enter__(self) -> LocalRunner:
-        code_commit()  # once, here: forked workers inherit it, and edits made mid-sweep don't show
-        if self.jobs > 1:
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-
-    def map(self, points: list[Point], done: Callable[[], None] | None = None) -> list[PointResult]:
-        out: list[PointResult] = []
-        if self._pool is None:
-            for p in points:
-                out.append(run_point(p, self.out, self.records))
-                if done:
-                    done()
-        else:
-            futures = [self._pool.submit(run_point, p, self.out, self.records) for p in points]
-            for f in futures:
-                out.append(f.result())
-                if done:
-                    done()
-        n = sum(r.computed for r in out)
-        self.computed += n
-        self.loaded += len(out) - n
-        for r in out:
-            self.commits[r.commit] = self.commits.get(r.commit, 0) + 1
-        return out
-
-
-class RayRunner:
-    """Runs points as Ray tasks, on a local Ray instance or an existing cluster (``address``).
-
-    Workers only simulate (:func:`compute_point`); this process checks the store before
-    submitting and writes each result as it arrives (:func:`store_point`), so results land in
-    ``out`` on the machine that runs the command, a killed sweep keeps every point that came back,
-    and workers need no shared file system. ``jobs`` is how many points are in flight at once
-    (default: the cluster's CPUs).
-    """
-
-    def __init__(
-        self, jobs: int | None, out: Path | None, records: str = "responses", address: str | None = None
-    ) -> None:
-        self.out = out
-        self.records = records
-        self.address = address
-        self._jobs = jobs
-        self.jobs = max(1, jobs or 1)
-        self._started = False
-        self.computed = self.loaded = 0
-        self.commits: dict[str, int] = {}  # git commit that computed each point -> points
-
-    def __enter__(self) -> RayRunner:
-        try:
-            import ray
-        except ImportError:
-            from wispsim.errors import WispsimError
-
-            raise WispsimError(
-                "--backend ray needs Ray: pip install 'wispsim[ray]' (or pip install ray)"
-            ) from None
-        if not ray.is_initialized():
-            if self.address:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
-            else:
-                ray.init(num_cpus=self._jobs, include_dashboard=False, log_to_driver=False)
-            self._started = True
-        self.jobs = max(1, self._jobs or int(ray.cluster_resources().get("CPU", 1)))
-        self._remote: Any = ray.remote(compute_point)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._started:
-            import ray
-
-            ray.shutdown()
-
-    def map(self, points: list[Point], done: Callable[[], None] | None = None) -> list[PointResult]:
-        import ray
-
-        results: dict[int, PointResult] = {}
-        pending: dict[object, int] = {}
-        todo = []
-        for i, p in enumerate(points):
-            stored = load_point(p, self.out)
-            if stored is not None:
-                results[i] = stored
-                if done:
-                    done()
-            else:
-                todo.append(i)
-        queue = iter(todo)
-        for i in queue:  # keep at most ``jobs`` tasks in flight
-            pending[self._remote.remote(points[i], self.records)] = i
-            if len(pending) >= self.jobs:
-                break
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            ref = ready[0]
-            i = pending.pop(ref)
-            results[i] = store_point(ray.get(ref), self.out)
-            if done:
-                done()
-            nxt = next(queue, None)
-            if nxt is not None:
-                pending[self._remote.remote(points[nxt], self.records)] = nxt
-        n = sum(r.computed for r in results.values())
-        self.computed += n
-        self.loaded += len(results) - n
-        for r in results.values():
-            self.commits[r.commit] = self.commits.get(r.commit, 0) + 1
-        return [results[i] for i in range(len(points))]
-
-
-BACKENDS = ("local", "ray")
-
-
-def make_runner(
-    backend: str, jobs: int, out: Path | None, records: str = "responses", address: str | None = None
-) -> LocalRunner | RayRunner:
-    """The runner for ``--backend``: a local process pool, or Ray (``--address`` for a cluster)."""
-    from wispsim.errors import ConfigError
-
-    if backend == "local":
-        if address:
-            raise ConfigError("--address", "", "only with --backend ray")
-        return LocalRunner(jobs, out, records)
-    if backend == "ray":
-        return RayRunner(jobs, out, records, address)
-    raise ConfigError("--backend", "", f"got {backend!r}; allowed: {', '.join(BACKENDS)}")
-
-
-Runner = LocalRunner | RayRunner
-
-
-@dataclass(frozen=True)
-class Group:
-    """What one capacity question puts on the server: one class alone, or a shared mix."""
-
-    label: str
-    classes: tuple[float, ...]
-
-
-def groups_for(classes: Iterable[float], mix: str) -> list[Group]:
-    cls = tuple(float(c) for c in classes)
-    if mix == "shared":
-        return [Group("mix:" + ",".join(f"{c:g}" for c in cls), cls)]
-    return [Group(f"{c:g}", (c,)) for c in cls]
-
-
-@dataclass
-class SweepResult:
-    capacity: pd.DataFrame
-    curve: pd.DataFrame
-    pooled: pd.DataFrame
-
-
-def capacity_sweep(
-    base: dict[str, Scenario],
-    groups: list[Group],
-    seeds: list[int],
-    epsilon: float,
-    runner: Runner,
-    grid: tuple[int, ...] = (),
-    start: int = 8,
-    max_devices: int = 4096,
-    progress: Callable[[int, int], None] | None = None,
-) -> SweepResult:
-    """Capacity of every (policy, group); ``base`` maps policy name -> resolved scenario."""
-    searches = {
-        (pol, g.label): CapacitySearch(epsilon, start=start, max_devices=max_devices, grid=grid)
-        for pol in base
-        for g in groups
-    }
-    group_of = {g.label: g for g in groups}
-    curve_rows: list[pd.DataFrame] = []
-    pooled_rows: list[dict[str, object]] = []
-    planned = finished = 0
-
-    def tick() -> None:
-        nonlocal finished
-        finished += 1
-        if progress:
-            progress(finished, planned)
-
-    while True:
-        wave: list[tuple[tuple[str, str], int]] = []
-        for key, s in searches.items():
-            wave.extend((key, n) for n in s.next_devices())
-        if not wave:
-            break
-        points: list[Point] = []
-        for (pol, label), n in wave:
-            sc = base[pol].with_devices(n, group_of[label].classes)
-            points.extend(Point(sc, n, seed) for seed in seeds)
-        planned += len(points)
-        if progress:
-            progress(finished, planned)
-        results = runner.map(points, tick)
-        it = iter(results)
-        for (pol, label), n in wave:
-            counts = []
-            for seed in seeds:
-                r = next(it)
-                summ = r.summary.rename(columns={"devices": "class_devices"})
-                summ.insert(0, "seed", seed)
-                summ.insert(0, "devices", n)
-                summ.insert(0, "group", label)
-                summ.insert(0, "policy", pol)
-                summ["point"] = r.key
-                curve_rows.append(summ)
-                c = r.counts.copy()
-                c["seed"] = seed
-                counts.append(c)
-            allc = pd.concat(counts, ignore_index=True)
-            stats = pooled_stats(n, allc)
-            searches[(pol, label)].evaluated[n] = stats
-            for cls, rate in stats.per_class.items():
-                pooled_rows.append(
-                    {
-                        "policy": pol,
-                        "group": label,
-                        "class": cls,
-                        "devices": n,
-                        "seeds": len(seeds),
-                        "responses": int(allc[allc.slo == float(cls)].responses.sum()),
-                        "violation_rate": rate,
-                        "decision_violation": stats.violation,
-                        "decision_ci_low": stats.ci_low,
-                        "decision_ci_high": stats.ci_high,
-                    }
-                )
-    cap_rows = []
-    for (pol, label), s in searches.items():
-        lo, hi = s.interval()
-        cap_rows.append(
-            {
-                "policy": pol,
-                "class": label,
-                "capacity": s.capacity,
-                "ci_low": lo,
-                "ci_high": hi,
-                "saturated": s.saturated,
-                "evaluated": len(s.evaluated),
-            }
-        )
-    curve = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
-    if not curve.empty:
-        curve = curve.sort_values(["policy", "group", "class", "devices", "seed"], kind="stable")
-    pooled = pd.DataFrame(pooled_rows)
-    if not pooled.empty:
-        pooled = pooled.sort_values(["policy", "group", "class", "devices"], kind="stable")
-    return SweepResult(pd.DataFrame(cap_rows), curve.reset_index(drop=True), pooled.reset_index(drop=True))

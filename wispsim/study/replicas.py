@@ -25,7 +25,8 @@ import pandas as pd
 from wispsim.config import Scenario
 from wispsim.model.fleet import fleet_size
 from wispsim.study.capacity_search import pooled_stats
-from wispsim.study.points import Point, Runner
+from wispsim.study.points import Point
+from wispsim.study.runners import Runner
 
 
 @dataclass

@@ -375,7 +375,7 @@ def _sweep(
     mix: str,
     grid: tuple[int, ...] = (),
 ) -> Any:
-    from wispsim.study.points import capacity_sweep, groups_for
+    from wispsim.study.capacity import capacity_sweep, groups_for
 
     folder.mkdir(parents=True, exist_ok=True)
     spec = ctx.spec
@@ -393,9 +393,7 @@ def _sweep(
                 f"{ctx.rel(folder)}: {done}/{planned} simulations done"
             ),
         )
-    res.capacity.to_csv(folder / "capacity.csv", index=False)
-    res.curve.to_csv(folder / "curve.csv", index=False)
-    res.pooled.to_csv(folder / "curve_pooled.csv", index=False)
+    res.write(folder)
     manifest = {"seeds": _seeds(spec), "epsilon": float(spec.get("epsilon", 0.05)), "policies": list(base)}
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
     next(iter(base.values())).to_yaml()
