@@ -161,63 +161,15 @@ def burst_table(
     return pd.DataFrame(rows)
 
 
-def plot_timeseries(
-    compliance: pd.DataFrame,
-    server: pd.DataFrame,
-    peaks: pd.DataFrame | None,
-    threshold: float,
-    title: str,
-    path: Path,
-) -> Path:
-    """Three panels: load, compliance per class, queue and utilization."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(3, 1, figsize=(10, 8), sharex=True, height_ratios=[1, 1.4, 1])
-    ax = axes[0]
-    if "target" in server:
-        ax.step(server.t, server.target, where="post", color="0.6", label="trace target")
-    ax.plot(server.t, server.in_flight, color="k", lw=1, label="responses in flight")
-    ax.set_ylabel("concurrent")
-    ax.legend(loc="upper left", fontsize=8)
-    ax = axes[1]
-    for cls, g in compliance.groupby("class", dropna=False, sort=True):
-        label = "all" if isinstance(cls, float) and math.isnan(cls) else f"{cls:g} tok/s"
-        style = {"color": "k", "lw": 1.5} if label == "all" else {"lw": 1}
-        ax.plot(g.t, g.compliance, label=label, **style)
-    ax.axhline(threshold, color="r", ls="--", lw=0.8, label=f"threshold {threshold:g}")
-    ax.set_ylabel("SLO compliance")
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(loc="lower left", fontsize=8, ncol=3)
-    ax = axes[2]
-    ax.plot(server.t, server.queue_len_mean, color="tab:blue", lw=1, label="queue length (mean)")
-    ax.set_ylabel("queue length", color="tab:blue")
-    ax2 = ax.twinx()
-    ax2.plot(server.t, server.gpu_utilization, color="tab:orange", lw=1)
-    ax2.set_ylabel("GPU utilization", color="tab:orange")
-    ax2.set_ylim(0, 1.05)
-    ax.set_xlabel("time (s)")
-    if peaks is not None:
-        for pt in peaks.peak_t:
-            for a in axes:
-                a.axvline(pt, color="0.8", lw=0.8, zorder=0)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def write_timeseries(
     result: SimResult,
     folder: Path,
     step_s: float = 10.0,
     window_s: float = 60.0,
-    plot: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
-    """Write timeseries.csv, server_timeseries.csv, bursts.csv (trace runs) and compliance.png."""
+    """Write timeseries.csv, server_timeseries.csv and (trace runs) bursts.csv; return the tables.
+
+    The figure of the same tables is :func:`wispsim.plots.timeseries.compliance_figure`."""
     from wispsim.sim.arrivals import load_arrival_trace
 
     sc = result.scenario
@@ -230,7 +182,6 @@ def write_timeseries(
     server = server_series(result, step_s, trace, sc.arrivals.scale)
     threshold = 1.0 - sc.epsilon
     bursts = None
-    peaks = None
     if trace is not None:
         peaks = trace_peaks(trace, sc.arrivals.scale)
         bursts = burst_table(comp, peaks, threshold, result.sim_end, window_s)
@@ -238,14 +189,4 @@ def write_timeseries(
     out = comp.assign(**{"class": comp["class"].map(lambda c: "all" if math.isnan(c) else f"{c:g}")})
     out.to_csv(folder / "timeseries.csv", index=False)
     server.to_csv(folder / "server_timeseries.csv", index=False)
-    if plot:
-        title = (
-            f"{sc.policy}: SLO compliance over time (trailing {window_s:g} s window), seed {result.seed}"
-            + (
-                f", arrivals {Path(sc.arrivals.trace).name}"
-                if trace is not None and sc.arrivals.trace
-                else ""
-            )
-        )
-        plot_timeseries(comp, server, peaks, threshold, title, folder / "compliance.png")
     return comp, server, bursts

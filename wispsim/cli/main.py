@@ -35,7 +35,7 @@ from wispsim.cli.profile import register as register_profile_commands
 from wispsim.cli.trace import trace_app
 from wispsim.config import POLICY_NAMES, Scenario, parse_set
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.inputs import apply_arrivals_option, apply_server_options, load_scenario
 from wispsim.study.capacity import speedups
 
 app = typer.Typer(
@@ -130,56 +130,6 @@ def parse_policies(text: str) -> list[str]:
     if not pols:
         raise ConfigError("--policies", "", "needs at least one policy")
     return pols
-
-
-def apply_arrivals_option(sc: Scenario, text: str | None, tail: float = 300.0) -> Scenario:
-    """``--arrivals``: FILE, concurrency:FILE, rate:FILE or poisson:RATE.
-
-    A trace sets the measurement window to the trace's span plus ``tail`` seconds (its last
-    value holding), so recovery after the last burst is measured too."""
-    import dataclasses
-
-    from wispsim.sim.arrivals import load_arrival_trace
-
-    if text is None:
-        return sc
-    kind, _, rest = text.partition(":")
-    if kind == "poisson":
-        try:
-            rate = float(rest)
-        except ValueError:
-            rate = -1.0
-        if not rate > 0:
-            raise ConfigError("--arrivals", "", f"poisson:RATE needs a rate > 0 responses/s, got {rest!r}")
-        return sc.replace(arrivals=dataclasses.replace(sc.arrivals, process="poisson", rate=rate))
-    if kind in ("concurrency", "rate") and rest:
-        path = rest
-    else:
-        kind, path = sc.arrivals.kind, text
-    trace = load_arrival_trace(path, "--arrivals")
-    arr = dataclasses.replace(sc.arrivals, process="trace", trace=path, kind=kind)  # type: ignore[arg-type]
-    if tail < 0:
-        raise ConfigError("--tail", "", f"must be >= 0, got {tail}")
-    wl = dataclasses.replace(sc.workload, warmup_s=0.0, duration_s=max(trace.end + tail, 1e-9))
-    return sc.replace(arrivals=arr, workload=wl)
-
-
-def apply_server_options(sc: Scenario, replicas: int | None, router: str | None) -> Scenario:
-    import dataclasses
-
-    from wispsim.sim.router import ROUTERS
-
-    if replicas is not None and replicas < 1:
-        raise ConfigError("--replicas", "", f"must be >= 1, got {replicas}")
-    if router is not None:
-        ROUTERS.get(router, "--router", "--router")
-    srv = dataclasses.replace(
-        sc.server,
-        replicas=replicas if replicas is not None else sc.server.replicas,
-        router=router or sc.server.router,
-        replica_profiles=() if replicas is not None else sc.server.replica_profiles,
-    )
-    return sc.replace(server=srv)
 
 
 def describe_load(sc: Scenario, devices: int | None = None) -> str:
@@ -280,6 +230,7 @@ def run(
     """Run one simulation; write its records (Parquet), per-class summary and time series."""
     from wispsim.analysis.metrics import replica_summary, summarize
     from wispsim.analysis.timeseries import write_timeseries
+    from wispsim.plots.timeseries import compliance_figure
     from wispsim.sim.engine import simulate
 
     sc = _load(scenario, set_)
@@ -307,7 +258,9 @@ def run(
     summary.to_csv(folder / "summary.csv", index=False)
     per_replica = replica_summary(res)
     per_replica.to_csv(folder / "replicas.csv", index=False)
-    _, _, bursts = write_timeseries(res, folder, step, window, plot=sc.arrivals.process != "closed")
+    comp, server, bursts = write_timeseries(res, folder, step, window)
+    if sc.arrivals.process != "closed":
+        compliance_figure(res, comp, server, window, folder / "compliance.png")
     if log is not None:
         from wispsim.study.replay.log import write_log
 

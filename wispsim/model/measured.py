@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 
 from wispsim.errors import WispsimError
-from wispsim.measure.profile.plan import PLAN_COLUMNS
 
 TIMING_COLUMNS = [
     "status",
@@ -38,6 +37,21 @@ TIMING_COLUMNS = [
     "dtype",
     "recorded_at",
 ]
+# the columns of a profiling plan (:mod:`wispsim.measure.profile.plan`): what each configuration batches
+PLAN_COLUMNS = [
+    "config_id",
+    "split",
+    "category",
+    "seed",
+    "batch_size",
+    "l_new",
+    "l_cached",
+    "n_linear",
+    "n_interactions",
+    "n_cached",
+    "max_l_total",
+]
+
 DATA_COLUMNS = PLAN_COLUMNS + TIMING_COLUMNS
 AGGREGATES = ["n_linear", "n_interactions", "n_cached"]
 

@@ -18,7 +18,6 @@ from typing import Any
 
 from wispsim.config import read_yaml
 from wispsim.errors import ConfigError
-from wispsim.measure.profile.archs import DTYPE_BYTES as KV_DTYPES
 from wispsim.model.estimator import Estimator
 from wispsim.paths import profiles_dir, resolve_named
 
@@ -44,6 +43,26 @@ TOP_LEVEL = (
     "noise",
     "provenance",
 )
+
+
+DTYPE_BYTES = {
+    "float32": 4,
+    "fp32": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "float8": 1,
+    "fp8": 1,
+    "int8": 1,
+}
+
+
+def dtype_bytes(dtype: str, source: str = "dtype") -> int:
+    try:
+        return DTYPE_BYTES[dtype.lower()]
+    except KeyError:
+        raise ConfigError(source, "", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,12 +208,12 @@ def _model(data: dict[str, Any], src: str) -> ModelFacts:
     if "kv_dtype_bytes" in m:
         kv_bytes = _int(m, "kv_dtype_bytes", src, "model.")
     elif "kv_dtype" in m:
-        kv_bytes = KV_DTYPES.get(str(m["kv_dtype"]).lower(), 0)
+        kv_bytes = DTYPE_BYTES.get(str(m["kv_dtype"]).lower(), 0)
         if not kv_bytes:
-            raise ConfigError(src, "model.kv_dtype", f"got {m['kv_dtype']!r}; known: {', '.join(KV_DTYPES)}")
+            raise ConfigError(src, "model.kv_dtype", f"got {m['kv_dtype']!r}; known: {', '.join(DTYPE_BYTES)}")
     else:
         raise ConfigError(src, "model.kv_dtype_bytes", "is missing (or give model.kv_dtype, e.g. bfloat16)")
-    if "kv_dtype" in m and KV_DTYPES.get(str(m["kv_dtype"]).lower()) != kv_bytes:
+    if "kv_dtype" in m and DTYPE_BYTES.get(str(m["kv_dtype"]).lower()) != kv_bytes:
         raise ConfigError(
             src, "model.kv_dtype", f"{m['kv_dtype']!r} disagrees with kv_dtype_bytes {kv_bytes}"
         )

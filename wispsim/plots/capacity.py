@@ -31,6 +31,7 @@ import yaml
 
 from wispsim.analysis.tables import saturated_mask
 from wispsim.errors import ConfigError, WispsimError
+from wispsim.plots.figure import figure_path, pyplot, save
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -44,8 +45,6 @@ _POOLED_KNOWN = (*POOLED_COLUMNS, "seeds", "responses", "decision_ci_low", "deci
 TIMESERIES_COLUMNS = ("t", "class", "compliance")
 ROUND_COLUMNS = ("response", "slo", "batch", "arrival", "dispatch", "verify_time", "measured")
 BATCH_COLUMNS = ("batch", "replica", "t_dispatch", "latency")
-DPI = 110
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 _LABEL_COLUMNS = {"policy": str, "class": str, "group": str}
 
 
@@ -204,49 +203,6 @@ def _class_key(c: str) -> tuple[int, float, str]:
         return (1, math.inf, c)
 
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def figure_path(path: Path | str, default_name: str) -> Path:
-    """Where a figure goes: ``path`` itself, or ``path/default_name`` when ``path`` is an existing
-    folder. Its name must end in one of :data:`FIGURE_SUFFIXES` (checked before anything is drawn).
-    """
-    out = Path(path)
-    if out.is_dir():
-        out = out / default_name
-    if out.suffix.lower() not in FIGURE_SUFFIXES:
-        allowed = ", ".join(FIGURE_SUFFIXES)
-        raise WispsimError(
-            f"{out}: cannot write a figure there: the name must end in {allowed} "
-            f"(or be an existing folder, to write {default_name} in it)"
-        )
-    return out
-
-
-def _save(fig: Any, path: Path | str, default_name: str) -> Path:
-    """Write ``fig`` to :func:`figure_path` and close it; the path written, or a one-line error."""
-    plt = _plt()
-    try:
-        out = figure_path(path, default_name)
-        if out.parent.exists() and not out.parent.is_dir():
-            raise WispsimError(f"{out}: cannot write the figure: {out.parent} is a file, not a folder")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=DPI, format=out.suffix[1:].lower())
-    except (OSError, ValueError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip()
-        why = why.splitlines()[0] if why else type(e).__name__
-        raise WispsimError(f"{path}: cannot write the figure: {why}") from None
-    finally:
-        plt.close(fig)
-    return out
-
-
 def _grid(n: int) -> tuple[int, int]:
     cols = n if n <= 3 else (2 if n == 4 else 3)
     return math.ceil(n / cols), cols
@@ -350,7 +306,7 @@ def violation_curves_figure(
     ]
     if not panels:
         raise WispsimError(f"{name or 'pooled curve'}: no curve rows match the capacity table's classes")
-    plt = _plt()
+    plt = pyplot()
     rows, cols = _grid(len(panels))
     fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.6 * rows + 0.8), sharey=True, squeeze=False)
     for ax, (g, c) in zip(axes.flat, panels, strict=False):
@@ -444,7 +400,7 @@ def violation_curves(
     :func:`figure_path`; a folder gets violation_curves.png).
     """
     out = figure_path(path, "violation_curves.png")
-    return _save(violation_curves_figure(source, epsilon, title), out, "violation_curves.png")
+    return save(violation_curves_figure(source, epsilon, title), out, "violation_curves.png")
 
 
 def capacity_bars_figure(capacity: pd.DataFrame | Path | str, title: str | None = None) -> Figure:
@@ -463,7 +419,7 @@ def capacity_bars_figure(capacity: pd.DataFrame | Path | str, title: str | None 
     cap = _capacity_frame(cap, what)
     policies = list(dict.fromkeys(cap.policy))
     classes = list(dict.fromkeys(cap["class"]))
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 + 0.9 * len(classes) * len(policies)), 4.4))
     width = min(0.8 / len(policies), 0.35)
     x = np.arange(len(classes))
@@ -516,7 +472,7 @@ def capacity_bars(capacity: pd.DataFrame | Path | str, path: Path | str, title: 
     is hatched and labelled ">= N". Returns the path written (a folder gets capacity.png).
     """
     out = figure_path(path, "capacity.png")
-    return _save(capacity_bars_figure(capacity, title), out, "capacity.png")
+    return save(capacity_bars_figure(capacity, title), out, "capacity.png")
 
 
 # ------------------------------------------------------------------------------------------
@@ -539,7 +495,7 @@ def bursty_compare(
     Returns the path written (a folder gets bursty_compare.png).
     """
     out = figure_path(path, "bursty_compare.png")
-    return _save(bursty_compare_figure(run_folders, classes, title), out, "bursty_compare.png")
+    return save(bursty_compare_figure(run_folders, classes, title), out, "bursty_compare.png")
 
 
 def bursty_compare_figure(
@@ -584,7 +540,7 @@ def bursty_compare_figure(
         raise WispsimError(f"{next(iter(run_folders.values()))}: timeseries.csv has no rows")
     first_meta = next(iter(metas.values()))
     eps = first_meta.get("epsilon")
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(
         len(panels), 1, figsize=(10, 1.9 * len(panels) + 1.4), sharex=True, squeeze=False
     )
@@ -731,7 +687,7 @@ def attribution(
     """
     out = figure_path(path, "attribution.png")
     fig, counts = attribution_figure(rounds, batches, window, factor, responses, title)
-    return _save(fig, out, "attribution.png"), counts
+    return save(fig, out, "attribution.png"), counts
 
 
 def attribution_figure(
@@ -746,7 +702,7 @@ def attribution_figure(
     lab = attribute_rounds(violated_rounds(rounds, responses), batches, window, factor)
     counts = {COMPUTE: int((lab.label == COMPUTE).sum()), QUEUE: int((lab.label == QUEUE).sum())}
     total = sum(counts.values())
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.6, 5.0))
     show = lab.sample(20_000, random_state=0) if len(lab) > 20_000 else lab
     for name, color in ((QUEUE, "C0"), (COMPUTE, "C3")):

@@ -7,6 +7,7 @@ KV fit are checked; :mod:`wispsim.config` only parses and validates values.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,45 @@ def check_references(scenario: Scenario, source: str) -> None:
         raise ConfigError(source, e.field, e.problem) from None
     except WispsimError as e:
         raise ConfigError(source, "acceptance.trace", str(e).split(": ", 1)[-1]) from None
+
+
+def apply_arrivals_option(sc: Scenario, text: str | None, tail: float = 300.0) -> Scenario:
+    """``--arrivals``: FILE, concurrency:FILE, rate:FILE or poisson:RATE.
+
+    A trace sets the measurement window to the trace's span plus ``tail`` seconds (its last
+    value holding), so recovery after the last burst is measured too."""
+    if text is None:
+        return sc
+    kind, _, rest = text.partition(":")
+    if kind == "poisson":
+        try:
+            rate = float(rest)
+        except ValueError:
+            rate = -1.0
+        if not rate > 0:
+            raise ConfigError("--arrivals", "", f"poisson:RATE needs a rate > 0 responses/s, got {rest!r}")
+        return sc.replace(arrivals=dataclasses.replace(sc.arrivals, process="poisson", rate=rate))
+    if kind in ("concurrency", "rate") and rest:
+        path = rest
+    else:
+        kind, path = sc.arrivals.kind, text
+    trace = load_arrival_trace(path, "--arrivals")
+    arr = dataclasses.replace(sc.arrivals, process="trace", trace=path, kind=kind)  # type: ignore[arg-type]
+    if tail < 0:
+        raise ConfigError("--tail", "", f"must be >= 0, got {tail}")
+    wl = dataclasses.replace(sc.workload, warmup_s=0.0, duration_s=max(trace.end + tail, 1e-9))
+    return sc.replace(arrivals=arr, workload=wl)
+
+
+def apply_server_options(sc: Scenario, replicas: int | None, router: str | None) -> Scenario:
+    if replicas is not None and replicas < 1:
+        raise ConfigError("--replicas", "", f"must be >= 1, got {replicas}")
+    if router is not None:
+        ROUTERS.get(router, "--router", "--router")
+    srv = dataclasses.replace(
+        sc.server,
+        replicas=replicas if replicas is not None else sc.server.replicas,
+        router=router or sc.server.router,
+        replica_profiles=() if replicas is not None else sc.server.replica_profiles,
+    )
+    return sc.replace(server=srv)

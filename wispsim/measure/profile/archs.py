@@ -26,30 +26,11 @@ from typing import Any
 import yaml
 
 from wispsim.errors import ConfigError
+from wispsim.model.profiles import dtype_bytes
 from wispsim.paths import data_dir
 
 _DATA = data_dir()
 _META_KEYS = ("name", "hf_name", "description", "source")
-
-DTYPE_BYTES = {
-    "float32": 4,
-    "fp32": 4,
-    "bfloat16": 2,
-    "bf16": 2,
-    "float16": 2,
-    "fp16": 2,
-    "float8": 1,
-    "fp8": 1,
-    "int8": 1,
-}
-
-
-def dtype_bytes(dtype: str, source: str = "dtype") -> int:
-    try:
-        return DTYPE_BYTES[dtype.lower()]
-    except KeyError:
-        raise ConfigError(source, "", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
-
 
 @dataclass(frozen=True, slots=True)
 class Arch:

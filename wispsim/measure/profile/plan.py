@@ -35,24 +35,12 @@ import pandas as pd
 
 from wispsim.errors import WispsimError
 from wispsim.model.estimator import aggregates
+from wispsim.model.measured import PLAN_COLUMNS
 
 CATEGORIES = ("compute-bound", "memory-bound", "random-compute-bound", "random-memory-bound", "mixed")
 DEFAULT_COUNTS = (25, 48, 15, 15, 20)
 DEFAULT_TEST = 50
 SPLITS = ("train", "test")
-PLAN_COLUMNS = [
-    "config_id",
-    "split",
-    "category",
-    "seed",
-    "batch_size",
-    "l_new",
-    "l_cached",
-    "n_linear",
-    "n_interactions",
-    "n_cached",
-    "max_l_total",
-]
 
 Requests = list[tuple[int, int]]  # (L_new, L_cached) per request
 

@@ -538,9 +538,9 @@ def study_mix(ctx: Context) -> Section:
 def study_bursty(ctx: Context) -> Section:
     """The bursty trace, compliance over time, policy by policy."""
     from wispsim.analysis.timeseries import write_timeseries
-    from wispsim.cli.main import apply_arrivals_option
     from wispsim.plots.capacity import bursty_compare
     from wispsim.sim.engine import simulate
+    from wispsim.sim.inputs import apply_arrivals_option
 
     spec = ctx.spec
     policies = list(spec.get("policies", ["wisp", "fcfs"]))
@@ -556,7 +556,7 @@ def study_bursty(ctx: Context) -> Section:
             res = simulate(sc, seed=seed)
             ctx.simulated += 1
             (folder / "scenario.yaml").write_text(sc.to_yaml())
-            _, _, bursts = write_timeseries(res, folder, plot=False)
+            _, _, bursts = write_timeseries(res, folder)
             from wispsim.analysis.metrics import summarize
 
             summarize(res).to_csv(folder / "summary.csv", index=False)
