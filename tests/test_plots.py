@@ -20,17 +20,14 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from wispsim.analysis.attribution import COMPUTE, QUEUE, attribute_rounds, violated_rounds
 from wispsim.cli.main import app
 from wispsim.errors import WispsimError
-from wispsim.plots.capacity import (
-    COMPUTE,
-    QUEUE,
-    attribute_rounds,
+from wispsim.plots import (
     attribution,
     bursty_compare_figure,
     capacity_bars,
     capacity_bars_figure,
-    violated_rounds,
     violation_curves,
     violation_curves_figure,
 )

@@ -1,8 +1,163 @@
-"""Result-folder tables: reading and checking the CSVs that sweeps, compares and runs write."""
+"""Result-folder tables: reading and checking the CSVs and Parquet files that sweeps, compares
+and runs write, so figures and notebooks can be redrawn from any results folder.
+
+A missing folder or file, a table without the columns a reader needs, a cell that is not a finite
+number, or duplicate rows, is a :class:`~wispsim.errors.WispsimError` whose one-line message
+names the file.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
 import pandas as pd
+import yaml
+
+from wispsim.errors import WispsimError
+
+CAPACITY_COLUMNS = ("policy", "class", "capacity", "ci_low", "ci_high")
+POOLED_COLUMNS = ("policy", "group", "class", "devices", "violation_rate", "decision_violation")
+# every column sweep/compare write; any other one (e.g. "acceptance") marks a table of several sweeps
+_CAPACITY_KNOWN = (*CAPACITY_COLUMNS, "saturated", "evaluated")
+_POOLED_KNOWN = (*POOLED_COLUMNS, "seeds", "responses", "decision_ci_low", "decision_ci_high")
+TIMESERIES_COLUMNS = ("t", "class", "compliance")
+ROUND_COLUMNS = ("response", "slo", "batch", "arrival", "dispatch", "verify_time", "measured")
+BATCH_COLUMNS = ("batch", "replica", "t_dispatch", "latency")
+_LABEL_COLUMNS = {"policy": str, "class": str, "group": str}
+
+
+def results_folder(folder: Path | str) -> Path:
+    """``folder`` as a Path, or a WispsimError if it is not an existing folder."""
+    p = Path(folder)
+    if not p.is_dir():
+        raise WispsimError(f"{p}: no such results folder")
+    return p
+
+
+def check_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> pd.DataFrame:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise WispsimError(f"{what}: missing column(s) {', '.join(missing)}")
+    return df
+
+
+def read_csv(folder: Path | str, name: str, columns: Iterable[str] = ()) -> pd.DataFrame:
+    """``folder/name`` as a DataFrame with at least ``columns``; one-line errors naming the file.
+
+    Label columns (policy, class, group) are read as strings: a class is "4" or "mix:4,8".
+    """
+    path = results_folder(folder) / name
+    if not path.is_file():
+        raise WispsimError(f"{path}: not found (is {path.parent} the right results folder?)")
+    try:
+        df = pd.read_csv(path, dtype=_LABEL_COLUMNS)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise WispsimError(f"{path}: cannot read as CSV: {first}") from None
+    return check_columns(df, columns, str(path))
+
+
+def read_parquet(folder: Path | str, name: str, columns: Iterable[str] = ()) -> pd.DataFrame:
+    """``folder/name`` (Parquet records) with at least ``columns``."""
+    path = results_folder(folder) / name
+    if not path.is_file():
+        raise WispsimError(f"{path}: not found (is {path.parent} a run folder?)")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:  # pyarrow raises several kinds for a damaged file
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise WispsimError(f"{path}: cannot read as Parquet: {first}") from None
+    return check_columns(df, columns, str(path))
+
+
+def _row_name(df: pd.DataFrame, i: int) -> str:
+    """'row 3 (policy wisp, class 4)': the i-th data row (from 1, the header not counted)."""
+    labels = [f"{c} {df[c].iloc[i]}" for c in ("policy", "group", "class", "t", "peak") if c in df]
+    return f"row {i + 1}" + (f" ({', '.join(labels)})" if labels else "")
+
+
+def _numeric(df: pd.DataFrame, columns: Iterable[str], what: str, gaps: Iterable[str] = ()) -> pd.DataFrame:
+    """``columns`` as numbers. A cell that is not a finite number (text, inf, or empty -- except in
+    the ``gaps`` columns, where empty means "no value" and is drawn as a gap) is an error naming
+    the file (``what``), the column and the row."""
+    df = df.copy()
+    may_be_empty = set(gaps)
+    for c in columns:
+        raw = df[c]
+        num = pd.to_numeric(raw, errors="coerce")
+        vals = num.to_numpy(dtype=float, na_value=np.nan)
+        empty = raw.isna().to_numpy(bool)
+        bad = np.isinf(vals) | (np.isnan(vals) & ~empty)  # inf, or text that is not a number
+        if c not in may_be_empty:
+            bad |= empty
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            got = "an empty cell" if empty[i] else repr(str(raw.iloc[i]).strip())
+            raise WispsimError(f"{what}: column {c}, {_row_name(df, i)}: expected a finite number, got {got}")
+        df[c] = num
+    return df
+
+
+def _check_unique(df: pd.DataFrame, keys: Sequence[str], what: str, known: Iterable[str]) -> None:
+    """One row per ``keys``; else an error naming the repeated key and the columns telling them apart."""
+    dup = df.duplicated(list(keys), keep=False).to_numpy(bool)
+    if not dup.any():
+        return
+    rows = df[dup]
+    first = rows.iloc[0]
+    same = rows[(rows[list(keys)] == first[list(keys)]).all(axis=1)]
+    key = ", ".join(f"{k} {first[k]}" for k in keys)
+    extra = [c for c in df.columns if c not in set(known)]
+    differ = [c for c in extra if same[c].nunique(dropna=False) > 1] or extra
+    hint = (
+        f"; the extra column(s) {', '.join(differ)} tell them apart: this file holds several sweeps, "
+        f"plot each from its own folder or table, with one row per ({', '.join(keys)})"
+        if differ
+        else f"; expected one row per ({', '.join(keys)})"
+    )
+    raise WispsimError(f"{what}: {key} appears in {len(same)} rows{hint}")
+
+
+def folder_meta(folder: Path | str) -> dict[str, Any]:
+    """What was run: manifest.json merged over the scenario's policy, seed, epsilon, profile, trace.
+
+    Missing files give an empty dict; a damaged one is an error naming it.
+    """
+    p = Path(folder)
+    meta: dict[str, Any] = {}
+    scen = [p / "scenario.yaml", *sorted(p.glob("scenario-*.yaml"))]
+    for s in scen:
+        if not s.is_file():
+            continue
+        try:
+            doc = yaml.safe_load(s.read_text())
+        except yaml.YAMLError as e:
+            raise WispsimError(f"{s}: cannot read as YAML: {str(e).splitlines()[0]}") from None
+        if isinstance(doc, dict):
+            meta.setdefault("policy", doc.get("policy"))
+            meta.setdefault("seed", doc.get("seed"))
+            meta.setdefault("epsilon", doc.get("epsilon"))
+            meta.setdefault("profile", (doc.get("server") or {}).get("profile"))
+            meta.setdefault("trace", (doc.get("arrivals") or {}).get("trace"))
+        break
+    m = p / "manifest.json"
+    if m.is_file():
+        try:
+            man = json.loads(m.read_text())
+        except json.JSONDecodeError as e:
+            raise WispsimError(f"{m}: cannot read as JSON: {e}") from None
+        if isinstance(man, dict):
+            meta.update({k: v for k, v in man.items() if v is not None})
+    return {k: v for k, v in meta.items() if v is not None}
+
+
+def run_label(folder: Path | str) -> str:
+    """A run's name in legends: its policy (scenario.yaml or manifest.json), else the folder name."""
+    return str(folder_meta(folder).get("policy") or Path(folder).name)
 
 
 def saturated_mask(cap: pd.DataFrame) -> pd.Series:

@@ -1,4 +1,4 @@
-"""``wispsim experiment list|run``: the studies under ``experiments/`` (see wispsim.study.experiments.spec)."""
+"""``wispsim experiment list|run``: the studies under ``experiments/`` (wispsim.study.experiments)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ err_console = Console(stderr=True)
 @experiment_app.command("list")
 def list_cmd() -> None:
     """The studies, in report order."""
-    from wispsim.study.experiments.spec import list_experiments, load_spec
+    from wispsim.study.experiments import list_experiments, load_spec
 
     for name in list_experiments():
         spec = load_spec(name)
@@ -39,7 +39,7 @@ def run_cmd(
     """Run studies, write their data, figures and sections, and regenerate the report."""
     import time
 
-    from wispsim.study.experiments.spec import list_experiments, run_experiment, write_report
+    from wispsim.study.experiments import list_experiments, run_experiment, write_report
     from wispsim.study.runners import make_runner
 
     if jobs < 1:

@@ -262,7 +262,7 @@ def run(
     if sc.arrivals.process != "closed":
         compliance_figure(res, comp, server, window, folder / "compliance.png")
     if log is not None:
-        from wispsim.study.replay.log import write_log
+        from wispsim.study.replay import write_log
 
         write_log(res, log)
     _manifest(
@@ -352,8 +352,8 @@ def replay_cmd(
 
     The scenario is the one in the log's sidecar; a SCENARIO file replaces it, --set overrides.
     """
-    from wispsim.study.replay.log import compare as compare_replay
-    from wispsim.study.replay.log import describe, log_scenario, meta_path, read_log, replay
+    from wispsim.study.replay import compare as compare_replay
+    from wispsim.study.replay import describe, log_scenario, meta_path, read_log, replay
 
     frame, meta = read_log(log)
     if scenario is not None:

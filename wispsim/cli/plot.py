@@ -32,7 +32,7 @@ PngOpt = Annotated[
 
 def _out(out: Path | None, folder: Path, name: str) -> Path:
     """The figure's path, checked before anything is read or drawn."""
-    from wispsim.plots.capacity import figure_path
+    from wispsim.plots import figure_path
 
     return figure_path(out if out is not None else folder / name, name)
 
@@ -50,7 +50,7 @@ def curves(
     ] = None,
 ) -> None:
     """Violation rate vs devices per class and policy, with the capacity knees and their intervals."""
-    from wispsim.plots.capacity import violation_curves
+    from wispsim.plots import violation_curves
 
     if epsilon is not None and not 0 <= epsilon < 1:
         raise ConfigError("--epsilon", "", f"must be in [0, 1), got {epsilon}")
@@ -61,7 +61,7 @@ def curves(
 @plot_app.command("capacity")
 def capacity(folder: FolderArg, out: PngOpt = None) -> None:
     """Capacity per class and policy as grouped bars with 95% intervals."""
-    from wispsim.plots.capacity import capacity_bars
+    from wispsim.plots import capacity_bars
 
     path = capacity_bars(folder, _out(out, folder, "capacity.png"))
     _wrote(path)
@@ -81,7 +81,8 @@ def bursty(
     out: PngOpt = None,
 ) -> None:
     """SLO compliance over time of several runs, one panel per class, bursts marked."""
-    from wispsim.plots.capacity import bursty_compare, results_folder, run_label
+    from wispsim.analysis.tables import results_folder, run_label
+    from wispsim.plots import bursty_compare
 
     for f in folders:
         results_folder(f)
@@ -108,7 +109,8 @@ def attribution_cmd(
     out: PngOpt = None,
 ) -> None:
     """Violated rounds of a run in the (queue, verify) plane: queue- or compute-dominant (SPEC 7)."""
-    from wispsim.plots.capacity import BATCH_COLUMNS, ROUND_COLUMNS, attribution, folder_meta, read_parquet
+    from wispsim.analysis.tables import BATCH_COLUMNS, ROUND_COLUMNS, folder_meta, read_parquet
+    from wispsim.plots import attribution
 
     if window < 1 or not factor > 0:
         raise ConfigError(

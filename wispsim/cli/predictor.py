@@ -47,7 +47,7 @@ ParamOpt = Annotated[
 
 
 def parse_models(text: str) -> list[str]:
-    from wispsim.measure.predictor.train import MODEL_KINDS
+    from wispsim.measure.predictor import MODEL_KINDS
 
     if text == "all":
         return list(MODEL_KINDS)
@@ -134,7 +134,7 @@ def train_cmd(
     param: ParamOpt = None,
 ) -> None:
     """Train predictors on traces, export them as .npz and write a JSON and Markdown report beside."""
-    from wispsim.measure.predictor.train import metrics_frame, train
+    from wispsim.measure.predictor import metrics_frame, train
 
     if out.suffix != ".npz":
         raise ConfigError("--out", "", f"must end in .npz, got {str(out)!r}")
@@ -168,7 +168,7 @@ def bench_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the figures as CSV.")] = None,
 ) -> None:
     """Single-sample inference latency (microseconds) of exported predictors and their native models."""
-    from wispsim.measure.predictor.export import bench, cpu_name
+    from wispsim.measure.predictor import bench, cpu_name
     from wispsim.paths import predictors_dir
 
     paths = predictor or sorted(predictors_dir().glob("*.npz"))
@@ -199,7 +199,7 @@ def eval_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the matrix as CSV.")] = None,
 ) -> None:
     """Distribution shift: train on one trace, score on each test trace at the chosen threshold."""
-    from wispsim.measure.predictor.train import shift_matrix
+    from wispsim.measure.predictor import shift_matrix
 
     kinds = parse_models(model)
     with err_console.status("training and scoring ..."):

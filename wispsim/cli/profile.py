@@ -128,7 +128,7 @@ def record_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
 ) -> None:
     """Time every configuration of a plan (warm-up, timed runs, CV); rows are written as they finish."""
-    from wispsim.measure.profile.record import record_profile
+    from wispsim.measure.profile import record_profile
 
     with _progress("recording") as prog:
         task = prog.add_task("record", total=None)
@@ -169,7 +169,7 @@ def fit_cmd(
     plots: Annotated[bool, typer.Option(help="Write the actual-vs-predicted and residual plots.")] = True,
 ) -> None:
     """Fit a, b_compute, b_read, c on the train set; write the profile, NAME.report.md, NAME.fit/."""
-    from wispsim.measure.profile.fit import fit_command
+    from wispsim.measure.profile import fit_command
 
     res, prof = fit_command(
         data,

@@ -35,7 +35,7 @@ def record(
     ] = "float32",
 ) -> None:
     """Record a trace; resumable (finished samples are kept in OUT.parts/)."""
-    from wispsim.measure.trace.record import record_trace
+    from wispsim.measure.trace import record_trace
 
     if generate_dtype not in ("float32", "bfloat16", "float16"):
         raise WispsimError(f"--generate-dtype: got {generate_dtype!r}; allowed: float32, bfloat16, float16")
@@ -77,7 +77,7 @@ def inspect(
 ) -> None:
     """Mean acceptance, per-window-position acceptance, accepted-length histogram, feature
     correlations and acceptance by top-1 probability."""
-    from wispsim.measure.trace.inspect import format_report, inspect_trace, plot_report
+    from wispsim.measure.trace import format_report, inspect_trace, plot_report
     from wispsim.model.acceptance import find_trace, load_trace
 
     if accept_from not in ("flag", "greedy", "beta"):

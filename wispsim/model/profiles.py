@@ -210,7 +210,8 @@ def _model(data: dict[str, Any], src: str) -> ModelFacts:
     elif "kv_dtype" in m:
         kv_bytes = DTYPE_BYTES.get(str(m["kv_dtype"]).lower(), 0)
         if not kv_bytes:
-            raise ConfigError(src, "model.kv_dtype", f"got {m['kv_dtype']!r}; known: {', '.join(DTYPE_BYTES)}")
+            known = ", ".join(DTYPE_BYTES)
+            raise ConfigError(src, "model.kv_dtype", f"got {m['kv_dtype']!r}; known: {known}")
     else:
         raise ConfigError(src, "model.kv_dtype_bytes", "is missing (or give model.kv_dtype, e.g. bfloat16)")
     if "kv_dtype" in m and DTYPE_BYTES.get(str(m["kv_dtype"]).lower()) != kv_bytes:

@@ -19,169 +19,34 @@ bottleneck), otherwise *queue-dominant* (the time went to waiting for a slot).
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from wispsim.analysis.tables import saturated_mask
+from wispsim.analysis.attribution import COMPUTE, QUEUE, attribute_rounds, violated_rounds
+from wispsim.analysis.tables import (
+    _CAPACITY_KNOWN,
+    _POOLED_KNOWN,
+    CAPACITY_COLUMNS,
+    POOLED_COLUMNS,
+    TIMESERIES_COLUMNS,
+    _check_unique,
+    _numeric,
+    check_columns,
+    folder_meta,
+    read_csv,
+    results_folder,
+    saturated_mask,
+)
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.plots.figure import figure_path, pyplot, save
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-COMPUTE, QUEUE = "compute-dominant", "queue-dominant"
-CAPACITY_COLUMNS = ("policy", "class", "capacity", "ci_low", "ci_high")
-POOLED_COLUMNS = ("policy", "group", "class", "devices", "violation_rate", "decision_violation")
-# every column sweep/compare write; any other one (e.g. "acceptance") marks a table of several sweeps
-_CAPACITY_KNOWN = (*CAPACITY_COLUMNS, "saturated", "evaluated")
-_POOLED_KNOWN = (*POOLED_COLUMNS, "seeds", "responses", "decision_ci_low", "decision_ci_high")
-TIMESERIES_COLUMNS = ("t", "class", "compliance")
-ROUND_COLUMNS = ("response", "slo", "batch", "arrival", "dispatch", "verify_time", "measured")
-BATCH_COLUMNS = ("batch", "replica", "t_dispatch", "latency")
-_LABEL_COLUMNS = {"policy": str, "class": str, "group": str}
-
-
-# ------------------------------------------------------------------------------------------
-# reading results
-# ------------------------------------------------------------------------------------------
-
-
-def results_folder(folder: Path | str) -> Path:
-    """``folder`` as a Path, or a WispsimError if it is not an existing folder."""
-    p = Path(folder)
-    if not p.is_dir():
-        raise WispsimError(f"{p}: no such results folder")
-    return p
-
-
-def _check_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> pd.DataFrame:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise WispsimError(f"{what}: missing column(s) {', '.join(missing)}")
-    return df
-
-
-def read_csv(folder: Path | str, name: str, columns: Iterable[str] = ()) -> pd.DataFrame:
-    """``folder/name`` as a DataFrame with at least ``columns``; one-line errors naming the file.
-
-    Label columns (policy, class, group) are read as strings: a class is "4" or "mix:4,8".
-    """
-    path = results_folder(folder) / name
-    if not path.is_file():
-        raise WispsimError(f"{path}: not found (is {path.parent} the right results folder?)")
-    try:
-        df = pd.read_csv(path, dtype=_LABEL_COLUMNS)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise WispsimError(f"{path}: cannot read as CSV: {first}") from None
-    return _check_columns(df, columns, str(path))
-
-
-def read_parquet(folder: Path | str, name: str, columns: Iterable[str] = ()) -> pd.DataFrame:
-    """``folder/name`` (Parquet records) with at least ``columns``."""
-    path = results_folder(folder) / name
-    if not path.is_file():
-        raise WispsimError(f"{path}: not found (is {path.parent} a run folder?)")
-    try:
-        df = pd.read_parquet(path)
-    except Exception as e:  # pyarrow raises several kinds for a damaged file
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise WispsimError(f"{path}: cannot read as Parquet: {first}") from None
-    return _check_columns(df, columns, str(path))
-
-
-def _row_name(df: pd.DataFrame, i: int) -> str:
-    """'row 3 (policy wisp, class 4)': the i-th data row (from 1, the header not counted)."""
-    labels = [f"{c} {df[c].iloc[i]}" for c in ("policy", "group", "class", "t", "peak") if c in df]
-    return f"row {i + 1}" + (f" ({', '.join(labels)})" if labels else "")
-
-
-def _numeric(df: pd.DataFrame, columns: Iterable[str], what: str, gaps: Iterable[str] = ()) -> pd.DataFrame:
-    """``columns`` as numbers. A cell that is not a finite number (text, inf, or empty -- except in
-    the ``gaps`` columns, where empty means "no value" and is drawn as a gap) is an error naming
-    the file (``what``), the column and the row."""
-    df = df.copy()
-    may_be_empty = set(gaps)
-    for c in columns:
-        raw = df[c]
-        num = pd.to_numeric(raw, errors="coerce")
-        vals = num.to_numpy(dtype=float, na_value=np.nan)
-        empty = raw.isna().to_numpy(bool)
-        bad = np.isinf(vals) | (np.isnan(vals) & ~empty)  # inf, or text that is not a number
-        if c not in may_be_empty:
-            bad |= empty
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            got = "an empty cell" if empty[i] else repr(str(raw.iloc[i]).strip())
-            raise WispsimError(f"{what}: column {c}, {_row_name(df, i)}: expected a finite number, got {got}")
-        df[c] = num
-    return df
-
-
-def _check_unique(df: pd.DataFrame, keys: Sequence[str], what: str, known: Iterable[str]) -> None:
-    """One row per ``keys``; else an error naming the repeated key and the columns telling them apart."""
-    dup = df.duplicated(list(keys), keep=False).to_numpy(bool)
-    if not dup.any():
-        return
-    rows = df[dup]
-    first = rows.iloc[0]
-    same = rows[(rows[list(keys)] == first[list(keys)]).all(axis=1)]
-    key = ", ".join(f"{k} {first[k]}" for k in keys)
-    extra = [c for c in df.columns if c not in set(known)]
-    differ = [c for c in extra if same[c].nunique(dropna=False) > 1] or extra
-    hint = (
-        f"; the extra column(s) {', '.join(differ)} tell them apart: this file holds several sweeps, "
-        f"plot each from its own folder or table, with one row per ({', '.join(keys)})"
-        if differ
-        else f"; expected one row per ({', '.join(keys)})"
-    )
-    raise WispsimError(f"{what}: {key} appears in {len(same)} rows{hint}")
-
-
-def folder_meta(folder: Path | str) -> dict[str, Any]:
-    """What was run: manifest.json merged over the scenario's policy, seed, epsilon, profile, trace.
-
-    Missing files give an empty dict; a damaged one is an error naming it.
-    """
-    p = Path(folder)
-    meta: dict[str, Any] = {}
-    scen = [p / "scenario.yaml", *sorted(p.glob("scenario-*.yaml"))]
-    for s in scen:
-        if not s.is_file():
-            continue
-        try:
-            doc = yaml.safe_load(s.read_text())
-        except yaml.YAMLError as e:
-            raise WispsimError(f"{s}: cannot read as YAML: {str(e).splitlines()[0]}") from None
-        if isinstance(doc, dict):
-            meta.setdefault("policy", doc.get("policy"))
-            meta.setdefault("seed", doc.get("seed"))
-            meta.setdefault("epsilon", doc.get("epsilon"))
-            meta.setdefault("profile", (doc.get("server") or {}).get("profile"))
-            meta.setdefault("trace", (doc.get("arrivals") or {}).get("trace"))
-        break
-    m = p / "manifest.json"
-    if m.is_file():
-        try:
-            man = json.loads(m.read_text())
-        except json.JSONDecodeError as e:
-            raise WispsimError(f"{m}: cannot read as JSON: {e}") from None
-        if isinstance(man, dict):
-            meta.update({k: v for k, v in man.items() if v is not None})
-    return {k: v for k, v in meta.items() if v is not None}
-
-
-def run_label(folder: Path | str) -> str:
-    """A run's name in legends: its policy (scenario.yaml or manifest.json), else the folder name."""
-    return str(folder_meta(folder).get("policy") or Path(folder).name)
-
 
 def _seeds_text(meta: Mapping[str, Any]) -> str:
     seeds = meta.get("seeds")
@@ -258,9 +123,9 @@ def _sweep_frames(source: Any) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, An
                 "violation_curves", "source", "expected a folder, (capacity, pooled) or a sweep result"
             )
         what_cap, what_pooled = "capacity table", "pooled curve"
-        cap = _check_columns(cap.astype({"class": str, "policy": str}), CAPACITY_COLUMNS, what_cap)
+        cap = check_columns(cap.astype({"class": str, "policy": str}), CAPACITY_COLUMNS, what_cap)
         pooled = pooled.astype({c: str for c in ("policy", "group", "class") if c in pooled})
-        pooled = _check_columns(pooled, POOLED_COLUMNS, what_pooled)
+        pooled = check_columns(pooled, POOLED_COLUMNS, what_pooled)
         meta, name = {}, ""
     cap = _capacity_frame(cap, what_cap)
     rates = [c for c in (*POOLED_COLUMNS[4:], "decision_ci_low", "decision_ci_high") if c in pooled]
@@ -415,7 +280,7 @@ def capacity_bars_figure(capacity: pd.DataFrame | Path | str, title: str | None 
         meta = folder_meta(folder)
     else:
         what = "capacity table"
-        cap = _check_columns(capacity.astype({"class": str, "policy": str}), CAPACITY_COLUMNS, what)
+        cap = check_columns(capacity.astype({"class": str, "policy": str}), CAPACITY_COLUMNS, what)
     cap = _capacity_frame(cap, what)
     policies = list(dict.fromkeys(cap.policy))
     classes = list(dict.fromkeys(cap["class"]))
@@ -601,72 +466,6 @@ def bursty_compare_figure(
 # ------------------------------------------------------------------------------------------
 # attribution of violations
 # ------------------------------------------------------------------------------------------
-
-
-def _trailing_mean(x: np.ndarray, window: int) -> np.ndarray:
-    """Mean of the up to ``window`` values before each position (NaN for the first)."""
-    c = np.concatenate([[0.0], np.cumsum(x, dtype=float)])
-    i = np.arange(len(x))
-    lo = np.maximum(i - window, 0)
-    n = i - lo
-    return np.where(n > 0, (c[i] - c[lo]) / np.maximum(n, 1), np.nan)
-
-
-def attribute_rounds(
-    rounds: pd.DataFrame, batches: pd.DataFrame, window: int = 20, factor: float = 1.5
-) -> pd.DataFrame:
-    """Label each round compute- or queue-dominant (see the module docstring).
-
-    Returns ``rounds`` with ``queue_time`` (dispatch - arrival), ``batch_ma`` (the moving average
-    latency of the ``window`` batches dispatched before the round's batch on its replica; NaN for
-    a replica's first batch, whose round is then queue-dominant) and ``label``.
-    """
-    if window < 1:
-        raise ConfigError("attribution", "window", f"must be >= 1, got {window}")
-    if not factor > 0:
-        raise ConfigError("attribution", "factor", f"must be > 0, got {factor}")
-    _check_columns(rounds, ("batch", "arrival", "dispatch", "verify_time"), "rounds")
-    _check_columns(batches, BATCH_COLUMNS, "batches")
-    b = batches.sort_values(["replica", "t_dispatch", "batch"], kind="stable")
-    ma = np.empty(len(b))
-    rep = b.replica.to_numpy()
-    lat = b.latency.to_numpy(float)
-    for r in np.unique(rep):
-        idx = np.flatnonzero(rep == r)
-        ma[idx] = _trailing_mean(lat[idx], window)
-    by_batch = pd.Series(ma, index=b.batch.to_numpy())
-    out = rounds.copy()
-    out["queue_time"] = out.dispatch - out.arrival
-    out["batch_ma"] = out.batch.map(by_batch).to_numpy(float)
-    compute = (out.verify_time > factor * out.batch_ma).to_numpy(bool)
-    out["label"] = np.where(compute, COMPUTE, QUEUE)
-    return out
-
-
-def violated_rounds(rounds: pd.DataFrame, responses: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The rounds of measured responses that violated their SLO.
-
-    With ``responses`` (responses.parquet) the verdict is the simulator's own. Without it, each
-    response's speed is worked out from its rounds (committed tokens over first draft to last
-    verdict, which is how the simulator measures a finished response); a censored response --
-    one the run ended before it could finish -- cannot be told apart from its rounds alone and
-    is then missed.
-    """
-    _check_columns(rounds, ("response", "measured"), "rounds")
-    mine = rounds[rounds.measured.astype(bool)]
-    if responses is not None:
-        _check_columns(responses, ("response", "violated", "measured"), "responses")
-        bad = responses[responses.measured.astype(bool) & responses.violated.astype(bool)].response
-        return mine[mine.response.isin(bad)]
-    if "violated" in mine:
-        return mine[mine.violated.astype(bool)]
-    _check_columns(mine, ("slo", "t_start", "t_end", "committed"), "rounds")
-    g = mine.groupby("response").agg(
-        slo=("slo", "first"), t0=("t_start", "min"), t1=("t_end", "max"), out=("committed", "sum")
-    )
-    speed = g.out / (g.t1 - g.t0).where(g.t1 > g.t0)
-    bad_ids = g.index[(speed < g.slo).to_numpy(bool)]
-    return mine[mine.response.isin(bad_ids)]
 
 
 def attribution(

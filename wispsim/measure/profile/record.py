@@ -10,8 +10,8 @@ exceeds ``max_cv`` the timed runs are repeated (``retries`` times) and the stead
 Engine ``hf`` (transformers, what this module implements and tests):
 
 - The model is a real HF checkpoint (``--model``) or a random-weight model of a named
-  architecture (``--arch``, :mod:`wispsim.measure.profile.archs`): the work of a forward pass does not depend on
-  the weights' values, only on the shapes.
+  architecture (``--arch``, :mod:`~wispsim.measure.profile.archs`): the work of a forward pass
+  does not depend on the weights' values, only on the shapes.
 - The batch is *packed*, as vLLM does it: the new tokens of all requests go through the
   projections, MLPs and LM head as one sequence of N_linear tokens (logits for every new token,
   as verification needs), with per-request position ids. Attention is computed per request over

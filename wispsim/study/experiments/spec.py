@@ -479,7 +479,7 @@ def study_capacity(ctx: Context) -> Section:
                     "gpu_utilization": float(at.gpu_utilization.mean()) if len(at) else math.nan,
                 }
             )
-        from wispsim.plots.capacity import capacity_bars, violation_curves
+        from wispsim.plots import capacity_bars, violation_curves
 
         bars = capacity_bars(cap, folder / "capacity.png")
         curves = violation_curves(folder, folder / "curves.png")
@@ -504,7 +504,7 @@ def study_capacity(ctx: Context) -> Section:
 @STUDIES.register("mix")
 def study_mix(ctx: Context) -> Section:
     """All classes share one verifier: per-class violation vs N, policy by policy."""
-    from wispsim.plots.capacity import violation_curves
+    from wispsim.plots import violation_curves
 
     spec = ctx.spec
     policies = list(spec.get("policies", ["wisp", "fcfs"]))
@@ -538,7 +538,7 @@ def study_mix(ctx: Context) -> Section:
 def study_bursty(ctx: Context) -> Section:
     """The bursty trace, compliance over time, policy by policy."""
     from wispsim.analysis.timeseries import write_timeseries
-    from wispsim.plots.capacity import bursty_compare
+    from wispsim.plots import bursty_compare
     from wispsim.sim.engine import simulate
     from wispsim.sim.inputs import apply_arrivals_option
 
@@ -651,7 +651,7 @@ def _ablation_figure(table: pd.DataFrame, path: Path) -> Path:
 @STUDIES.register("attribution")
 def study_attribution(ctx: Context) -> Section:
     """Violated rounds in the (queue, verify) plane: queue- or compute-dominant."""
-    from wispsim.plots.capacity import attribution
+    from wispsim.plots import attribution
     from wispsim.sim.engine import simulate
 
     spec = ctx.spec
