@@ -21,18 +21,10 @@ from wispsim.errors import ConfigError
 from wispsim.sim.engine import simulate
 from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import SimResult
-from wispsim.study.replay.log import (
-    COLUMN_NAMES,
-    REQUIRED,
-    compare,
-    log_scenario,
-    meta_path,
-    read_log,
-    recorded_responses,
-    replay,
-    wilson,
-    write_log,
-)
+from wispsim.study.replay.compare import compare, recorded_responses, wilson
+from wispsim.study.replay.drive import log_scenario, replay
+from wispsim.study.replay.log import COLUMN_NAMES, REQUIRED, meta_path, write_log
+from wispsim.study.replay.read import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = {"workload": {"warmup_s": 5, "duration_s": 30}}
@@ -89,7 +81,7 @@ def test_round_trip_reproduces_the_run(recorded: SimResult, tmp_path: Path, suff
 
 def test_replay_mirrors_the_device_loop_round_by_round(recorded: SimResult, log_file: Path) -> None:
     """Same policy and seed: every round arrives, dispatches and ends at the recorded time, in the
-    same batch. If this breaks, replay.py no longer mirrors Device.run_speculative."""
+    same batch. If this breaks, study/replay/drive.py no longer mirrors Device.run_speculative."""
     log, meta = read_log(log_file)
     res = replay(log_scenario(meta, "meta"), log, meta)
     rounds = res.rounds.copy()

@@ -66,6 +66,7 @@ class ArrivalTrace:
 
 
 def find_arrival_trace(name: str) -> Path:
+    """The CSV file ``name`` names: a path, else a shipped trace (with or without .csv)."""
     p = Path(name)
     if p.is_file():
         return p
@@ -114,7 +115,7 @@ def load_arrival_trace(name: str, source: str = "scenario") -> ArrivalTrace:
 
 
 class Arrivals:
-    """Base: starts devices. ``pool`` is how many distinct device indices a closed run uses."""
+    """Base: starts devices. ``n`` is the pool: how many distinct device indices a closed run uses."""
 
     open = False
 
@@ -133,6 +134,8 @@ class Arrivals:
 
 @ARRIVALS.register("closed")
 class Closed(Arrivals):
+    """``closed``: N devices, all started at once, each looping forever."""
+
     def start(self, launch: Starter) -> None:
         for i in range(self.n):
             launch(i, False)
@@ -157,6 +160,8 @@ class _Open(Arrivals):
 
 @ARRIVALS.register("poisson")
 class Poisson(_Open):
+    """``poisson``: one-response sessions arriving at ``arrivals.rate`` per second."""
+
     def _times(self) -> Generator[float, None, None]:
         rate = self.ctx.scenario.arrivals.rate
         t = 0.0
@@ -176,6 +181,7 @@ class _Traced(Arrivals):
 
 @ARRIVALS.register("trace")
 def traced(ctx: RunContext, n: int) -> Arrivals:
+    """``trace``: a concurrency or a rate trace, by ``arrivals.kind``."""
     kind = ctx.scenario.arrivals.kind
     return TracedConcurrency(ctx, n) if kind == "concurrency" else TracedRate(ctx, n)
 
@@ -234,6 +240,7 @@ class TracedRate(_Traced, _Open):
 
 
 def make_arrivals(ctx: RunContext, n: int) -> Arrivals:
+    """The scenario's arrival process for a run with ``n`` devices."""
     factory = ARRIVALS.get(ctx.scenario.arrivals.process, field="arrivals.process")
     return factory(ctx, n)
 

@@ -42,6 +42,8 @@ class _Seq:
 
 
 class CentralizedServer:
+    """One GPU replica generating every token with continuous batching (module docstring)."""
+
     def __init__(
         self,
         env: simpy.Environment,

@@ -1,9 +1,12 @@
-"""The run context: state shared by one run's SimPy processes.
+"""The run context: state shared by one run's SimPy processes, and the records they write.
 
 It sits below the devices, verifiers and arrival processes, which get it handed in: the
-scenario, the shared components (acceptance model, drafting controller), the id counters and the
-record lists every process appends to, and the watchdog that ends the run once every measured
-response is decided.
+scenario, the shared components (acceptance model, drafting controller), the id counters, and the
+record lists. Every round record and every response record of a run is built here
+(:meth:`RunContext.record_round`, :meth:`RunContext.finish_response`, and the watchdog, which
+ends the run once every measured response is decided and records the undecided ones as censored),
+so the simulated devices and the replayed ones (:mod:`wispsim.study.replay.drive`) write the same
+records.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator
 from itertools import count
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import simpy
 
@@ -20,6 +23,9 @@ from wispsim.model.acceptance import AcceptanceModel, expected_accept_ratio, mak
 from wispsim.model.drafting import Controller, make_controller
 from wispsim.model.network import draft_token_bytes
 from wispsim.model.profiles import Profile
+
+if TYPE_CHECKING:
+    from wispsim.sim.verifier import Request
 
 
 class ArrivalProcess(Protocol):
@@ -67,6 +73,7 @@ class RunContext:
         self.devices_started = 0
 
     def open_response(self, t0: float, device: int, slo: float, prompt: int, output: int) -> int:
+        """A new response id; the response is measured if it starts (``t0``) inside the window."""
         rid = next(self._response_ids)
         if self.window[0] <= t0 < self.window[1]:
             self._measured.add(rid)
@@ -74,6 +81,7 @@ class RunContext:
         return rid
 
     def is_measured(self, rid: int) -> bool:
+        """Whether response ``rid`` started inside the measurement window."""
         return rid in self._measured
 
     def close_response(self, rid: int) -> bool:
@@ -83,7 +91,7 @@ class RunContext:
         return True
 
     def watchdog(self) -> Generator[Any, Any, None]:
-        """Ends the run once every measured response is decided (see the module docstring)."""
+        """Ends the run once every measured response is decided (the window: :mod:`wispsim.sim.engine`)."""
         env = self.env
         end = self.window[1]
         yield env.timeout(end)
@@ -99,22 +107,119 @@ class RunContext:
                 return
             yield env.timeout(min(0.5, max(limit - now, 1e-9)))
 
+    def record_round(
+        self,
+        device: int,
+        slo: float,
+        rnd: int,
+        position: int,
+        t_start: float,
+        tau_d: float,
+        draft: float,
+        passes: int,
+        calls: int,
+        accepted: int,
+        committed: int,
+        up: float,
+        budget: float,
+        req: Request,
+        down: float,
+        t_end: float,
+        measured: bool,
+    ) -> None:
+        """Record a completed round: the device side, and ``req`` as the server finished it.
+
+        Called once per round, so it appends a plain tuple (field order of
+        :class:`~wispsim.sim.records.RoundRecord`) and does nothing else."""
+        self.rounds.append(
+            (
+                device,
+                slo,
+                req.session,
+                rnd,
+                position,
+                t_start,
+                tau_d,
+                draft,
+                passes,
+                calls,
+                req.k,
+                accepted,
+                committed,
+                up,
+                req.arrival,
+                budget,
+                req.deadline,
+                req.n_hat,
+                req.dispatch,
+                req.verify_time,
+                req.batch,
+                req.l_new,
+                req.l_cached,
+                req.cold,
+                down,
+                t_end,
+                measured,
+            )
+        )
+
+    def finish_response(
+        self,
+        rid: int,
+        device: int,
+        slo: float,
+        t0: float,
+        t_end: float,
+        prompt: int,
+        output: int,
+        rounds: int,
+        cold_rounds: int,
+    ) -> None:
+        """Record response ``rid`` as finished at ``t_end`` (its last verdict or token is back at
+        the device), unless the watchdog has already recorded it as censored."""
+        if self.close_response(rid):
+            self._record_response(
+                rid, device, slo, t0, t_end, t_end - t0, prompt, output, rounds, cold_rounds
+            )
+
     def _censor(self, rid: int, now: float) -> None:
         t0, _, dev, slo, prompt, output = self.outstanding.pop(rid)
+        self._record_response(rid, dev, slo, t0, math.nan, now - t0, prompt, output, 0, 0, censored=True)
+
+    def _record_response(
+        self,
+        rid: int,
+        device: int,
+        slo: float,
+        t0: float,
+        t_end: float,
+        wall: float,
+        prompt: int,
+        output: int,
+        rounds: int,
+        cold_rounds: int,
+        censored: bool = False,
+    ) -> None:
+        """Append a response record (field order of :class:`~wispsim.sim.records.ResponseRecord`).
+
+        ``speed`` is output tokens over ``wall`` seconds; a censored response (still running, or
+        unable to meet its SLO, when the watchdog decided it) counts as violated whatever its
+        speed so far, which is an upper bound."""
+        speed = output / wall if wall > 0 else math.inf
         self.responses.append(
             (
-                dev,
+                device,
                 slo,
                 rid,
                 t0,
-                math.nan,
+                t_end,
                 prompt,
                 output,
-                0,
-                0,
-                output / (now - t0) if now > t0 else math.inf,
-                True,
-                True,
-                True,
+                rounds,
+                cold_rounds,
+                speed,
+                censored or speed < slo,
+                rid in self._measured,
+                censored,
             )
         )

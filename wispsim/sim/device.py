@@ -28,10 +28,13 @@ STREAM_CONST, STREAM_WORK, STREAM_ACCEPT, STREAM_NET = 0, 1, 2, 3
 
 
 def device_rng(seed: int, device: int, purpose: int) -> np.random.Generator:
+    """Device ``device``'s random stream for ``purpose`` (one of the STREAM_* keys)."""
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(device, purpose)))
 
 
 class Device:
+    """One edge device of a class: its constants, its random streams, and its client loop."""
+
     __slots__ = (
         "alpha_hat",
         "ctx",
@@ -97,7 +100,7 @@ class Device:
         tau_d, tau_p = self.tau_d, self.tau_p
         header, tok_bytes = ctx.header_bytes, ctx.draft_token_bytes
         w = ctx.alpha_ema
-        rounds, responses = ctx.rounds, ctx.responses
+        record_round = ctx.record_round
         pad = ctx.stream_pad
         req_ids = ctx.request_ids
         index = self.index
@@ -147,44 +150,31 @@ class Device:
                 down = link.down(header + committed * TOKEN_ID_BYTES)
                 t_end = env.now + down
                 cold_rounds += req.cold
-                # a RoundRecord, as a plain tuple (field order of RoundRecord)
-                rounds.append(
-                    (
-                        index,
-                        slo,
-                        resp,
-                        rnd,
-                        pos,
-                        t_start,
-                        tau_d,
-                        draft,
-                        passes,
-                        calls,
-                        k,
-                        accepted,
-                        committed,
-                        up,
-                        arrival,
-                        budget,
-                        arrival + budget,
-                        n_hat,
-                        req.dispatch,
-                        req.verify_time,
-                        req.batch,
-                        req.l_new,
-                        req.l_cached,
-                        req.cold,
-                        down,
-                        t_end,
-                        measured,
-                    )
+                record_round(
+                    index,
+                    slo,
+                    rnd,
+                    pos,
+                    t_start,
+                    tau_d,
+                    draft,
+                    passes,
+                    calls,
+                    accepted,
+                    committed,
+                    up,
+                    budget,
+                    req,
+                    down,
+                    t_end,
+                    measured,
                 )
                 self.alpha_hat += w * (accepted / k - self.alpha_hat)
                 pos += committed
                 rnd += 1
                 pending = down
             server.drop(resp)
-            self._finish(resp, t0, t_end, prompt, output, rnd, cold_rounds, measured, responses)
+            ctx.finish_response(resp, index, slo, t0, t_end, prompt, output, rnd, cold_rounds)
             if self.once:
                 return
 
@@ -203,7 +193,6 @@ class Device:
             prompt, output = stream.prompt_len, stream.output_len
             t0 = env.now + pending + think
             resp = ctx.open_response(t0, self.index, self.slo, prompt, output)
-            measured = ctx.is_measured(resp)
             up = link.up(header + prompt * TOKEN_ID_BYTES)
             yield env.timeout(pending + think + up)
             done = env.event()
@@ -211,40 +200,7 @@ class Device:
             yield done
             down = link.down(header + TOKEN_ID_BYTES)
             t_end = env.now + down
-            self._finish(resp, t0, t_end, prompt, output, output, 1, measured, ctx.responses)
+            ctx.finish_response(resp, self.index, self.slo, t0, t_end, prompt, output, output, 1)
             pending = down
             if self.once:
                 return
-
-    def _finish(
-        self,
-        resp: int,
-        t0: float,
-        t_end: float,
-        prompt: int,
-        output: int,
-        rounds: int,
-        cold: int,
-        measured: bool,
-        out: list[tuple[Any, ...]],
-    ) -> None:
-        if not self.ctx.close_response(resp):
-            return  # already recorded as censored
-        speed = output / (t_end - t0) if t_end > t0 else float("inf")
-        out.append(
-            (
-                self.index,
-                self.slo,
-                resp,
-                t0,
-                t_end,
-                prompt,
-                output,
-                rounds,
-                cold,
-                speed,
-                speed < self.slo,
-                measured,
-                False,
-            )
-        )

@@ -58,8 +58,8 @@ def simulate(
 
     ``drive`` replaces the arrival process and the devices: it is called with the run context
     (servers built, ``ctx.server`` / ``ctx.central`` ready) once before the run, starts its own
-    SimPy processes (``wispsim.study.replay.log`` drives recorded devices this way) and returns how many
-    devices it started.
+    SimPy processes (:mod:`wispsim.study.replay.drive` drives recorded devices this way) and
+    returns how many devices it started.
     """
     wall0 = time.perf_counter()
     n = devices if devices is not None else scenario.devices.count

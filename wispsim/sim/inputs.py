@@ -26,18 +26,29 @@ from wispsim.sim.arrivals import ARRIVALS, load_arrival_trace
 from wispsim.sim.router import ROUTERS
 
 
-def load_scenario(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Scenario:
+def load_scenario(
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    base: Mapping[str, Any] | None = None,
+    source: str | None = None,
+) -> Scenario:
     """Load a scenario file (merged over the default scenario) and apply its policy preset.
 
-    ``overrides`` is a nested mapping merged last (the CLI uses it for ``--set a.b=value``).
+    ``base`` is a scenario mapping merged over the default before the file (a replay log's
+    resolved scenario); ``overrides`` is a nested mapping merged last (the CLI uses it for
+    ``--set a.b=value``). Errors name ``source`` (default: the file, else "default scenario").
     """
     data = default_scenario_dict()
-    source = "default scenario"
+    label = "default scenario"
+    if base:
+        data = deep_merge(data, base)
     if path is not None:
-        source = str(path)
+        label = str(path)
         data = deep_merge(data, read_yaml(Path(path)))
     if overrides:
         data = deep_merge(data, overrides)
+    source = label if source is None else source
     scenario: Scenario = build(Scenario, data, source)
     if scenario.policy != "custom":
         scenario = scenario.with_policy(scenario.policy, source)
@@ -117,6 +128,7 @@ def apply_arrivals_option(sc: Scenario, text: str | None, tail: float = 300.0) -
 
 
 def apply_server_options(sc: Scenario, replicas: int | None, router: str | None) -> Scenario:
+    """``--replicas`` and ``--router``: R identical replicas of the scenario's profile, and a router."""
     if replicas is not None and replicas < 1:
         raise ConfigError("--replicas", "", f"must be >= 1, got {replicas}")
     if router is not None:

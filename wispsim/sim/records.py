@@ -17,6 +17,8 @@ from wispsim.config import Scenario
 
 
 class RoundRecord(NamedTuple):
+    """One completed verification round: the device side and what the server did with it."""
+
     device: int
     slo: float  # the device's class: target tokens/s
     response: int  # global response id
@@ -51,6 +53,8 @@ class RoundRecord(NamedTuple):
 
 
 class BatchRecord(NamedTuple):
+    """One batch a replica ran: a verification batch, or a step of the centralized engine."""
+
     batch: int
     replica: int
     kind: str  # "verify" | "step" (centralized)
@@ -68,6 +72,8 @@ class BatchRecord(NamedTuple):
 
 
 class ResponseRecord(NamedTuple):
+    """One response: finished, or censored when the run decided it could not meet its SLO."""
+
     device: int
     slo: float
     response: int

@@ -52,6 +52,8 @@ class _Router:
 
 @ROUTERS.register("round-robin")
 class RoundRobin(_Router):
+    """``round-robin``: request j to replica j mod R."""
+
     def __init__(self, replicas: list[Verifier]) -> None:
         super().__init__(replicas)
         self._next = count()
@@ -62,12 +64,16 @@ class RoundRobin(_Router):
 
 @ROUTERS.register("least-work")
 class LeastWork(_Router):
+    """``least-work``: each round where it would finish soonest by the estimator."""
+
     def submit(self, req: Request) -> simpy.Event:
         return self._least_work(req).submit(req)
 
 
 @ROUTERS.register("affinity")
 class Affinity(_Router):
+    """``affinity``: a response's first round by least work, its later rounds to the same replica."""
+
     def __init__(self, replicas: list[Verifier]) -> None:
         super().__init__(replicas)
         self.home: dict[int, Verifier] = {}

@@ -1,0 +1,214 @@
+"""Reading a replay log: every problem is a one-line error naming the file and the column.
+
+:func:`read_log` reads a log in the format of :mod:`wispsim.study.replay.log` and its sidecar,
+checks each row (types, signs, tokens and times that can happen), each response (its rounds
+agree on the device, class, start and lengths, are numbered 0, 1, ... and their positions add
+up) and the sidecar (the measurement window, the unfinished responses), and checks that the
+``measured`` flags agree with the window. A problem is a :class:`~wispsim.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from wispsim.errors import ConfigError
+from wispsim.study.replay.log import (
+    COLUMN_NAMES,
+    COLUMNS,
+    REQUIRED,
+    SERVER_SIDE,
+    SUFFIXES,
+    UNFINISHED_KEYS,
+    meta_path,
+)
+
+
+def _read_table(p: Path, src: str) -> pd.DataFrame:
+    if p.suffix.lower() not in SUFFIXES:
+        raise ConfigError(src, "", f"unknown log format {p.suffix!r}; a replay log is .parquet or .csv")
+    if not p.is_file():
+        raise ConfigError(src, "", "file not found")
+    try:
+        if p.suffix.lower() == ".csv":
+            # exact floats (pandas 3 parses them exactly by default and deprecates the option)
+            exact = {"float_precision": "round_trip"} if pd.__version__.startswith(("1.", "2.")) else {}
+            return pd.read_csv(p, low_memory=False, **exact)  # type: ignore[call-overload]
+        return pd.read_parquet(p)
+    except Exception as e:  # pyarrow, parser and OS errors all mean the same to the user
+        kind = "CSV" if p.suffix.lower() == ".csv" else "Parquet"
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise ConfigError(src, "", f"cannot read as {kind}: {first}") from None
+
+
+def _fail(src: str, column: str, bad: np.ndarray, problem: str) -> None:
+    """Raise for the first row where ``bad`` holds (rows counted from 1, header excluded)."""
+    rows = np.flatnonzero(bad)
+    if rows.size:
+        raise ConfigError(src, column, f"row {int(rows[0]) + 1}: {problem}")
+
+
+def _numeric_columns(df: pd.DataFrame, src: str) -> dict[str, np.ndarray]:
+    """Every non-bool column as floats, checked against its kind (NaN where it may be empty)."""
+    cols: dict[str, np.ndarray] = {}
+    for c in COLUMNS:
+        if c.kind == "bool":
+            continue
+        raw = df[c.name]
+        x = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        _fail(src, c.name, raw.notna().to_numpy() & np.isnan(x), "not a number")
+        missing = ~np.isfinite(x)
+        if not c.may_be_empty:
+            _fail(src, c.name, missing, "must be a finite number")
+        ok = ~missing
+        if c.kind in ("int", "time"):
+            _fail(src, c.name, ok & (x < 0), "must be >= 0")
+        if c.kind == "int":
+            _fail(src, c.name, ok & (x != np.round(x)), "must be an integer")
+        cols[c.name] = x
+    return cols
+
+
+def _measured_flags(df: pd.DataFrame, src: str) -> np.ndarray:
+    """The ``measured`` column as bools (CSV may spell them true/false or 1/0)."""
+    raw = df["measured"]
+    if raw.dtype == bool:
+        return raw.to_numpy()
+    text = raw.astype(str).str.strip().str.lower()
+    truth = {"true": True, "1": True, "1.0": True, "false": False, "0": False, "0.0": False}
+    bad = ~text.isin(truth).to_numpy()
+    _fail(src, "measured", bad, "must be true or false")
+    return text.map(truth).to_numpy(dtype=bool)
+
+
+def _check_rows(x: dict[str, np.ndarray], src: str) -> None:
+    """Row by row: a round's tokens and times are possible."""
+    k, acc, com = x["drafted"], x["accepted"], x["committed"]
+    _fail(src, "slo", x["slo"] <= 0, "a token speed must be > 0")
+    _fail(src, "drafted", k < 1, "a round sends at least one draft token")
+    _fail(src, "accepted", acc > k, "must be <= drafted")
+    _fail(src, "committed", com < 1, "a round commits at least one token")
+    _fail(src, "committed", com > acc + 1, "must be <= accepted + 1")
+    _fail(src, "output_tokens", x["output_tokens"] < 1, "a response has >= 1 output token")
+    over = x["position"] + com > x["output_tokens"]  # False where the length is unknown (NaN)
+    _fail(src, "committed", over, "position + committed exceeds output_tokens")
+    _fail(src, "t_arrival", x["t_arrival"] < x["t_start"], "the round arrives before it starts")
+    _fail(src, "t_end", x["t_end"] < x["t_arrival"], "the verdict is back before the round arrived")
+
+
+def _check_responses(df: pd.DataFrame, src: str) -> None:
+    """Per response: the same device, class, start, lengths and flag; rounds 0, 1, ...; positions
+    add up."""
+    g = df.groupby("response", sort=False)
+    for col in ("device", "slo", "response_start", "prompt_tokens", "output_tokens", "measured"):
+        # NaN-aware: a column is constant in a response when it has one distinct value (or none)
+        n = g[col].nunique(dropna=False)
+        if (n > 1).any():
+            raise ConfigError(src, col, f"response {n.index[n > 1][0]}: differs between its rounds")
+    expect = g.cumcount().to_numpy()
+    bad = df["round"].to_numpy() != expect
+    if bad.any():
+        rid = df.response.to_numpy()[bad][0]
+        raise ConfigError(src, "round", f"response {rid}: rounds must be numbered 0, 1, 2, ... without gaps")
+    before = (g.committed.cumsum() - df.committed).to_numpy()
+    bad = df.position.to_numpy() != before
+    if bad.any():
+        rid = df.response.to_numpy()[bad][0]
+        raise ConfigError(
+            src, "position", f"response {rid}: position must be the tokens committed by earlier rounds"
+        )
+
+
+def _read_meta(p: Path) -> dict[str, Any]:
+    """Read and check the sidecar of log ``p`` (``unfinished`` defaults to an empty list)."""
+    mp = meta_path(p)
+    src = str(mp)
+    if not mp.is_file():
+        raise ConfigError(
+            src, "", 'sidecar not found; it must hold at least {"window": [start_s, end_s]} (docs/replay.md)'
+        )
+    try:
+        meta = json.loads(mp.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(src, "", f"not readable JSON: {str(e).splitlines()[0]}") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(src, "", "must be a JSON object")
+    w = meta.get("window")
+    ok = (
+        isinstance(w, list)
+        and len(w) == 2
+        and all(isinstance(v, int | float) and math.isfinite(v) for v in w)
+        and 0 <= w[0] < w[1]
+    )
+    if not ok:
+        raise ConfigError(src, "window", f"must be [start_s, end_s] with 0 <= start < end, got {w!r}")
+    unf = meta.setdefault("unfinished", [])
+    if not isinstance(unf, list) or not all(
+        isinstance(u, dict) and set(UNFINISHED_KEYS) <= set(u) for u in unf
+    ):
+        raise ConfigError(
+            src, "unfinished", f"must be a list of objects with keys {', '.join(UNFINISHED_KEYS)}"
+        )
+    for i, u in enumerate(unf):
+        nums = [u[k] for k in UNFINISHED_KEYS if k != "measured"]
+        if not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in nums) or u["slo"] <= 0:
+            raise ConfigError(src, f"unfinished[{i}]", "needs finite numbers >= 0 and slo > 0")
+    if "scenario" in meta and not isinstance(meta["scenario"], dict):
+        raise ConfigError(src, "scenario", "must be a mapping (the resolved scenario)")
+    return meta
+
+
+def read_log(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Read and check a replay log and its sidecar: (rows sorted by response and round, meta).
+
+    Optional server-side columns that are absent come back empty (NaN); the columns that may be
+    empty (output_tokens, batch, replica) are floats, the other integers int64."""
+    p = Path(path)
+    src = str(p)
+    df = _read_table(p, src)
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise ConfigError(
+            src,
+            missing[0],
+            f"missing column(s) {', '.join(missing)}; a replay log needs {', '.join(REQUIRED)}",
+        )
+    if df.empty:
+        raise ConfigError(src, "", "no rows")
+    df = df.reset_index(drop=True)
+    for c in SERVER_SIDE:
+        if c not in df.columns:
+            df[c] = np.nan
+    x = _numeric_columns(df, src)
+    measured = _measured_flags(df, src)
+    _check_rows(x, src)
+    out = pd.DataFrame({c.name: x[c.name] for c in COLUMNS if c.kind != "bool"})
+    for column in COLUMNS:
+        if column.kind == "int" and not column.may_be_empty:
+            out[column.name] = out[column.name].astype("int64")
+    out["measured"] = measured
+    out = out[list(COLUMN_NAMES)]
+    dup = out.duplicated(["response", "round"]).to_numpy()
+    _fail(src, "round", dup, "the same (response, round) appears twice")
+    out = out.sort_values(["response", "round"], kind="stable").reset_index(drop=True)
+    _check_responses(out, src)
+    meta = _read_meta(p)
+    w0, w1 = meta["window"]
+    start = out.response_start.to_numpy()
+    inside = (w0 <= start) & (start < w1)
+    bad = inside != out.measured.to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        where = "inside" if inside[i] else "outside"
+        raise ConfigError(
+            src,
+            "measured",
+            f"response {out.response[i]}: measured is {bool(out.measured[i])} but it starts at "
+            f"{start[i]:g} s, {where} the sidecar's window [{w0:g}, {w1:g})",
+        )
+    return out, meta
