@@ -121,7 +121,7 @@ def test_cli_bad_spec_exits_2_without_traceback(tmp_path: Path) -> None:
 
 
 def test_saturated_capacity_is_a_lower_bound_and_has_no_ratio() -> None:
-    from wispsim.study.experiments.spec import _cap_cell, _measured
+    from wispsim.study.experiments.capacity_studies import _cap_cell, _measured
 
     cap = pd.DataFrame(
         {
@@ -145,7 +145,7 @@ def test_discussion_written_for_other_numbers_is_flagged(
     """A discussion whose ``discussion_for`` does not match the section's results hash gets a caution."""
     import json
 
-    from wispsim.study.experiments.spec import run_experiment
+    from wispsim.study.experiments.run import run_experiment
 
     (tmp_path / "experiments").mkdir()
     spec = "study: estimator\ndiscussion: The fit is good.\n"

@@ -1,4 +1,4 @@
-"""Figures from results folders (``wispsim plot ...``, :mod:`wispsim.plots.capacity`).
+"""Figures from results folders (``wispsim plot ...``, :mod:`wispsim.plots`).
 
 The result folders are made once per session by the real CLI on tiny configs: a compare of two
 policies on two classes, and two runs (wisp, fcfs) on a generated two-minute bursty trace.
@@ -106,7 +106,7 @@ def invoke(*args: str) -> str:
 
 
 def drawn(fig: Any) -> dict[str, Any]:
-    """The figure's artists by gid (wispsim.plots.capacity names what it draws: curve|..., knee|..., ...)."""
+    """The figure's artists by gid (wispsim.plots names what it draws: curve|..., knee|..., ...)."""
     return {a.get_gid(): a for a in fig.findobj(lambda a: a.get_gid() is not None)}
 
 

@@ -134,6 +134,7 @@ def server_stats(batches: pd.DataFrame, window: tuple[float, float], replicas: i
 
 
 def class_label(slo: float) -> str:
+    """A class as tables name it: its SLO in tok/s, shortest form ("4", "2.5")."""
     return f"{slo:g}"
 
 

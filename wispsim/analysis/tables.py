@@ -1,6 +1,10 @@
 """Result-folder tables: reading and checking the CSVs and Parquet files that sweeps, compares
 and runs write, so figures and notebooks can be redrawn from any results folder.
 
+The column sets name what each kind of table must hold (capacity.csv, curve_pooled.csv,
+timeseries.csv, rounds and batches); :func:`read_csv` and :func:`read_parquet` read a file of a
+folder, and the ``check_*`` functions check a table however it was obtained.
+
 A missing folder or file, a table without the columns a reader needs, a cell that is not a finite
 number, or duplicate rows, is a :class:`~wispsim.errors.WispsimError` whose one-line message
 names the file.
@@ -9,7 +13,7 @@ names the file.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +26,9 @@ from wispsim.errors import WispsimError
 CAPACITY_COLUMNS = ("policy", "class", "capacity", "ci_low", "ci_high")
 POOLED_COLUMNS = ("policy", "group", "class", "devices", "violation_rate", "decision_violation")
 # every column sweep/compare write; any other one (e.g. "acceptance") marks a table of several sweeps
-_CAPACITY_KNOWN = (*CAPACITY_COLUMNS, "saturated", "evaluated")
-_POOLED_KNOWN = (*POOLED_COLUMNS, "seeds", "responses", "decision_ci_low", "decision_ci_high")
+# (check_unique names such columns when rows repeat)
+CAPACITY_KNOWN = (*CAPACITY_COLUMNS, "saturated", "evaluated")
+POOLED_KNOWN = (*POOLED_COLUMNS, "seeds", "responses", "decision_ci_low", "decision_ci_high")
 TIMESERIES_COLUMNS = ("t", "class", "compliance")
 ROUND_COLUMNS = ("response", "slo", "batch", "arrival", "dispatch", "verify_time", "measured")
 BATCH_COLUMNS = ("batch", "replica", "t_dispatch", "latency")
@@ -39,6 +44,7 @@ def results_folder(folder: Path | str) -> Path:
 
 
 def check_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> pd.DataFrame:
+    """``df`` itself, or a WispsimError naming ``what`` and the columns it lacks."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise WispsimError(f"{what}: missing column(s) {', '.join(missing)}")
@@ -80,7 +86,9 @@ def _row_name(df: pd.DataFrame, i: int) -> str:
     return f"row {i + 1}" + (f" ({', '.join(labels)})" if labels else "")
 
 
-def _numeric(df: pd.DataFrame, columns: Iterable[str], what: str, gaps: Iterable[str] = ()) -> pd.DataFrame:
+def check_numeric(
+    df: pd.DataFrame, columns: Iterable[str], what: str, gaps: Iterable[str] = ()
+) -> pd.DataFrame:
     """``columns`` as numbers. A cell that is not a finite number (text, inf, or empty -- except in
     the ``gaps`` columns, where empty means "no value" and is drawn as a gap) is an error naming
     the file (``what``), the column and the row."""
@@ -102,7 +110,7 @@ def _numeric(df: pd.DataFrame, columns: Iterable[str], what: str, gaps: Iterable
     return df
 
 
-def _check_unique(df: pd.DataFrame, keys: Sequence[str], what: str, known: Iterable[str]) -> None:
+def check_unique(df: pd.DataFrame, keys: Sequence[str], what: str, known: Iterable[str]) -> None:
     """One row per ``keys``; else an error naming the repeated key and the columns telling them apart."""
     dup = df.duplicated(list(keys), keep=False).to_numpy(bool)
     if not dup.any():
@@ -158,6 +166,11 @@ def folder_meta(folder: Path | str) -> dict[str, Any]:
 def run_label(folder: Path | str) -> str:
     """A run's name in legends: its policy (scenario.yaml or manifest.json), else the folder name."""
     return str(folder_meta(folder).get("policy") or Path(folder).name)
+
+
+def is_saturated(row: Mapping[str, Any]) -> bool:
+    """One capacity row (a dict, a Series): did its search stop at the ceiling?"""
+    return bool(saturated_mask(pd.DataFrame([dict(row)])).iloc[0])
 
 
 def saturated_mask(cap: pd.DataFrame) -> pd.Series:

@@ -14,6 +14,7 @@ from wispsim.errors import WispsimError
 DPI = 110
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
+
 def pyplot() -> Any:
     """matplotlib.pyplot on the headless Agg backend."""
     import matplotlib

@@ -1,5 +1,24 @@
-"""The paper's evaluation as declarative studies (``experiments/*.yaml``) and their report."""
+"""The paper's evaluation as declarative, runnable studies (SPEC 7).
 
-from wispsim.study.experiments.spec import list_experiments, load_spec, resolve, run_experiment, write_report
+One YAML file per study under ``experiments/`` names its ``study`` kind, its parameters, and a
+``quick`` block of overrides for a reduced run (:mod:`.spec`). ``wispsim experiment run NAME`` (or
+``--all``) runs it (:mod:`.run`): data and figures go to ``experiments/data/NAME/``
+(``experiments/quick/NAME/`` with ``--quick``), and each study writes a markdown section;
+``experiments/REPORT.md`` (``experiments/quick/REPORT.md``) is regenerated from every section
+present, in the order of the studies' ``order`` keys. Every section says what was run (scenario,
+seeds, versions, wall time) and what it shows; a study's ``discussion`` field (written by a
+person, after looking at the numbers) is printed under its tables, with a caution when the tables
+no longer hash to its ``discussion_for`` (the numbers it was written for).
+
+The study kinds: capacity, mix, acceptance and estimator (:mod:`.capacity_studies`; capacity
+searches resume from stored points, and the section header says which git commit computed the
+points it shows), bursty, ablation and attribution (:mod:`.run_studies`; whole runs, simulated
+again on a rerun). Their figures are drawn by :mod:`wispsim.plots`.
+"""
+
+# Importing the study modules registers their kinds in STUDIES (spec.py checks names against it).
+from wispsim.study.experiments import capacity_studies, run_studies  # noqa: F401
+from wispsim.study.experiments.run import run_experiment, write_report
+from wispsim.study.experiments.spec import list_experiments, load_spec, resolve
 
 __all__ = ["list_experiments", "load_spec", "resolve", "run_experiment", "write_report"]

@@ -1,0 +1,281 @@
+"""Studies that search for capacity: the capacity table, the heterogeneous mix, trace against
+Bernoulli acceptance -- and the estimator's fit quality, which reads shipped profiles only.
+
+Capacity searches go through the same stored points as ``wispsim sweep``
+(:mod:`wispsim.study.points`), so a study that is interrupted resumes where it stopped and a rerun
+costs nothing; each sweep's folder holds what ``wispsim sweep`` writes (capacity.csv, curve.csv,
+curve_pooled.csv, manifest.json, scenario.yaml), so ``wispsim plot`` can redraw it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from wispsim.analysis.tables import is_saturated, saturated_mask
+from wispsim.config import Scenario
+from wispsim.model.acceptance import make_acceptance
+from wispsim.model.profiles import available_profiles, load_profile
+from wispsim.plots import acceptance_bars, capacity_bars, violation_curves
+from wispsim.study.capacity import SweepResult, capacity_sweep, groups_for, speedups
+from wispsim.study.experiments.run import Context, Section, md_table
+from wispsim.study.experiments.spec import STUDIES, seeds
+
+
+def _sweep(
+    ctx: Context,
+    folder: Path,
+    base: dict[str, Scenario],
+    classes: list[float],
+    mix: str,
+    grid: tuple[int, ...] = (),
+) -> SweepResult:
+    """A capacity sweep of the policies in ``base`` through the study's runner (stored points),
+    written to ``folder`` as ``wispsim sweep`` writes it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = ctx.spec
+    with ctx.make_runner(folder) as runner:
+        res = capacity_sweep(
+            base,
+            groups_for(classes, mix),
+            seeds(spec),
+            float(spec.get("epsilon", 0.05)),
+            runner,
+            grid=grid,
+            start=int(spec.get("start", 8)),
+            max_devices=int(spec.get("max_devices", 4096)),
+            progress=lambda done, planned: ctx.progress(
+                f"{ctx.rel(folder)}: {done}/{planned} simulations done"
+            ),
+        )
+    res.write(folder)
+    manifest = {"seeds": seeds(spec), "epsilon": float(spec.get("epsilon", 0.05)), "policies": list(base)}
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    (folder / "scenario.yaml").write_text(next(iter(base.values())).to_yaml())
+    return res
+
+
+def _with_profile(sc: Scenario, profile: str) -> Scenario:
+    """``sc`` with its verifier's latency profile set to ``profile`` (a name or a path)."""
+    return sc.replace(server=dataclasses.replace(sc.server, profile=profile))
+
+
+def _cap_cell(r: Any) -> str:
+    """``capacity [low, high]``, or ``>= capacity`` when the search hit its ceiling (a lower bound)."""
+    d = r if isinstance(r, dict) else r._asdict()
+    if is_saturated(d):
+        return f">= {int(d['capacity'])} (search ceiling)"
+    return f"{int(d['capacity'])} [{int(d['ci_low'])}, {int(d['ci_high'])}]"
+
+
+def _measured(cap: pd.DataFrame) -> pd.DataFrame:
+    """``cap`` with saturated capacities (lower bounds) set to NaN, so ratios leave them out."""
+    return cap.assign(capacity=cap["capacity"].astype(float).mask(saturated_mask(cap)))
+
+
+@STUDIES.register("capacity")
+def study_capacity(ctx: Context) -> Section:
+    """Capacity per policy x class x target, with intervals, speedups and goodput at capacity."""
+    spec = ctx.spec
+    policies = list(spec.get("policies", ["wisp", "centralized", "sled"]))
+    classes = [float(c) for c in spec.get("classes", [2, 4, 6, 8])]
+    targets = list(spec.get("targets", ["a100-qwen3-32b"]))
+    sec = Section(spec.get("title", "Capacity table"))
+    goodput_rows = []
+    for target in targets:
+        ctx.progress(f"capacity: {target}")
+        base = {p: _with_profile(ctx.scenario(), target).with_policy(p) for p in policies}
+        folder = ctx.out / target
+        t0 = time.perf_counter()
+        res = _sweep(ctx, folder, base, classes, "separate")
+        wall = time.perf_counter() - t0
+        cap = res.capacity
+        wide = cap.assign(cell=[_cap_cell(r) for r in cap.itertuples()]).pivot(
+            index="class", columns="policy", values="cell"
+        )
+        wide = wide.reindex(columns=policies).reset_index()
+        ratios = speedups(_measured(cap), policies)  # NaN where either side is saturated
+        for other in policies[1:]:
+            col = f"{policies[0]}/{other}"
+            wide[col] = ["-" if math.isnan(x) else f"{x:.2f}" for x in ratios[col].to_numpy(float)]
+        sec.body += [
+            f"### {target}",
+            "",
+            f"Capacity in devices [95% interval], {len(seeds(spec))} seed(s):",
+            "",
+        ]
+        sec.body += md_table(wide)
+        # goodput at capacity: the curve's rows at N = capacity
+        curve = res.curve
+        for r in cap.to_dict("records"):
+            label = str(r["class"])
+            at = curve[(curve.policy == r["policy"]) & (curve.devices == r["capacity"])]
+            at = at[(at.group.astype(str) == label) & (at["class"].astype(str) == label)]
+            goodput_rows.append(
+                {
+                    "target": target,
+                    "policy": r["policy"],
+                    "class": label,
+                    "capacity": int(r["capacity"]),
+                    "goodput_tps": float(at.goodput_tps.mean()) if len(at) else math.nan,
+                    "gpu_utilization": float(at.gpu_utilization.mean()) if len(at) else math.nan,
+                }
+            )
+        bars = capacity_bars(cap, folder / "capacity.png")
+        curves = violation_curves(folder, folder / "curves.png")
+        sec.body += [
+            "",
+            f"![capacity, {target}]({ctx.rel(bars)})",
+            "",
+            f"![violation vs N, {target}]({ctx.rel(curves)})",
+            "",
+        ]
+        sec.facts[f"wall_s_{target}"] = wall
+    gp = pd.DataFrame(goodput_rows)
+    gp.to_csv(ctx.out / "goodput_at_capacity.csv", index=False)
+    if len(gp):
+        table = gp.pivot_table(
+            index=["target", "class"], columns="policy", values="goodput_tps"
+        ).reset_index()
+        sec.body += ["### System goodput at capacity (committed tokens/s)", "", *md_table(table, "{:.0f}")]
+    return sec
+
+
+@STUDIES.register("mix")
+def study_mix(ctx: Context) -> Section:
+    """All classes share one verifier: per-class violation vs N, policy by policy."""
+    spec = ctx.spec
+    policies = list(spec.get("policies", ["wisp", "fcfs"]))
+    classes = [float(c) for c in spec.get("classes", [2, 4, 6, 8])]
+    grid = tuple(int(n) for n in spec.get("devices", [40, 60, 80, 100, 120]))
+    base = {p: ctx.scenario().with_policy(p) for p in policies}
+    res = _sweep(ctx, ctx.out, base, classes, "shared", grid)
+    pooled = res.pooled
+    sec = Section(spec.get("title", "Heterogeneous mix"))
+    wide = pooled.pivot_table(
+        index=["devices"], columns=["policy", "class"], values="violation_rate"
+    ).sort_index()
+    wide.columns = [f"{p} {c}" for p, c in map(tuple, wide.columns)]  # (policy, class) pairs
+    sec.body += [
+        f"Violation rate per class (policy and class), all on one GPU, {len(seeds(spec))} seed(s):",
+        "",
+    ]
+    sec.body += md_table(wide.reset_index(), "{:.3f}")
+    cap = res.capacity
+    sec.body += [
+        "",
+        "Capacity of the whole mix (every class within epsilon): "
+        + ", ".join(f"{r.policy} {_cap_cell(r)}" for r in cap.itertuples()),
+    ]
+    fig = violation_curves(ctx.out, ctx.out / "mix_curves.png")
+    sec.body += ["", f"![per-class violation in a shared mix]({ctx.rel(fig)})"]
+    return sec
+
+
+@STUDIES.register("estimator")
+def study_estimator(ctx: Context) -> Section:
+    """Fit quality of every shipped measured profile, with its report's figures."""
+    sec = Section(ctx.spec.get("title", "Estimator accuracy"))
+    rows = []
+    for name in available_profiles():
+        p = load_profile(name)
+        if p.kind != "measured":
+            continue
+        f = p.fit
+        rows.append(
+            {
+                "profile": name,
+                "hardware": p.gpu,
+                "engine": p.engine,
+                "configurations": f"{f['configurations']['train']} + {f['configurations']['test']}",
+                "test R^2": f["r2"]["test"],
+                "test MAPE %": f["mape_pct"]["test"],
+                "test MAE ms": f["mae_ms"]["test"],
+                "CV R^2": f.get("cv5_r2", {}).get("mean", math.nan),
+            }
+        )
+        src = Path(p.source).parent / f"{name}.fit"
+        for fig in ("actual_vs_predicted.png", "residuals.png"):
+            if (src / fig).is_file():
+                dst = ctx.out / f"{name}-{fig}"
+                shutil.copyfile(src / fig, dst)
+                sec.body += [f"![{name}: {fig[:-4]}]({ctx.rel(dst)})", ""]
+    table = pd.DataFrame(rows)
+    table.to_csv(ctx.out / "estimator.csv", index=False)
+    head = ["The WISP paper's A100 vLLM fit: test R^2 0.992, MAPE 4.93%. Shipped measured profiles:", ""]
+    sec.body = head + (md_table(table) if len(table) else ["(none)"]) + [""] + sec.body
+    return sec
+
+
+@STUDIES.register("acceptance")
+def study_acceptance(ctx: Context) -> Section:
+    """Capacity under trace replay vs independent Bernoulli acceptance at the same mean rate.
+
+    Besides capacity, the section tabulates how each policy drafts under each model at light load
+    (mean draft length, accepted / drafted, accepted tokens per round): a policy whose rejection
+    predictor reads the draft's features sees informative features in a trace and uninformative
+    ones under Bernoulli, so its drafting changes with the model, not only its acceptance.
+    """
+    spec = ctx.spec
+    policies = list(spec.get("policies", ["wisp", "wisp-fixed", "sled"]))
+    classes = [float(c) for c in spec.get("classes", [2, 4, 6, 8])]
+    light = int(spec.get("light_load_devices", 32))
+    traced = ctx.scenario()
+    mean = float(make_acceptance(traced.acceptance).nominal_rate())
+    bern = traced.replace(acceptance=dataclasses.replace(traced.acceptance, model="bernoulli", mean=mean))
+    caps, drafting = [], []
+    for label, sc in (("trace", traced), ("bernoulli", bern)):
+        res = _sweep(ctx, ctx.out / label, {p: sc.with_policy(p) for p in policies}, classes, "separate")
+        caps.append(res.capacity.assign(acceptance=label))
+        cv = res.curve[res.curve.devices <= light]
+        for pol, d in cv.groupby("policy", sort=False):
+            drafting.append(
+                {
+                    "policy": pol,
+                    "acceptance": label,
+                    "mean_k": float(d.mean_k.mean()),
+                    "accepted/drafted": float(d.acceptance_ratio.mean()),
+                    "accepted/round": float((d.acceptance_ratio * d.mean_k).mean()),
+                }
+            )
+    cap = pd.concat(caps, ignore_index=True)
+    cap.to_csv(ctx.out / "capacity.csv", index=False)
+    draft = pd.DataFrame(drafting)
+    draft.to_csv(ctx.out / "drafting.csv", index=False)
+    wide = (
+        _measured(cap)
+        .pivot_table(index=["policy", "class"], columns="acceptance", values="capacity", dropna=False)
+        .reset_index()
+    )
+    wide["policy"] = pd.Categorical(wide["policy"], policies, ordered=True)
+    wide = wide.sort_values(["policy", "class"])
+    wide["bernoulli/trace"] = wide["bernoulli"] / wide["trace"].where(wide["trace"] > 0)
+    cells = cap.assign(cell=[_cap_cell(r) for r in cap.itertuples()])
+    for label in ("trace", "bernoulli"):
+        m = cells[cells.acceptance == label].set_index(["policy", "class"]).cell
+        wide[label] = [m.get((p, c), "-") for p, c in zip(wide.policy, wide["class"], strict=True)]
+    bars = acceptance_bars(cap, policies, mean, ctx.out / "acceptance.png")
+    sec = Section(spec.get("title", "Correlated vs independent acceptance"))
+    sec.body += [
+        f"Trace `{traced.acceptance.trace}` (mean per-token acceptance {mean:.3f}) against a "
+        f"Bernoulli model with the same mean; capacity in devices [95% interval], "
+        f"{len(seeds(spec))} seed(s):",
+        "",
+    ]
+    sec.body += md_table(wide, "{:.3g}")
+    sec.body += [
+        "",
+        f"How each policy drafts under each model at light load (N <= {light}, every class and seed):",
+        "",
+    ]
+    sec.body += md_table(draft, "{:.3g}")
+    sec.body += ["", f"![trace vs Bernoulli]({ctx.rel(bars)})"]
+    sec.facts["mean_rate"] = mean
+    return sec
