@@ -23,20 +23,10 @@ from typer.testing import CliRunner
 from wispsim.cli.predictor import predictor_app
 from wispsim.config import PredictorConfig
 from wispsim.errors import ConfigError, WispsimError
+from wispsim.measure.predictor.evaluate import Trained, classification_metrics, operating_threshold, proba
 from wispsim.measure.predictor.export import require_ml
-from wispsim.measure.predictor.train import (
-    MODEL_KINDS,
-    Trained,
-    classification_metrics,
-    label_trace,
-    label_traces,
-    operating_threshold,
-    proba,
-    split_groups,
-    split_set,
-    train,
-    window_labels,
-)
+from wispsim.measure.predictor.labels import label_trace, label_traces, split_groups, split_set, window_labels
+from wispsim.measure.predictor.train import MODEL_KINDS, train
 from wispsim.model.acceptance import FEATURES, find_trace, load_trace
 from wispsim.model.predictor import NpzPredictor, load_exported, make_predictor
 from wispsim.sim.engine import simulate

@@ -11,17 +11,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from wispsim.engines.hf import HFEngine, build_hf_model, check_packed_attention  # noqa: E402
 from wispsim.errors import WispsimError  # noqa: E402
 from wispsim.measure.profile.archs import arch_from_dict, load_arch  # noqa: E402
-from wispsim.measure.profile.fit import fit_command  # noqa: E402
+from wispsim.measure.profile.fit_report import fit_command  # noqa: E402
 from wispsim.measure.profile.plan import Configuration, PlanOptions, make_plan, write_plan  # noqa: E402
-from wispsim.measure.profile.record import (  # noqa: E402
-    HFEngine,
-    build_hf_model,
-    check_packed_attention,
-    make_batch,
-    record_profile,
-)
+from wispsim.measure.profile.record import make_batch, record_profile  # noqa: E402
 from wispsim.model.measured import read_measurements  # noqa: E402
 from wispsim.model.profiles import load_profile  # noqa: E402
 
@@ -51,14 +46,14 @@ def test_packed_forward_matches_one_request_at_a_time(model_type: str) -> None:
     """Packing (one sequence of new tokens, per-request attention over a shared KV cache) gives the
     logits that running every request alone with its own cache gives."""
     arch = arch_from_dict({"model_type": model_type, **TINY}, f"tiny-{model_type}")
-    engine = HFEngine(build_hf_model(arch, None, "cpu", "float32", seed=1), "cpu")
+    engine = HFEngine(build_hf_model(arch.hf, None, "cpu", "float32", seed=1), "cpu")
     assert check_packed_attention(engine, tol=1e-4) < 1e-4
 
 
 def test_packed_forward_really_uses_the_cache() -> None:
     """The timed pass forwards only the new tokens: the cache holds the prefixes before it, and
     both together afterwards."""
-    engine = HFEngine(build_hf_model(load_arch("tiny"), None, "cpu", "float32"), "cpu")
+    engine = HFEngine(build_hf_model(load_arch("tiny").hf, None, "cpu", "float32"), "cpu")
     cfg = Configuration("c", "train", "mixed", 3, ((2, 10), (3, 0), (1, 6)))
     batch = make_batch(cfg, 0, 0, engine.vocab)
     with torch.inference_mode():
@@ -107,14 +102,14 @@ def test_record_writes_rows_resumes_and_fits(plan: Path, tmp_path: Path) -> None
 def test_out_of_memory_is_recorded_and_left_out_of_the_fit(
     plan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = HFEngine.time
+    real = HFEngine.run
 
-    def time_or_oom(self: HFEngine, batch):  # type: ignore[no-untyped-def]
+    def run_or_oom(self: HFEngine, batch):  # type: ignore[no-untyped-def]
         if sum(batch.l_new) > 30:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(self, batch)
 
-    monkeypatch.setattr(HFEngine, "time", time_or_oom)
+    monkeypatch.setattr(HFEngine, "run", run_or_oom)
     out = tmp_path / "data.csv"
     record_profile(plan, out, arch_name="tiny", random_weights=True, **FAST)
     df = pd.read_csv(out)
@@ -123,7 +118,7 @@ def test_out_of_memory_is_recorded_and_left_out_of_the_fit(
 
 
 def test_record_from_a_model_folder(plan: Path, tmp_path: Path) -> None:
-    model = build_hf_model(load_arch("tiny"), None, "cpu", "float32")
+    model = build_hf_model(load_arch("tiny").hf, None, "cpu", "float32")
     model.save_pretrained(tmp_path / "m")
     out = tmp_path / "data.csv"
     record_profile(plan, out, model_path=str(tmp_path / "m"), limit=1, **FAST)
@@ -159,7 +154,9 @@ def test_vllm_engine_explains_what_is_missing(plan: Path, tmp_path: Path) -> Non
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_varlen_attention_matches_loop_on_cuda() -> None:
-    engine = HFEngine(build_hf_model(load_arch("tiny"), None, "cuda", "bfloat16"), "cuda", attention="loop")
+    engine = HFEngine(
+        build_hf_model(load_arch("tiny").hf, None, "cuda", "bfloat16"), "cuda", attention="loop"
+    )
     assert check_packed_attention(engine, tol=2e-2) < 2e-2
     engine = HFEngine(engine.model, "cuda", attention="varlen")  # checks itself against loop
     assert check_packed_attention(engine, reference="per-request", tol=2e-2) < 2e-2

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.measure.profile.archs import load_arch
 from wispsim.measure.profile.derive import SHIPPED, derive_named
-from wispsim.measure.profile.fit import fit, fit_command, metrics
+from wispsim.measure.profile.fit import fit, metrics
+from wispsim.measure.profile.fit_report import fit_command
 from wispsim.measure.profile.plan import (
     CATEGORIES,
     DEFAULT_COUNTS,

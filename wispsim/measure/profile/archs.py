@@ -11,9 +11,10 @@ From them :class:`Arch` computes what the verification-time estimator's terms st
   multiply-add each); what ``b_compute`` pays for;
 - KV bytes per token: 2 x layers x KV heads x head dim x dtype bytes; what ``b_read`` reads.
 
-The recorder builds random-weight models of these architectures (``--arch``), and derived
-profiles scale published coefficients by their ratios (see :mod:`wispsim.measure.profile.derive`).
-Nothing here imports torch; :meth:`Arch.hf_config` imports transformers when called.
+The recorder builds random-weight models of these architectures (``--arch``: the engines get the
+``config.json`` values, :attr:`Arch.hf`), and derived profiles scale published coefficients by
+their ratios (see :mod:`wispsim.measure.profile.derive`). Nothing here imports torch or
+transformers.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from wispsim.paths import data_dir
 
 _DATA = data_dir()
 _META_KEYS = ("name", "hf_name", "description", "source")
+
 
 @dataclass(frozen=True, slots=True)
 class Arch:
@@ -112,12 +114,6 @@ class Arch:
             "kv_dtype_bytes": nbytes,
             "weight_bytes": float(self.weight_bytes(nbytes)),
         }
-
-    def hf_config(self) -> Any:
-        """A ``transformers`` config of this architecture (imports transformers)."""
-        from transformers import AutoConfig
-
-        return AutoConfig.for_model(**self.hf)
 
 
 def arch_from_dict(data: dict[str, Any], source: str) -> Arch:

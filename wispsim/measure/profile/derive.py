@@ -29,8 +29,8 @@ from typing import Any
 import yaml
 
 from wispsim.errors import WispsimError
-from wispsim.measure.profile.archs import GPU, Arch, dtype_bytes, load_arch, load_gpu
-from wispsim.model.profiles import COEFFICIENTS, Profile
+from wispsim.measure.profile.archs import GPU, Arch, load_arch, load_gpu
+from wispsim.model.profiles import COEFFICIENTS, Profile, dtype_bytes
 
 C_RULES = ("weights", "keep")
 RULE = (

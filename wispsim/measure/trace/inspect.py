@@ -5,16 +5,14 @@ starts at t, its accepted length L is the run of accepted positions from t (at m
 next window starts at t + L + 1 (the target commits its own token at the first rejection) or at
 t + K + 1 when all K were accepted (the bonus token). All figures use the chosen verdict column:
 ``flag`` (the recorded realized verdict), ``greedy`` (argmax agreement) or ``beta`` (a seeded
-Bernoulli(beta) draw).
+Bernoulli(beta) draw). The figure of the report is drawn by :mod:`wispsim.plots.trace`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from wispsim.model.acceptance import FEATURES, Trace, accept_runs
 
@@ -115,35 +113,3 @@ def format_report(r: dict[str, Any]) -> str:
             f"accept {b['accept_rate']:.3f}  beta {b['mean_beta']:.3f}"
         )
     return "\n".join(lines)
-
-
-def plot_report(r: dict[str, Any], trace: Trace, out: Path) -> Path:
-    """Four panels: accepted-length histogram, acceptance by window position, acceptance by
-    top-1 bin, and feature correlations."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(2, 2, figsize=(10, 7))
-    hist = r["accepted_length_hist"]
-    ax[0, 0].bar(list(hist), list(hist.values()), color="#4C72B0")
-    ax[0, 0].set(title=f"accepted length per window (K = {r['k']})", xlabel="L", ylabel="windows")
-    pos = r["accept_by_window_position"]
-    ax[0, 1].plot(range(1, len(pos) + 1), pos, marker="o")
-    ax[0, 1].set(title="acceptance at window position (given reached)", xlabel="position", ylim=(0, 1))
-    bins = pd.DataFrame(r["accept_by_top1_bin"])
-    mid = (bins.top1_low + bins.top1_high) / 2
-    ax[1, 0].plot(mid, bins.accept_rate, marker="o", label="accept rate")
-    ax[1, 0].plot(mid, bins.mean_beta, marker="s", label="mean beta")
-    ax[1, 0].plot([0, 1], [0, 1], ls=":", c="grey")
-    ax[1, 0].set(title="acceptance by draft top-1 probability", xlabel="top-1 probability", ylim=(0, 1))
-    ax[1, 0].legend()
-    corr = pd.DataFrame(r["pearson"]).T
-    corr.plot.bar(ax=ax[1, 1], rot=0)
-    ax[1, 1].set(title="Pearson correlation of draft features", ylim=(-1, 1))
-    fig.suptitle(f"{Path(r['path']).name}: {r['positions']} positions, mean accept {r['mean_accept']:.3f}")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out

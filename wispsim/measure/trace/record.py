@@ -37,22 +37,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from wispsim.engines import require_torch
+from wispsim.engines.hf import checkpoint_source, load_causal_lm
 from wispsim.errors import WispsimError
 from wispsim.provenance import file_sha256, module_versions
 
 RECORDER_VERSION = "1"
 META_PREFIX = "wispsim.trace."
-
-
-def _require_torch() -> Any:
-    try:
-        import torch
-        import transformers  # noqa: F401
-    except ImportError:
-        raise WispsimError(
-            "trace record needs torch and transformers: pip install torch==2.13.0 'wispsim[record]'"
-        ) from None
-    return torch
 
 
 @dataclass(frozen=True)
@@ -85,17 +76,12 @@ def read_prompts(path: Path) -> list[Prompt]:
 
 def load_model(path: str, device: str, dtype: str = "float32") -> tuple[Any, Any]:
     """A causal LM and its tokenizer from a folder (HF format) or a ``.gguf`` file."""
-    torch = _require_torch()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    require_torch("trace record")
+    from transformers import AutoTokenizer
 
-    p = Path(path)
-    if not p.exists():
+    if not Path(path).exists():
         raise WispsimError(f"{path}: model not found (see scripts/fetch_models.py)")
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
-    if p.suffix == ".gguf":
-        folder, kw = str(p.parent), {"gguf_file": p.name}
-    else:
-        folder, kw = str(p), {}
+    folder, kw = checkpoint_source(path)
     tok_cfg = Path(folder) / "tokenizer_config.json"
     generic = (
         tok_cfg.is_file()
@@ -107,8 +93,7 @@ def load_model(path: str, device: str, dtype: str = "float32") -> tuple[Any, Any
         tok = PreTrainedTokenizerFast.from_pretrained(folder)
     else:
         tok = AutoTokenizer.from_pretrained(folder, **kw)
-    model: Any = AutoModelForCausalLM.from_pretrained(folder, **kw, **kwargs)
-    return model.to(device).eval(), tok
+    return load_causal_lm(path, device, dtype), tok
 
 
 def encode_prompt(tok: Any, text: str) -> list[int]:
@@ -258,7 +243,7 @@ def record_trace(
     generate_dtype: str = "float32",
 ) -> int:
     """Record a trace; returns the number of positions in ``out``. Resumes from ``OUT.parts``."""
-    torch = _require_torch()
+    torch = require_torch("trace record")
     if temperature < 0:
         raise WispsimError(f"--temperature: must be >= 0, got {temperature}")
     if max_new_tokens < 1:

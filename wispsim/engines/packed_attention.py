@@ -1,0 +1,120 @@
+"""Packed attention for the HF engine: one sequence of new tokens, attention per request.
+
+vLLM runs a batch *packed*: the new tokens of all requests go through the projections, MLPs and
+LM head as one sequence, and attention is computed per request over its own cached prefix and new
+tokens, so the attention work is sum L_total x L_new, not that of a padded batch. This module
+gives transformers the same: :func:`register_packed_attention` registers :func:`packed_attention`
+as the attention implementation ``wispsim_packed``, and the engine sets the current batch's
+:class:`PackedLayout` around each forward pass. ``loop`` runs PyTorch SDPA once per request (any
+device); ``varlen`` (CUDA only) runs one variable-length flash-attention call per layer.
+torch and transformers are imported when these functions run, never at import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+ATTN_NAME = "wispsim_packed"
+
+
+class PackedLayout:
+    """Where each request's queries and keys sit in a packed forward pass.
+
+    The KV cache holds the packed prefixes (``past`` tokens: request 0's prefix, request 1's,
+    ...); the forward's new tokens are packed after them in the same order. Request i's queries
+    are new tokens [q0, q0 + L_new); its keys are its prefix [c0, c0 + L_cached) followed by its
+    new tokens [past + q0, past + q0 + L_new), causal within the new tokens.
+    """
+
+    def __init__(self, l_new: Sequence[int], l_cached: Sequence[int], past: int, device: Any) -> None:
+        import torch
+
+        self.segments: list[tuple[int, int, int, int, int]] = []
+        self.masks: dict[int, Any] = {}
+        q0 = c0 = 0
+        gather: list[Any] = []
+        for i, (n, c) in enumerate(zip(l_new, l_cached, strict=True)):
+            self.segments.append((q0, n, c0, c, past + q0))
+            if n > 1 and c > 0:  # query j (0-based) sees the prefix and new tokens 0..j
+                self.masks[i] = torch.ones(n, c + n, dtype=torch.bool, device=device).tril(diagonal=c)
+            gather += [torch.arange(c0, c0 + c), torch.arange(past + q0, past + q0 + n)]
+            q0 += n
+            c0 += c
+        self.n_new = q0
+        self._gather = torch.cat(gather).to(device) if gather else None
+        totals = [n + c for n, c in zip(l_new, l_cached, strict=True)]
+        self.cu_q = torch.tensor([0, *np.cumsum(l_new)], dtype=torch.int32, device=device)
+        self.cu_k = torch.tensor([0, *np.cumsum(totals)], dtype=torch.int32, device=device)
+        self.max_q = max(l_new, default=0)
+        self.max_k = max(totals, default=0)
+
+
+# the layout and method of the forward pass running now (set by the engine around each pass)
+_LAYOUT: list[PackedLayout | None] = [None]
+_METHOD: list[str] = ["loop"]
+
+
+def packed_attention(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[Any, None]:
+    """transformers attention function: query (1, H, N_new, D), key/value (1, KV, past + N_new, D);
+    returns (1, N_new, H, D)."""
+    import torch
+    import torch.nn.functional as F
+
+    layout = _LAYOUT[0]
+    if layout is None or query.shape[0] != 1 or query.shape[2] != layout.n_new:
+        raise RuntimeError(
+            "wispsim_packed attention needs a packed batch (see packed_attention.PackedLayout)"
+        )
+    gqa = query.shape[1] != key.shape[1]
+    if _METHOD[0] == "varlen":
+        from torch.nn.attention.varlen import varlen_attn
+
+        q = query[0].transpose(0, 1).contiguous()
+        k = key[0].transpose(0, 1).index_select(0, layout._gather)
+        v = value[0].transpose(0, 1).index_select(0, layout._gather)
+        out: Any = varlen_attn(
+            q,
+            k,
+            v,
+            layout.cu_q,
+            layout.cu_k,
+            layout.max_q,
+            layout.max_k,
+            scale=scaling,
+            window_size=(-1, 0),
+            enable_gqa=gqa,
+        )
+        return out.unsqueeze(0), None
+    out = query.new_empty(1, query.shape[2], query.shape[1], query.shape[3])
+    for i, (q0, n, c0, c, k0) in enumerate(layout.segments):
+        q = query[:, :, q0 : q0 + n]
+        k = key[:, :, k0 : k0 + n]
+        v = value[:, :, k0 : k0 + n]
+        if c:
+            k = torch.cat([key[:, :, c0 : c0 + c], k], dim=2)
+            v = torch.cat([value[:, :, c0 : c0 + c], v], dim=2)
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=layout.masks.get(i), is_causal=c == 0 and n > 1, scale=scaling, enable_gqa=gqa
+        )
+        out[:, q0 : q0 + n] = o.transpose(1, 2)
+    return out, None
+
+
+def register_packed_attention() -> None:
+    """Make ``wispsim_packed`` a transformers attention implementation (once)."""
+    from transformers import AttentionInterface
+
+    if ATTN_NAME not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ATTN_NAME, packed_attention)
