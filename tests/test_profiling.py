@@ -527,12 +527,12 @@ def test_simulation_replays_measured_latencies(measured: tuple[Path, Path]) -> N
 
 @pytest.fixture(scope="module")
 def cli() -> typer.Typer:
-    from wispsim.cli.profile import register
+    from wispsim.cli.estimator import estimator_app
+    from wispsim.cli.profile import profile_app
 
     app = typer.Typer()
-    profile_app = typer.Typer()
     app.add_typer(profile_app, name="profile")
-    register(profile_app, app)
+    app.add_typer(estimator_app, name="estimator")
     return app
 
 

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
+import pandas as pd
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from wispsim.cli.common import console, table
 from wispsim.errors import ConfigError
+from wispsim.provenance import command_line
 
 arrivals_app = typer.Typer(help="Generate and inspect arrival traces.", no_args_is_help=True)
-console = Console()
 SPEC_PEAKS = "420:110,960:155,1440:215"  # SPEC 7: bursts peaking at about 110, 155 and 215
 
 
@@ -74,7 +73,7 @@ def generate(
     meta = {
         "what": "concurrency trace: value = concurrent requests (active devices) from time_s on (a step)",
         "generator": "wispsim.sim.arrivals.bursty_trace",
-        "command": " ".join(["wispsim", *sys.argv[1:]]),
+        "command": command_line(),
         "parameters": {
             "duration_s": duration,
             "step_s": step,
@@ -112,10 +111,9 @@ def show(trace: Annotated[str, typer.Argument(help="A time_s,value CSV or a name
         f"mean {v.mean():.1f} (by row), max {v.max():g}"
     )
     peaks = trace_peaks(tr)
-    t = Table(title="bursts (prominence >= a quarter of the range)")
-    t.add_column("peak", justify="right")
-    t.add_column("time (s)", justify="right")
-    t.add_column("value", justify="right")
-    for i, (pt, pv) in enumerate(zip(peaks.peak_t, peaks.peak_value, strict=True), 1):
-        t.add_row(str(i), f"{pt:g}", f"{pv:g}")
-    console.print(t)
+    rows = [
+        (str(i), f"{pt:g}", f"{pv:g}")
+        for i, (pt, pv) in enumerate(zip(peaks.peak_t, peaks.peak_value, strict=True), 1)
+    ]
+    bursts = pd.DataFrame(rows, columns=["peak", "time (s)", "value"])
+    console.print(table(bursts, "bursts (prominence >= a quarter of the range)"))

@@ -6,15 +6,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from wispsim.cli.common import console, err_console
 from wispsim.errors import ConfigError
 
 experiment_app = typer.Typer(
     help="Run the paper's evaluation studies (experiments/*.yaml).", no_args_is_help=True
 )
-console = Console()
-err_console = Console(stderr=True)
 
 
 @experiment_app.command("list")

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from wispsim.cli.common import console
 from wispsim.errors import ConfigError
 
 plot_app = typer.Typer(help="Figures from results folders (sweep, compare, run).", no_args_is_help=True)
-console = Console()
 
 FolderArg = Annotated[Path, typer.Argument(help="A results folder.", show_default=False)]
 PngOpt = Annotated[

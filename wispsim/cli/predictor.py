@@ -17,18 +17,14 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 import yaml
-from rich.console import Console
-from rich.table import Table
 
+from wispsim.cli.common import console, err_console, markdown_table, table
 from wispsim.errors import ConfigError, WispsimError
 
 predictor_app = typer.Typer(
     help="Train, export, benchmark and evaluate rejection predictors (needs the ml extra).",
     no_args_is_help=True,
 )
-
-console = Console()
-err_console = Console(stderr=True)
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="mlp, xgboost, lightgbm, rf, or all.")]
 KOpt = Annotated[int, typer.Option("--k", help="Verification window K (K_max) used to build labels.")]
@@ -66,27 +62,6 @@ def parse_params(items: list[str] | None) -> dict[str, Any]:
             raise ConfigError("--param", "", f"expected KEY=VALUE, got {item!r}")
         out[key.strip()] = yaml.safe_load(value)
     return out
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return "-" if v != v else f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
-    return str(v)
-
-
-def frame_table(df: pd.DataFrame, title: str) -> Table:
-    t = Table(title=title)
-    for c in df.columns:
-        t.add_column(str(c), justify="right")
-    for row in df.itertuples(index=False):
-        t.add_row(*(_fmt(v) for v in row))
-    return t
-
-
-def markdown_table(df: pd.DataFrame) -> str:
-    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
 
 
 def _report_md(report: dict[str, Any], metrics: pd.DataFrame) -> str:
@@ -149,7 +124,7 @@ def train_cmd(
     md_path = stem.with_name(stem.name + ".report.md")
     json_path.write_text(json.dumps(report, indent=1, default=str))
     md_path.write_text(_report_md(report, metrics))
-    console.print(frame_table(metrics, f"held-out test metrics (max FPR {max_fpr}, K = {k})"))
+    console.print(table(metrics, f"held-out test metrics (max FPR {max_fpr}, K = {k})"))
     for r in results:
         console.print(f"{r.kind}: {r.npz} (threshold {r.threshold:.4f})")
     console.print(f"report: {json_path}, {md_path}")
@@ -182,7 +157,7 @@ def bench_cmd(
     df = bench(paths, calls, native)
     if out is not None:
         df.to_csv(out, index=False)
-    console.print(frame_table(df, f"single-sample latency, us ({calls} calls, {cpu_name()})"))
+    console.print(table(df, f"single-sample latency, us ({calls} calls, {cpu_name()})"))
 
 
 @predictor_app.command("eval")
@@ -206,6 +181,4 @@ def eval_cmd(
         df = shift_matrix(train, test, kinds, k, max_fpr, seed, label_from, fast, parse_params(param))
     if out is not None:
         df.to_csv(out, index=False)
-    console.print(
-        frame_table(df, f"trained on {Path(train).stem}; metrics at the max-FPR {max_fpr} threshold")
-    )
+    console.print(table(df, f"trained on {Path(train).stem}; metrics at the max-FPR {max_fpr} threshold"))

@@ -1,54 +1,29 @@
-"""``wispsim profile plan|record|fit|derive|archs`` and ``wispsim estimator compare``.
+"""``wispsim profile plan|record|fit|derive|archs|show|list``: verification-latency profiles.
 
 The profiling workflow of SPEC 4: make a plan of batch configurations, time them on real
 hardware, fit the estimator's coefficients (a profile YAML with a fit report), or derive a
-profile for another model or GPU by scaling; then compare the capacity a scenario gets from the
-fitted formula with what replaying the measurements gives. :func:`register` mounts the commands
-on the main CLI's ``profile`` group and adds the ``estimator`` group.
+profile for another model or GPU by scaling; ``show`` and ``list`` read the shipped profiles.
+``wispsim estimator compare`` then checks a fitted profile against its own measurements.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import pandas as pd
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
-from wispsim.errors import ConfigError, WispsimError
+from wispsim.cli.common import console, progress, table
+from wispsim.errors import WispsimError
+from wispsim.provenance import command_line
 
-console = Console()
-err_console = Console(stderr=True)
-estimator_app = typer.Typer(
-    help="Verification-time estimator: formula vs measurements.", no_args_is_help=True
+profile_app = typer.Typer(
+    help="Show, plan, record, fit and derive verification-latency profiles.", no_args_is_help=True
 )
 
 
-def _command() -> str:
-    return " ".join(["wispsim", *sys.argv[1:]])
-
-
-def _progress(label: str) -> Progress:
-    return Progress(
-        TextColumn(f"[bold]{label}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err_console,
-    )
-
-
+@profile_app.command("plan")
 def plan_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Plan CSV to write.")],
     counts: Annotated[
@@ -79,27 +54,24 @@ def plan_cmd(
         ) from None
     opts = PlanOptions(cts, test, seed, scale, max_context, max_batch)
     configs = make_plan(opts)
-    write_plan(configs, out, opts, _command())
+    write_plan(configs, out, opts, command_line())
     df = plan_frame(configs)
-    t = Table(
-        title=f"plan {out} (seeds: train {configs[0].seed if configs else '-'}, test "
-        f"{df[df.split == 'test'].seed.iloc[0] if (df.split == 'test').any() else '-'})"
+    test_seed = df[df.split == "test"].seed.iloc[0] if (df.split == "test").any() else "-"
+    title = f"plan {out} (seeds: train {configs[0].seed if configs else '-'}, test {test_seed})"
+    summary = df.groupby(["split", "category"], sort=False).agg(
+        configs=("config_id", "size"),
+        batch=("batch_size", "max"),
+        l_total=("max_l_total", "max"),
+        n_linear=("n_linear", "max"),
+        n_cached=("n_cached", "max"),
     )
-    for c in ("split", "category", "configs", "max batch", "max L_total", "max N_linear", "max N_cached"):
-        t.add_column(c, justify="right")
-    for (split, cat), g in df.groupby(["split", "category"], sort=False):
-        t.add_row(
-            str(split),
-            str(cat),
-            str(len(g)),
-            str(g.batch_size.max()),
-            str(g.max_l_total.max()),
-            str(g.n_linear.max()),
-            str(g.n_cached.max()),
-        )
-    console.print(t)
+    summary = summary.reset_index().set_axis(
+        ["split", "category", "configs", "max batch", "max L_total", "max N_linear", "max N_cached"], axis=1
+    )
+    console.print(table(summary, title))
 
 
+@profile_app.command("record")
 def record_cmd(
     plan: Annotated[Path, typer.Option(help="Plan CSV from `wispsim profile plan`.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Measurement CSV (appended to; resumable).")],
@@ -130,8 +102,8 @@ def record_cmd(
     """Time every configuration of a plan (warm-up, timed runs, CV); rows are written as they finish."""
     from wispsim.measure.profile import record_profile
 
-    with _progress("recording") as prog:
-        task = prog.add_task("record", total=None)
+    with progress(eta=True) as prog:
+        task = prog.add_task("recording", total=None)
         n = record_profile(
             plan,
             out,
@@ -149,12 +121,13 @@ def record_cmd(
             threads=threads,
             limit=limit,
             seed=seed,
-            command=_command(),
+            command=command_line(),
             progress=lambda done, total: prog.update(task, completed=done, total=total),
         )
     console.print(f"{out}: {n} configurations (details in {out}.meta.json)")
 
 
+@profile_app.command("fit")
 def fit_cmd(
     data: Annotated[Path, typer.Argument(help="Measurement CSV from `wispsim profile record`.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Profile YAML to write, e.g. profiles/NAME.yaml.")],
@@ -183,15 +156,9 @@ def fit_cmd(
         gpu_count=gpu_count,
         memory_gib=memory_gib,
         plots=plots,
-        command=_command(),
+        command=command_line(),
     )
-    t = Table(title=f"profile {prof['name']} ({res.method})")
-    for c in ("coefficient", "value", "95% CI"):
-        t.add_column(c, justify="right")
-    for k, v in res.coef.items():
-        ci = res.ci95.get(k)
-        t.add_row(k, f"{v:.4g}", f"[{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "-")
-    console.print(t)
+    console.print(table(_coefficients(res.coef, res.ci95), f"profile {prof['name']} ({res.method})"))
     tr, te = res.train, res.test
     console.print(
         f"R^2 train {tr['r2']:.4f}, test {te.get('r2', float('nan')):.4f}; MAPE train {tr['mape_pct']:.2f}%, "
@@ -202,6 +169,7 @@ def fit_cmd(
     console.print(f"profile: {out}; report: {out.with_name(out.stem + '.report.md')}")
 
 
+@profile_app.command("derive")
 def derive_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Profile YAML to write.")],
     arch: Annotated[str, typer.Option(help="Target architecture (see `wispsim profile archs`).")],
@@ -233,141 +201,68 @@ def derive_cmd(
     )
 
 
+@profile_app.command("archs")
 def archs_cmd() -> None:
     """List the named architectures with the facts profiles use."""
     from wispsim.measure.profile.archs import available_archs, load_arch
 
-    t = Table(title="architectures (wispsim/data/archs)")
-    for c in ("name", "params (B)", "layers", "heads/kv", "head dim", "KV B/token bf16"):
-        t.add_column(c, justify="right")
+    rows = []
     for n in available_archs():
         a = load_arch(n)
-        t.add_row(
-            n,
-            f"{a.parameters / 1e9:.3f}",
-            str(a.layers),
-            f"{a.heads}/{a.kv_heads}",
-            str(a.head_dim),
-            str(a.kv_bytes_per_token(2)),
+        rows.append(
+            (
+                n,
+                f"{a.parameters / 1e9:.3f}",
+                str(a.layers),
+                f"{a.heads}/{a.kv_heads}",
+                str(a.head_dim),
+                str(a.kv_bytes_per_token(2)),
+            )
         )
-    console.print(t)
+    columns = ["name", "params (B)", "layers", "heads/kv", "head dim", "KV B/token bf16"]
+    console.print(table(pd.DataFrame(rows, columns=columns), "architectures (wispsim/data/archs)"))
 
 
-@estimator_app.command("compare")
-def estimator_compare(
-    scenario: Annotated[Path | None, typer.Argument(help="Scenario YAML (merged over the default).")] = None,
-    profile: Annotated[
-        str | None, typer.Option(help="A measured profile (default: the scenario's server.profile).")
-    ] = None,
-    policy: Annotated[str, typer.Option(help="Policy preset.")] = "wisp",
-    classes: Annotated[str | None, typer.Option(help="SLO classes, e.g. 4,8.")] = None,
-    devices: Annotated[str | None, typer.Option(help="Grid of N to evaluate first.")] = None,
-    seeds: Annotated[int, typer.Option(help="Seeds per N.")] = 1,
-    seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
-    epsilon: Annotated[float | None, typer.Option(help="Allowed violation rate.")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel simulations.")] = 2,
-    backend: Annotated[str, typer.Option(help="Where simulations run: local or ray.")] = "local",
-    address: Annotated[str | None, typer.Option(help="Ray cluster address (--backend ray).")] = None,
-    start: Annotated[int, typer.Option(help="First N of the doubling bracket.")] = 8,
-    max_devices: Annotated[int, typer.Option(help="Largest N the search tries.")] = 1024,
-    measured: Annotated[str, typer.Option(help="measured or measured-nearest.")] = "measured",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a scenario field.")] = None,
+@profile_app.command("show")
+def profile_show(
+    name: Annotated[str, typer.Argument(help="Profile name or path.")] = "a100-qwen3-32b",
 ) -> None:
-    """Capacity per SLO class with the fitted formula (linear) and with replayed measurements."""
-    import dataclasses
-    import datetime as _dt
-
-    import pandas as pd
-
-    from wispsim.cli.main import parse_classes, parse_devices
-    from wispsim.config import parse_set
+    """Print a profile's coefficients, memory facts and provenance."""
     from wispsim.model.profiles import load_profile
-    from wispsim.sim.inputs import load_scenario
-    from wispsim.study.capacity import capacity_sweep, groups_for
-    from wispsim.study.runners import make_runner
 
-    if measured not in ("measured", "measured-nearest"):
-        raise ConfigError("--measured", "", f"got {measured!r}; allowed: measured, measured-nearest")
-    if seeds < 1 or jobs < 1:
-        raise ConfigError("--seeds", "", "--seeds and --jobs must be >= 1")
-    sc = load_scenario(scenario, parse_set(set_ or [])).with_policy(policy)
-    prof_name = profile or sc.server.profile
-    prof = load_profile(prof_name)
-    if prof.kind != "measured":
-        raise ConfigError(
-            f"profile '{prof.name}'", "provenance.kind", f"is {prof.kind}; compare needs a measured one"
-        )
-    cls = parse_classes(classes) or sc.devices.classes
-    eps = sc.epsilon if epsilon is None else epsilon
-    base = {
-        model: sc.replace(
-            server=dataclasses.replace(sc.server, profile=prof_name, latency_model=model)
-        ).with_devices(sc.devices.count, cls)
-        for model in ("linear", measured)
-    }
-    first = sc.seed if seed is None else seed
-    folder = out or Path("results") / f"estimator-compare-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-    folder.mkdir(parents=True, exist_ok=True)
-    for model, s in base.items():
-        (folder / f"scenario-{model}.yaml").write_text(s.to_yaml())
-    with make_runner(backend, jobs, folder, "none", address) as runner, _progress("compare") as prog:
-        task = prog.add_task("compare", total=None)
-        result = capacity_sweep(
-            base,
-            groups_for(cls, "separate"),
-            [first + i for i in range(seeds)],
-            eps,
-            runner,
-            grid=parse_devices(devices),
-            start=start,
-            max_devices=max_devices,
-            progress=lambda d, t: prog.update(task, completed=d, total=t),
-        )
-    cap = result.capacity.rename(columns={"policy": "latency_model"})
-    wide = cap.pivot(index="class", columns="latency_model", values="capacity").reset_index()
-    wide["measured/linear"] = wide[measured] / wide["linear"].where(wide["linear"] > 0)
-    wide["in_range"] = [
-        _coverage(base[measured], c, int(n), first, prof.data_path)
-        for c, n in zip(wide["class"], wide[measured], strict=True)
-    ]
-    cap.to_csv(folder / "capacity.csv", index=False)
-    wide.to_csv(folder / "compare.csv", index=False)
-    t = Table(title=f"capacity (devices), {policy}, profile {prof.name}: formula vs measurements")
-    for c in wide.columns:
-        t.add_column(str(c), justify="right")
-    for _, row in wide.iterrows():
-        t.add_row(*(f"{v:.3f}" if isinstance(v, float) and not pd.isna(v) else str(v) for v in row))
-    console.print(t)
+    p = load_profile(name)
+    coef = {k: getattr(p.estimator, k) for k in ("a", "b_compute", "b_read", "c")}
+    title = f"profile {p.name} ({p.provenance.get('kind')})"
+    console.print(table(_coefficients(coef, p.ci95), title, left=("coefficient",)))
+    m = p.model
     console.print(
-        "in_range: share of the batches simulated at the measured capacity whose N_linear, "
-        "N_interactions and N_cached all lie inside the measured range (outside it, replay "
-        "follows the fitted formula from the nearest measurement)."
+        f"hardware: {p.gpu_count}x {p.gpu} ({p.gpu_memory_gib:g} GiB), engine {p.engine}, {p.precision}\n"
+        f"model: {m.name}, {m.parameters / 1e9:.1f}B params, KV {m.kv_bytes_per_token} bytes/token, "
+        f"weights {m.weight_bytes / 1e9:.1f} GB\n"
+        f"KV cache at 0.9 utilization, 1.5 GiB reserve: {p.kv_capacity_tokens(0.9, 1.5)} tokens\n"
+        f"noise sigma: {p.noise_sigma:g}\nprovenance: {p.provenance.get('kind')}: "
+        f"{_provenance_line(p.provenance)}"
     )
-    console.print(f"compare.csv, capacity.csv: {folder}")
 
 
-def _coverage(sc: Any, cls: float, n: int, seed: int, data: Path | None) -> float:
-    """Share of verify batches inside the measured range, in one run at ``n`` devices."""
-    from wispsim.model.measured import load_table
-    from wispsim.sim.engine import simulate
+@profile_app.command("list")
+def profile_list() -> None:
+    """List the shipped profiles."""
+    from wispsim.model.profiles import available_profiles
 
-    if n <= 0 or data is None:
-        return float("nan")
-    res = simulate(sc.with_devices(n, (float(cls),)), seed=seed)
-    b = res.batches
-    b = b[b.kind == "verify"] if "kind" in b else b
-    if b.empty:
-        return float("nan")
-    inside = load_table(data).inside(b[["n_linear", "n_interactions", "n_cached"]].to_numpy())
-    return float(inside.mean())
+    for name in available_profiles():
+        typer.echo(name)
 
 
-def register(profile_app: typer.Typer, app: typer.Typer) -> None:
-    """Mount ``profile plan|record|fit|derive|archs`` on ``profile_app`` and ``estimator`` on ``app``."""
-    profile_app.command("plan")(plan_cmd)
-    profile_app.command("record")(record_cmd)
-    profile_app.command("fit")(fit_cmd)
-    profile_app.command("derive")(derive_cmd)
-    profile_app.command("archs")(archs_cmd)
-    app.add_typer(estimator_app, name="estimator")
+def _coefficients(coef: dict[str, float], ci95: dict[str, Any]) -> pd.DataFrame:
+    """Coefficient, value and 95% interval as printed text, one row per coefficient."""
+    rows = []
+    for k, v in coef.items():
+        ci = ci95.get(k)
+        rows.append((k, f"{v:.4g}", f"[{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "-"))
+    return pd.DataFrame(rows, columns=["coefficient", "value", "95% CI"])
+
+
+def _provenance_line(prov: dict[str, Any]) -> str:
+    text = prov.get("citation") or prov.get("rule") or prov.get("data") or ""
+    return " ".join(str(text).split())

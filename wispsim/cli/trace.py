@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from wispsim.cli.common import console, progress
 from wispsim.errors import WispsimError
+from wispsim.provenance import command_line
 
 trace_app = typer.Typer(help="Record and inspect per-position acceptance traces.", no_args_is_help=True)
-console = Console()
-err_console = Console(stderr=True)
 
 
 @trace_app.command("record")
@@ -41,14 +38,8 @@ def record(
         raise WispsimError(f"--generate-dtype: got {generate_dtype!r}; allowed: float32, bfloat16, float16")
     if device not in ("cpu", "cuda"):
         raise WispsimError(f"--device: got {device!r}; allowed: cpu, cuda")
-    with Progress(
-        TextColumn("[bold]recording"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-    ) as prog:
-        task = prog.add_task("record", total=None)
+    with progress() as prog:
+        task = prog.add_task("recording", total=None)
         n = record_trace(
             draft,
             target,
@@ -61,7 +52,7 @@ def record(
             limit=limit,
             notes=notes,
             generate_dtype=generate_dtype,
-            command=" ".join(["wispsim", *sys.argv[1:]]),
+            command=command_line(),
             progress=lambda done, total: prog.update(task, completed=done, total=total),
         )
     console.print(f"{out}: {n} positions")

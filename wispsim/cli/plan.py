@@ -1,0 +1,146 @@
+"""``wispsim plan``: the fewest verifier replicas that keep every class of a fleet within epsilon.
+
+The capacity-planning answer in deployment terms: given a fleet (devices per SLO class), a
+policy and a latency profile, search the replica count (:mod:`wispsim.study.replicas`), print
+the load per replica at the answer and, when the profile (or ``--price-per-gpu-hour``) has a
+price, the GPU cost per hour.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from wispsim.cli.common import (
+    AddressOpt,
+    BackendOpt,
+    JobsOpt,
+    OutOpt,
+    PolicyOpt,
+    RouterOpt,
+    ScenarioArg,
+    SetOpt,
+    console,
+    out_dir,
+    parse_fleet,
+    progress,
+    resolve_scenario,
+    table,
+)
+from wispsim.errors import ConfigError, WispsimError
+from wispsim.provenance import write_manifest
+
+
+def plan(
+    scenario: ScenarioArg = None,
+    fleet: Annotated[
+        str | None,
+        typer.Option(help="Devices per class, e.g. 2:500,4:500,6:500,8:500 (default: devices.groups)."),
+    ] = None,
+    policy: PolicyOpt = None,
+    profile: Annotated[str | None, typer.Option(help="Latency profile of every replica.")] = None,
+    router: RouterOpt = None,
+    seeds: Annotated[int, typer.Option(help="Seeds per replica count.")] = 1,
+    seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
+    epsilon: Annotated[float | None, typer.Option(help="Allowed violation rate per class.")] = None,
+    start: Annotated[int | None, typer.Option(help="First replica count tried (default N/100).")] = None,
+    max_replicas: Annotated[int, typer.Option(help="Give up above this many replicas.")] = 512,
+    price_per_gpu_hour: Annotated[
+        float | None, typer.Option(help="GPU price (default: the profile's hardware.price_per_gpu_hour).")
+    ] = None,
+    jobs: JobsOpt = 2,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
+    out: OutOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """The fewest verifier replicas that keep every class of a fleet within epsilon."""
+    import dataclasses
+    import time
+
+    from wispsim.model.fleet import fleet_size
+    from wispsim.model.profiles import load_profile
+    from wispsim.sim.router import ROUTERS
+    from wispsim.study.replicas import plan_replicas, with_replicas
+    from wispsim.study.runners import make_runner
+
+    sc = resolve_scenario(scenario, set_)
+    if policy is not None:
+        sc = sc.with_policy(policy)
+    if fleet is not None:
+        sc = sc.replace(devices=dataclasses.replace(sc.devices, groups=parse_fleet(fleet)))
+    srv = sc.server
+    if profile is not None:
+        load_profile(profile)
+        srv = dataclasses.replace(srv, profile=profile, replica_profiles=())
+    if router is not None:
+        ROUTERS.get(router, "--router", "--router")
+        srv = dataclasses.replace(srv, router=router)
+    sc = sc.replace(server=srv)
+    if seeds < 1 or jobs < 1:
+        raise ConfigError("--seeds" if seeds < 1 else "--jobs", "", "must be >= 1")
+    if max_replicas < 1 or (start is not None and not 1 <= start <= max_replicas):
+        raise ConfigError("--start", "", "needs 1 <= --start <= --max-replicas")
+    eps = sc.epsilon if epsilon is None else epsilon
+    if not 0 <= eps < 1:
+        raise ConfigError("--epsilon", "", f"must be in [0, 1), got {eps}")
+    if price_per_gpu_hour is not None and price_per_gpu_hour < 0:
+        raise ConfigError("--price-per-gpu-hour", "", f"must be >= 0, got {price_per_gpu_hour}")
+    first = sc.seed if seed is None else seed
+    seed_list = [first + i for i in range(seeds)]
+    n = fleet_size(sc)
+    folder = out_dir(out, "plan")
+    (folder / "scenario.yaml").write_text(sc.to_yaml())
+    t0 = time.perf_counter()
+    with make_runner(backend, jobs, folder, "none", address) as runner, progress() as prog:
+        task = prog.add_task(f"plan {sc.policy}, {n} devices", total=None)
+        res = plan_replicas(
+            sc,
+            runner,
+            seed_list,
+            eps,
+            start=start,
+            max_replicas=max_replicas,
+            progress=lambda k, msg: prog.update(task, completed=k, description=f"plan {sc.policy}: {msg}"),
+        )
+    wall = time.perf_counter() - t0
+    res.tried.to_csv(folder / "plan.csv", index=False)
+    console.print(
+        table(res.tried, f"{sc.policy}, {n} devices, {sc.server.profile}, router {sc.server.router}")
+    )
+    prof = load_profile(sc.server.profile)
+    price = price_per_gpu_hour if price_per_gpu_hour is not None else prof.price_per_gpu_hour
+    extra: dict[str, Any] = {
+        "devices": n,
+        "policy": sc.policy,
+        "profile": sc.server.profile,
+        "router": sc.server.router,
+        "seeds": seed_list,
+        "epsilon": eps,
+        "replicas": res.replicas,
+        "evaluations": res.evaluations,
+        "wall_s": wall,
+    }
+    if res.replicas is None:
+        write_manifest(folder, extra)
+        raise WispsimError(f"plan: no replica count up to {max_replicas} keeps every class within {eps:g}")
+    (folder / "scenario-answer.yaml").write_text(with_replicas(sc, res.replicas).to_yaml())
+    if res.per_replica is not None:
+        res.per_replica.to_csv(folder / "replicas.csv", index=False)
+        console.print(table(res.per_replica, f"per-replica load at R={res.replicas} (seed {first})"))
+    gpus = res.replicas * prof.gpu_count
+    line = f"answer: {res.replicas} replicas ({gpus} x {prof.gpu}) for {n} devices"
+    if price is not None:
+        extra["cost_per_hour"] = gpus * price
+        line += f"; cost {gpus} GPUs x {price:g}/GPU-hour = {gpus * price:,.2f} per hour"
+    else:
+        line += "; no price (set hardware.price_per_gpu_hour in the profile or --price-per-gpu-hour)"
+    write_manifest(folder, extra)
+    console.print(line)
+    console.print(f"{res.evaluations} replica counts x {seeds} seed(s) in {wall:.0f} s; results: {folder}")
+
+
+def register(app: typer.Typer) -> None:
+    """Mount ``plan`` on the root app."""
+    app.command("plan")(plan)

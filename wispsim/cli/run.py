@@ -1,0 +1,243 @@
+"""``wispsim run`` and ``wispsim replay``: one simulation, or one replay of a recorded log.
+
+``run`` simulates one scenario and writes its records (Parquet), per-class and per-replica
+summaries, time series and, for open arrivals, the compliance figure. ``replay`` drives the
+simulator with the device side of a recorded deployment (its per-round log) under a policy and
+compares recorded and simulated violation rates and time quantiles. Both write the resolved
+scenario and a manifest beside the results, so every number traces back to its config and seed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+
+from wispsim.cli.common import (
+    OutOpt,
+    PolicyOpt,
+    RouterOpt,
+    ScenarioArg,
+    SetOpt,
+    console,
+    describe_load,
+    err_console,
+    out_dir,
+    parse_classes,
+    resolve_scenario,
+    table,
+)
+from wispsim.config import POLICY_NAMES, parse_set
+from wispsim.errors import ConfigError
+from wispsim.provenance import write_manifest
+
+SUMMARY_COLUMNS = [
+    "class",
+    "devices",
+    "responses",
+    "violation_rate",
+    "speed_p50",
+    "budget_miss_rate",
+    "goodput_tps",
+    "acceptance_ratio",
+    "queue_p95_ms",
+    "verify_p95_ms",
+    "gpu_utilization",
+    "mean_batch_size",
+]
+
+
+def run(
+    scenario: ScenarioArg = None,
+    policy: PolicyOpt = None,
+    devices: Annotated[int | None, typer.Option(help="Number of devices N.")] = None,
+    classes: Annotated[str | None, typer.Option(help="SLO classes in tokens/s, e.g. 2,4,6,8.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Run seed.")] = None,
+    arrivals: Annotated[
+        str | None,
+        typer.Option(
+            help="Arrival process: a time_s,value CSV (concurrency trace; its span becomes the "
+            "measurement window), NAME:FILE with NAME concurrency or rate, or poisson:RATE.",
+        ),
+    ] = None,
+    replicas: Annotated[int | None, typer.Option(help="Verifier replicas behind the router.")] = None,
+    router: RouterOpt = None,
+    tail: Annotated[
+        float, typer.Option(help="With a trace: seconds measured after it ends (last value holds).")
+    ] = 300.0,
+    step: Annotated[float, typer.Option(help="Time step of the time series (s).")] = 10.0,
+    window: Annotated[float, typer.Option(help="Trailing window of compliance over time (s).")] = 60.0,
+    log: Annotated[
+        Path | None, typer.Option(help="Also write the per-round log (.parquet or .csv) that `replay` reads.")
+    ] = None,
+    out: OutOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Run one simulation; write its records (Parquet), per-class summary and time series."""
+    from wispsim.analysis.metrics import replica_summary, summarize
+    from wispsim.analysis.timeseries import write_timeseries
+    from wispsim.plots import compliance_figure
+    from wispsim.sim.engine import simulate
+    from wispsim.sim.inputs import apply_arrivals_option, apply_server_options
+
+    sc = resolve_scenario(scenario, set_)
+    if policy is not None:
+        sc = sc.with_policy(policy)
+    if devices is not None and devices < 1:
+        raise ConfigError("--devices", "", f"must be >= 1, got {devices}")
+    if step <= 0 or window <= 0:
+        raise ConfigError("--step" if step <= 0 else "--window", "", "must be > 0 seconds")
+    sc = apply_server_options(apply_arrivals_option(sc, arrivals, tail), replicas, router)
+    sc = sc.with_devices(devices or sc.devices.count, parse_classes(classes))
+    if seed is not None:
+        if seed < 0:
+            raise ConfigError("--seed", "", f"must be >= 0, got {seed}")
+        sc = sc.replace(seed=seed)
+    folder = out_dir(out, "run")
+    who = describe_load(sc)
+    with err_console.status(f"simulating {who} under {sc.policy} ..."):
+        res = simulate(sc)
+    summary = summarize(res)
+    (folder / "scenario.yaml").write_text(sc.to_yaml())
+    res.rounds.to_parquet(folder / "rounds.parquet", index=False)
+    res.batches.to_parquet(folder / "batches.parquet", index=False)
+    res.responses.to_parquet(folder / "responses.parquet", index=False)
+    summary.to_csv(folder / "summary.csv", index=False)
+    per_replica = replica_summary(res)
+    per_replica.to_csv(folder / "replicas.csv", index=False)
+    comp, server, bursts = write_timeseries(res, folder, step, window)
+    if sc.arrivals.process != "closed":
+        compliance_figure(res, comp, server, window, folder / "compliance.png")
+    if log is not None:
+        from wispsim.study.replay import write_log
+
+        write_log(res, log)
+    write_manifest(
+        folder,
+        {
+            "seed": sc.seed,
+            "devices": sc.devices.count,
+            "policy": sc.policy,
+            "sim_end_s": res.sim_end,
+            "wall_s": res.wall_s,
+            **res.info,
+        },
+    )
+    title = f"{sc.policy}, {describe_load(sc, res.devices)}, seed={sc.seed}"
+    console.print(table(summary, title, SUMMARY_COLUMNS))
+    if sc.server.replicas > 1:
+        console.print(table(per_replica, f"per replica ({sc.server.router} router)"))
+    if bursts is not None and not bursts.empty:
+        console.print(table(bursts, f"bursts (threshold {1 - sc.epsilon:g}, trailing {window:g} s window)"))
+    console.print(f"records and summary: {folder}  ({res.wall_s:.1f} s wall, {len(res.rounds)} rounds)")
+    if not res.responses.measured.any():
+        err_console.print(
+            "[yellow]warning:[/yellow] no response started inside the measurement window "
+            f"[{res.window[0]:g}, {res.window[1]:g}) s, so the violation rate is undefined; "
+            "lengthen workload.duration_s"
+        )
+
+
+def replay_cmd(
+    log: Annotated[
+        Path, typer.Argument(help="Per-round log (.parquet or .csv) with its LOG.meta.json sidecar.")
+    ],
+    scenario: ScenarioArg = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(help=f"Policy preset: {', '.join(POLICY_NAMES)} (default: the recorded one)."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the server's noise (default: the log's).")] = None,
+    out: OutOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Replay a recorded deployment's device side under a policy; compare recorded and simulated.
+
+    The scenario is the one in the log's sidecar; a SCENARIO file replaces it, --set overrides.
+    """
+    from wispsim.study.replay import compare as compare_replay
+    from wispsim.study.replay import describe, log_scenario, meta_path, read_log, replay
+
+    frame, meta = read_log(log)
+    if scenario is not None:
+        sc = resolve_scenario(scenario, set_)
+    else:
+        sc = log_scenario(meta, str(meta_path(log)), parse_set(set_ or []))
+    if policy is not None:
+        sc = sc.with_policy(policy)
+    if seed is not None and seed < 0:
+        raise ConfigError("--seed", "", f"must be >= 0, got {seed}")
+    folder = out_dir(out, "replay")
+    devices = frame.device.nunique()
+    err_console.print(f"replay: {describe(sc, meta)}", highlight=False)
+    with err_console.status(f"replaying {devices} devices, {len(frame)} rounds under {sc.policy} ..."):
+        res = replay(sc, frame, meta, seed)
+    comparison = compare_replay(frame, res, meta)
+    (folder / "scenario.yaml").write_text(res.scenario.to_yaml())
+    res.rounds.to_parquet(folder / "rounds.parquet", index=False)
+    res.batches.to_parquet(folder / "batches.parquet", index=False)
+    res.responses.to_parquet(folder / "responses.parquet", index=False)
+    comparison.to_csv(folder / "comparison.csv", index=False)
+    write_manifest(
+        folder,
+        {
+            "log": str(log),
+            "recorded_policy": meta.get("policy"),
+            "policy": sc.policy,
+            "seed": res.seed,
+            "devices": res.devices,
+            "sim_end_s": res.sim_end,
+            "wall_s": res.wall_s,
+        },
+    )
+    violations, times = _replay_tables(comparison)
+    title = (
+        f"violation rate: recorded ({meta.get('policy', '?')}) vs simulated ({sc.policy}), seed={res.seed}"
+    )
+    console.print(table(violations, title))
+    console.print(table(times, "queue and verify time (ms), recorded/simulated; KS statistic"))
+    console.print(f"records and comparison: {folder}  ({res.wall_s:.1f} s wall, {len(res.rounds)} rounds)")
+
+
+def _replay_tables(comparison: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The comparison in two narrow tables: violation rates, and time quantiles as rec/sim."""
+    c = comparison
+    violations = pd.DataFrame(
+        {
+            "class": c["class"],
+            "responses": [
+                f"{a} / {b}" for a, b in zip(c.responses_recorded, c.responses_simulated, strict=True)
+            ],
+            "recorded": c.violation_recorded,
+            "95% CI": [
+                f"[{lo:.3f}, {hi:.3f}]"
+                for lo, hi in zip(c.violation_recorded_lo, c.violation_recorded_hi, strict=True)
+            ],
+            "simulated": c.violation_simulated,
+            "difference": c.violation_diff,
+        }
+    )
+    if c.truncated_simulated.any():  # measured in the replay, but the log ended inside them
+        violations["log ended"] = c.truncated_simulated
+    times: dict[str, Any] = {"class": c["class"]}
+    for kind in ("queue", "verify"):
+        for q in (50, 90, 99):
+            rec, sim = c[f"{kind}_p{q}_ms_recorded"], c[f"{kind}_p{q}_ms_simulated"]
+            times[f"{kind} p{q}"] = [
+                f"{_ms(float(a))}/{_ms(float(b))}" for a, b in zip(rec, sim, strict=True)
+            ]
+        times[f"{kind} KS"] = c[f"{kind}_ks"]
+    return violations, pd.DataFrame(times)
+
+
+def _ms(x: float) -> str:
+    """Milliseconds in a rec/sim pair: one decimal (whole from 100 on), NaN as ``-``."""
+    return "-" if x != x else f"{x:.1f}" if abs(x) < 100 else f"{x:.0f}"
+
+
+def register(app: typer.Typer) -> None:
+    """Mount ``run`` and ``replay`` on the root app."""
+    app.command("run")(run)
+    app.command("replay")(replay_cmd)

@@ -1,0 +1,38 @@
+"""``wispsim scenario show|validate``: a scenario as a run would see it, and a check without a run.
+
+``show`` prints the resolved YAML (defaults filled in, policy preset and ``--set`` applied), the
+same text every results folder keeps as ``scenario.yaml``; ``validate`` also loads the profile
+and the acceptance model, so a bad file fails here in one line instead of minutes into a sweep.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from wispsim.cli.common import ScenarioArg, SetOpt, resolve_scenario
+
+scenario_app = typer.Typer(help="Show or check a scenario.", no_args_is_help=True)
+
+
+@scenario_app.command("show")
+def scenario_show(scenario: ScenarioArg = None, set_: SetOpt = None) -> None:
+    """Print the resolved scenario (defaults filled in, policy preset applied)."""
+    sc = resolve_scenario(scenario, set_)
+    typer.echo(sc.to_yaml(), nl=False)
+
+
+@scenario_app.command("validate")
+def scenario_validate(scenario: ScenarioArg = None, set_: SetOpt = None) -> None:
+    """Check a scenario and its profile; exit 2 with a one-line error if something is wrong."""
+    from wispsim.model.acceptance import make_acceptance
+    from wispsim.model.profiles import load_profile
+
+    sc = resolve_scenario(scenario, set_)
+    prof = load_profile(sc.server.profile)
+    make_acceptance(sc.acceptance)
+    srv = sc.server
+    cap = prof.kv_capacity_tokens(srv.gpu_memory_utilization, srv.activation_reserve_gib)
+    typer.echo(
+        f"ok: {scenario or 'default scenario'} (policy {sc.policy}, profile {prof.name}, "
+        f"KV cache {cap} tokens)"
+    )
