@@ -235,11 +235,16 @@ def test_checker_accepts_a_clean_package(tmp_path: Path) -> None:
         ),
         # a circle inside one layer
         (
-            {"sim/engine.py": "from wispsim.sim import device\n", "sim/device.py": "import wispsim.sim.engine\n"},
+            {
+                "sim/engine.py": "from wispsim.sim import device\n",
+                "sim/device.py": "import wispsim.sim.engine\n",
+            },
             "import circle: wispsim.sim.device -> wispsim.sim.engine",
         ),
     ],
 )
-def test_checker_catches_a_deliberate_violation(tmp_path: Path, change: dict[str, str], expected: str) -> None:
+def test_checker_catches_a_deliberate_violation(
+    tmp_path: Path, change: dict[str, str], expected: str
+) -> None:
     problems = check(_package(tmp_path, {**CLEAN, **change}))
     assert expected in problems, problems
