@@ -104,9 +104,12 @@ def deterministic_overrides(profile: str, **sections: dict[str, Any]) -> dict[st
             "think_time_s": const(0.0),
             "warmup_s": 0.0,
             "duration_s": 0.01,
-            "drain_limit_s": 5.0,
         },
     }
+    if sections.get("policy", "custom") != "custom":  # a preset sets these four itself
+        del base["drafting"]["controller"]
+        for name in ("mode", "scheduler", "prefix_cache"):
+            base["server"].pop(name, None)
     return _merge(base, sections)
 
 
@@ -124,7 +127,6 @@ def small_scenario(**sections: dict[str, Any]) -> Scenario:
             "workload": {
                 "warmup_s": 1.0,
                 "duration_s": 5.0,
-                "drain_limit_s": 30.0,
                 "prompt_tokens": {"mean": 96, "max": 512},
                 "output_tokens": {"mean": 48, "min": 4, "max": 160},
             }

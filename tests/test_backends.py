@@ -18,7 +18,7 @@ from wispsim.study.capacity import capacity_sweep, groups_for
 from wispsim.study.runners import LocalRunner, RayRunner, make_runner
 
 # a sweep of a dozen or so points, each a fraction of a second
-SETS = ["workload.warmup_s=2", "workload.duration_s=8", "workload.drain_limit_s=60"]
+SETS = ["workload.warmup_s=2", "workload.duration_s=8"]
 
 
 def sweep_cmd(out: Path, jobs: int = 1) -> list[str]:

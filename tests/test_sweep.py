@@ -15,7 +15,7 @@ from wispsim.study.runners import LocalRunner
 
 # a short window, and less KV memory so that even WISP reaches its knee below 64 devices
 QUICK = {
-    "workload": {"warmup_s": 2, "duration_s": 8, "drain_limit_s": 60},
+    "workload": {"warmup_s": 2, "duration_s": 8},
     "server": {"gpu_memory_utilization": 0.85},
 }
 

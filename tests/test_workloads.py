@@ -128,9 +128,7 @@ def test_concurrency_trace_activates_devices_when_the_trace_says(det_scenario, t
 
 
 def test_poisson_sessions_arrive_at_the_rate(det_scenario) -> None:
-    sc = det_scenario(
-        arrivals={"process": "poisson", "rate": 20.0}, workload={"duration_s": 50.0, "drain_limit_s": 5.0}
-    )
+    sc = det_scenario(arrivals={"process": "poisson", "rate": 20.0}, workload={"duration_s": 50.0})
     res = simulate(sc)
     started = res.responses[res.responses.t_start < 50.0]
     # Poisson count over 50 s at 20/s: mean 1000, sd 31.6
@@ -144,7 +142,7 @@ def test_rate_trace_thins_to_the_traced_rate(det_scenario, tmp_path: Path) -> No
     trace = write_trace(tmp_path / "r.csv", [(0, 0), (10.0, 10.0), (20.0, 0.0)])
     sc = det_scenario(
         arrivals={"process": "trace", "trace": trace, "kind": "rate"},
-        workload={"duration_s": 30.0, "drain_limit_s": 5.0},
+        workload={"duration_s": 30.0},
     )
     t = simulate(sc).responses.t_start
     assert t.between(10.0, 20.0).all() and abs(len(t) - 100) < 4 * 10

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -41,8 +41,8 @@ class Dist:
     std: float = 0.0
     low: float = 0.0
     high: float = 0.0
-    min: float = 0.0
-    max: float = math.inf
+    min: float = field(default=0.0, metadata={"inf": True})  # -.inf: unclipped below
+    max: float = field(default=math.inf, metadata={"inf": True})  # .inf: unclipped above
 
     def __post_init__(self) -> None:
         require(self.min <= self.max, "min", f"must be <= max ({self.max}), got {self.min}")

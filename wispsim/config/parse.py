@@ -17,6 +17,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 
 from wispsim.config.dist import FieldError
+from wispsim.config.limits import MAX_INT
 from wispsim.errors import ConfigError
 from wispsim.paths import default_scenario_path
 
@@ -25,21 +26,48 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _coerce(value: Any, tp: Any, path: str, source: str) -> Any:
+def _number(value: Any, path: str, source: str) -> int | float:
+    """A YAML number, or a string that spells one (``1e3``, which YAML 1.1 leaves a string)."""
+    if isinstance(value, str):
+        text = value.strip().replace("_", "")
+        if text.lower() in (".inf", "+.inf", "-.inf", ".nan"):
+            text = text.replace(".", "")
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(source, path, f"must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(source, path, f"must be a number, got {_show(value)}")
+    return value
+
+
+def _show(value: Any) -> str:
+    """A value for a one-line message: its repr, cut short (a huge integer by its digit count)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
+        return f"a {len(str(abs(value)))}-digit integer"
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _coerce(value: Any, tp: Any, path: str, source: str, allow_inf: bool = False) -> Any:
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
         if value is None:
             return None
-        return _coerce(value, args[0], path, source)
+        return _coerce(value, args[0], path, source, allow_inf)
     if origin is Literal:
         allowed = get_args(tp)
-        if value not in allowed:
-            raise ConfigError(source, path, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
+        if not isinstance(value, str | int | float | bool) or value not in allowed:
+            raise ConfigError(source, path, f"got {_show(value)}; allowed: {', '.join(map(str, allowed))}")
         return value
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
-            raise ConfigError(source, path, f"must be a mapping, got {type(value).__name__}")
+            raise ConfigError(source, path, f"must be a mapping, got {_show(value)}")
         return build(tp, value, source, path)
     if origin is tuple:
         if not isinstance(value, list | tuple):
@@ -48,26 +76,35 @@ def _coerce(value: Any, tp: Any, path: str, source: str) -> Any:
         return tuple(_coerce(v, inner, f"{path}[{i}]", source) for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, Mapping):
-            raise ConfigError(source, path, f"must be a mapping, got {type(value).__name__}")
+            raise ConfigError(source, path, f"must be a mapping, got {_show(value)}")
         _, vt = get_args(tp)
         return {str(k): _coerce(v, vt, f"{path}.{k}", source) for k, v in value.items()}
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(source, path, f"must be true or false, got {value!r}")
+            raise ConfigError(source, path, f"must be true or false, got {_show(value)}")
         return value
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-            raise ConfigError(source, path, f"must be an integer, got {value!r}")
-        return int(value)
+        x = _number(value, path, source)
+        if isinstance(x, float) and not (math.isfinite(x) and x == int(x)):
+            raise ConfigError(source, path, f"must be an integer, got {_show(value)}")
+        x = int(x)
+        if not -MAX_INT - 1 <= x <= MAX_INT:
+            raise ConfigError(source, path, f"must be a whole number within +-{MAX_INT:.3g}, got {_show(x)}")
+        return x
     if tp is float:
-        if isinstance(value, str) and value.strip().lower() in (".inf", "inf"):
-            return math.inf
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            raise ConfigError(source, path, f"must be a number, got {value!r}")
-        return float(value)
+        x = _number(value, path, source)
+        try:
+            f = float(x)
+        except OverflowError:
+            raise ConfigError(source, path, f"must be a finite number, got {_show(x)}") from None
+        if math.isnan(f):
+            raise ConfigError(source, path, f"must be a number, got {_show(value)}")
+        if math.isinf(f) and not allow_inf:
+            raise ConfigError(source, path, f"must be a finite number, got {_show(value)}")
+        return f
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(source, path, f"must be a string, got {value!r}")
+            raise ConfigError(source, path, f"must be a string, got {_show(value)}")
         return value
     raise TypeError(f"unsupported config type {_type_name(tp)} at {path}")  # pragma: no cover
 
@@ -75,13 +112,14 @@ def _coerce(value: Any, tp: Any, path: str, source: str) -> Any:
 def build(cls: Any, data: Mapping[str, Any], source: str, prefix: str = "") -> Any:
     """Build dataclass ``cls`` from ``data``, reporting problems with ``source`` and field path."""
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
-        if key not in names:
-            raise ConfigError(source, path, f"unknown field; allowed: {', '.join(sorted(names))}")
-        kwargs[key] = _coerce(value, hints[key], path, source)
+        if key not in fields:
+            raise ConfigError(source, path, f"unknown field; allowed: {', '.join(sorted(fields))}")
+        allow_inf = bool(fields[key].metadata.get("inf"))
+        kwargs[key] = _coerce(value, hints[key], path, source, allow_inf)
     try:
         return cls(**kwargs)
     except FieldError as e:
@@ -102,21 +140,58 @@ def deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    source = str(path)
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error, not "last wins"."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                dup = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if dup:
+                mark = key_node.start_mark
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (a key may appear once per mapping)", mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml_text(text: str, source: str, field: str = "") -> Any:
+    """Parse YAML text strictly (duplicate keys and runaway nesting are errors), one-line errors."""
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(source, "", "file not found") from None
-    except OSError as e:
-        raise ConfigError(source, "", f"cannot read: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
+        return yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(source, "", f"malformed YAML at {where}: {problem}") from None
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        problem = " ".join(str(problem).split())
+        raise ConfigError(source, field, f"malformed YAML{where}: {problem}") from None
+    except RecursionError:
+        raise ConfigError(source, field, "YAML nested too deeply (more than ~900 levels)") from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping from a UTF-8 file; every problem is a one-line :class:`ConfigError`."""
+    source = str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(source, "", "file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(source, "", "is a folder, expected a YAML file") from None
+    except OSError as e:
+        raise ConfigError(source, "", f"cannot read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            source, "", f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); save it as UTF-8"
+        ) from None
+    data = load_yaml_text(text, source)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -135,13 +210,25 @@ def parse_set(assignments: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError("--set", item, "expected KEY=VALUE, e.g. server.delta_ms=3")
         key, raw = item.split("=", 1)
+        key = key.strip()
+        parts = key.split(".")
+        if not all(parts):
+            raise ConfigError("--set", key, "expected a dotted field name like server.delta_ms")
         try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
+            value = load_yaml_text(raw, "--set", key)
+        except ConfigError as e:
+            if "nested too deeply" in e.problem:
+                raise
+            value = raw  # not YAML: the plain text (a name, a path)
         node = out
-        parts = key.strip().split(".")
-        for p in parts[:-1]:
+        for i, p in enumerate(parts[:-1]):
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                done = ".".join(parts[: i + 1])
+                raise ConfigError("--set", key, f"{done} was already set to a value, not a section")
+        if isinstance(node.get(parts[-1]), dict) and not isinstance(value, dict):
+            raise ConfigError(
+                "--set", key, f"{key} already has fields set with --set; set it whole or by field"
+            )
         node[parts[-1]] = value
     return out

@@ -15,7 +15,18 @@ from typing import Any, Literal
 
 import yaml
 
-from wispsim.config.dist import Dist, require
+from wispsim.config.dist import Dist, FieldError, require
+from wispsim.config.limits import (
+    MAX_ARRIVAL_RATE,
+    MAX_BLOCK_SIZE,
+    MAX_DEVICES,
+    MAX_DRAFT,
+    MAX_REPLICAS,
+    MAX_RESPONSES,
+    MAX_SEED,
+    MAX_SIM_SECONDS,
+    MAX_TOKENS,
+)
 from wispsim.errors import ConfigError
 
 # --------------------------------------------------------------------------------------------
@@ -35,8 +46,14 @@ class DeviceGroup:
     link: str | None = None
 
     def __post_init__(self) -> None:
-        require(self.count >= 0, "count", f"must be >= 0, got {self.count}")
-        require(self.slo > 0, "slo", f"a token speed must be > 0, got {self.slo}")
+        require(
+            0 <= self.count <= MAX_DEVICES, "count", f"must be in [0, {MAX_DEVICES:,}], got {self.count:,}"
+        )
+        require(
+            math.isfinite(self.slo) and self.slo > 0,
+            "slo",
+            f"a token speed must be finite and > 0, got {self.slo}",
+        )
         if self.draft_speed is not None:
             require(self.draft_speed.min > 0, "draft_speed.min", "must be > 0 (tokens/s)")
 
@@ -58,16 +75,24 @@ class DevicesConfig:
     groups: tuple[DeviceGroup, ...] = ()
 
     def __post_init__(self) -> None:
-        require(self.count >= 1, "count", f"must be >= 1, got {self.count}")
+        require(
+            1 <= self.count <= MAX_DEVICES, "count", f"must be in [1, {MAX_DEVICES:,}], got {self.count:,}"
+        )
         require(len(self.classes) >= 1, "classes", "needs at least one class")
         for c in self.classes:
-            require(c > 0, "classes", f"token speeds must be > 0, got {c}")
+            require(math.isfinite(c) and c > 0, "classes", f"token speeds must be finite and > 0, got {c}")
         require(self.draft_speed.min > 0, "draft_speed.min", "must be > 0 (tokens/s)")
         if self.groups:
-            require(sum(g.count for g in self.groups) >= 1, "groups", "needs at least one device")
+            total = sum(g.count for g in self.groups)
+            require(total >= 1, "groups", "needs at least one device")
+            require(total <= MAX_DEVICES, "groups", f"hold {total:,} devices; allowed: <= {MAX_DEVICES:,}")
         require(self.predictor_latency_ms >= 0, "predictor_latency_ms", "must be >= 0")
         require(0 < self.alpha_ema <= 1, "alpha_ema", f"must be in (0, 1], got {self.alpha_ema}")
-        require(self.start_spread_s >= 0, "start_spread_s", "must be >= 0")
+        require(
+            0 <= self.start_spread_s <= MAX_SIM_SECONDS,
+            "start_spread_s",
+            f"must be in [0, {MAX_SIM_SECONDS:g}] s, got {self.start_spread_s:g}",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +118,10 @@ class DraftingConfig:
     predictor: PredictorConfig = PredictorConfig()
 
     def __post_init__(self) -> None:
-        require(self.k >= 1, "k", f"must be >= 1, got {self.k}")
+        require(1 <= self.k <= MAX_DRAFT, "k", f"must be in [1, {MAX_DRAFT}], got {self.k}")
         require(self.k_min >= 1, "k_min", f"must be >= 1, got {self.k_min}")
         require(self.k_max >= self.k_min, "k_max", f"must be >= k_min ({self.k_min})")
+        require(self.k_max <= MAX_DRAFT, "k_max", f"must be <= {MAX_DRAFT}, got {self.k_max}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +182,8 @@ class NetworkConfig:
     link_types: dict[str, LinkType] = field(default_factory=lambda: dict(DEFAULT_LINK_TYPES))
 
     def __post_init__(self) -> None:
-        require(self.topk >= 1, "topk", f"must be >= 1, got {self.topk}")
-        require(self.header_bytes >= 0, "header_bytes", "must be >= 0")
+        require(1 <= self.topk <= MAX_DRAFT, "topk", f"must be in [1, {MAX_DRAFT}], got {self.topk}")
+        require(0 <= self.header_bytes <= 1 << 30, "header_bytes", "must be in [0, 2**30]")
         require(len(self.links) > 0, "links", "needs at least one link type")
         for name, w in self.links.items():
             known = ", ".join(sorted(self.link_types))
@@ -189,7 +215,11 @@ class ServerConfig:
     replica_profiles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        require(self.replicas >= 1, "replicas", f"must be >= 1, got {self.replicas}")
+        require(
+            1 <= self.replicas <= MAX_REPLICAS,
+            "replicas",
+            f"must be in [1, {MAX_REPLICAS}], got {self.replicas:,}",
+        )
         require(
             not self.replica_profiles or len(self.replica_profiles) == self.replicas,
             "replica_profiles",
@@ -202,10 +232,16 @@ class ServerConfig:
             f"must be in (0, 1], got {self.gpu_memory_utilization}",
         )
         require(self.activation_reserve_gib >= 0, "activation_reserve_gib", "must be >= 0")
-        require(self.block_size >= 1, "block_size", f"must be >= 1, got {self.block_size}")
+        require(
+            1 <= self.block_size <= MAX_BLOCK_SIZE,
+            "block_size",
+            f"must be in [1, {MAX_BLOCK_SIZE}] tokens, got {self.block_size:,}",
+        )
         require(self.max_batch_requests >= 1, "max_batch_requests", "must be >= 1")
         require(self.max_batch_tokens >= 1, "max_batch_tokens", "must be >= 1")
-        require(self.delta_ms >= 0, "delta_ms", f"must be >= 0, got {self.delta_ms}")
+        require(
+            0 <= self.delta_ms <= 1000 * MAX_SIM_SECONDS, "delta_ms", f"must be >= 0, got {self.delta_ms}"
+        )
         require(self.prefill_chunk_tokens >= 1, "prefill_chunk_tokens", "must be >= 1")
 
 
@@ -218,7 +254,7 @@ class WorkloadConfig:
     think_time_s: Dist = Dist("constant", value=0.0)
     warmup_s: float = 20.0
     duration_s: float = 120.0
-    drain_limit_s: float = 900.0
+    drain_limit_s: float | None = None  # None: long enough for every on-time response
 
     def __post_init__(self) -> None:
         for name in ("prompt_tokens", "output_tokens"):
@@ -226,9 +262,24 @@ class WorkloadConfig:
             lo = d.support()[0]
             fld = f"{name}.value" if d.dist == "constant" else f"{name}.min"
             require(lo >= 1, fld, f"a response needs >= 1 token, but samples can be {lo:g}")
+            hi = d.support()[1]
+            fld = f"{name}.value" if d.dist == "constant" else f"{name}.max"
+            require(
+                hi <= MAX_TOKENS,
+                fld,
+                f"the longest {name.split('_')[0]} must be a finite number of tokens <= {MAX_TOKENS:,} "
+                f"(the KV-cache fit check needs it), got {hi:g}",
+            )
         require(self.warmup_s >= 0, "warmup_s", f"must be >= 0, got {self.warmup_s}")
         require(self.duration_s > 0, "duration_s", f"must be > 0, got {self.duration_s}")
-        require(self.drain_limit_s >= 0, "drain_limit_s", "must be >= 0")
+        require(self.drain_limit_s is None or self.drain_limit_s >= 0, "drain_limit_s", "must be >= 0")
+        horizon = self.warmup_s + self.duration_s + (self.drain_limit_s or 0.0)
+        require(
+            horizon <= MAX_SIM_SECONDS,
+            "duration_s",
+            f"warmup_s + duration_s + drain_limit_s is {horizon:.3g} s of simulated time; "
+            f"allowed: <= {MAX_SIM_SECONDS:g} s",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,8 +299,14 @@ class ArrivalsConfig:
     scale: float = 1.0
 
     def __post_init__(self) -> None:
-        require(self.rate > 0, "rate", f"must be > 0 responses/s, got {self.rate}")
-        require(self.scale > 0, "scale", f"must be > 0, got {self.scale}")
+        require(
+            0 < self.rate <= MAX_ARRIVAL_RATE,
+            "rate",
+            f"must be in (0, {MAX_ARRIVAL_RATE:g}] responses/s, got {self.rate:g}",
+        )
+        require(
+            0 < self.scale <= MAX_DEVICES, "scale", f"must be in (0, {MAX_DEVICES:g}], got {self.scale:g}"
+        )
 
 
 POLICIES: dict[str, dict[str, Any]] = {
@@ -290,8 +347,29 @@ class Scenario:
             "policy",
             f"unknown policy {self.policy!r}; allowed: {', '.join(POLICY_NAMES)}",
         )
-        require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        require(0 <= self.seed <= MAX_SEED, "seed", f"must be in [0, 2**63 - 1], got {self.seed}")
         require(0 <= self.epsilon < 1, "epsilon", f"must be in [0, 1), got {self.epsilon}")
+        if self.arrivals.process == "poisson":
+            window = self.workload.warmup_s + self.workload.duration_s
+            require(
+                self.arrivals.rate * window <= MAX_RESPONSES,
+                "arrivals.rate",
+                f"{self.arrivals.rate:g} responses/s over {window:g} s starts "
+                f"{self.arrivals.rate * window:.3g} responses; allowed: <= {MAX_RESPONSES:.0e}",
+            )
+
+    def on_time_s(self) -> float:
+        """The longest a response may take and still meet its SLO: the longest output at the
+        slowest class."""
+        slos = [g.slo for g in self.devices.groups] or list(self.devices.classes)
+        return self.workload.output_tokens.support()[1] / min(slos)
+
+    def drain_limit_s(self) -> float:
+        """How long after the window the run waits for measured responses still in flight:
+        ``workload.drain_limit_s``, or (when it is null) :meth:`on_time_s`, after which every
+        response still running has missed its SLO, so censoring it decides nothing wrongly."""
+        given = self.workload.drain_limit_s
+        return self.on_time_s() if given is None else given
 
     def replace(self, **changes: Any) -> Scenario:
         return dataclasses.replace(self, **changes)
@@ -313,13 +391,21 @@ class Scenario:
         )
         return self.replace(policy=policy, drafting=drafting, server=server)
 
-    def with_devices(self, count: int, classes: tuple[float, ...] | None = None) -> Scenario:
-        """N devices; ``classes`` replaces the class list (and drops a fleet's groups)."""
-        devices = dataclasses.replace(self.devices, count=count)
-        if classes is not None and self.devices.groups:
-            devices = dataclasses.replace(devices, groups=())
-        if classes is not None:
-            devices = dataclasses.replace(devices, classes=tuple(float(c) for c in classes))
+    def with_devices(
+        self, count: int, classes: tuple[float, ...] | None = None, source: str = "--devices"
+    ) -> Scenario:
+        """N devices; ``classes`` replaces the class list (and drops a fleet's groups).
+
+        A bad count or class is a :class:`ConfigError` naming ``source`` (the option)."""
+        try:
+            devices = dataclasses.replace(self.devices, count=count)
+            if classes is not None and self.devices.groups:
+                devices = dataclasses.replace(devices, groups=())
+            if classes is not None:
+                source = "--classes"
+                devices = dataclasses.replace(devices, classes=tuple(float(c) for c in classes))
+        except FieldError as e:
+            raise ConfigError(source, "", f"devices.{e.field}: {e.problem}") from None
         return self.replace(devices=devices)
 
     def to_dict(self) -> dict[str, Any]:

@@ -130,11 +130,24 @@ def check_memory(
             "server.gpu_memory_utilization",
             "no memory is left for the KV cache after the weights and the activation reserve",
         )
+    bs = scenario.server.block_size
+    blocks = capacity_tokens // bs
+    if blocks < 1:
+        raise ConfigError(
+            source,
+            "server.block_size",
+            f"{bs:,} tokens is more than the whole KV cache ({capacity_tokens:,} tokens); "
+            f"allowed: <= {capacity_tokens:,}",
+        )
     longest = wl.prompt_tokens.support()[1] + wl.output_tokens.support()[1] + scenario.drafting.k_max + 1
-    if math.isfinite(longest) and longest > capacity_tokens:
+    if not math.isfinite(longest):
+        raise ConfigError(source, "workload.output_tokens.max", "must be finite (the KV fit check needs it)")
+    need = -(-int(longest) // bs)
+    if need > blocks:
         raise ConfigError(
             source,
             "workload.output_tokens",
-            f"the longest response ({int(longest)} tokens of prompt + output) does not fit in the "
-            f"KV cache ({capacity_tokens} tokens); lower the length limits or raise memory",
+            f"the longest response ({int(longest)} tokens of prompt + output, {need:,} blocks of {bs}) "
+            f"does not fit in the KV cache ({blocks:,} blocks, {capacity_tokens} tokens); lower the "
+            "length limits or the block size, or raise memory",
         )

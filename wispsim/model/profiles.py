@@ -144,11 +144,19 @@ def _value(v: Any, source: str, where: str, *, minimum: float | None = None) -> 
             v = float(v)
         except ValueError:
             raise ConfigError(source, where, f"must be a number, got {v!r}") from None
-    if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
-        raise ConfigError(source, where, f"must be a number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ConfigError(source, where, f"must be a number, got {' '.join(repr(v).split())[:60]}")
+    try:
+        v = float(v)
+    except OverflowError:
+        raise ConfigError(
+            source, where, f"must be a finite number, got a {len(str(v))}-digit integer"
+        ) from None
+    if not math.isfinite(v):
+        raise ConfigError(source, where, f"must be a finite number, got {v}")
     if minimum is not None and v < minimum:
         raise ConfigError(source, where, f"must be >= {minimum:g}, got {v:g}")
-    return float(v)
+    return v
 
 
 def _int(d: dict[str, Any], key: str, source: str, path: str, *, minimum: int = 1) -> int:

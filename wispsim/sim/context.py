@@ -95,7 +95,7 @@ class RunContext:
         env = self.env
         end = self.window[1]
         yield env.timeout(end)
-        limit = end + self.scenario.workload.drain_limit_s
+        limit = end + self.scenario.drain_limit_s()
         while True:
             now = env.now
             hard = now >= limit

@@ -21,6 +21,7 @@ import numpy as np
 import simpy
 
 from wispsim.config import Scenario
+from wispsim.config.limits import MAX_DEVICES
 from wispsim.errors import ConfigError
 from wispsim.model.fleet import device_specs, fleet_size
 from wispsim.model.latency import make_latency
@@ -63,8 +64,8 @@ def simulate(
     """
     wall0 = time.perf_counter()
     n = devices if devices is not None else scenario.devices.count
-    if n < 1:
-        raise ConfigError("--devices", "devices", f"must be >= 1, got {n}")
+    if not 1 <= n <= MAX_DEVICES:
+        raise ConfigError("--devices", "devices", f"must be in [1, {MAX_DEVICES:,}], got {n:,}")
     seed = scenario.seed if seed is None else seed
     srv = scenario.server
     names = srv.replica_profiles or (srv.profile,) * srv.replicas

@@ -8,11 +8,15 @@ KV fit are checked; :mod:`wispsim.config` only parses and validates values.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wispsim.config import Scenario
+import numpy as np
+
+from wispsim.config import POLICIES, Dist, FieldError, Scenario
+from wispsim.config.limits import MAX_ARRIVAL_RATE, MAX_DEVICES, MAX_REPLICAS, MAX_SIM_SECONDS
 from wispsim.config.parse import build, deep_merge, default_scenario_dict, read_yaml
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.model.acceptance import ACCEPTANCE, find_trace
@@ -20,10 +24,20 @@ from wispsim.model.drafting import CONTROLLERS
 from wispsim.model.latency import LATENCY
 from wispsim.model.memory import check_memory
 from wispsim.model.predictor import PREDICTORS, find_predictor
-from wispsim.model.profiles import load_profile
+from wispsim.model.profiles import Profile, load_profile
 from wispsim.model.schedulers import SCHEDULERS
 from wispsim.sim.arrivals import ARRIVALS, load_arrival_trace
 from wispsim.sim.router import ROUTERS
+
+# centralized serving's scheduler (continuous batching); verification schedulers are ignored there
+CENTRAL_SCHEDULER = "continuous"
+# the fields a policy preset sets (SPEC 3): (section, field) -> the preset key
+PRESET_FIELDS = {
+    ("drafting", "controller"): "controller",
+    ("server", "mode"): "mode",
+    ("server", "scheduler"): "scheduler",
+    ("server", "prefix_cache"): "cache",
+}
 
 
 def load_scenario(
@@ -37,27 +51,86 @@ def load_scenario(
 
     ``base`` is a scenario mapping merged over the default before the file (a replay log's
     resolved scenario); ``overrides`` is a nested mapping merged last (the CLI uses it for
-    ``--set a.b=value``). Errors name ``source`` (default: the file, else "default scenario").
+    ``--set a.b=value``). Errors name ``source`` (default: the file, else "default scenario"),
+    or ``--set`` when the field at fault was set there.
+
+    A field the policy preset sets (``drafting.controller``, ``server.mode``, ``server.scheduler``,
+    ``server.prefix_cache``) given explicitly in the file or with ``--set`` must agree with the
+    preset; to choose them one by one, use ``policy: custom``.
     """
     data = default_scenario_dict()
     label = "default scenario"
     if base:
         data = deep_merge(data, base)
+    written: dict[str, Any] = {}
     if path is not None:
         label = str(path)
-        data = deep_merge(data, read_yaml(Path(path)))
+        written = read_yaml(Path(path))
+        data = deep_merge(data, written)
     if overrides:
         data = deep_merge(data, overrides)
     source = label if source is None else source
-    scenario: Scenario = build(Scenario, data, source)
-    if scenario.policy != "custom":
-        scenario = scenario.with_policy(scenario.policy, source)
-    check_references(scenario, source)
+    set_paths = _dotted(overrides or {})
+    try:
+        scenario: Scenario = build(Scenario, data, source)
+        if scenario.policy != "custom":
+            _check_preset(scenario, written, overrides or {}, source)
+            scenario = scenario.with_policy(scenario.policy, source)
+        check_references(scenario, source)
+    except ConfigError as e:
+        raise relabel(e, dict.fromkeys(set_paths, "--set")) from None
     return scenario
 
 
+def relabel(error: ConfigError, owners: Mapping[str, str]) -> ConfigError:
+    """``error`` blamed on whoever set its field: ``owners`` maps a dotted field (or a section)
+    to a source such as ``--set`` or ``--classes``; an unrelated error is returned unchanged."""
+    fld = error.field
+    for key, owner in owners.items():
+        if fld == key or fld.startswith((key + ".", key + "[")) or (key.startswith(fld + ".") and fld):
+            return ConfigError(owner, fld, error.problem)
+    return error
+
+
+def _dotted(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for k, v in tree.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping) and v:
+            out += _dotted(v, key)
+        else:
+            out.append(key)
+    return out
+
+
+def _check_preset(
+    scenario: Scenario, written: Mapping[str, Any], overrides: Mapping[str, Any], source: str
+) -> None:
+    """An explicit setting the policy preset would override is an error, never silently dropped."""
+    preset = POLICIES.get(scenario.policy)
+    if preset is None:
+        return  # an unknown policy: with_policy names it
+    for (section, name), key in PRESET_FIELDS.items():
+        for layer, where in ((overrides, "--set"), (written, source)):
+            given = layer.get(section)
+            if not isinstance(given, Mapping) or name not in given:
+                continue
+            value = getattr(getattr(scenario, section), name)
+            if value != preset[key]:
+                want = str(preset[key]).lower() if isinstance(preset[key], bool) else preset[key]
+                got = str(value).lower() if isinstance(value, bool) else value
+                raise ConfigError(
+                    where,
+                    f"{section}.{name}",
+                    f"{got} conflicts with policy {scenario.policy}, which sets {want}; "
+                    "set policy: custom to choose it yourself",
+                )
+            break  # the later layer wins; an agreeing value there is fine
+
+
 def check_references(scenario: Scenario, source: str) -> None:
-    """Check the names a scenario refers to (plug-ins, profile, trace), naming ``source``."""
+    """Check the names a scenario refers to (plug-ins, profile, trace), naming ``source``, then
+    that its values fit together (:func:`check_consistency`)."""
     sv = scenario.server
     ACCEPTANCE.get(scenario.acceptance.model, source, "acceptance.model")
     CONTROLLERS.get(scenario.drafting.controller, source, "drafting.controller")
@@ -65,6 +138,9 @@ def check_references(scenario: Scenario, source: str) -> None:
     LATENCY.get(sv.latency_model, source, "server.latency_model")
     if sv.mode == "speculative":
         SCHEDULERS.get(sv.scheduler, source, "server.scheduler")
+    elif sv.scheduler != CENTRAL_SCHEDULER and sv.scheduler not in SCHEDULERS:
+        known = ", ".join([CENTRAL_SCHEDULER, *SCHEDULERS])
+        raise ConfigError(source, "server.scheduler", f"unknown scheduler {sv.scheduler!r}; known: {known}")
     ARRIVALS.get(scenario.arrivals.process, source, "arrivals.process")
     ROUTERS.get(sv.router, source, "server.router")
     for i, g in enumerate(scenario.devices.groups):
@@ -73,15 +149,7 @@ def check_references(scenario: Scenario, source: str) -> None:
             raise ConfigError(
                 source, f"devices.groups[{i}].link", f"unknown link type {g.link!r}; known: {known}"
             )
-    if scenario.arrivals.process == "trace":
-        if not scenario.arrivals.trace:
-            raise ConfigError(source, "arrivals.trace", "the trace arrival process needs a CSV file or name")
-        load_arrival_trace(scenario.arrivals.trace, source)
     try:
-        for name in sv.replica_profiles or (sv.profile,):
-            profile = load_profile(name)
-            cap = profile.kv_capacity_tokens(sv.gpu_memory_utilization, sv.activation_reserve_gib)
-            check_memory(scenario, cap, profile, source)
         uses_predictor = scenario.drafting.controller == "predictor"
         if uses_predictor and scenario.drafting.predictor.name == "npz":
             if not scenario.drafting.predictor.path:
@@ -97,6 +165,148 @@ def check_references(scenario: Scenario, source: str) -> None:
         raise ConfigError(source, e.field, e.problem) from None
     except WispsimError as e:
         raise ConfigError(source, "acceptance.trace", str(e).split(": ", 1)[-1]) from None
+    check_consistency(scenario, source)
+
+
+def _profiles(scenario: Scenario, source: str) -> list[Profile]:
+    sv = scenario.server
+    names = [("server.profile", sv.profile)]
+    if sv.replica_profiles:
+        names = [(f"server.replica_profiles[{i}]", n) for i, n in enumerate(sv.replica_profiles)]
+    out = []
+    for fld, name in names:
+        try:
+            out.append(load_profile(name))
+        except ConfigError as e:
+            if e.source != "scenario":  # the profile file itself is bad: it names itself
+                raise
+            raise ConfigError(source, fld, e.problem) from None
+    return out
+
+
+def check_consistency(scenario: Scenario, source: str = "scenario") -> None:
+    """What a run would trip over, caught before it starts: the KV cache holds the longest
+    response in whole blocks, one batch can hold the longest single verification, the drain
+    limit leaves every on-time response time to finish, an arrival trace stays within the limits,
+    and every SLO class is reachable by the devices that hold it. Errors name ``source``."""
+    sv, wl, dr = scenario.server, scenario.workload, scenario.drafting
+    profiles = _profiles(scenario, source)
+    for profile in profiles:
+        cap = profile.kv_capacity_tokens(sv.gpu_memory_utilization, sv.activation_reserve_gib)
+        check_memory(scenario, cap, profile, source)
+    longest_prompt = wl.prompt_tokens.support()[1]
+    longest_output = wl.output_tokens.support()[1]
+    longest = int(longest_prompt + longest_output) + dr.k_max + 1
+    if sv.mode == "speculative" and sv.max_batch_tokens < longest:
+        raise ConfigError(
+            source,
+            "server.max_batch_tokens",
+            f"{sv.max_batch_tokens:,} is less than the longest single verification ({longest:,} "
+            "tokens: a cold round forwards prompt + output + k_max + 1); "
+            f"allowed: >= {longest:,}",
+        )
+    slos = [g.slo for g in scenario.devices.groups] or list(scenario.devices.classes)
+    on_time = scenario.on_time_s()
+    horizon = wl.warmup_s + wl.duration_s + scenario.drain_limit_s()
+    if horizon > MAX_SIM_SECONDS:
+        raise ConfigError(
+            source,
+            "workload.duration_s",
+            f"warmup_s + duration_s + drain ({scenario.drain_limit_s():g} s) is {horizon:.3g} s of "
+            f"simulated time; allowed: <= {MAX_SIM_SECONDS:g} s",
+        )
+    if wl.drain_limit_s is not None and wl.drain_limit_s < on_time:
+        raise ConfigError(
+            source,
+            "workload.drain_limit_s",
+            f"{wl.drain_limit_s:g} s is shorter than the longest on-time response "
+            f"({longest_output:g} tokens at {min(slos):g} tokens/s = {on_time:g} s), so responses "
+            f"still in flight would be counted as violations unseen; allowed: >= {on_time:g}",
+        )
+    _check_arrivals(scenario, source)
+    _check_reachable(scenario, profiles, source)
+
+
+def _check_arrivals(scenario: Scenario, source: str) -> None:
+    arr = scenario.arrivals
+    if arr.process != "trace":
+        return
+    if not arr.trace:
+        raise ConfigError(source, "arrivals.trace", "the trace arrival process needs a CSV file or name")
+    trace = load_arrival_trace(arr.trace, source)
+    top = float(trace.values.max()) * arr.scale
+    if arr.kind == "concurrency":
+        scaled = trace.values * arr.scale
+        if not np.allclose(scaled, np.round(scaled)):
+            raise ConfigError(
+                source,
+                "arrivals.scale",
+                f"concurrency values x scale {arr.scale:g} must be whole numbers of devices "
+                f"(a row gives {float(scaled[~np.isclose(scaled, np.round(scaled))][0]):g})",
+            )
+        if top > MAX_DEVICES:
+            raise ConfigError(
+                source,
+                "arrivals.scale",
+                f"the trace peaks at {top:,.0f} devices; allowed: <= {MAX_DEVICES:,}",
+            )
+    elif top > MAX_ARRIVAL_RATE:
+        raise ConfigError(
+            source,
+            "arrivals.scale",
+            f"the trace peaks at {top:g} responses/s; allowed: <= {MAX_ARRIVAL_RATE:g}",
+        )
+    if trace.end > MAX_SIM_SECONDS:
+        raise ConfigError(
+            source, "arrivals.trace", f"the trace runs to {trace.end:g} s; allowed: <= {MAX_SIM_SECONDS:g} s"
+        )
+
+
+def _check_reachable(scenario: Scenario, profiles: list[Profile], source: str) -> None:
+    """Every SLO class must be a speed some device could reach at all (an upper bound, so a
+    class this rejects could never be met: capacity would be 0 whatever the load)."""
+    dev, dr, sv = scenario.devices, scenario.drafting, scenario.server
+    # the fastest verification any replica can do: the batch constant, on a lucky (4-sigma) draw
+    fastest = min(
+        p.estimator.c * math.exp(-4 * p.noise_sigma) if sv.noise else p.estimator.c for p in profiles
+    )
+    if sv.mode == "centralized":
+        step = min(
+            (p.estimator.c + p.estimator.a) * (math.exp(-4 * p.noise_sigma) if sv.noise else 1.0)
+            for p in profiles
+        )
+        bound, why = 1.0 / step if step > 0 else math.inf, f"one decode step takes >= {step * 1e3:.3g} ms"
+        pairs = [("devices.classes", c, bound, why) for c in dev.classes]
+        pairs += [(f"devices.groups[{i}].slo", g.slo, bound, why) for i, g in enumerate(dev.groups)]
+    else:
+        k_lo = dr.k_min if dr.controller == "predictor" else dr.k
+        k_hi = dr.k_max if dr.controller == "predictor" else dr.k
+
+        def reach(draft: Dist) -> tuple[float, str]:
+            top = draft.support()[1]
+            if not math.isfinite(top):
+                return math.inf, ""
+            best = max((k + 1) / (k / top + fastest) for k in range(k_lo, k_hi + 1))
+            return (
+                best,
+                f"drafting at <= {top:g} tokens/s, k {k_lo}..{k_hi}, verification >= {fastest * 1e3:.3g} ms",
+            )
+
+        pairs = []
+        if dev.groups:
+            for i, g in enumerate(dev.groups):
+                pairs.append((f"devices.groups[{i}].slo", g.slo, *reach(g.draft_speed or dev.draft_speed)))
+        else:
+            bound, why = reach(dev.draft_speed)
+            pairs = [("devices.classes", c, bound, why) for c in dev.classes]
+    for fld, slo, bound, why in pairs:
+        if slo >= bound:
+            raise ConfigError(
+                source,
+                fld,
+                f"{slo:g} tokens/s is faster than any device can reach (at most {bound:.4g} tokens/s: "
+                f"{why}); allowed: < {bound:.4g}",
+            )
 
 
 def apply_arrivals_option(sc: Scenario, text: str | None, tail: float = 300.0) -> Scenario:
@@ -121,16 +331,19 @@ def apply_arrivals_option(sc: Scenario, text: str | None, tail: float = 300.0) -
         kind, path = sc.arrivals.kind, text
     trace = load_arrival_trace(path, "--arrivals")
     arr = dataclasses.replace(sc.arrivals, process="trace", trace=path, kind=kind)  # type: ignore[arg-type]
-    if tail < 0:
-        raise ConfigError("--tail", "", f"must be >= 0, got {tail}")
-    wl = dataclasses.replace(sc.workload, warmup_s=0.0, duration_s=max(trace.end + tail, 1e-9))
+    if not (math.isfinite(tail) and tail >= 0):
+        raise ConfigError("--tail", "", f"must be a finite number >= 0, got {tail}")
+    try:
+        wl = dataclasses.replace(sc.workload, warmup_s=0.0, duration_s=max(trace.end + tail, 1e-9))
+    except FieldError as e:
+        raise ConfigError("--arrivals", f"workload.{e.field}", e.problem) from None
     return sc.replace(arrivals=arr, workload=wl)
 
 
 def apply_server_options(sc: Scenario, replicas: int | None, router: str | None) -> Scenario:
     """``--replicas`` and ``--router``: R identical replicas of the scenario's profile, and a router."""
-    if replicas is not None and replicas < 1:
-        raise ConfigError("--replicas", "", f"must be >= 1, got {replicas}")
+    if replicas is not None and not 1 <= replicas <= MAX_REPLICAS:
+        raise ConfigError("--replicas", "", f"must be in [1, {MAX_REPLICAS}], got {replicas}")
     if router is not None:
         ROUTERS.get(router, "--router", "--router")
     srv = dataclasses.replace(
@@ -140,3 +353,14 @@ def apply_server_options(sc: Scenario, replicas: int | None, router: str | None)
         replica_profiles=() if replicas is not None else sc.server.replica_profiles,
     )
     return sc.replace(server=srv)
+
+
+def check_options(scenario: Scenario, owners: Mapping[str, str]) -> Scenario:
+    """The last check of a scenario a command changed with options (``--classes``, ``--devices``,
+    ``--arrivals``, ``--replicas``, ``--policy``, ...): :func:`check_consistency`, with an error
+    blamed on the option that set its field (``owners`` maps dotted fields to option names)."""
+    try:
+        check_consistency(scenario, "scenario")
+    except ConfigError as e:
+        raise relabel(e, owners) from None
+    return scenario
