@@ -322,9 +322,17 @@ def apply_arrivals_option(sc: Scenario, text: str | None, tail: float = 300.0) -
             rate = float(rest)
         except ValueError:
             rate = -1.0
-        if not rate > 0:
-            raise ConfigError("--arrivals", "", f"poisson:RATE needs a rate > 0 responses/s, got {rest!r}")
-        return sc.replace(arrivals=dataclasses.replace(sc.arrivals, process="poisson", rate=rate))
+        if not 0 < rate <= MAX_ARRIVAL_RATE:
+            raise ConfigError(
+                "--arrivals",
+                "",
+                f"poisson:RATE needs a rate in (0, {MAX_ARRIVAL_RATE:g}] responses/s, got {rest!r}",
+            )
+        try:
+            out = sc.replace(arrivals=dataclasses.replace(sc.arrivals, process="poisson", rate=rate))
+            return out.replace()  # the scenario-wide checks (responses started) run again
+        except FieldError as e:
+            raise ConfigError("--arrivals", e.field, e.problem) from None
     if kind in ("concurrency", "rate") and rest:
         path = rest
     else:
