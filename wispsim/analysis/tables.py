@@ -12,7 +12,6 @@ names the file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pandas as pd
 import yaml
 
 from wispsim.errors import WispsimError
+from wispsim.tabular import read_json, reading
 
 CAPACITY_COLUMNS = ("policy", "class", "capacity", "ci_low", "ci_high")
 POOLED_COLUMNS = ("policy", "group", "class", "devices", "violation_rate", "decision_violation")
@@ -59,11 +59,8 @@ def read_csv(folder: Path | str, name: str, columns: Iterable[str] = ()) -> pd.D
     path = results_folder(folder) / name
     if not path.is_file():
         raise WispsimError(f"{path}: not found (is {path.parent} the right results folder?)")
-    try:
-        df = pd.read_csv(path, dtype=_LABEL_COLUMNS)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise WispsimError(f"{path}: cannot read as CSV: {first}") from None
+    with reading(str(path), "CSV", WispsimError):
+        df = pd.read_csv(path, dtype=_LABEL_COLUMNS, encoding="utf-8")
     return check_columns(df, columns, str(path))
 
 
@@ -72,11 +69,8 @@ def read_parquet(folder: Path | str, name: str, columns: Iterable[str] = ()) -> 
     path = results_folder(folder) / name
     if not path.is_file():
         raise WispsimError(f"{path}: not found (is {path.parent} a run folder?)")
-    try:
+    with reading(str(path), "Parquet", WispsimError):  # pyarrow raises several kinds
         df = pd.read_parquet(path)
-    except Exception as e:  # pyarrow raises several kinds for a damaged file
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise WispsimError(f"{path}: cannot read as Parquet: {first}") from None
     return check_columns(df, columns, str(path))
 
 
@@ -141,10 +135,8 @@ def folder_meta(folder: Path | str) -> dict[str, Any]:
     for s in scen:
         if not s.is_file():
             continue
-        try:
-            doc = yaml.safe_load(s.read_text())
-        except yaml.YAMLError as e:
-            raise WispsimError(f"{s}: cannot read as YAML: {str(e).splitlines()[0]}") from None
+        with reading(str(s), "YAML", WispsimError):
+            doc = yaml.safe_load(s.read_bytes().decode("utf-8"))
         if isinstance(doc, dict):
             meta.setdefault("policy", doc.get("policy"))
             meta.setdefault("seed", doc.get("seed"))
@@ -154,10 +146,7 @@ def folder_meta(folder: Path | str) -> dict[str, Any]:
         break
     m = p / "manifest.json"
     if m.is_file():
-        try:
-            man = json.loads(m.read_text())
-        except json.JSONDecodeError as e:
-            raise WispsimError(f"{m}: cannot read as JSON: {e}") from None
+        man = read_json(m, error=WispsimError)
         if isinstance(man, dict):
             meta.update({k: v for k, v in man.items() if v is not None})
     return {k: v for k, v in meta.items() if v is not None}

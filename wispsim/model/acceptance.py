@@ -22,16 +22,18 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
 from wispsim.config import AcceptanceConfig
+from wispsim.config.limits import MAX_TOKENS
 from wispsim.errors import TraceError
 from wispsim.paths import resolve_named, traces_dir
 from wispsim.registry import Registry
+from wispsim.tabular import bool_column, check_file, numeric_column, reading
 
 FEATURES = ("top1_prob", "entropy", "margin", "logit_std")
 TRACE_COLUMNS = ("sample_id", "position", *FEATURES, "beta", "greedy_agree", "accept")
@@ -196,38 +198,66 @@ def find_trace(name_or_path: str) -> Path:
 
 @functools.lru_cache(maxsize=8)
 def load_trace(path: str) -> Trace:
-    """Read and check a trace file (cached: sweeps reuse it across runs)."""
-    try:
+    """Read and check a trace file (cached: sweeps reuse it across runs).
+
+    Every column the simulator uses is checked (one-line :class:`TraceError` naming the column,
+    the row and the value): ``sample_id`` integers, ``position`` integers in [0, MAX_TOKENS]
+    (consecutive within a sample), ``context_length`` (optional) integers in [0, MAX_TOKENS],
+    ``beta``, ``top1_prob`` and ``margin`` in [0, 1], ``entropy`` and ``logit_std`` finite and
+    >= 0, ``accept`` and ``greedy_agree`` booleans or the integers 0 and 1.
+    """
+    check_file(path, error=TraceError)
+    with reading(path, "Parquet trace", TraceError, failed="not a readable {what}"):
         table = pq.read_table(path)
-    except Exception as e:  # pyarrow raises several types for a corrupt file
-        raise TraceError(f"{path}: not a readable Parquet trace ({type(e).__name__}: {e})") from None
+        df: pd.DataFrame = table.to_pandas()
     missing = [c for c in TRACE_COLUMNS if c not in table.column_names]
     if missing:
         raise TraceError(f"{path}: missing columns {', '.join(missing)}; need {', '.join(TRACE_COLUMNS)}")
-    df: pd.DataFrame = table.to_pandas()
     if len(df) == 0:
         raise TraceError(f"{path}: the trace has no rows")
-    df = df.sort_values(["sample_id", "position"], kind="stable").reset_index(drop=True)
-    beta = df["beta"].to_numpy(float)
-    if not np.all((beta >= 0) & (beta <= 1)):
-        raise TraceError(f"{path}: column beta must lie in [0, 1]")
-    feats = df[list(FEATURES)].to_numpy(float)
-    if not np.all(np.isfinite(feats)):
-        raise TraceError(f"{path}: feature columns contain NaN or infinite values")
-    sid = df["sample_id"].to_numpy()
+    df = df.reset_index(drop=True)
+
+    def num(col: str, **rule: Any) -> np.ndarray:
+        return numeric_column(df, col, path, text_numbers=False, error=TraceError, **rule)
+
+    # checked in file order (row numbers as in the file), then sorted
+    sid_raw = num("sample_id", integer=True)
+    pos_raw = num("position", integer=True, lo=0, hi=MAX_TOKENS)
+    beta_raw = num("beta")
+    out = np.flatnonzero((beta_raw < 0) | (beta_raw > 1))
+    if out.size:
+        i = int(out[0])
+        raise TraceError(f"{path}: column beta must lie in [0, 1]; row {i + 1} has {beta_raw[i]:g}")
+    checked = {
+        "beta": beta_raw,
+        "top1_prob": num("top1_prob", lo=0, hi=1),
+        "entropy": num("entropy", lo=0),
+        "margin": num("margin", lo=0, hi=1),
+        "logit_std": num("logit_std", lo=0),
+    }
+    ctx = num("context_length", integer=True, lo=0, hi=MAX_TOKENS) if "context_length" in df else None
+    accept = bool_column(df, "accept", path, error=TraceError)
+    greedy = bool_column(df, "greedy_agree", path, error=TraceError)
+    order = np.lexsort((pos_raw, sid_raw))
+    sid = sid_raw[order]
+    pos = pos_raw[order]
+    beta = checked["beta"][order]
+    feats = np.column_stack([checked[f][order] for f in FEATURES])
     change = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
     lengths = np.diff(np.r_[change, len(df)])
-    pos = df["position"].to_numpy()
     expected = np.arange(len(df)) - np.repeat(change, lengths)
     if not np.array_equal(pos - np.repeat(pos[change], lengths), expected):
-        raise TraceError(f"{path}: positions of a sample must be consecutive integers")
-    if "context_length" in df.columns:
-        prompt = df["context_length"].to_numpy()[change].astype(int)
-    else:
-        prompt = np.full(len(change), 256)
+        bad = np.flatnonzero(pos - np.repeat(pos[change], lengths) != expected)[0]
+        raise TraceError(
+            f"{path}: position: positions of a sample must be consecutive integers; sample "
+            f"{sid[bad]:g} has position {pos[bad]:g} after {pos[bad - 1]:g}"
+        )
+    prompt = ctx[order][change].astype(int) if ctx is not None else np.full(len(change), 256)
     raw_meta = table.schema.metadata or {}
     meta = {
-        k.decode(): v.decode(errors="replace") for k, v in raw_meta.items() if not k.startswith(b"pandas")
+        k.decode(errors="replace"): v.decode(errors="replace")
+        for k, v in raw_meta.items()
+        if not k.startswith(b"pandas")
     }
     return Trace(
         path=path,
@@ -235,8 +265,8 @@ def load_trace(path: str) -> Trace:
         lengths=lengths,
         prompt_lens=np.maximum(prompt, 1),
         beta=beta,
-        flag=df["accept"].to_numpy(bool),
-        greedy=df["greedy_agree"].to_numpy(bool),
+        flag=accept[order],
+        greedy=greedy[order],
         features=feats,
         metadata=meta,
     )

@@ -11,13 +11,15 @@ the same in every dimension and no dimension dominates by its units.
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from wispsim.errors import WispsimError
+from wispsim.errors import ConfigError, WispsimError
+from wispsim.tabular import numeric_column, read_table
 
 TIMING_COLUMNS = [
     "status",
@@ -56,24 +58,63 @@ DATA_COLUMNS = PLAN_COLUMNS + TIMING_COLUMNS
 AGGREGATES = ["n_linear", "n_interactions", "n_cached"]
 
 
+SPLITS = ("train", "test")
+
+
 def read_measurements(path: Path, *, ok_only: bool = True) -> pd.DataFrame:
-    """Read a recorder CSV; with ``ok_only`` keep the configurations that were timed."""
-    if not path.is_file():
+    """Read and check a recorder CSV; with ``ok_only`` keep the configurations that were timed.
+
+    Checked (one-line errors naming the file, the column, the row and the value): ``split`` is
+    train or test; the aggregates ``n_linear``, ``n_interactions``, ``n_cached`` are finite
+    integers >= 0; on timed rows ``latency_s`` is a finite number > 0, ``cv`` (if present) a
+    finite number >= 0 or empty, and every run of ``runs_s`` a finite number > 0.
+    """
+    src = str(path)
+    if Path(path).is_dir() or not Path(path).is_file():
         raise WispsimError(f"{path}: measurement file not found")
-    try:
-        df = pd.read_csv(path, dtype={"l_new": str, "l_cached": str, "runs_s": str, "config_id": str})
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise WispsimError(f"{path}: not a measurement CSV ({e})") from None
     need = ["config_id", "split", "category", *AGGREGATES, "status", "latency_s"]
-    missing = [c for c in need if c not in df]
-    if missing:
-        raise WispsimError(f"{path}: not a measurement CSV: missing columns {', '.join(missing)}")
+    df = read_table(
+        path,
+        kind="csv",
+        columns=need,
+        dtype={"l_new": str, "l_cached": str, "runs_s": str, "config_id": str, "split": str, "status": str},
+    )
     if ok_only:
-        df = df[df.status == "ok"].reset_index(drop=True)
-        bad = df[~(df.latency_s > 0)]
-        if len(bad):
-            raise WispsimError(f"{path}: config {bad.config_id.iloc[0]!r}: latency_s must be > 0")
+        df = df[df.status.astype(str).str.strip() == "ok"]
+    rows = (df.index.to_numpy() + 1).tolist()  # the file's data rows, counted from 1
+    df = df.reset_index(drop=True)
+    split = df.split.astype(str).str.strip()
+    bad = np.flatnonzero(~split.isin(SPLITS).to_numpy(bool))
+    if bad.size:
+        i = int(bad[0])
+        raise ConfigError(src, "split", f"row {rows[i]}: must be train or test, got {df.split.iloc[i]!r}")
+    df["split"] = split
+    for col in AGGREGATES:
+        df[col] = numeric_column(df, col, src, integer=True, lo=0, rows=rows)
+    if ok_only:
+        df["latency_s"] = numeric_column(df, "latency_s", src, lo=0, lo_open=True, rows=rows)
+        if "cv" in df:
+            df["cv"] = numeric_column(df, "cv", src, lo=0, allow_empty=True, rows=rows)
+        if "runs_s" in df:
+            for i, text in enumerate(df.runs_s):
+                _check_runs(text, src, rows[i])
     return df
+
+
+def _check_runs(text: object, src: str, row: int) -> None:
+    if not isinstance(text, str):
+        return  # empty: run_times falls back to the mean
+    for part in text.split(";"):
+        if part in ("", "nan"):
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            v = math.nan
+        if not (math.isfinite(v) and v > 0):
+            raise ConfigError(
+                src, "runs_s", f"row {row}: runs must be finite numbers > 0 separated by ';', got {part!r}"
+            )
 
 
 def run_times(df: pd.DataFrame) -> list[np.ndarray]:

@@ -39,12 +39,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from wispsim.config import PredictorConfig
+from wispsim.config.limits import MAX_DRAFT, finite
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.model.acceptance import FEATURES
 from wispsim.paths import predictors_dir, resolve_named
 from wispsim.registry import Registry
+from wispsim.tabular import check_file, describe, reading
 
 FORMAT = "wispsim-predictor/1"
+#: the model kinds ``wispsim predictor train`` exports (mlp; the others are tree ensembles)
+KINDS = ("mlp", "xgboost", "lightgbm", "rf")
 
 
 class Predictor(Protocol):
@@ -144,7 +148,9 @@ class TreeArrays:
 
 
 def tree_depth(left: np.ndarray, right: np.ndarray, roots: np.ndarray) -> int:
-    """Number of edges on the longest root-to-leaf path over all trees (leaves have left -1)."""
+    """Number of edges on the longest root-to-leaf path over all trees (leaves have left -1).
+
+    A path longer than the node count means the children loop: a ValueError, not a hang."""
     depth = 0
     level = roots
     while True:
@@ -153,6 +159,8 @@ def tree_depth(left: np.ndarray, right: np.ndarray, roots: np.ndarray) -> int:
             return depth
         level = np.concatenate([left[inner], right[inner]])
         depth += 1
+        if depth > len(left) or len(level) > 2 * len(left) * len(roots):
+            raise ValueError("the trees' child indices form a loop")
 
 
 def _trees_from_npz(z: Any) -> TreeArrays:
@@ -234,25 +242,162 @@ def find_predictor(path: str) -> Path:
 
 @functools.lru_cache(maxsize=16)
 def load_exported(path: str) -> ExportedPredictor:
-    """Read an exported predictor (cached: every run of a sweep uses the same file)."""
+    """Read an exported predictor (cached: every run of a sweep uses the same file).
+
+    Every array is checked (:func:`check_arrays`): a damaged, truncated or foreign file, a missing
+    array, a wrong shape, a NaN weight or an index out of range is a one-line error naming it.
+    """
+    check_file(path, error=WispsimError)
+    unreadable = "not a readable predictor file"
+    with reading(path, "npz", WispsimError, failed=unreadable), np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    fmt = str(arrays["format"]) if "format" in arrays else "?"
+    if fmt != FORMAT:
+        raise WispsimError(f"{path}: not a wispsim predictor (format {fmt!r}, expected {FORMAT!r})")
+    check_arrays(arrays, path)
     try:
-        with np.load(path, allow_pickle=False) as z:
-            fmt = str(z["format"]) if "format" in z else "?"
-            if fmt != FORMAT:
-                raise WispsimError(f"{path}: not a wispsim predictor (format {fmt!r}, expected {FORMAT!r})")
-            kind = str(z["kind"])
-            model = _mlp_from_npz(z) if kind == "mlp" else _trees_from_npz(z)
-            return ExportedPredictor(
-                path=path,
-                kind=kind,
-                features=tuple(str(f) for f in z["features"]),
-                threshold=float(z["threshold"]),
-                k=int(z["k"]),
-                model=model,
-                meta=json.loads(str(z["meta"])),
+        meta = json.loads(str(arrays["meta"]), parse_constant=lambda c: None)
+    except (ValueError, RecursionError) as e:
+        raise WispsimError(f"{path}: meta: not valid JSON ({describe(e)})") from None
+    kind = str(arrays["kind"])
+    with reading(path, "npz", WispsimError, failed=unreadable):
+        model = _mlp_from_npz(arrays) if kind == "mlp" else _trees_from_npz(arrays)
+    return ExportedPredictor(
+        path=path,
+        kind=kind,
+        features=tuple(str(f) for f in arrays["features"]),
+        threshold=float(arrays["threshold"]),
+        k=int(arrays["k"]),
+        model=model,
+        meta=meta if isinstance(meta, dict) else {},
+    )
+
+
+_MLP_KEYS = ("scaler_mean", "scaler_scale", "n_layers", "activation", "out_activation")
+_TREE_KEYS = (
+    "tree_offsets",
+    "node_feature",
+    "node_threshold",
+    "node_left",
+    "node_right",
+    "node_value",
+    "decision",
+    "feature_dtype",
+    "combine",
+    "base_margin",
+    "sigmoid_scale",
+)
+
+
+def check_arrays(z: dict[str, np.ndarray], path: str) -> None:
+    """The arrays of an exported predictor are complete, of the right shapes, finite and in range
+    (the module docstring describes the format); else a one-line WispsimError naming the array."""
+
+    def bad(name: str, what: str) -> WispsimError:
+        return WispsimError(f"{path}: {name}: {what}")
+
+    def need(*names: str) -> None:
+        missing = [n for n in names if n not in z]
+        if missing:
+            raise bad(missing[0], f"missing array(s) {', '.join(missing)}")
+
+    def scalar(name: str, kind: str) -> Any:
+        a = z[name]
+        if a.ndim != 0 or a.dtype.kind not in kind:
+            raise bad(
+                name, f"must be a single {'string' if kind == 'U' else 'number'}, got {a.dtype} {a.shape}"
             )
-    except (OSError, ValueError, KeyError) as e:
-        raise WispsimError(f"{path}: not a readable predictor file ({type(e).__name__}: {e})") from None
+        return a.item()
+
+    def numbers(name: str, ndim: int, integer: bool = False) -> np.ndarray:
+        a = z[name]
+        if a.ndim != ndim or a.dtype.kind not in ("iu" if integer else "iuf"):
+            want = "integers" if integer else "numbers"
+            raise bad(name, f"must be a {ndim}-D array of {want}, got {a.dtype} with shape {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise bad(name, "holds NaN or infinite values")
+        return a
+
+    need("kind", "features", "threshold", "k", "meta")
+    kind = scalar("kind", "U")
+    if kind not in KINDS:
+        raise bad("kind", f"got {kind!r}; allowed: {', '.join(KINDS)}")
+    feats = z["features"]
+    if feats.ndim != 1 or feats.dtype.kind != "U" or len(feats) == 0:
+        raise bad("features", f"must be a list of feature names, got {feats.dtype} {feats.shape}")
+    nf = len(feats)
+    thr = scalar("threshold", "iuf")
+    if not (finite(thr) and 0 <= thr <= 1):
+        raise bad("threshold", f"must be a probability in [0, 1], got {thr}")
+    k = scalar("k", "iu")
+    if not 1 <= k <= MAX_DRAFT:
+        raise bad("k", f"must be an integer in [1, {MAX_DRAFT}], got {k}")
+    scalar("meta", "U")
+    if kind == "mlp":
+        need(*_MLP_KEYS)
+        n = scalar("n_layers", "iu")
+        if not 1 <= n <= len(z):  # each layer is two arrays of the file
+            raise bad("n_layers", f"must be an integer in [1, {len(z)}], got {n}")
+        need(*(f"W{i}" for i in range(n)), *(f"b{i}" for i in range(n)))
+        for name in ("activation", "out_activation"):
+            act = scalar(name, "U")
+            if act not in _ACTIVATIONS:
+                raise bad(name, f"unknown activation {act!r}; known: {', '.join(_ACTIVATIONS)}")
+        for name in ("scaler_mean", "scaler_scale"):
+            if numbers(name, 1).shape != (nf,):
+                raise bad(name, f"must hold {nf} values (one per feature), got {z[name].shape[0]}")
+        if np.any(z["scaler_scale"] == 0):
+            raise bad("scaler_scale", "holds a zero (division by zero)")
+        width = nf
+        for i in range(n):
+            w, b = numbers(f"W{i}", 2), numbers(f"b{i}", 1)
+            if w.shape[0] != width:
+                raise bad(f"W{i}", f"has {w.shape[0]} rows, expected {width} (the previous layer's width)")
+            if b.shape != (w.shape[1],):
+                raise bad(f"b{i}", f"has shape {b.shape}, expected ({w.shape[1]},)")
+            width = w.shape[1]
+        if width != 1:
+            raise bad(f"W{n - 1}", f"the output layer must have 1 unit, got {width}")
+        return
+    need(*_TREE_KEYS)
+    off = numbers("tree_offsets", 1, integer=True)
+    nodes = len(z["node_left"])
+    if len(off) < 2 or off[0] != 0 or off[-1] != nodes or np.any(np.diff(off) < 1):
+        raise bad("tree_offsets", f"must rise from 0 to the node count {nodes}, each tree with >= 1 node")
+    for name in ("node_feature", "node_left", "node_right"):
+        if numbers(name, 1, integer=True).shape != (nodes,):
+            raise bad(name, f"must hold {nodes} values (one per node), got {z[name].shape[0]}")
+    for name in ("node_threshold", "node_value"):
+        a = z[name]
+        if a.ndim != 1 or a.dtype.kind not in "iuf" or a.shape != (nodes,):
+            raise bad(name, f"must hold {nodes} numbers (one per node), got {a.dtype} {a.shape}")
+    leaf = z["node_left"] < 0
+    size = np.repeat(np.diff(off), np.diff(off))
+    for name in ("node_left", "node_right"):
+        child = z[name][~leaf]
+        if np.any((child < 0) | (child >= size[~leaf])):
+            raise bad(name, "a child index lies outside its tree")
+    if np.any(z["node_right"][leaf] >= 0):
+        raise bad("node_right", "a leaf (node_left -1) has a right child")
+    feat = z["node_feature"][~leaf]
+    if np.any((feat < 0) | (feat >= nf)):
+        raise bad("node_feature", f"a feature index lies outside 0..{nf - 1}")
+    if not np.all(np.isfinite(z["node_threshold"][~leaf])):
+        raise bad("node_threshold", "holds NaN or infinite values")
+    if not np.all(np.isfinite(z["node_value"][leaf])):
+        raise bad("node_value", "holds NaN or infinite values")
+    for name, allowed in (
+        ("decision", ("<", "<=")),
+        ("feature_dtype", ("float32", "float64")),
+        ("combine", ("sigmoid_sum", "mean")),
+    ):
+        v = scalar(name, "U")
+        if v not in allowed:
+            raise bad(name, f"got {v!r}; allowed: {', '.join(allowed)}")
+    for name in ("base_margin", "sigmoid_scale"):
+        v = scalar(name, "iuf")
+        if not finite(v):
+            raise bad(name, f"must be a finite number, got {v}")
 
 
 @PREDICTORS.register("npz")

@@ -34,9 +34,11 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from wispsim.config.limits import MAX_ARRIVAL_RATE, MAX_DEVICES, MAX_SIM_SECONDS
 from wispsim.errors import ConfigError
 from wispsim.paths import traces_dir
 from wispsim.registry import Registry
+from wispsim.tabular import numeric_column, read_table
 
 if TYPE_CHECKING:
     from wispsim.sim.context import RunContext
@@ -78,40 +80,69 @@ def find_arrival_trace(name: str) -> Path:
 
 @cache
 def _read(path: str, mtime: float) -> ArrivalTrace:
-    try:
-        df = pd.read_csv(path, comment="#")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise ConfigError(path, "", f"not a CSV of time_s,value rows: {str(e).splitlines()[0]}") from None
-    missing = [c for c in ("time_s", "value") if c not in df.columns]
-    if missing:
-        raise ConfigError(
-            path,
-            missing[0],
-            f"missing column; an arrival trace has columns time_s,value (got {list(df.columns)})",
-        )
+    df = read_table(path, kind="csv", columns=("time_s", "value"), comment="#")
     if df.empty:
-        raise ConfigError(path, "", "no rows")
-    t = pd.to_numeric(df["time_s"], errors="coerce").to_numpy(dtype=float)
-    v = pd.to_numeric(df["value"], errors="coerce").to_numpy(dtype=float)
-    for name, col in (("time_s", t), ("value", v)):
-        bad = np.flatnonzero(~np.isfinite(col))
-        if bad.size:
-            raise ConfigError(path, name, f"row {int(bad[0]) + 1}: not a finite number")
-    if (v < 0).any():
-        raise ConfigError(path, "value", f"row {int(np.flatnonzero(v < 0)[0]) + 1}: must be >= 0")
-    if t[0] < 0 or (np.diff(t) <= 0).any():
-        raise ConfigError(path, "time_s", "must start at >= 0 and increase strictly")
+        raise ConfigError(path, "", "no rows; an arrival trace has time_s,value rows")
+    t = numeric_column(df, "time_s", path, lo=0, hi=MAX_SIM_SECONDS)
+    v = numeric_column(df, "value", path, lo=0, hi=max(MAX_DEVICES, MAX_ARRIVAL_RATE))
+    back = np.flatnonzero(np.diff(t) <= 0)
+    if back.size:
+        i = int(back[0]) + 1
+        raise ConfigError(
+            path, "time_s", f"row {i + 1}: times must increase strictly, got {t[i]:g} after {t[i - 1]:g}"
+        )
     return ArrivalTrace(t, v, path)
 
 
-def load_arrival_trace(name: str, source: str = "scenario") -> ArrivalTrace:
-    """An arrival trace by path or shipped name (``traces/NAME.csv``); errors name the file."""
+def check_values(trace: ArrivalTrace, kind: str, scale: float = 1.0) -> np.ndarray:
+    """The trace's values times ``scale``, checked for ``kind``: a concurrency is a whole number
+    of devices (after scaling) up to MAX_DEVICES; a rate is at most MAX_ARRIVAL_RATE responses/s.
+    Errors name the trace's file, the row and the scaled value."""
+    v = trace.values * scale
+    by = f" (value {{}} x arrivals.scale {scale:g})" if scale != 1 else ""
+    if kind == "concurrency":
+        near = np.round(v)
+        frac = np.flatnonzero(np.abs(v - near) > 1e-9 * np.maximum(1.0, np.abs(v)))
+        if frac.size:
+            i = int(frac[0])
+            raise ConfigError(
+                trace.source,
+                "value",
+                f"row {i + 1}: a concurrency trace gives whole devices, got {v[i]:g}"
+                + by.format(f"{trace.values[i]:g}"),
+            )
+        v, limit, what = near, float(MAX_DEVICES), "devices"
+    else:
+        limit, what = MAX_ARRIVAL_RATE, "responses/s"
+    over = np.flatnonzero(v > limit)
+    if over.size:
+        i = int(over[0])
+        raise ConfigError(
+            trace.source,
+            "value",
+            f"row {i + 1}: at most {limit:,.0f} {what} for a {kind} trace, got {v[i]:g}"
+            + by.format(f"{trace.values[i]:g}"),
+        )
+    return v
+
+
+def load_arrival_trace(
+    name: str, source: str = "scenario", kind: str | None = None, scale: float = 1.0
+) -> ArrivalTrace:
+    """An arrival trace by path or shipped name (``traces/NAME.csv``); errors name the file.
+
+    Times must be finite, >= 0, strictly increasing and at most MAX_SIM_SECONDS; values finite,
+    >= 0 and at most MAX_DEVICES. With ``kind`` the values times ``scale`` are also checked by
+    :func:`check_values`."""
     p = find_arrival_trace(name)
     if not p.is_file():
         raise ConfigError(
             source, "arrivals.trace", f"arrival trace {name!r} not found (a CSV path or a name in traces/)"
         )
-    return _read(str(p.resolve()), p.stat().st_mtime)
+    trace = _read(str(p.resolve()), p.stat().st_mtime)
+    if kind is not None:
+        check_values(trace, kind, scale)
+    return trace
 
 
 class Arrivals:
@@ -176,7 +207,7 @@ class _Traced(Arrivals):
         a = ctx.scenario.arrivals
         assert a.trace is not None
         self.trace = load_arrival_trace(a.trace)
-        self.values = self.trace.values * a.scale
+        self.values = check_values(self.trace, a.kind, a.scale)
 
 
 @ARRIVALS.register("trace")

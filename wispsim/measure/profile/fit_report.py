@@ -11,17 +11,17 @@ recording's command, host and versions, and the fit's settings.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 from pathlib import Path
 from typing import Any
 
-from wispsim.errors import WispsimError
+from wispsim.errors import ConfigError, WispsimError
 from wispsim.measure.profile.fit import FitResult, fit
 from wispsim.model.measured import read_measurements
 from wispsim.model.profiles import COEFFICIENTS
 from wispsim.plots.profile_fit import plot_fit
+from wispsim.tabular import read_json
 
 
 def _r(v: float | None, digits: int = 4) -> float | None:
@@ -29,8 +29,18 @@ def _r(v: float | None, digits: int = 4) -> float | None:
 
 
 def read_meta(data: Path) -> dict[str, Any]:
+    """The recording's sidecar ``DATA.meta.json`` (empty if absent): a JSON object whose
+    ``model_facts``, ``host`` and ``plan_meta`` are objects where present."""
     p = Path(str(data) + ".meta.json")
-    return json.loads(p.read_text()) if p.is_file() else {}
+    if not p.is_file():
+        return {}
+    doc = read_json(p)
+    if not isinstance(doc, dict):
+        raise ConfigError(str(p), "", f"must be a JSON object, got {type(doc).__name__}")
+    for key in ("model_facts", "host", "plan_meta"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            raise ConfigError(str(p), key, f"must be a JSON object, got {type(doc[key]).__name__}")
+    return doc
 
 
 def profile_dict(

@@ -33,9 +33,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from wispsim.config.limits import MAX_SEED
 from wispsim.errors import WispsimError
 from wispsim.model.estimator import aggregates
 from wispsim.model.measured import PLAN_COLUMNS
+from wispsim.tabular import read_table
 
 CATEGORIES = ("compute-bound", "memory-bound", "random-compute-bound", "random-memory-bound", "mixed")
 DEFAULT_COUNTS = (25, 48, 15, 15, 20)
@@ -300,7 +302,7 @@ def read_plan(path: Path) -> list[Configuration]:
     """Read and check a plan CSV (as :func:`write_plan` writes it)."""
     if not path.is_file():
         raise WispsimError(f"{path}: plan file not found (make one with `wispsim profile plan`)")
-    df = pd.read_csv(path, dtype={"l_new": str, "l_cached": str, "config_id": str})
+    df = read_table(path, kind="csv", dtype={"l_new": str, "l_cached": str, "config_id": str, "seed": str})
     missing = [c for c in ("config_id", "split", "category", "seed", "l_new", "l_cached") if c not in df]
     if missing:
         raise WispsimError(f"{path}: not a plan: missing columns {', '.join(missing)}")
@@ -318,6 +320,8 @@ def read_plan(path: Path) -> list[Configuration]:
         if row.split not in SPLITS:
             raise WispsimError(f"{where}: split {row.split!r}; allowed: {', '.join(SPLITS)}")
         reqs = tuple(zip(new, cached, strict=True))
+        if not str(row.seed).strip().isdigit() or int(str(row.seed)) > MAX_SEED:
+            raise WispsimError(f"{where}: seed must be an integer in [0, {MAX_SEED}], got {row.seed!r}")
         out.append(
             Configuration(str(row.config_id), str(row.split), str(row.category), int(str(row.seed)), reqs)
         )

@@ -37,15 +37,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from wispsim.engines import DTYPES, ENGINES, Batch, Engine, EngineSpec, make_engine, random_batch
-from wispsim.errors import WispsimError
+from wispsim.errors import ConfigError, WispsimError
 from wispsim.measure.profile.archs import arch_from_dict, load_arch
 from wispsim.measure.profile.plan import Configuration, join_ints, read_plan
 from wispsim.model.measured import DATA_COLUMNS
 from wispsim.model.profiles import dtype_bytes
 from wispsim.provenance import file_sha256, module_versions
+from wispsim.tabular import read_json, read_table
 
 RECORDER_VERSION = "1"
 
@@ -157,7 +157,15 @@ def _versions() -> dict[str, str]:
 
 
 def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_json(path) if path.is_file() else None
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """A recording's sidecar: a JSON object (one-line error otherwise)."""
+    doc = read_json(path)
+    if not isinstance(doc, dict):
+        raise ConfigError(str(path), "", f"must be a JSON object, got {type(doc).__name__}")
+    return doc
 
 
 IDENTITY = ("engine", "model", "device", "dtype", "attention")
@@ -212,9 +220,9 @@ def record_profile(
     meta_path = Path(str(out) + ".meta.json")
     done: set[str] = set()
     if out.is_file():
-        done = set(pd.read_csv(out, usecols=["config_id"], dtype=str).config_id)
+        done = set(read_table(out, kind="csv", columns=("config_id",), dtype=str).config_id)
         if meta_path.is_file():
-            old = json.loads(meta_path.read_text())
+            old = _read_meta(meta_path)
             for k in IDENTITY:
                 if old.get(k) != identity[k]:
                     raise WispsimError(
@@ -265,8 +273,10 @@ def record_profile(
         "versions": _versions(),
     }
     if meta_path.is_file():  # keep the first session's command and date; note the resume
-        old = json.loads(meta_path.read_text())
+        old = _read_meta(meta_path)
         resumes = old.get("resumed", [])
+        if not isinstance(resumes, list):
+            raise ConfigError(str(meta_path), "resumed", "must be a list")
         meta = {**old, "resumed": [*resumes, {"command": meta["command"], "date": meta["date"]}]}
     out.parent.mkdir(parents=True, exist_ok=True)
     meta_path.write_text(json.dumps(meta, indent=1, default=str))

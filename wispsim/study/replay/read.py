@@ -9,7 +9,6 @@ up) and the sidecar (the measurement window, the unfinished responses), and chec
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wispsim.config.limits import MAX_DEVICES, MAX_INT, MAX_SEED, MAX_SIM_SECONDS, MAX_TOKENS
 from wispsim.errors import ConfigError
 from wispsim.study.replay.log import (
     COLUMN_NAMES,
@@ -27,23 +27,21 @@ from wispsim.study.replay.log import (
     UNFINISHED_KEYS,
     meta_path,
 )
+from wispsim.tabular import check_file, read_json, reading
 
 
 def _read_table(p: Path, src: str) -> pd.DataFrame:
     if p.suffix.lower() not in SUFFIXES:
         raise ConfigError(src, "", f"unknown log format {p.suffix!r}; a replay log is .parquet or .csv")
-    if not p.is_file():
-        raise ConfigError(src, "", "file not found")
-    try:
+    check_file(p, src)
+    kind = "CSV" if p.suffix.lower() == ".csv" else "Parquet"
+    with reading(src, kind):  # pyarrow, parser, decoding and OS errors all mean the same to the user
         if p.suffix.lower() == ".csv":
             # exact floats (pandas 3 parses them exactly by default and deprecates the option)
             exact = {"float_precision": "round_trip"} if pd.__version__.startswith(("1.", "2.")) else {}
-            return pd.read_csv(p, low_memory=False, **exact)  # type: ignore[call-overload]
+            return pd.read_csv(p, low_memory=False, encoding="utf-8", **exact)  # type: ignore[call-overload]
         return pd.read_parquet(p)
-    except Exception as e:  # pyarrow, parser and OS errors all mean the same to the user
-        kind = "CSV" if p.suffix.lower() == ".csv" else "Parquet"
-        first = (str(e).splitlines() or [type(e).__name__])[0]
-        raise ConfigError(src, "", f"cannot read as {kind}: {first}") from None
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _fail(src: str, column: str, bad: np.ndarray, problem: str) -> None:
@@ -70,6 +68,11 @@ def _numeric_columns(df: pd.DataFrame, src: str) -> dict[str, np.ndarray]:
             _fail(src, c.name, ok & (x < 0), "must be >= 0")
         if c.kind == "int":
             _fail(src, c.name, ok & (x != np.round(x)), "must be an integer")
+            hi = MAX_TOKENS if c.unit == "tokens" else MAX_INT
+            top = float(hi)  # MAX_INT rounds up to 2**63 as a float
+            _fail(src, c.name, ok & ((x >= top) if top > hi else (x > top)), f"must be <= {hi:,}")
+        if c.kind == "time":
+            _fail(src, c.name, ok & (x > MAX_SIM_SECONDS), f"must be <= {MAX_SIM_SECONDS:,.0f} s")
         cols[c.name] = x
     return cols
 
@@ -124,8 +127,23 @@ def _check_responses(df: pd.DataFrame, src: str) -> None:
         )
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _read_meta(p: Path) -> dict[str, Any]:
-    """Read and check the sidecar of log ``p`` (``unfinished`` defaults to an empty list)."""
+    """Read and check the sidecar of log ``p`` (``unfinished`` defaults to an empty list).
+
+    Every field the replay uses is checked: ``window`` [start, end) with 0 <= start < end <=
+    MAX_SIM_SECONDS; ``seed`` an integer in [0, MAX_SEED]; ``devices`` an integer in [0,
+    MAX_DEVICES]; ``sim_end`` a finite number >= 0; ``policy`` and the other labels strings;
+    ``scenario`` a mapping; ``unfinished`` a list of responses with integer ids and token counts
+    and a true/false ``measured``.
+    """
     mp = meta_path(p)
     src = str(mp)
     if not mp.is_file():
@@ -133,20 +151,36 @@ def _read_meta(p: Path) -> dict[str, Any]:
             src, "", 'sidecar not found; it must hold at least {"window": [start_s, end_s]} (docs/replay.md)'
         )
     try:
-        meta = json.loads(mp.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(src, "", f"not readable JSON: {str(e).splitlines()[0]}") from None
+        meta = read_json(mp)
+    except ConfigError as e:
+        why = e.problem.removeprefix("not valid JSON: ")
+        raise ConfigError(src, "", f"not readable JSON: {why}") from None
     if not isinstance(meta, dict):
-        raise ConfigError(src, "", "must be a JSON object")
+        raise ConfigError(src, "", f"must be a JSON object, got {type(meta).__name__}")
     w = meta.get("window")
     ok = (
         isinstance(w, list)
         and len(w) == 2
-        and all(isinstance(v, int | float) and math.isfinite(v) for v in w)
-        and 0 <= w[0] < w[1]
+        and all(_is_num(v) for v in w)
+        and 0 <= w[0] < w[1] <= MAX_SIM_SECONDS
     )
     if not ok:
-        raise ConfigError(src, "window", f"must be [start_s, end_s] with 0 <= start < end, got {w!r}")
+        raise ConfigError(
+            src,
+            "window",
+            f"must be [start_s, end_s] with 0 <= start < end <= {MAX_SIM_SECONDS:,.0f}, got {_short(w)}",
+        )
+    if "seed" in meta and not (_is_int(meta["seed"]) and 0 <= meta["seed"] <= MAX_SEED):
+        raise ConfigError(src, "seed", f"must be an integer in [0, {MAX_SEED}], got {_short(meta['seed'])}")
+    if "devices" in meta and not (_is_int(meta["devices"]) and 0 <= meta["devices"] <= MAX_DEVICES):
+        raise ConfigError(
+            src, "devices", f"must be an integer in [0, {MAX_DEVICES:,}], got {_short(meta['devices'])}"
+        )
+    if "sim_end" in meta and not (_is_num(meta["sim_end"]) and meta["sim_end"] >= 0):
+        raise ConfigError(src, "sim_end", f"must be a finite number >= 0, got {_short(meta['sim_end'])}")
+    for key in ("format", "source", "policy", "scenario_name", "date", "wispsim_version"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise ConfigError(src, key, f"must be a string, got {_short(meta[key])}")
     unf = meta.setdefault("unfinished", [])
     if not isinstance(unf, list) or not all(
         isinstance(u, dict) and set(UNFINISHED_KEYS) <= set(u) for u in unf
@@ -155,12 +189,28 @@ def _read_meta(p: Path) -> dict[str, Any]:
             src, "unfinished", f"must be a list of objects with keys {', '.join(UNFINISHED_KEYS)}"
         )
     for i, u in enumerate(unf):
-        nums = [u[k] for k in UNFINISHED_KEYS if k != "measured"]
-        if not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in nums) or u["slo"] <= 0:
-            raise ConfigError(src, f"unfinished[{i}]", "needs finite numbers >= 0 and slo > 0")
+        for k in UNFINISHED_KEYS:
+            v = u[k]
+            if k == "measured":
+                good = isinstance(v, bool)
+                rule = "true or false"
+            elif k in ("slo", "response_start"):
+                good = _is_num(v) and (v > 0 if k == "slo" else 0 <= v <= MAX_SIM_SECONDS)
+                rule = "a finite number > 0" if k == "slo" else f"a time in [0, {MAX_SIM_SECONDS:,.0f}] s"
+            else:
+                hi = MAX_TOKENS if k.endswith("_tokens") else MAX_INT
+                good = _is_int(v) and 0 <= v <= hi and not (k == "output_tokens" and v < 1)
+                rule = f"an integer in [{1 if k == 'output_tokens' else 0}, {hi:,}]"
+            if not good:
+                raise ConfigError(src, f"unfinished[{i}].{k}", f"must be {rule}, got {_short(v)}")
     if "scenario" in meta and not isinstance(meta["scenario"], dict):
         raise ConfigError(src, "scenario", "must be a mapping (the resolved scenario)")
     return meta
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def read_log(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
