@@ -13,10 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from wispsim.config import POLICIES, Dist, FieldError, Scenario
-from wispsim.config.limits import MAX_ARRIVAL_RATE, MAX_DEVICES, MAX_REPLICAS, MAX_SIM_SECONDS
+from wispsim.config.limits import MAX_ARRIVAL_RATE, MAX_REPLICAS, MAX_SIM_SECONDS
 from wispsim.config.parse import build, deep_merge, default_scenario_dict, read_yaml
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.model.acceptance import ACCEPTANCE, find_trace
@@ -228,38 +226,13 @@ def check_consistency(scenario: Scenario, source: str = "scenario") -> None:
 
 
 def _check_arrivals(scenario: Scenario, source: str) -> None:
+    """An arrival trace exists, and its values times ``scale`` fit its kind and the limits."""
     arr = scenario.arrivals
     if arr.process != "trace":
         return
     if not arr.trace:
         raise ConfigError(source, "arrivals.trace", "the trace arrival process needs a CSV file or name")
-    trace = load_arrival_trace(arr.trace, source)
-    top = float(trace.values.max()) * arr.scale
-    if arr.kind == "concurrency":
-        scaled = trace.values * arr.scale
-        if not np.allclose(scaled, np.round(scaled)):
-            raise ConfigError(
-                source,
-                "arrivals.scale",
-                f"concurrency values x scale {arr.scale:g} must be whole numbers of devices "
-                f"(a row gives {float(scaled[~np.isclose(scaled, np.round(scaled))][0]):g})",
-            )
-        if top > MAX_DEVICES:
-            raise ConfigError(
-                source,
-                "arrivals.scale",
-                f"the trace peaks at {top:,.0f} devices; allowed: <= {MAX_DEVICES:,}",
-            )
-    elif top > MAX_ARRIVAL_RATE:
-        raise ConfigError(
-            source,
-            "arrivals.scale",
-            f"the trace peaks at {top:g} responses/s; allowed: <= {MAX_ARRIVAL_RATE:g}",
-        )
-    if trace.end > MAX_SIM_SECONDS:
-        raise ConfigError(
-            source, "arrivals.trace", f"the trace runs to {trace.end:g} s; allowed: <= {MAX_SIM_SECONDS:g} s"
-        )
+    load_arrival_trace(arr.trace, source, kind=arr.kind, scale=arr.scale)
 
 
 def _check_reachable(scenario: Scenario, profiles: list[Profile], source: str) -> None:

@@ -72,7 +72,12 @@ def _numeric_columns(df: pd.DataFrame, src: str) -> dict[str, np.ndarray]:
             top = float(hi)  # MAX_INT rounds up to 2**63 as a float
             _fail(src, c.name, ok & ((x >= top) if top > hi else (x > top)), f"must be <= {hi:,}")
         if c.kind == "time":
-            _fail(src, c.name, ok & (x > MAX_SIM_SECONDS), f"must be <= {MAX_SIM_SECONDS:,.0f} s")
+            _fail(
+                src,
+                c.name,
+                ok & (x > MAX_SIM_SECONDS),
+                f"must be <= {MAX_SIM_SECONDS:,.0f} s (times count from the start of the recording)",
+            )
         cols[c.name] = x
     return cols
 
