@@ -102,10 +102,11 @@ def _check_location(path: Path, source: str, what: str) -> None:
     if not os.access(anc, os.W_OK | os.X_OK):
         raise ConfigError(source, "", f"{path}: cannot write there: folder {anc} is not writable")
     try:
-        free = shutil.disk_usage(anc).free
+        usage = shutil.disk_usage(anc)
     except OSError:  # pragma: no cover - a file system that cannot say; let the write tell
         return
-    if free < MIN_FREE_BYTES:
+    free = usage.free
+    if usage.total and free < MIN_FREE_BYTES:  # total 0: /proc and the like; the write will tell
         raise ConfigError(
             source,
             "",

@@ -102,8 +102,8 @@ def plan(
         with applying("--profile"):
             srv = dataclasses.replace(srv, profile=profile, replica_profiles=())
     if router is not None:
-        ROUTERS.get(router, "--router", "--router")
         with applying("--router"):
+            ROUTERS.get(router, "--router", "--router")
             srv = dataclasses.replace(srv, router=router)
     sc = sc.replace(server=srv)
     eps = sc.epsilon if epsilon is None else epsilon
