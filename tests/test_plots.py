@@ -432,7 +432,7 @@ SPOILED = {
         ["capacity", "{}", "-o", "{}/capacity.csv/x.png"],
         "",
         None,
-        r"x\.png: cannot write the figure: .*capacity\.csv is a file, not a folder$",
+        r"x\.png: cannot (write the figure|create the file): .*capacity\.csv is a file, not a folder$",
     ),
 }
 

@@ -11,6 +11,7 @@ import datetime as _dt
 import functools
 import hashlib
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -114,7 +115,9 @@ def code_commit() -> str:
 
 
 def write_manifest(out: Path, extra: dict[str, Any]) -> None:
-    """``out/manifest.json``: the command, wispsim and Python versions, the date, and ``extra``."""
+    """``out/manifest.json``: the command, wispsim and Python versions, the date, and ``extra``.
+
+    Commands write it after every other result file; it marks the folder as complete."""
     info = {
         "command": command_line(),
         "wispsim_version": __version__,
@@ -122,4 +125,13 @@ def write_manifest(out: Path, extra: dict[str, Any]) -> None:
         "date": now_iso(),
         **extra,
     }
-    (out / "manifest.json").write_text(json.dumps(info, indent=1, default=str))
+    # written last by every command and atomically (a temporary file renamed over it): a folder
+    # holding manifest.json is complete, one without it was interrupted or failed
+    final = Path(out) / "manifest.json"
+    tmp = final.with_name(".manifest.json.tmp")
+    try:
+        tmp.write_text(json.dumps(info, indent=1, default=str))
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

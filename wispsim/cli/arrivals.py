@@ -10,12 +10,24 @@ from typing import Annotated
 import pandas as pd
 import typer
 
-from wispsim.cli.common import console, table
+from wispsim.cli.common import (
+    NON_NEGATIVE,
+    SECONDS,
+    SEED,
+    TAIL_SECONDS,
+    check_series_step,
+    console,
+    real,
+    table,
+)
+from wispsim.config.limits import MAX_DEVICES, MAX_SIM_SECONDS, finite
 from wispsim.errors import ConfigError
+from wispsim.paths import check_output_file, writing
 from wispsim.provenance import command_line
 
 arrivals_app = typer.Typer(help="Generate and inspect arrival traces.", no_args_is_help=True)
 SPEC_PEAKS = "420:110,960:155,1440:215"  # SPEC 7: bursts peaking at about 110, 155 and 215
+CONCURRENCY = real(0, MAX_DEVICES, why="the most devices one run may simulate")
 
 
 def parse_peaks(text: str) -> tuple[tuple[float, float], ...]:
@@ -30,8 +42,12 @@ def parse_peaks(text: str) -> tuple[tuple[float, float], ...]:
             raise ConfigError(
                 "--peaks", "", f"expected TIME:VALUE pairs like 420:110,960:155, got {part!r}"
             ) from None
-        if t < 0 or v < 0:
-            raise ConfigError("--peaks", "", f"times and values must be >= 0, got {part!r}")
+        if not (finite(t) and finite(v)) or t < 0 or v < 0:
+            raise ConfigError("--peaks", "", f"times and values must be finite numbers >= 0, got {part!r}")
+        if t > MAX_SIM_SECONDS or v > MAX_DEVICES:
+            raise ConfigError(
+                "--peaks", "", f"times <= {MAX_SIM_SECONDS:g} s and values <= {MAX_DEVICES}, got {part!r}"
+            )
         out.append((t, v))
     return tuple(out)
 
@@ -39,37 +55,37 @@ def parse_peaks(text: str) -> tuple[tuple[float, float], ...]:
 @arrivals_app.command("generate")
 def generate(
     out: Annotated[Path, typer.Option("--out", "-o", help="CSV to write (time_s,value).")],
-    duration: Annotated[float, typer.Option(help="Length of the trace (s).")] = 1800.0,
-    step: Annotated[float, typer.Option(help="Time between rows (s).")] = 5.0,
-    low: Annotated[float, typer.Option(help="Diurnal baseline minimum (concurrent requests).")] = 10.0,
-    high: Annotated[float, typer.Option(help="Diurnal baseline maximum.")] = 55.0,
-    period: Annotated[float, typer.Option(help="Period of the diurnal cosine (s).")] = 1800.0,
+    duration: Annotated[float, typer.Option(help="Length of the trace (s).", parser=SECONDS)] = 1800.0,
+    step: Annotated[float, typer.Option(help="Time between rows (s).", parser=SECONDS)] = 5.0,
+    low: Annotated[
+        float, typer.Option(help="Diurnal baseline minimum (concurrent requests).", parser=CONCURRENCY)
+    ] = 10.0,
+    high: Annotated[float, typer.Option(help="Diurnal baseline maximum.", parser=CONCURRENCY)] = 55.0,
+    period: Annotated[float, typer.Option(help="Period of the diurnal cosine (s).", parser=SECONDS)] = 1800.0,
     peaks: Annotated[
         str, typer.Option(help="Bursts as TIME:PEAK pairs, or none.")
     ] = "420:110,960:155,1440:215",
-    rise: Annotated[float, typer.Option(help="Ramp-up of each burst (s).")] = 30.0,
-    hold: Annotated[float, typer.Option(help="Time each burst holds its peak (s).")] = 60.0,
+    rise: Annotated[float, typer.Option(help="Ramp-up of each burst (s).", parser=SECONDS)] = 30.0,
+    hold: Annotated[
+        float, typer.Option(help="Time each burst holds its peak (s).", parser=TAIL_SECONDS)
+    ] = 60.0,
     decay: Annotated[
-        float, typer.Option(help="Decay back to the baseline (s, about 3 time constants).")
+        float, typer.Option(help="Decay back to the baseline (s, about 3 time constants).", parser=SECONDS)
     ] = 90.0,
-    noise: Annotated[float, typer.Option(help="Relative jitter of the baseline.")] = 0.05,
-    seed: Annotated[int, typer.Option(help="Seed of the jitter.")] = 0,
+    noise: Annotated[
+        float, typer.Option(help="Relative jitter of the baseline.", parser=NON_NEGATIVE)
+    ] = 0.05,
+    seed: Annotated[int, typer.Option(help="Seed of the jitter.", parser=SEED)] = 0,
 ) -> None:
     """A diurnal baseline with bursts (SPEC 7's stress trace by default) as a concurrency trace."""
     from wispsim.sim.arrivals import bursty_trace
 
-    checks = {"--duration": duration, "--step": step, "--period": period, "--rise": rise, "--decay": decay}
-    for opt, v in checks.items():
-        if not v > 0:
-            raise ConfigError(opt, "", f"must be > 0, got {v}")
-    if not 0 <= low <= high:
-        raise ConfigError("--low", "", f"needs 0 <= low <= high, got {low} and {high}")
-    if hold < 0 or noise < 0:
-        raise ConfigError("--hold" if hold < 0 else "--noise", "", "must be >= 0")
+    check_output_file(out, "--out")  # before any work
+    if not low <= high:
+        raise ConfigError("--low", "", f"needs 0 <= low <= high, got {low:g} and {high:g}")
+    check_series_step(step, duration, "--step")
     bursts = parse_peaks(peaks)
     df = bursty_trace(duration, step, low, high, period, bursts, rise, hold, decay, noise, seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
     meta = {
         "what": "concurrency trace: value = concurrent requests (active devices) from time_s on (a step)",
         "generator": "wispsim.sim.arrivals.bursty_trace",
@@ -92,7 +108,10 @@ def generate(
         "min": int(df.value.min()),
         "max": int(df.value.max()),
     }
-    Path(str(out) + ".meta.json").write_text(json.dumps(meta, indent=1))
+    with writing("--out", out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out, index=False)
+        Path(str(out) + ".meta.json").write_text(json.dumps(meta, indent=1))
     console.print(
         f"{out}: {len(df)} rows, {duration:g} s, {int(df.value.min())}-{int(df.value.max())} concurrent"
     )

@@ -13,10 +13,20 @@ from typing import Annotated, Any
 import typer
 
 from wispsim.cli.common import (
+    JOBS,
+    SEEDS,
+    EpsilonOpt,
+    FirstSeedOpt,
     MaxDevicesOpt,
     StartOpt,
+    applying,
+    check_backend,
+    check_seeds,
+    check_start,
     console,
     out_dir,
+    out_path,
+    output,
     parse_classes,
     parse_devices,
     progress,
@@ -24,6 +34,7 @@ from wispsim.cli.common import (
     table,
 )
 from wispsim.errors import ConfigError
+from wispsim.provenance import write_manifest
 
 estimator_app = typer.Typer(
     help="Verification-time estimator: formula vs measurements.", no_args_is_help=True
@@ -39,10 +50,10 @@ def estimator_compare(
     policy: Annotated[str, typer.Option(help="Policy preset.")] = "wisp",
     classes: Annotated[str | None, typer.Option(help="SLO classes, e.g. 4,8.")] = None,
     devices: Annotated[str | None, typer.Option(help="Grid of N to evaluate first.")] = None,
-    seeds: Annotated[int, typer.Option(help="Seeds per N.")] = 1,
-    seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
-    epsilon: Annotated[float | None, typer.Option(help="Allowed violation rate.")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel simulations.")] = 2,
+    seeds: Annotated[int, typer.Option(help="Seeds per N.", parser=SEEDS)] = 1,
+    seed: FirstSeedOpt = None,
+    epsilon: EpsilonOpt = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel simulations.", parser=JOBS)] = 2,
     backend: Annotated[str, typer.Option(help="Where simulations run: local or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (--backend ray).")] = None,
     start: StartOpt = 8,
@@ -57,10 +68,13 @@ def estimator_compare(
     from wispsim.study.estimator_compare import MEASURED_MODELS, compare_capacities, latency_scenarios
     from wispsim.study.runners import make_runner
 
+    folder = out_path(out, "estimator-compare")  # checked before any work
     if measured not in MEASURED_MODELS:
         raise ConfigError("--measured", "", f"got {measured!r}; allowed: {', '.join(MEASURED_MODELS)}")
-    if seeds < 1 or jobs < 1:
-        raise ConfigError("--seeds", "", "--seeds and --jobs must be >= 1")
+    parsed = parse_classes(classes)
+    grid = parse_devices(devices)
+    check_start(start, max_devices)
+    check_backend(backend, address)
     sc = resolve_scenario(scenario, set_).with_policy(policy)
     prof_name = profile or sc.server.profile
     prof = load_profile(prof_name)
@@ -68,29 +82,54 @@ def estimator_compare(
         raise ConfigError(
             f"profile '{prof.name}'", "provenance.kind", f"is {prof.kind}; compare needs a measured one"
         )
-    cls = parse_classes(classes) or sc.devices.classes
+    cls = parsed or sc.devices.classes
     eps = sc.epsilon if epsilon is None else epsilon
-    base = latency_scenarios(sc, prof_name, measured, cls)
+    with applying("--classes"):
+        base = latency_scenarios(sc, prof_name, measured, cls)
     first = sc.seed if seed is None else seed
-    folder = out_dir(out, "estimator-compare")
-    for model, s in base.items():
-        (folder / f"scenario-{model}.yaml").write_text(s.to_yaml())
-    with make_runner(backend, jobs, folder, "none", address) as runner, progress(eta=True) as prog:
+    seed_list = check_seeds(first, seeds)
+    folder = out_dir(folder, "estimator-compare")
+    with output(folder) as o:  # removes an old manifest.json: the folder is incomplete until the end
+        for model, s in base.items():
+            (o / f"scenario-{model}.yaml").write_text(s.to_yaml())
+    with (
+        output(folder),
+        make_runner(backend, jobs, folder, "none", address) as runner,
+        progress(eta=True) as prog,
+    ):
         task = prog.add_task("compare", total=None)
         result = capacity_sweep(
             base,
             groups_for(cls, "separate"),
-            [first + i for i in range(seeds)],
+            seed_list,
             eps,
             runner,
-            grid=parse_devices(devices),
+            grid=grid,
             start=start,
             max_devices=max_devices,
             progress=lambda d, t: prog.update(task, completed=d, total=t),
         )
     cap, wide = compare_capacities(result, base, measured, first, prof.data_path)
-    cap.to_csv(folder / "capacity.csv", index=False)
-    wide.to_csv(folder / "compare.csv", index=False)
+    with output(folder) as o:  # manifest.json last: a folder without it is incomplete
+        cap.to_csv(o / "capacity.csv", index=False)
+        wide.to_csv(o / "compare.csv", index=False)
+        write_manifest(
+            o.path,
+            {
+                "profile": prof.name,
+                "policy": policy,
+                "measured": measured,
+                "classes": list(cls),
+                "seeds": seed_list,
+                "epsilon": eps,
+                "grid": list(grid),
+                "start": start,
+                "max_devices": max_devices,
+                "jobs": jobs,
+                "backend": backend,
+                "address": address,
+            },
+        )
     title = f"capacity (devices), {policy}, profile {prof.name}: formula vs measurements"
     console.print(table(wide.map(_cell), title))
     console.print(

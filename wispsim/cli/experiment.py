@@ -7,8 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
-from wispsim.cli.common import console, err_console
+from wispsim.cli.common import JOBS, check_backend, console, err_console
 from wispsim.errors import ConfigError
+from wispsim.paths import check_output_dir
 
 experiment_app = typer.Typer(
     help="Run the paper's evaluation studies (experiments/*.yaml).", no_args_is_help=True
@@ -30,7 +31,7 @@ def run_cmd(
     names: Annotated[list[str] | None, typer.Argument(help="Studies to run (names in experiments/).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Run every study.")] = False,
     quick: Annotated[bool, typer.Option(help="Reduced size (CI): results in experiments/quick/.")] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel simulations.")] = 2,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel simulations.", parser=JOBS)] = 2,
     backend: Annotated[str, typer.Option(help="local or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (--backend ray).")] = None,
 ) -> None:
@@ -38,14 +39,16 @@ def run_cmd(
     import time
 
     from wispsim.study.experiments import list_experiments, run_experiment, write_report
+    from wispsim.study.experiments.spec import experiments_dir
     from wispsim.study.runners import make_runner
 
-    if jobs < 1:
-        raise ConfigError("--jobs", "", f"must be >= 1, got {jobs}")
     todo = list_experiments() if all_ else list(names or [])
     if not todo:
         raise ConfigError("experiment run", "", "name a study or give --all (see `wispsim experiment list`)")
+    check_backend(backend, address)
     make_runner(backend, jobs, None, "none", address)  # validate the options before running anything
+    root = experiments_dir()  # where the studies write, checked before any work
+    check_output_dir(root / "quick" if quick else root / "data", "experiment run")
 
     def runner(folder: Path) -> Any:
         return make_runner(backend, jobs, folder, "none", address)

@@ -75,11 +75,93 @@ def main() -> None:
         sys.exit(1)
     except typer.Exit as e:
         sys.exit(e.exit_code)
+    except OSError as e:  # a write the command's own checks did not wrap (disk full, ...)
+        where = f" {e.filename}" if e.filename else ""
+        err_console.print(
+            "[red]error:[/red] " + escape(f"cannot write{where}: {e.strerror or e}"),
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(2)
     except Exception as e:  # usage errors, from click or from typer's vendored copy of it
-        if isinstance(e, _click_exceptions()):
+        if not isinstance(e, _click_exceptions()):
+            raise
+        if _kind(e) == "NoArgsIsHelpError":  # `wispsim` or a group alone: the help, as always
             e.show()  # type: ignore[attr-defined]
-            sys.exit(e.exit_code)  # type: ignore[attr-defined]
-        raise
+        else:
+            err_console.print("[red]error:[/red] " + escape(usage_line(e)), highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)  # type: ignore[attr-defined]
+
+
+def _kind(e: BaseException) -> str:
+    """The click exception class of ``e`` by name (click's own or typer's vendored copy)."""
+    names = {k.__name__ for k in type(e).__mro__}
+    for kind in ("NoArgsIsHelpError", "MissingParameter", "BadParameter", "NoSuchOption", "UsageError"):
+        if kind in names:
+            return kind
+    return "ClickException"
+
+
+def _command(ctx: object) -> str:
+    """``wispsim run``: the command path with the program named wispsim however it was started."""
+    names = []
+    while ctx is not None:
+        names.append(str(getattr(ctx, "info_name", "") or ""))
+        ctx = getattr(ctx, "parent", None)
+    names.reverse()
+    return " ".join(["wispsim", *[n for n in names[1:] if n]])
+
+
+def _param_name(param: object) -> str:
+    """An option by its long name (``--devices``), an argument by its metavar (``SCENARIO``)."""
+    opts = [o for o in getattr(param, "opts", []) if isinstance(o, str)]
+    if getattr(param, "param_type_name", "") == "option" and opts:
+        return max(opts, key=len)
+    return str(getattr(param, "name", "") or "argument").upper()
+
+
+def usage_line(e: BaseException) -> str:
+    """A click usage error as one line: ``--devices: 'abc' is not a valid integer``,
+    ``wispsim run: no such option --foo``, ``wispsim arrivals generate: missing option --out``."""
+    kind = _kind(e)
+    cmd = _command(getattr(e, "ctx", None))
+    param = getattr(e, "param", None)
+    message = " ".join(str(getattr(e, "message", "") or e).split())
+    if kind == "MissingParameter":
+        what = getattr(param, "param_type_name", None) or "parameter"
+        name = _param_name(param) if param is not None else ""
+        return f"{cmd}: missing {what} {name}".rstrip()
+    if kind == "BadParameter" and param is not None:
+        message = message.removeprefix("Value error, ")
+        if message.startswith("Input should be a valid"):  # typer's pydantic-based coercion
+            raw = _raw_value(e)
+            kind_of = message.removeprefix("Input should be a valid ").split(",")[0]
+            message = (
+                f"{raw!r} is not a valid {kind_of}" if raw is not None else f"expected a valid {kind_of}"
+            )
+        return f"{_param_name(param)}: {message}"
+    if kind == "NoSuchOption":
+        opt = getattr(e, "option_name", "")
+        near = sorted(getattr(e, "possibilities", None) or [])
+        hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+        return f"{cmd}: no such option {opt}{hint}"
+    fmt = getattr(e, "format_message", None)
+    text = " ".join((fmt() if callable(fmt) else message).split())
+    text = text[:1].lower() + text[1:]
+    return f"{cmd}: {text.rstrip('.')}" if kind == "UsageError" else text.rstrip(".")
+
+
+def _raw_value(e: BaseException) -> str | None:
+    """The text the user gave for the bad parameter, when the exception still holds it."""
+    cause = e.__cause__
+    errors = getattr(cause, "errors", None)
+    if callable(errors):
+        try:
+            value = errors()[0].get("input")
+        except (IndexError, AttributeError, TypeError):
+            return None
+        return value if isinstance(value, str) else None
+    return None
 
 
 def _click_exceptions() -> tuple[type[BaseException], ...]:

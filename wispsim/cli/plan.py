@@ -13,22 +13,33 @@ from typing import Annotated, Any
 import typer
 
 from wispsim.cli.common import (
+    FRACTION_OPEN,
+    NON_NEGATIVE,
+    REPLICAS,
+    SEEDS,
     AddressOpt,
     BackendOpt,
+    FirstSeedOpt,
     JobsOpt,
     OutOpt,
     PolicyOpt,
     RouterOpt,
     ScenarioArg,
     SetOpt,
+    applying,
+    check_backend,
+    check_seeds,
+    check_start,
     console,
     out_dir,
+    out_path,
+    output,
     parse_fleet,
     progress,
     resolve_scenario,
     table,
 )
-from wispsim.errors import ConfigError, WispsimError
+from wispsim.errors import WispsimError
 from wispsim.provenance import write_manifest
 
 
@@ -41,13 +52,22 @@ def plan(
     policy: PolicyOpt = None,
     profile: Annotated[str | None, typer.Option(help="Latency profile of every replica.")] = None,
     router: RouterOpt = None,
-    seeds: Annotated[int, typer.Option(help="Seeds per replica count.")] = 1,
-    seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
-    epsilon: Annotated[float | None, typer.Option(help="Allowed violation rate per class.")] = None,
-    start: Annotated[int | None, typer.Option(help="First replica count tried (default N/100).")] = None,
-    max_replicas: Annotated[int, typer.Option(help="Give up above this many replicas.")] = 512,
+    seeds: Annotated[int, typer.Option(help="Seeds per replica count.", parser=SEEDS)] = 1,
+    seed: FirstSeedOpt = None,
+    epsilon: Annotated[
+        float | None, typer.Option(help="Allowed violation rate per class.", parser=FRACTION_OPEN)
+    ] = None,
+    start: Annotated[
+        int | None, typer.Option(help="First replica count tried (default N/100).", parser=REPLICAS)
+    ] = None,
+    max_replicas: Annotated[
+        int, typer.Option(help="Give up above this many replicas.", parser=REPLICAS)
+    ] = 512,
     price_per_gpu_hour: Annotated[
-        float | None, typer.Option(help="GPU price (default: the profile's hardware.price_per_gpu_hour).")
+        float | None,
+        typer.Option(
+            help="GPU price (default: the profile's hardware.price_per_gpu_hour).", parser=NON_NEGATIVE
+        ),
     ] = None,
     jobs: JobsOpt = 2,
     backend: BackendOpt = "local",
@@ -65,35 +85,40 @@ def plan(
     from wispsim.study.replicas import plan_replicas, with_replicas
     from wispsim.study.runners import make_runner
 
+    folder = out_path(out, "plan")  # checked before any work
+    groups = parse_fleet(fleet) if fleet is not None else None
+    if start is not None:
+        check_start(start, max_replicas, "--start", "--max-replicas")
+    check_backend(backend, address)
     sc = resolve_scenario(scenario, set_)
     if policy is not None:
         sc = sc.with_policy(policy)
-    if fleet is not None:
-        sc = sc.replace(devices=dataclasses.replace(sc.devices, groups=parse_fleet(fleet)))
+    if groups is not None:
+        with applying("--fleet"):
+            sc = sc.replace(devices=dataclasses.replace(sc.devices, groups=groups))
     srv = sc.server
     if profile is not None:
         load_profile(profile)
-        srv = dataclasses.replace(srv, profile=profile, replica_profiles=())
+        with applying("--profile"):
+            srv = dataclasses.replace(srv, profile=profile, replica_profiles=())
     if router is not None:
-        ROUTERS.get(router, "--router", "--router")
-        srv = dataclasses.replace(srv, router=router)
+        with applying("--router"):
+            ROUTERS.get(router, "--router", "--router")
+            srv = dataclasses.replace(srv, router=router)
     sc = sc.replace(server=srv)
-    if seeds < 1 or jobs < 1:
-        raise ConfigError("--seeds" if seeds < 1 else "--jobs", "", "must be >= 1")
-    if max_replicas < 1 or (start is not None and not 1 <= start <= max_replicas):
-        raise ConfigError("--start", "", "needs 1 <= --start <= --max-replicas")
     eps = sc.epsilon if epsilon is None else epsilon
-    if not 0 <= eps < 1:
-        raise ConfigError("--epsilon", "", f"must be in [0, 1), got {eps}")
-    if price_per_gpu_hour is not None and price_per_gpu_hour < 0:
-        raise ConfigError("--price-per-gpu-hour", "", f"must be >= 0, got {price_per_gpu_hour}")
     first = sc.seed if seed is None else seed
-    seed_list = [first + i for i in range(seeds)]
+    seed_list = check_seeds(first, seeds)
     n = fleet_size(sc)
-    folder = out_dir(out, "plan")
-    (folder / "scenario.yaml").write_text(sc.to_yaml())
+    folder = out_dir(folder, "plan")
+    with output(folder) as o:  # removes an old manifest.json: the folder is incomplete until the end
+        (o / "scenario.yaml").write_text(sc.to_yaml())
     t0 = time.perf_counter()
-    with make_runner(backend, jobs, folder, "none", address) as runner, progress() as prog:
+    with (
+        output(folder),
+        make_runner(backend, jobs, folder, "none", address) as runner,
+        progress() as prog,
+    ):
         task = prog.add_task(f"plan {sc.policy}, {n} devices", total=None)
         res = plan_replicas(
             sc,
@@ -105,7 +130,8 @@ def plan(
             progress=lambda k, msg: prog.update(task, completed=k, description=f"plan {sc.policy}: {msg}"),
         )
     wall = time.perf_counter() - t0
-    res.tried.to_csv(folder / "plan.csv", index=False)
+    with output(folder) as o:
+        res.tried.to_csv(o / "plan.csv", index=False)
     console.print(
         table(res.tried, f"{sc.policy}, {n} devices, {sc.server.profile}, router {sc.server.router}")
     )
@@ -123,11 +149,14 @@ def plan(
         "wall_s": wall,
     }
     if res.replicas is None:
-        write_manifest(folder, extra)
+        with output(folder) as o:
+            write_manifest(o.path, extra)
         raise WispsimError(f"plan: no replica count up to {max_replicas} keeps every class within {eps:g}")
-    (folder / "scenario-answer.yaml").write_text(with_replicas(sc, res.replicas).to_yaml())
+    with output(folder) as o:
+        (o / "scenario-answer.yaml").write_text(with_replicas(sc, res.replicas).to_yaml())
+        if res.per_replica is not None:
+            res.per_replica.to_csv(o / "replicas.csv", index=False)
     if res.per_replica is not None:
-        res.per_replica.to_csv(folder / "replicas.csv", index=False)
         console.print(table(res.per_replica, f"per-replica load at R={res.replicas} (seed {first})"))
     gpus = res.replicas * prof.gpu_count
     line = f"answer: {res.replicas} replicas ({gpus} x {prof.gpu}) for {n} devices"
@@ -136,7 +165,8 @@ def plan(
         line += f"; cost {gpus} GPUs x {price:g}/GPU-hour = {gpus * price:,.2f} per hour"
     else:
         line += "; no price (set hardware.price_per_gpu_hour in the profile or --price-per-gpu-hour)"
-    write_manifest(folder, extra)
+    with output(folder) as o:  # manifest.json last
+        write_manifest(o.path, extra)
     console.print(line)
     console.print(f"{res.evaluations} replica counts x {seeds} seed(s) in {wall:.0f} s; results: {folder}")
 

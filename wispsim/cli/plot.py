@@ -13,8 +13,10 @@ from typing import Annotated
 
 import typer
 
-from wispsim.cli.common import console
+from wispsim.cli.common import FRACTION_OPEN, POSITIVE, console, whole
+from wispsim.config.limits import MAX_INT
 from wispsim.errors import ConfigError
+from wispsim.paths import check_output_file
 
 plot_app = typer.Typer(help="Figures from results folders (sweep, compare, run).", no_args_is_help=True)
 
@@ -30,10 +32,11 @@ PngOpt = Annotated[
 
 
 def _out(out: Path | None, folder: Path, name: str) -> Path:
-    """The figure's path, checked before anything is read or drawn."""
+    """The figure's path, checked before anything is read or drawn (a missing folder above it is
+    created when the figure is written)."""
     from wispsim.plots import figure_path
 
-    return figure_path(out if out is not None else folder / name, name)
+    return check_output_file(figure_path(out if out is not None else folder / name, name), "--out")
 
 
 def _wrote(path: Path) -> None:
@@ -45,14 +48,12 @@ def curves(
     folder: FolderArg,
     out: PngOpt = None,
     epsilon: Annotated[
-        float | None, typer.Option(help="Violation target line (default: the sweep's).")
+        float | None, typer.Option(help="Violation target line (default: the sweep's).", parser=FRACTION_OPEN)
     ] = None,
 ) -> None:
     """Violation rate vs devices per class and policy, with the capacity knees and their intervals."""
     from wispsim.plots import violation_curves
 
-    if epsilon is not None and not 0 <= epsilon < 1:
-        raise ConfigError("--epsilon", "", f"must be in [0, 1), got {epsilon}")
     path = violation_curves(folder, _out(out, folder, "violation_curves.png"), epsilon=epsilon)
     _wrote(path)
 
@@ -101,9 +102,14 @@ def bursty(
 @plot_app.command("attribution")
 def attribution_cmd(
     folder: FolderArg,
-    window: Annotated[int, typer.Option(help="Batches in the moving average of batch latency.")] = 20,
+    window: Annotated[
+        int, typer.Option(help="Batches in the moving average of batch latency.", parser=whole(1, MAX_INT))
+    ] = 20,
     factor: Annotated[
-        float, typer.Option(help="Compute-dominant when verify time > FACTOR x the moving average.")
+        float,
+        typer.Option(
+            help="Compute-dominant when verify time > FACTOR x the moving average.", parser=POSITIVE
+        ),
     ] = 1.5,
     out: PngOpt = None,
 ) -> None:
@@ -111,10 +117,6 @@ def attribution_cmd(
     from wispsim.analysis.tables import BATCH_COLUMNS, ROUND_COLUMNS, folder_meta, read_parquet
     from wispsim.plots import attribution
 
-    if window < 1 or not factor > 0:
-        raise ConfigError(
-            "--window" if window < 1 else "--factor", "", "must be >= 1" if window < 1 else "must be > 0"
-        )
     dest = _out(out, folder, "attribution.png")
     rounds = read_parquet(folder, "rounds.parquet", ROUND_COLUMNS)
     batches = read_parquet(folder, "batches.parquet", BATCH_COLUMNS)

@@ -18,8 +18,19 @@ import pandas as pd
 import typer
 import yaml
 
-from wispsim.cli.common import console, err_console, markdown_table, table
+from wispsim.cli.common import (
+    FRACTION,
+    MAX_REPEATS,
+    SEED,
+    console,
+    err_console,
+    markdown_table,
+    table,
+    whole,
+)
+from wispsim.config.limits import MAX_DRAFT
 from wispsim.errors import ConfigError, WispsimError
+from wispsim.paths import check_output_file, writing
 
 predictor_app = typer.Typer(
     help="Train, export, benchmark and evaluate rejection predictors (needs the ml extra).",
@@ -27,11 +38,19 @@ predictor_app = typer.Typer(
 )
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="mlp, xgboost, lightgbm, rf, or all.")]
-KOpt = Annotated[int, typer.Option("--k", help="Verification window K (K_max) used to build labels.")]
-MaxFprOpt = Annotated[
-    float, typer.Option("--max-fpr", help="Operating point: largest Rec1 with FPR on rejected <= this.")
+KOpt = Annotated[
+    int,
+    typer.Option(
+        "--k", help="Verification window K (K_max) used to build labels.", parser=whole(1, MAX_DRAFT)
+    ),
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of splits, models and beta labels.")]
+MaxFprOpt = Annotated[
+    float,
+    typer.Option(
+        "--max-fpr", help="Operating point: largest Rec1 with FPR on rejected <= this.", parser=FRACTION
+    ),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of splits, models and beta labels.", parser=SEED)]
 LabelOpt = Annotated[
     str, typer.Option("--label-from", help="Acceptance for labels: accept (realized flag), greedy, beta.")
 ]
@@ -113,17 +132,20 @@ def train_cmd(
 
     if out.suffix != ".npz":
         raise ConfigError("--out", "", f"must end in .npz, got {str(out)!r}")
+    check_output_file(out, "--out")  # before any work
     kinds = parse_models(model)
-    with err_console.status(f"training {', '.join(kinds)} ..."):
-        results, report = train(
-            trace, kinds, out, k, max_fpr, seed, label_from, window_position, fast, parse_params(param)
-        )
-    metrics = metrics_frame(results)
-    stem = out.with_name(out.name.removesuffix(".npz"))
-    json_path = stem.with_name(stem.name + ".report.json")
-    md_path = stem.with_name(stem.name + ".report.md")
-    json_path.write_text(json.dumps(report, indent=1, default=str))
-    md_path.write_text(_report_md(report, metrics))
+    params = parse_params(param)
+    with writing("--out", out):
+        with err_console.status(f"training {', '.join(kinds)} ..."):
+            results, report = train(
+                trace, kinds, out, k, max_fpr, seed, label_from, window_position, fast, params
+            )
+        metrics = metrics_frame(results)
+        stem = out.with_name(out.name.removesuffix(".npz"))
+        json_path = stem.with_name(stem.name + ".report.json")
+        md_path = stem.with_name(stem.name + ".report.md")
+        json_path.write_text(json.dumps(report, indent=1, default=str))
+        md_path.write_text(_report_md(report, metrics))
     console.print(table(metrics, f"held-out test metrics (max FPR {max_fpr}, K = {k})"))
     for r in results:
         console.print(f"{r.kind}: {r.npz} (threshold {r.threshold:.4f})")
@@ -136,7 +158,10 @@ def bench_cmd(
         list[Path] | None,
         typer.Option("--predictor", "-p", help="Exported .npz (repeatable; default: all in predictors/)."),
     ] = None,
-    calls: Annotated[int, typer.Option("--calls", help="Timed single-sample calls per model.")] = 1000,
+    calls: Annotated[
+        int,
+        typer.Option("--calls", help="Timed single-sample calls per model.", parser=whole(1, MAX_REPEATS)),
+    ] = 1000,
     native: Annotated[
         bool, typer.Option("--native/--no-native", help="Also time the saved native library model.")
     ] = True,
@@ -146,17 +171,19 @@ def bench_cmd(
     from wispsim.measure.predictor import bench, cpu_name
     from wispsim.paths import predictors_dir
 
+    if out is not None:
+        check_output_file(out, "--out")  # before any work
     paths = predictor or sorted(predictors_dir().glob("*.npz"))
     if not paths:
         raise WispsimError(f"no predictors given and none in {predictors_dir()}; use --predictor PATH")
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise ConfigError("--predictor", "", f"no such file: {', '.join(missing)}")
-    if calls < 1:
-        raise ConfigError("--calls", "", f"must be >= 1, got {calls}")
     df = bench(paths, calls, native)
     if out is not None:
-        df.to_csv(out, index=False)
+        with writing("--out", out):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            df.to_csv(out, index=False)
     console.print(table(df, f"single-sample latency, us ({calls} calls, {cpu_name()})"))
 
 
@@ -176,9 +203,13 @@ def eval_cmd(
     """Distribution shift: train on one trace, score on each test trace at the chosen threshold."""
     from wispsim.measure.predictor import shift_matrix
 
+    if out is not None:
+        check_output_file(out, "--out")  # before any work
     kinds = parse_models(model)
     with err_console.status("training and scoring ..."):
         df = shift_matrix(train, test, kinds, k, max_fpr, seed, label_from, fast, parse_params(param))
     if out is not None:
-        df.to_csv(out, index=False)
+        with writing("--out", out):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            df.to_csv(out, index=False)
     console.print(table(df, f"trained on {Path(train).stem}; metrics at the max-FPR {max_fpr} threshold"))

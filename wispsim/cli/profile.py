@@ -14,9 +14,22 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
-from wispsim.cli.common import console, progress, table
+from wispsim.cli.common import MAX_JOBS, MAX_REPEATS, POSITIVE, SEED, console, progress, real, table, whole
+from wispsim.config.limits import MAX_TOKENS
 from wispsim.errors import WispsimError
+from wispsim.paths import check_output_file, writing
 from wispsim.provenance import command_line
+
+#: Configurations per regime of a plan, and cross-validation folds.
+MAX_CONFIGS = 100_000
+CONFIGS = whole(0, MAX_CONFIGS)
+#: Requests in one timed batch; bootstrap resamples of a fit.
+MAX_BATCH = 65_536
+MAX_BOOTSTRAP = 1_000_000
+#: GPUs holding one model (tensor parallel).
+GPUS = whole(1, 4096)
+#: --scale multiplies every token count of a plan.
+SCALE = real(0, 100, lo_open=True, why="token counts past what a profile can hold")
 
 profile_app = typer.Typer(
     help="Show, plan, record, fit and derive verification-latency profiles.", no_args_is_help=True
@@ -33,28 +46,42 @@ def plan_cmd(
             "random memory-bound, mixed."
         ),
     ] = "25,48,15,15,20",
-    test: Annotated[int, typer.Option(help="Held-out test configurations (spread over the regimes).")] = 50,
-    seed: Annotated[int, typer.Option(help="Plan seed (train and test seeds are derived from it).")] = 0,
-    scale: Annotated[float, typer.Option(help="Multiply every token count (e.g. 0.25 on a CPU).")] = 1.0,
+    test: Annotated[
+        int, typer.Option(help="Held-out test configurations (spread over the regimes).", parser=CONFIGS)
+    ] = 50,
+    seed: Annotated[
+        int, typer.Option(help="Plan seed (train and test seeds are derived from it).", parser=SEED)
+    ] = 0,
+    scale: Annotated[
+        float, typer.Option(help="Multiply every token count (e.g. 0.25 on a CPU).", parser=SCALE)
+    ] = 1.0,
     max_context: Annotated[
-        int | None, typer.Option(help="Longest request (L_total) the hardware holds; longer ones shrink.")
+        int | None,
+        typer.Option(
+            help="Longest request (L_total) the hardware holds; longer ones shrink.",
+            parser=whole(2, MAX_TOKENS, "the longest request a profile may hold"),
+        ),
     ] = None,
     max_batch: Annotated[
-        int | None, typer.Option(help="Most requests per batch; extra ones are dropped.")
+        int | None,
+        typer.Option(help="Most requests per batch; extra ones are dropped.", parser=whole(1, MAX_BATCH)),
     ] = None,
 ) -> None:
     """Write the configuration set of SPEC 4 (123 train + 50 test by default) as a CSV."""
     from wispsim.measure.profile.plan import CATEGORIES, PlanOptions, make_plan, plan_frame, write_plan
 
+    check_output_file(out, "--out")  # before any work
     try:
-        cts = tuple(int(x) for x in counts.split(","))
+        cts = tuple(CONFIGS(x) for x in counts.split(","))
     except ValueError:
         raise WispsimError(
-            f"--counts: expected {len(CATEGORIES)} integers like 25,48,15,15,20, got {counts!r}"
+            f"--counts: expected {len(CATEGORIES)} whole numbers in 0..{MAX_CONFIGS} like 25,48,15,15,20, "
+            f"got {counts!r}"
         ) from None
     opts = PlanOptions(cts, test, seed, scale, max_context, max_batch)
     configs = make_plan(opts)
-    write_plan(configs, out, opts, command_line())
+    with writing("--out", out):
+        write_plan(configs, out, opts, command_line())
     df = plan_frame(configs)
     test_seed = df[df.split == "test"].seed.iloc[0] if (df.split == "test").any() else "-"
     title = f"plan {out} (seeds: train {configs[0].seed if configs else '-'}, test {test_seed})"
@@ -86,23 +113,35 @@ def record_cmd(
     ] = False,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     dtype: Annotated[str, typer.Option(help="bfloat16, float16 or float32.")] = "bfloat16",
-    warmup: Annotated[int, typer.Option(help="Untimed warm-up runs per configuration.")] = 10,
-    runs: Annotated[int, typer.Option(help="Timed runs per configuration.")] = 3,
+    warmup: Annotated[
+        int, typer.Option(help="Untimed warm-up runs per configuration.", parser=whole(0, MAX_REPEATS))
+    ] = 10,
+    runs: Annotated[
+        int, typer.Option(help="Timed runs per configuration.", parser=whole(2, MAX_REPEATS))
+    ] = 3,
     max_cv: Annotated[
-        float, typer.Option(help="Coefficient of variation above which runs are repeated.")
+        float, typer.Option(help="Coefficient of variation above which runs are repeated.", parser=POSITIVE)
     ] = 0.05,
-    retries: Annotated[int, typer.Option(help="Repeats of the timed runs when the CV is too high.")] = 1,
+    retries: Annotated[
+        int,
+        typer.Option(help="Repeats of the timed runs when the CV is too high.", parser=whole(0, MAX_REPEATS)),
+    ] = 1,
     attention: Annotated[
         str, typer.Option(help="hf engine: loop (SDPA per request) or varlen (CUDA flash varlen).")
     ] = "loop",
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's).")] = None,
-    limit: Annotated[int | None, typer.Option(help="Time at most this many new configurations.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+    threads: Annotated[
+        int | None, typer.Option(help="torch CPU threads (default: torch's).", parser=whole(1, MAX_JOBS))
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Time at most this many new configurations.", parser=whole(1))
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random weights.", parser=SEED)] = 0,
 ) -> None:
     """Time every configuration of a plan (warm-up, timed runs, CV); rows are written as they finish."""
     from wispsim.measure.profile import record_profile
 
-    with progress(eta=True) as prog:
+    check_output_file(out, "--out")  # before any work
+    with writing("--out", out), progress(eta=True) as prog:
         task = prog.add_task("recording", total=None)
         n = record_profile(
             plan,
@@ -133,31 +172,39 @@ def fit_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Profile YAML to write, e.g. profiles/NAME.yaml.")],
     name: Annotated[str | None, typer.Option(help="Profile name (default: the file's stem).")] = None,
     method: Annotated[str, typer.Option(help="auto (OLS, NNLS if a coefficient < 0), ols or nnls.")] = "auto",
-    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the 95% intervals.")] = 1000,
-    folds: Annotated[int, typer.Option(help="Cross-validation folds on the train set.")] = 5,
-    seed: Annotated[int, typer.Option(help="Seed of the bootstrap and the folds.")] = 0,
+    bootstrap: Annotated[
+        int, typer.Option(help="Bootstrap resamples for the 95% intervals.", parser=whole(0, MAX_BOOTSTRAP))
+    ] = 1000,
+    folds: Annotated[
+        int, typer.Option(help="Cross-validation folds on the train set.", parser=whole(2, MAX_CONFIGS))
+    ] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap and the folds.", parser=SEED)] = 0,
     gpu: Annotated[str | None, typer.Option(help="Hardware name (default: from the recording).")] = None,
-    gpu_count: Annotated[int, typer.Option(help="Devices that held the model.")] = 1,
-    memory_gib: Annotated[float | None, typer.Option(help="Memory per device (default: recorded).")] = None,
+    gpu_count: Annotated[int, typer.Option(help="Devices that held the model.", parser=GPUS)] = 1,
+    memory_gib: Annotated[
+        float | None, typer.Option(help="Memory per device (default: recorded).", parser=POSITIVE)
+    ] = None,
     plots: Annotated[bool, typer.Option(help="Write the actual-vs-predicted and residual plots.")] = True,
 ) -> None:
     """Fit a, b_compute, b_read, c on the train set; write the profile, NAME.report.md, NAME.fit/."""
     from wispsim.measure.profile import fit_command
 
-    res, prof = fit_command(
-        data,
-        out,
-        name=name,
-        method=method,
-        bootstrap=bootstrap,
-        folds=folds,
-        seed=seed,
-        gpu=gpu,
-        gpu_count=gpu_count,
-        memory_gib=memory_gib,
-        plots=plots,
-        command=command_line(),
-    )
+    check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
+    with writing("--out", out):
+        res, prof = fit_command(
+            data,
+            out,
+            name=name,
+            method=method,
+            bootstrap=bootstrap,
+            folds=folds,
+            seed=seed,
+            gpu=gpu,
+            gpu_count=gpu_count,
+            memory_gib=memory_gib,
+            plots=plots,
+            command=command_line(),
+        )
     console.print(table(_coefficients(res.coef, res.ci95), f"profile {prof['name']} ({res.method})"))
     tr, te = res.train, res.test
     console.print(
@@ -178,7 +225,9 @@ def derive_cmd(
         str | None,
         typer.Option(help="Target GPU: a100-80gb, a100-40gb, h100-80gb, h200, l40s (default: source's)."),
     ] = None,
-    count: Annotated[int | None, typer.Option(help="GPUs holding the model (tensor parallel).")] = None,
+    count: Annotated[
+        int | None, typer.Option(help="GPUs holding the model (tensor parallel).", parser=GPUS)
+    ] = None,
     c_rule: Annotated[str, typer.Option(help="weights (scale c by weight-read time) or keep.")] = "weights",
     dtype: Annotated[str, typer.Option(help="Weights and KV dtype of the target.")] = "bfloat16",
     name: Annotated[str | None, typer.Option(help="Profile name (default: the file's stem).")] = None,
@@ -189,11 +238,13 @@ def derive_cmd(
     from wispsim.measure.profile.derive import derive_named, render
     from wispsim.model.profiles import parse_profile
 
+    check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
     prof = derive_named(source, arch, gpu=gpu, count=count, name=name or out.stem, c_rule=c_rule, dtype=dtype)
     text = render(prof)
     p = parse_profile(yaml.safe_load(text), str(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    with writing("--out", out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
     e = p.estimator
     console.print(
         f"{out}: a={e.a:.4g} b_compute={e.b_compute:.4g} b_read={e.b_read:.4g} c={e.c:.4g}; "

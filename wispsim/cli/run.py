@@ -16,21 +16,31 @@ import pandas as pd
 import typer
 
 from wispsim.cli.common import (
+    DEVICES,
+    REPLICAS,
+    SECONDS,
+    SEED,
+    TAIL_SECONDS,
     OutOpt,
     PolicyOpt,
     RouterOpt,
     ScenarioArg,
     SetOpt,
+    applying,
+    check_poisson_rate,
+    check_series_step,
     console,
     describe_load,
     err_console,
     out_dir,
+    out_path,
+    output,
     parse_classes,
     resolve_scenario,
     table,
 )
 from wispsim.config import POLICY_NAMES, parse_set
-from wispsim.errors import ConfigError
+from wispsim.paths import check_output_file, writing
 from wispsim.provenance import write_manifest
 
 SUMMARY_COLUMNS = [
@@ -52,9 +62,9 @@ SUMMARY_COLUMNS = [
 def run(
     scenario: ScenarioArg = None,
     policy: PolicyOpt = None,
-    devices: Annotated[int | None, typer.Option(help="Number of devices N.")] = None,
+    devices: Annotated[int | None, typer.Option(help="Number of devices N.", parser=DEVICES)] = None,
     classes: Annotated[str | None, typer.Option(help="SLO classes in tokens/s, e.g. 2,4,6,8.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Run seed.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Run seed.", parser=SEED)] = None,
     arrivals: Annotated[
         str | None,
         typer.Option(
@@ -62,13 +72,20 @@ def run(
             "measurement window), NAME:FILE with NAME concurrency or rate, or poisson:RATE.",
         ),
     ] = None,
-    replicas: Annotated[int | None, typer.Option(help="Verifier replicas behind the router.")] = None,
+    replicas: Annotated[
+        int | None, typer.Option(help="Verifier replicas behind the router.", parser=REPLICAS)
+    ] = None,
     router: RouterOpt = None,
     tail: Annotated[
-        float, typer.Option(help="With a trace: seconds measured after it ends (last value holds).")
+        float,
+        typer.Option(
+            help="With a trace: seconds measured after it ends (last value holds).", parser=TAIL_SECONDS
+        ),
     ] = 300.0,
-    step: Annotated[float, typer.Option(help="Time step of the time series (s).")] = 10.0,
-    window: Annotated[float, typer.Option(help="Trailing window of compliance over time (s).")] = 60.0,
+    step: Annotated[float, typer.Option(help="Time step of the time series (s).", parser=SECONDS)] = 10.0,
+    window: Annotated[
+        float, typer.Option(help="Trailing window of compliance over time (s).", parser=SECONDS)
+    ] = 60.0,
     log: Annotated[
         Path | None, typer.Option(help="Also write the per-round log (.parquet or .csv) that `replay` reads.")
     ] = None,
@@ -82,49 +99,58 @@ def run(
     from wispsim.sim.engine import simulate
     from wispsim.sim.inputs import apply_arrivals_option, apply_server_options
 
+    folder = out_path(out, "run")  # every output checked before any work
+    if log is not None:
+        check_output_file(log, "--log", (".parquet", ".csv"))
+    cls = parse_classes(classes)
+    check_poisson_rate(arrivals)
     sc = resolve_scenario(scenario, set_)
     if policy is not None:
         sc = sc.with_policy(policy)
-    if devices is not None and devices < 1:
-        raise ConfigError("--devices", "", f"must be >= 1, got {devices}")
-    if step <= 0 or window <= 0:
-        raise ConfigError("--step" if step <= 0 else "--window", "", "must be > 0 seconds")
-    sc = apply_server_options(apply_arrivals_option(sc, arrivals, tail), replicas, router)
-    sc = sc.with_devices(devices or sc.devices.count, parse_classes(classes))
+    with applying("--arrivals", {"tail": "--tail"}):
+        sc = apply_arrivals_option(sc, arrivals, tail)
+    with applying("--replicas", {"router": "--router"}):
+        sc = apply_server_options(sc, replicas, router)
+    with applying("--devices", {"class": "--classes", "slo": "--classes"}):
+        sc = sc.with_devices(devices or sc.devices.count, cls)
     if seed is not None:
-        if seed < 0:
-            raise ConfigError("--seed", "", f"must be >= 0, got {seed}")
-        sc = sc.replace(seed=seed)
-    folder = out_dir(out, "run")
+        with applying("--seed"):
+            sc = sc.replace(seed=seed)
+    wl = sc.workload
+    check_series_step(step, wl.warmup_s + wl.duration_s + wl.drain_limit_s)
+    folder = out_dir(folder, "run")
     who = describe_load(sc)
     with err_console.status(f"simulating {who} under {sc.policy} ..."):
         res = simulate(sc)
     summary = summarize(res)
-    (folder / "scenario.yaml").write_text(sc.to_yaml())
-    res.rounds.to_parquet(folder / "rounds.parquet", index=False)
-    res.batches.to_parquet(folder / "batches.parquet", index=False)
-    res.responses.to_parquet(folder / "responses.parquet", index=False)
-    summary.to_csv(folder / "summary.csv", index=False)
     per_replica = replica_summary(res)
-    per_replica.to_csv(folder / "replicas.csv", index=False)
-    comp, server, bursts = write_timeseries(res, folder, step, window)
-    if sc.arrivals.process != "closed":
-        compliance_figure(res, comp, server, window, folder / "compliance.png")
-    if log is not None:
-        from wispsim.study.replay import write_log
+    with output(folder) as o:  # manifest.json last: a folder without it is incomplete
+        (o / "scenario.yaml").write_text(sc.to_yaml())
+        res.rounds.to_parquet(o / "rounds.parquet", index=False)
+        res.batches.to_parquet(o / "batches.parquet", index=False)
+        res.responses.to_parquet(o / "responses.parquet", index=False)
+        summary.to_csv(o / "summary.csv", index=False)
+        per_replica.to_csv(o / "replicas.csv", index=False)
+        o.current = None  # several files: an error names the one it has, if any
+        comp, server, bursts = write_timeseries(res, folder, step, window)
+        if sc.arrivals.process != "closed":
+            compliance_figure(res, comp, server, window, o / "compliance.png")
+        if log is not None:
+            from wispsim.study.replay import write_log
 
-        write_log(res, log)
-    write_manifest(
-        folder,
-        {
-            "seed": sc.seed,
-            "devices": sc.devices.count,
-            "policy": sc.policy,
-            "sim_end_s": res.sim_end,
-            "wall_s": res.wall_s,
-            **res.info,
-        },
-    )
+            with writing("--log", log):
+                write_log(res, log)
+        write_manifest(
+            o.path,
+            {
+                "seed": sc.seed,
+                "devices": sc.devices.count,
+                "policy": sc.policy,
+                "sim_end_s": res.sim_end,
+                "wall_s": res.wall_s,
+                **res.info,
+            },
+        )
     title = f"{sc.policy}, {describe_load(sc, res.devices)}, seed={sc.seed}"
     console.print(table(summary, title, SUMMARY_COLUMNS))
     if sc.server.replicas > 1:
@@ -149,7 +175,9 @@ def replay_cmd(
         str | None,
         typer.Option(help=f"Policy preset: {', '.join(POLICY_NAMES)} (default: the recorded one)."),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of the server's noise (default: the log's).")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of the server's noise (default: the log's).", parser=SEED)
+    ] = None,
     out: OutOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -160,6 +188,7 @@ def replay_cmd(
     from wispsim.study.replay import compare as compare_replay
     from wispsim.study.replay import describe, log_scenario, meta_path, read_log, replay
 
+    folder = out_path(out, "replay")  # checked before any work
     frame, meta = read_log(log)
     if scenario is not None:
         sc = resolve_scenario(scenario, set_)
@@ -167,31 +196,30 @@ def replay_cmd(
         sc = log_scenario(meta, str(meta_path(log)), parse_set(set_ or []))
     if policy is not None:
         sc = sc.with_policy(policy)
-    if seed is not None and seed < 0:
-        raise ConfigError("--seed", "", f"must be >= 0, got {seed}")
-    folder = out_dir(out, "replay")
+    folder = out_dir(folder, "replay")
     devices = frame.device.nunique()
     err_console.print(f"replay: {describe(sc, meta)}", highlight=False)
     with err_console.status(f"replaying {devices} devices, {len(frame)} rounds under {sc.policy} ..."):
         res = replay(sc, frame, meta, seed)
     comparison = compare_replay(frame, res, meta)
-    (folder / "scenario.yaml").write_text(res.scenario.to_yaml())
-    res.rounds.to_parquet(folder / "rounds.parquet", index=False)
-    res.batches.to_parquet(folder / "batches.parquet", index=False)
-    res.responses.to_parquet(folder / "responses.parquet", index=False)
-    comparison.to_csv(folder / "comparison.csv", index=False)
-    write_manifest(
-        folder,
-        {
-            "log": str(log),
-            "recorded_policy": meta.get("policy"),
-            "policy": sc.policy,
-            "seed": res.seed,
-            "devices": res.devices,
-            "sim_end_s": res.sim_end,
-            "wall_s": res.wall_s,
-        },
-    )
+    with output(folder) as o:  # manifest.json last
+        (o / "scenario.yaml").write_text(res.scenario.to_yaml())
+        res.rounds.to_parquet(o / "rounds.parquet", index=False)
+        res.batches.to_parquet(o / "batches.parquet", index=False)
+        res.responses.to_parquet(o / "responses.parquet", index=False)
+        comparison.to_csv(o / "comparison.csv", index=False)
+        write_manifest(
+            o.path,
+            {
+                "log": str(log),
+                "recorded_policy": meta.get("policy"),
+                "policy": sc.policy,
+                "seed": res.seed,
+                "devices": res.devices,
+                "sim_end_s": res.sim_end,
+                "wall_s": res.wall_s,
+            },
+        )
     violations, times = _replay_tables(comparison)
     title = (
         f"violation rate: recorded ({meta.get('policy', '?')}) vs simulated ({sc.policy}), seed={res.seed}"

@@ -9,22 +9,35 @@ folder; finished points are stored there, so an interrupted sweep resumes where 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from wispsim.cli.common import (
+    FRACTION_OPEN,
+    SEED,
+    SEEDS,
     AddressOpt,
     BackendOpt,
+    EpsilonOpt,
+    FirstSeedOpt,
     JobsOpt,
     MaxDevicesOpt,
     OutOpt,
     ScenarioArg,
+    SeedsOpt,
     SetOpt,
     StartOpt,
+    applying,
+    check_backend,
+    check_seeds,
+    check_start,
     console,
     out_dir,
+    out_path,
+    output,
     parse_classes,
     parse_devices,
     parse_policies,
@@ -34,6 +47,7 @@ from wispsim.cli.common import (
 )
 from wispsim.config import POLICY_NAMES
 from wispsim.errors import ConfigError
+from wispsim.paths import OutputFolder
 from wispsim.provenance import write_manifest
 from wispsim.study.capacity import SweepResult
 
@@ -72,36 +86,40 @@ def _sweep_common(
     command: str,
     backend: str = "local",
     address: str | None = None,
+    also: Callable[[SweepResult, OutputFolder], None] | None = None,
 ) -> tuple[Path, SweepResult]:
-    """Check the options, run the capacity sweep of ``policies`` and write its folder."""
+    """Check the options, run the capacity sweep of ``policies`` and write its folder (``also``
+    writes the command's own tables; the manifest comes after them)."""
     from wispsim.study.capacity import capacity_sweep, groups_for
     from wispsim.study.points import RECORD_MODES
     from wispsim.study.runners import make_runner
 
-    sc = resolve_scenario(scenario, sets)
-    cls = parse_classes(classes) or sc.devices.classes
+    folder = out_path(out, command)  # checked before any work
+    cls = parse_classes(classes)
     grid = parse_devices(devices)
-    if seeds < 1:
-        raise ConfigError("--seeds", "", f"must be >= 1, got {seeds}")
-    if jobs < 1:
-        raise ConfigError("--jobs", "", f"must be >= 1, got {jobs}")
     if mix not in ("separate", "shared"):
         raise ConfigError("--mix", "", f"got {mix!r}; allowed: separate, shared")
     if records not in RECORD_MODES:
         raise ConfigError("--records", "", f"got {records!r}; allowed: {', '.join(RECORD_MODES)}")
-    if start < 1 or max_devices < start:
-        raise ConfigError("--max-devices", "", "needs 1 <= --start <= --max-devices")
+    check_start(start, max_devices)
+    check_backend(backend, address)
+    sc = resolve_scenario(scenario, sets)
+    cls = cls or sc.devices.classes
     eps = sc.epsilon if epsilon is None else epsilon
-    if not 0 <= eps < 1:
-        raise ConfigError("--epsilon", "", f"must be in [0, 1), got {eps}")
-    base_seed = sc.seed if seed is None else seed
-    seed_list = [base_seed + i for i in range(seeds)]
-    base = {p: sc.with_policy(p).with_devices(sc.devices.count, cls) for p in policies}
-    folder = out_dir(out, command)
-    for p, s in base.items():
-        (folder / (f"scenario-{p}.yaml" if len(base) > 1 else "scenario.yaml")).write_text(s.to_yaml())
+    seed_list = check_seeds(sc.seed if seed is None else seed, seeds)
+    with applying("--classes"):
+        base = {p: sc.with_policy(p).with_devices(sc.devices.count, cls) for p in policies}
+    folder = out_dir(folder, command)
+    with output(folder) as o:  # removes an old manifest.json: the folder is incomplete until the end
+        for p, s in base.items():
+            (o / (f"scenario-{p}.yaml" if len(base) > 1 else "scenario.yaml")).write_text(s.to_yaml())
     groups = groups_for(cls, mix)
-    with make_runner(backend, jobs, folder, records, address) as runner, progress() as prog:
+    with (
+        output(folder) as o,  # a full disk while storing points: one line; finished points stay
+        make_runner(backend, jobs, folder, records, address) as runner,
+        progress() as prog,
+    ):
+        o.current = None
         task = prog.add_task(f"{command} {','.join(policies)}", total=None)
         result = capacity_sweep(
             base,
@@ -114,23 +132,26 @@ def _sweep_common(
             max_devices=max_devices,
             progress=lambda done, total: prog.update(task, completed=done, total=total),
         )
-    result.write(folder)
-    write_manifest(
-        folder,
-        {
-            "policies": policies,
-            "classes": list(cls),
-            "mix": mix,
-            "seeds": seed_list,
-            "epsilon": eps,
-            "grid": list(grid),
-            "start": start,
-            "max_devices": max_devices,
-            "jobs": jobs,
-            "backend": backend,
-            "address": address,
-        },
-    )
+    with output(folder) as o:  # manifest.json last: a folder without it is incomplete
+        result.write(o.path)
+        if also is not None:
+            also(result, o)
+        write_manifest(
+            o.path,
+            {
+                "policies": policies,
+                "classes": list(cls),
+                "mix": mix,
+                "seeds": seed_list,
+                "epsilon": eps,
+                "grid": list(grid),
+                "start": start,
+                "max_devices": max_devices,
+                "jobs": jobs,
+                "backend": backend,
+                "address": address,
+            },
+        )
     return folder, result
 
 
@@ -144,10 +165,13 @@ def sweep(
         str | None,
         typer.Option(help="Grid of N to evaluate first, LO:HI:STEP or a list; bisection refines it."),
     ] = None,
-    seeds: Annotated[int, typer.Option(help="Seeds per N (common random numbers across N).")] = 3,
-    seed: Annotated[int | None, typer.Option(help="First seed (default: the scenario's).")] = None,
+    seeds: SeedsOpt = 3,
+    seed: Annotated[
+        int | None, typer.Option(help="First seed (default: the scenario's).", parser=SEED)
+    ] = None,
     epsilon: Annotated[
-        float | None, typer.Option(help="Allowed violation rate (default: the scenario's, 0.05).")
+        float | None,
+        typer.Option(help="Allowed violation rate (default: the scenario's, 0.05).", parser=FRACTION_OPEN),
     ] = None,
     jobs: JobsOpt = 2,
     backend: BackendOpt = "local",
@@ -165,7 +189,7 @@ def sweep(
     folder, result = _sweep_common(
         scenario,
         set_,
-        parse_policies(policy),
+        parse_policies(policy, "--policy"),
         classes,
         devices,
         seeds,
@@ -191,9 +215,9 @@ def compare(
     policies: Annotated[str, typer.Option(help="Comma-separated policy presets.")] = "wisp,centralized,sled",
     classes: Annotated[str | None, typer.Option(help="SLO classes, e.g. 2,4,6,8.")] = None,
     devices: Annotated[str | None, typer.Option(help="Grid of N to evaluate first.")] = None,
-    seeds: Annotated[int, typer.Option(help="Seeds per N.")] = 3,
-    seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
-    epsilon: Annotated[float | None, typer.Option(help="Allowed violation rate.")] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds per N.", parser=SEEDS)] = 3,
+    seed: FirstSeedOpt = None,
+    epsilon: EpsilonOpt = None,
     jobs: JobsOpt = 2,
     backend: BackendOpt = "local",
     address: AddressOpt = None,
@@ -208,7 +232,14 @@ def compare(
     from wispsim.study.capacity import speedups
 
     pols = parse_policies(policies)
-    folder, result = _sweep_common(
+    wide = None
+
+    def write_compare(result: SweepResult, o: OutputFolder) -> None:
+        nonlocal wide
+        wide = speedups(result.capacity, pols)
+        wide.to_csv(o / "compare.csv", index=False)
+
+    folder, _ = _sweep_common(
         scenario,
         set_,
         pols,
@@ -226,9 +257,9 @@ def compare(
         "compare",
         backend,
         address,
+        write_compare,
     )
-    wide = speedups(result.capacity, pols)
-    wide.to_csv(folder / "compare.csv", index=False)
+    assert wide is not None
     console.print(table(wide, "capacity (devices) by policy"))
     console.print(f"compare.csv, capacity.csv, curve.csv: {folder}")
 
@@ -238,8 +269,8 @@ def ablate_predictor_cmd(
     scenario: ScenarioArg = None,
     devices: Annotated[str, typer.Option(help="N values, e.g. 2,4,8,16.")] = "2,4,8,16",
     classes: Annotated[str | None, typer.Option(help="SLO classes of the devices.")] = None,
-    seeds: Annotated[int, typer.Option(help="Seeds per N (the same for both arms).")] = 3,
-    seed: Annotated[int | None, typer.Option(help="First seed.")] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds per N (the same for both arms).", parser=SEEDS)] = 3,
+    seed: FirstSeedOpt = None,
     jobs: JobsOpt = 2,
     backend: BackendOpt = "local",
     address: AddressOpt = None,
@@ -250,35 +281,44 @@ def ablate_predictor_cmd(
     from wispsim.study.ablation import ablate_predictor, write
     from wispsim.study.runners import make_runner
 
-    sc = resolve_scenario(scenario, set_)
-    sc = sc.with_devices(sc.devices.count, parse_classes(classes))
+    folder = out_path(out, "ablate")  # checked before any work
+    cls = parse_classes(classes)
     ns = list(parse_devices(devices))
-    if seeds < 1:
-        raise ConfigError("--seeds", "", f"must be >= 1, got {seeds}")
+    check_backend(backend, address)
+    sc = resolve_scenario(scenario, set_)
+    with applying("--classes"):
+        sc = sc.with_devices(sc.devices.count, cls)
     first = sc.seed if seed is None else seed
-    folder = out_dir(out, "ablate")
-    (folder / "scenario.yaml").write_text(sc.to_yaml())
-    with make_runner(backend, jobs, folder, "responses", address) as runner, progress() as prog:
+    seed_list = check_seeds(first, seeds)
+    folder = out_dir(folder, "ablate")
+    with output(folder) as o:  # removes an old manifest.json: the folder is incomplete until the end
+        (o / "scenario.yaml").write_text(sc.to_yaml())
+    with (
+        output(folder),
+        make_runner(backend, jobs, folder, "responses", address) as runner,
+        progress() as prog,
+    ):
         task = prog.add_task("ablate predictor", total=None)
         per_seed, result = ablate_predictor(
             sc,
             ns,
-            [first + i for i in range(seeds)],
+            seed_list,
             runner,
             progress=lambda d, t: prog.update(task, completed=d, total=t),
         )
-    write(per_seed, result, folder)
-    write_manifest(
-        folder,
-        {
-            "devices": ns,
-            "seeds": seeds,
-            "first_seed": first,
-            "acceptance": sc.acceptance.model,
-            "trace": sc.acceptance.trace,
-            "predictor": sc.drafting.predictor.name,
-        },
-    )
+    with output(folder) as o:  # manifest.json last
+        write(per_seed, result, o.path)
+        write_manifest(
+            o.path,
+            {
+                "devices": ns,
+                "seeds": seeds,
+                "first_seed": first,
+                "acceptance": sc.acceptance.model,
+                "trace": sc.acceptance.trace,
+                "predictor": sc.drafting.predictor.name,
+            },
+        )
     title = f"predictor ablation ({sc.acceptance.model} acceptance)"
     console.print(table(result, title, ABLATION_COLUMNS))
     console.print(f"ablation.csv, ablation_per_seed.csv, points/: {folder}")

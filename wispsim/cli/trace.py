@@ -8,8 +8,10 @@ from typing import Annotated
 
 import typer
 
-from wispsim.cli.common import console, progress
-from wispsim.errors import WispsimError
+from wispsim.cli.common import NON_NEGATIVE, SEED, console, progress, whole
+from wispsim.config.limits import MAX_DRAFT, MAX_TOKENS
+from wispsim.errors import ConfigError, WispsimError
+from wispsim.paths import check_output_file, writing
 from wispsim.provenance import command_line
 
 trace_app = typer.Typer(help="Record and inspect per-position acceptance traces.", no_args_is_help=True)
@@ -21,11 +23,17 @@ def record(
     target: Annotated[str, typer.Option(help="Target model: an HF folder or a .gguf file.")],
     prompts: Annotated[Path, typer.Option(help="Prompts: .jsonl with id, family, prompt (or .txt lines).")],
     out: Annotated[Path, typer.Option(help="Trace to write, e.g. traces/NAME.parquet.")],
-    temperature: Annotated[float, typer.Option(help="0 = greedy; > 0 samples the target.")] = 0.0,
-    max_new_tokens: Annotated[int, typer.Option(help="Longest response per prompt.")] = 128,
+    temperature: Annotated[
+        float, typer.Option(help="0 = greedy; > 0 samples the target.", parser=NON_NEGATIVE)
+    ] = 0.0,
+    max_new_tokens: Annotated[
+        int, typer.Option(help="Longest response per prompt.", parser=whole(1, MAX_TOKENS))
+    ] = 128,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
-    seed: Annotated[int, typer.Option(help="Seed of the sampling and of the realized verdicts.")] = 0,
-    limit: Annotated[int | None, typer.Option(help="Only the first N prompts.")] = None,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the sampling and of the realized verdicts.", parser=SEED)
+    ] = 0,
+    limit: Annotated[int | None, typer.Option(help="Only the first N prompts.", parser=whole(1))] = None,
     notes: Annotated[str, typer.Option(help="Free text stored in the trace metadata.")] = "",
     generate_dtype: Annotated[
         str, typer.Option(help="dtype of the target copy that generates responses: float32 or bfloat16.")
@@ -38,7 +46,8 @@ def record(
         raise WispsimError(f"--generate-dtype: got {generate_dtype!r}; allowed: float32, bfloat16, float16")
     if device not in ("cpu", "cuda"):
         raise WispsimError(f"--device: got {device!r}; allowed: cpu, cuda")
-    with progress() as prog:
+    check_output_file(out, "--out", (".parquet",))  # before any work
+    with writing("--out", out), progress() as prog:
         task = prog.add_task("recording", total=None)
         n = record_trace(
             draft,
@@ -61,7 +70,10 @@ def record(
 @trace_app.command("inspect")
 def inspect(
     trace: Annotated[str, typer.Argument(help="Trace file or name under traces/.")],
-    k: Annotated[int, typer.Option(help="Verification window for the accepted-length figures.")] = 5,
+    k: Annotated[
+        int,
+        typer.Option(help="Verification window for the accepted-length figures.", parser=whole(1, MAX_DRAFT)),
+    ] = 5,
     accept_from: Annotated[str, typer.Option(help="Verdicts: flag, greedy or beta.")] = "flag",
     plot: Annotated[Path | None, typer.Option(help="Write the figure here (PNG).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
@@ -70,11 +82,14 @@ def inspect(
     correlations and acceptance by top-1 probability."""
     from wispsim.measure.trace import format_report, inspect_trace, plot_report
     from wispsim.model.acceptance import find_trace, load_trace
+    from wispsim.plots.figure import FIGURE_SUFFIXES
 
     if accept_from not in ("flag", "greedy", "beta"):
         raise WispsimError(f"--accept-from: got {accept_from!r}; allowed: flag, greedy, beta")
-    if k < 1:
-        raise WispsimError(f"--k: must be >= 1, got {k}")
+    if plot is not None:  # checked before any work; a name without a suffix gets .png
+        check_output_file(plot, "--plot")
+        if plot.suffix and plot.suffix.lower() not in FIGURE_SUFFIXES:
+            raise ConfigError("--plot", "", f"{plot}: the name must end in {', '.join(FIGURE_SUFFIXES)}")
     tr = load_trace(str(find_trace(trace)))
     report = inspect_trace(tr, k, accept_from)
     if as_json:
@@ -82,5 +97,7 @@ def inspect(
     else:
         typer.echo(format_report(report))
     if plot is not None:
-        plot_report(report, tr, plot)
+        with writing("--plot", plot):
+            plot.parent.mkdir(parents=True, exist_ok=True)
+            plot_report(report, tr, plot)
         typer.echo(f"figure: {plot}")

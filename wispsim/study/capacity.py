@@ -44,10 +44,21 @@ class SweepResult:
     pooled: pd.DataFrame
 
     def write(self, folder: Path) -> None:
-        """``capacity.csv``, ``curve.csv`` and ``curve_pooled.csv`` in ``folder``."""
-        self.capacity.to_csv(folder / "capacity.csv", index=False)
-        self.curve.to_csv(folder / "curve.csv", index=False)
-        self.pooled.to_csv(folder / "curve_pooled.csv", index=False)
+        """``capacity.csv``, ``curve.csv`` and ``curve_pooled.csv`` in ``folder``; an OSError (a
+        full disk) carries the name of the file it failed on. The caller writes the manifest after
+        these, so a folder whose tables failed is not marked complete."""
+        for name, df in (
+            ("capacity.csv", self.capacity),
+            ("curve.csv", self.curve),
+            ("curve_pooled.csv", self.pooled),
+        ):
+            path = folder / name
+            try:
+                df.to_csv(path, index=False)
+            except OSError as e:
+                if not e.filename:
+                    e.filename = str(path)
+                raise
 
 
 def capacity_sweep(
