@@ -41,7 +41,7 @@ from wispsim.config.limits import (
 )
 from wispsim.errors import ConfigError
 from wispsim.paths import OutputFolder, check_output_dir, write_error
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.inputs import check_options, load_scenario
 
 console = Console()
 err_console = Console(stderr=True)
@@ -370,6 +370,30 @@ def describe_load(sc: Scenario, devices: int | None = None) -> str:
     if a.process == "poisson":
         return f"Poisson {a.rate:g} responses/s{reps}"
     return f"{a.kind} trace {Path(a.trace or '').name}{reps}"
+
+
+# which scenario fields each command-line option sets, so a failed final check names the option
+OPTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "--classes": ("devices.classes", "devices.groups"),
+    "--devices": ("devices.count",),
+    "--fleet": ("devices.groups",),
+    "--arrivals": ("arrivals", "workload"),
+    "--replicas": ("server.replicas", "server.replica_profiles"),
+    "--router": ("server.router",),
+    "--profile": ("server.profile", "server.replica_profiles"),
+    "--policy": ("drafting.controller", "server.mode", "server.scheduler", "server.prefix_cache"),
+}
+
+
+def checked(sc: Scenario, **given: object) -> Scenario:
+    """The last check of a scenario that options changed: do its values still fit together
+    (:func:`wispsim.sim.inputs.check_options`)? ``given`` holds the options by name (``classes=``,
+    ``devices=``, ...), None when not given; an error names the option that set its field."""
+    owners: dict[str, str] = {}
+    for opt, fields in OPTION_FIELDS.items():
+        if given.get(opt.removeprefix("--").replace("-", "_")) is not None:
+            owners.update(dict.fromkeys(fields, opt))
+    return check_options(sc, owners)
 
 
 def resolve_scenario(scenario: Path | None, sets: list[str] | None) -> Scenario:

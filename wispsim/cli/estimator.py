@@ -23,6 +23,7 @@ from wispsim.cli.common import (
     check_backend,
     check_seeds,
     check_start,
+    checked,
     console,
     out_dir,
     out_path,
@@ -86,6 +87,8 @@ def estimator_compare(
     eps = sc.epsilon if epsilon is None else epsilon
     with applying("--classes"):
         base = latency_scenarios(sc, prof_name, measured, cls)
+    for s in base.values():
+        checked(s, classes=classes, profile=profile)
     first = sc.seed if seed is None else seed
     seed_list = check_seeds(first, seeds)
     folder = out_dir(folder, "estimator-compare")

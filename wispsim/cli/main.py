@@ -28,6 +28,7 @@ from wispsim.cli.predictor import predictor_app
 from wispsim.cli.profile import profile_app
 from wispsim.cli.scenario import scenario_app
 from wispsim.cli.trace import trace_app
+from wispsim.config import FieldError
 from wispsim.errors import WispsimError
 
 app = typer.Typer(
@@ -75,6 +76,9 @@ def main() -> None:
         sys.exit(1)
     except typer.Exit as e:
         sys.exit(e.exit_code)
+    except FieldError as e:  # a schema check on a value a command built (its call site names none)
+        err_console.print("[red]error:[/red] " + escape(f"{e.field}: {e.problem}"), highlight=False)
+        sys.exit(2)
     except OSError as e:  # a write the command's own checks did not wrap (disk full, ...)
         where = f" {e.filename}" if e.filename else ""
         err_console.print(

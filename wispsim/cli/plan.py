@@ -30,6 +30,7 @@ from wispsim.cli.common import (
     check_backend,
     check_seeds,
     check_start,
+    checked,
     console,
     out_dir,
     out_path,
@@ -105,7 +106,7 @@ def plan(
         with applying("--router"):
             ROUTERS.get(router, "--router", "--router")
             srv = dataclasses.replace(srv, router=router)
-    sc = sc.replace(server=srv)
+    sc = checked(sc.replace(server=srv), policy=policy, fleet=fleet, profile=profile, router=router)
     eps = sc.epsilon if epsilon is None else epsilon
     first = sc.seed if seed is None else seed
     seed_list = check_seeds(first, seeds)

@@ -29,6 +29,7 @@ from wispsim.cli.common import (
     applying,
     check_poisson_rate,
     check_series_step,
+    checked,
     console,
     describe_load,
     err_console,
@@ -116,8 +117,17 @@ def run(
     if seed is not None:
         with applying("--seed"):
             sc = sc.replace(seed=seed)
+    checked(
+        sc,
+        classes=classes,
+        devices=devices,
+        arrivals=arrivals,
+        replicas=replicas,
+        router=router,
+        policy=policy,
+    )
     wl = sc.workload
-    check_series_step(step, wl.warmup_s + wl.duration_s + wl.drain_limit_s)
+    check_series_step(step, wl.warmup_s + wl.duration_s + sc.drain_limit_s())
     folder = out_dir(folder, "run")
     who = describe_load(sc)
     with err_console.status(f"simulating {who} under {sc.policy} ..."):

@@ -34,6 +34,7 @@ from wispsim.cli.common import (
     check_backend,
     check_seeds,
     check_start,
+    checked,
     console,
     out_dir,
     out_path,
@@ -109,6 +110,8 @@ def _sweep_common(
     seed_list = check_seeds(sc.seed if seed is None else seed, seeds)
     with applying("--classes"):
         base = {p: sc.with_policy(p).with_devices(sc.devices.count, cls) for p in policies}
+    for p, s in base.items():
+        checked(s, classes=classes, policy=p if p != sc.policy else None)
     folder = out_dir(folder, command)
     with output(folder) as o:  # removes an old manifest.json: the folder is incomplete until the end
         for p, s in base.items():
@@ -288,6 +291,7 @@ def ablate_predictor_cmd(
     sc = resolve_scenario(scenario, set_)
     with applying("--classes"):
         sc = sc.with_devices(sc.devices.count, cls)
+    checked(sc, classes=classes)
     first = sc.seed if seed is None else seed
     seed_list = check_seeds(first, seeds)
     folder = out_dir(folder, "ablate")
