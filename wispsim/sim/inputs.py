@@ -94,7 +94,7 @@ def _dotted(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
     out: list[str] = []
     for k, v in tree.items():
         key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, Mapping) and v:
+        if isinstance(v, Mapping) and v and "dist" not in v and k != "links":  # replaced whole
             out += _dotted(v, key)
         else:
             out.append(key)
