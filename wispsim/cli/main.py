@@ -65,7 +65,11 @@ def _root(
 def main() -> None:
     """Console entry point: one-line errors with exit code 2 instead of tracebacks."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        if code == 130:  # typer turns Ctrl-C into Exit(130), which standalone_mode=False returns
+            raise KeyboardInterrupt
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except WispsimError as e:
         err_console.print("[red]error:[/red] " + escape(str(e)), highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
