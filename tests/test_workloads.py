@@ -291,7 +291,7 @@ def test_cli_run_with_a_bursty_trace_writes_the_time_series(tmp_path: Path) -> N
             ["run", "--arrivals", "nope.csv"],
             "--arrivals: arrivals.trace: arrival trace 'nope.csv' not found",
         ),
-        (["run", "--arrivals", "poisson:-1"], "poisson:RATE needs a rate > 0"),
+        (["run", "--arrivals", "poisson:-1"], "poisson:RATE needs a"),
         (["run", "--router", "random"], "unknown router 'random'"),
         (["plan", "--fleet", "2:x"], "expected CLASS:COUNT pairs"),
         (["arrivals", "generate", "--out", "x.csv", "--peaks", "a:b"], "expected TIME:VALUE pairs"),

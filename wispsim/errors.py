@@ -9,9 +9,20 @@ from __future__ import annotations
 
 
 class WispsimError(Exception):
-    """A problem with user input, explained in one line."""
+    """A problem with user input, explained in one line (control characters a hostile file name
+    or key may carry, a newline or a carriage return included, are shown escaped)."""
 
     exit_code = 2
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(one_line(str(message)))
+
+
+def one_line(text: str) -> str:
+    """``text`` with every non-printable character escaped, so it prints as one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class ConfigError(WispsimError):

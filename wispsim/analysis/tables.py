@@ -138,18 +138,40 @@ def folder_meta(folder: Path | str) -> dict[str, Any]:
         with reading(str(s), "YAML", WispsimError):
             doc = yaml.safe_load(s.read_bytes().decode("utf-8"))
         if isinstance(doc, dict):
-            meta.setdefault("policy", doc.get("policy"))
-            meta.setdefault("seed", doc.get("seed"))
-            meta.setdefault("epsilon", doc.get("epsilon"))
-            meta.setdefault("profile", (doc.get("server") or {}).get("profile"))
-            meta.setdefault("trace", (doc.get("arrivals") or {}).get("trace"))
+            server, arrivals = doc.get("server"), doc.get("arrivals")
+            found = {
+                "policy": doc.get("policy"),
+                "seed": doc.get("seed"),
+                "epsilon": doc.get("epsilon"),
+                "profile": server.get("profile") if isinstance(server, dict) else None,
+                "trace": arrivals.get("trace") if isinstance(arrivals, dict) else None,
+            }
+            _check_meta(found, s)
+            for k, v in found.items():
+                meta.setdefault(k, v)
         break
     m = p / "manifest.json"
     if m.is_file():
         man = read_json(m, error=WispsimError)
         if isinstance(man, dict):
+            _check_meta(man, m)
             meta.update({k: v for k, v in man.items() if v is not None})
     return {k: v for k, v in meta.items() if v is not None}
+
+
+def _check_meta(meta: Mapping[str, Any], path: Path) -> None:
+    """The run facts figures use: ``epsilon`` a number in [0, 1), ``seed`` a whole number >= 0,
+    ``policy``, ``profile`` and ``trace`` text."""
+    eps = meta.get("epsilon")
+    if eps is not None and not (isinstance(eps, int | float) and not isinstance(eps, bool) and 0 <= eps < 1):
+        raise WispsimError(f"{path}: epsilon: must be a number in [0, 1), got {str(eps)[:40]!r}")
+    seed = meta.get("seed")
+    if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
+        raise WispsimError(f"{path}: seed: must be a whole number >= 0, got {str(seed)[:40]!r}")
+    for key in ("policy", "profile", "trace"):
+        v = meta.get(key)
+        if v is not None and not isinstance(v, str):
+            raise WispsimError(f"{path}: {key}: must be text, got {str(v)[:40]!r}")
 
 
 def run_label(folder: Path | str) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wispsim.config import POLICY_NAMES
 from wispsim.config.limits import MAX_DEVICES, MAX_INT, MAX_SEED, MAX_SIM_SECONDS, MAX_TOKENS
 from wispsim.errors import ConfigError
 from wispsim.study.replay.log import (
@@ -186,6 +187,10 @@ def _read_meta(p: Path) -> dict[str, Any]:
     for key in ("format", "source", "policy", "scenario_name", "date", "wispsim_version"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
             raise ConfigError(src, key, f"must be a string, got {_short(meta[key])}")
+    if meta.get("policy") is not None and meta["policy"] not in POLICY_NAMES:
+        raise ConfigError(
+            src, "policy", f"unknown policy {_short(meta['policy'])}; allowed: {', '.join(POLICY_NAMES)}"
+        )
     unf = meta.setdefault("unfinished", [])
     if not isinstance(unf, list) or not all(
         isinstance(u, dict) and set(UNFINISHED_KEYS) <= set(u) for u in unf
