@@ -61,7 +61,19 @@ def read_csv(folder: Path | str, name: str, columns: Iterable[str] = ()) -> pd.D
         raise WispsimError(f"{path}: not found (is {path.parent} the right results folder?)")
     with reading(str(path), "CSV", WispsimError):
         df = pd.read_csv(path, dtype=_LABEL_COLUMNS, encoding="utf-8")
-    return check_columns(df, columns, str(path))
+    columns = list(columns)
+    check_columns(df, columns, str(path))
+    if columns and df.empty:
+        raise WispsimError(f"{path}: no rows (was the command that writes it interrupted?)")
+    for c in columns:  # the numbers a figure reads must be numbers (empty cells are fine)
+        if c in _LABEL_COLUMNS or df[c].dtype != object:
+            continue
+        as_num = pd.to_numeric(df[c], errors="coerce")
+        bad = df[c].notna() & as_num.isna() & ~df[c].astype(str).str.lower().isin(("true", "false"))
+        if bad.any():
+            row = int(bad.to_numpy().argmax())
+            raise WispsimError(f"{path}: {c}: row {row + 1}: not a number, got {str(df[c].iloc[row])[:40]!r}")
+    return df
 
 
 def read_parquet(folder: Path | str, name: str, columns: Iterable[str] = ()) -> pd.DataFrame:

@@ -121,7 +121,14 @@ class DraftingConfig:
         require(1 <= self.k <= MAX_DRAFT, "k", f"must be in [1, {MAX_DRAFT}], got {self.k}")
         require(self.k_min >= 1, "k_min", f"must be >= 1, got {self.k_min}")
         require(self.k_max >= self.k_min, "k_max", f"must be >= k_min ({self.k_min})")
+
         require(self.k_max <= MAX_DRAFT, "k_max", f"must be <= {MAX_DRAFT}, got {self.k_max}")
+
+    @property
+    def largest(self) -> int:
+        """The most draft tokens one round can send: k (fixed drafting) or k_max (the predictor);
+        the larger of the two, so the checks hold whichever controller runs."""
+        return max(self.k, self.k_max)
 
 
 @dataclass(frozen=True, slots=True)

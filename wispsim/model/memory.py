@@ -139,7 +139,7 @@ def check_memory(
             f"{bs:,} tokens is more than the whole KV cache ({capacity_tokens:,} tokens); "
             f"allowed: <= {capacity_tokens:,}",
         )
-    longest = wl.prompt_tokens.support()[1] + wl.output_tokens.support()[1] + scenario.drafting.k_max + 1
+    longest = wl.prompt_tokens.support()[1] + wl.output_tokens.support()[1] + scenario.drafting.largest + 1
     if not math.isfinite(longest):
         raise ConfigError(source, "workload.output_tokens.max", "must be finite (the KV fit check needs it)")
     need = -(-int(longest) // bs)

@@ -194,13 +194,13 @@ def check_consistency(scenario: Scenario, source: str = "scenario") -> None:
         check_memory(scenario, cap, profile, source)
     longest_prompt = wl.prompt_tokens.support()[1]
     longest_output = wl.output_tokens.support()[1]
-    longest = int(longest_prompt + longest_output) + dr.k_max + 1
+    longest = int(longest_prompt + longest_output) + dr.largest + 1
     if sv.mode == "speculative" and sv.max_batch_tokens < longest:
         raise ConfigError(
             source,
             "server.max_batch_tokens",
             f"{sv.max_batch_tokens:,} is less than the longest single verification ({longest:,} "
-            "tokens: a cold round forwards prompt + output + k_max + 1); "
+            "tokens: a cold round forwards prompt + output + max(k, k_max) + 1); "
             f"allowed: >= {longest:,}",
         )
     slos = [g.slo for g in scenario.devices.groups] or list(scenario.devices.classes)
