@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wispsim.model.memory import KVMemory
+from wispsim.sim.engine import simulate
 
 
 def test_blocks_round_up() -> None:
@@ -185,3 +186,23 @@ def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
     assert known.sum() > 0
     assert ((r.l_new + r.l_cached)[known] == (prompt + r.position + r.k)[known]).all()
     assert (partial.l_cached % 16 == 0).all()  # partial hits are whole blocks
+
+
+def test_block_granular_reuse_forwards_the_tail_after_the_last_whole_block(det_scenario) -> None:
+    """vLLM's prefix cache hashes whole blocks: a warm round reads floor(prefix / B) * B tokens
+    from the cache and forwards the rest of its prefix with its drafts (server.prefix_reuse)."""
+    sections = {
+        "workload": {"prompt_tokens": {"dist": "constant", "value": 40, "min": 40, "max": 40}},
+        "server": {"block_size": 16},
+    }
+    token = simulate(det_scenario(**sections)).rounds
+    sections["server"] = {"block_size": 16, "prefix_reuse": "block"}
+    block = simulate(det_scenario(**sections)).rounds
+    warm_t, warm_b = token[token.l_cached > 0], block[~block.cold]
+    assert len(warm_t) and len(warm_b)
+    assert (warm_t.l_new == warm_t.k).all()  # token reuse: only the drafts are new
+    assert (warm_b.l_cached % 16 == 0).all() and (warm_b.l_new > warm_b.k).any()
+    # what is cached plus what is forwarded is the whole context (prompt + committed + drafts)
+    for r in (token, block):
+        assert (r.l_new + r.l_cached == 40 + r.position + r.k).all()
+    assert (warm_b.l_cached == (40 + warm_b.position) // 16 * 16).all()

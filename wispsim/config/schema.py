@@ -208,6 +208,7 @@ class ServerConfig:
     scheduler: str = "wisp"
     prefix_cache: bool = True
     eviction: Literal["session", "block"] = "session"
+    prefix_reuse: Literal["token", "block"] = "token"
     latency_model: str = "linear"
     noise: bool = True
     gpu_memory_utilization: float = 0.9

@@ -30,15 +30,32 @@ class KVMemory:
     least recently used prefix, so that session keeps a partial prefix hit.
     """
 
-    __slots__ = ("block_size", "cache", "eviction", "evictions", "prefix_cache", "total_blocks", "used")
+    __slots__ = (
+        "block_size",
+        "cache",
+        "eviction",
+        "evictions",
+        "prefix_cache",
+        "reuse_blocks",
+        "total_blocks",
+        "used",
+    )
 
     def __init__(
-        self, total_blocks: int, block_size: int, prefix_cache: bool, eviction: str = "session"
+        self,
+        total_blocks: int,
+        block_size: int,
+        prefix_cache: bool,
+        eviction: str = "session",
+        reuse: str = "token",
     ) -> None:
         self.total_blocks = total_blocks
         self.block_size = block_size
         self.prefix_cache = prefix_cache
         self.eviction = eviction
+        # vLLM's prefix cache hashes whole blocks: a prefix is reused only up to its last full
+        # block and the partial tail is forwarded again ("block"); "token" reuses all of it
+        self.reuse_blocks = reuse == "block"
         # session -> (cached tokens, blocks held), in LRU order (oldest first)
         self.cache: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self.used = 0

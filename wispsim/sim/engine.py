@@ -110,7 +110,7 @@ def simulate(
                 srv.max_batch_tokens,
                 srv.delta_ms / 1000.0,
             )
-            memory = KVMemory(blocks, srv.block_size, srv.prefix_cache, srv.eviction)
+            memory = KVMemory(blocks, srv.block_size, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
             scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
             latency = make_latency(prof, srv, _server_rng(seed, r))
             verifiers.append(

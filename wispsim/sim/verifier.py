@@ -129,15 +129,19 @@ class Verifier:
         """Set each queued request's L_new / L_cached from the prefix cache as it is now.
 
         A fully cached prefix forwards only the k draft tokens; a partly evicted one (``block``
-        eviction) forwards the rest of its prefix too; an evicted or uncached one is cold.
+        eviction), or under block-granular reuse the tail after its last whole block, forwards
+        the rest of its prefix too; an evicted or uncached one is cold.
         """
         get = self.memory.cache.get
+        whole = self.memory.block_size if self.memory.reuse_blocks else 0
         for r in self.queue:
             entry = get(r.session)
             if entry is None:
                 r.l_new, r.l_cached, r.cold = r.prefix + r.k, 0, True
             else:
                 hit = entry[0] if entry[0] < r.prefix else r.prefix
+                if whole:
+                    hit -= hit % whole
                 r.l_new, r.l_cached, r.cold = r.prefix - hit + r.k, hit, hit == 0
 
     def loop(self) -> Generator[Any, Any, None]:
