@@ -38,9 +38,9 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             known = ", ".join(sorted(self._items))
-            raise ConfigError(
-                source, field or self.kind, f"unknown {self.kind} {name!r}; known: {known}"
-            ) from None
+            # an option (``--router``) is its own field; a file names the field that was wrong
+            where = field or ("" if source.startswith("--") else self.kind)
+            raise ConfigError(source, where, f"unknown {self.kind} {name!r}; known: {known}") from None
 
     def names(self) -> list[str]:
         return sorted(self._items)

@@ -261,10 +261,6 @@ def applying(option: str, by_field: dict[str, str] | None = None) -> Iterator[No
     except FieldError as e:
         name = next((o for k, o in (by_field or {}).items() if k in (e.field or "")), option)
         raise ConfigError(name, "", f"{e.field}: {e.problem}" if e.field else e.problem) from None
-    except ConfigError as e:
-        if e.field and e.field == e.source:  # "--router: --router: ...": the option once
-            raise ConfigError(e.source, "", e.problem) from None
-        raise
 
 
 def parse_classes(text: str | None, option: str = "--classes") -> tuple[float, ...] | None:

@@ -104,7 +104,7 @@ def plan(
             srv = dataclasses.replace(srv, profile=profile, replica_profiles=())
     if router is not None:
         with applying("--router"):
-            ROUTERS.get(router, "--router", "--router")
+            ROUTERS.get(router, "--router")
             srv = dataclasses.replace(srv, router=router)
     sc = checked(sc.replace(server=srv), policy=policy, fleet=fleet, profile=profile, router=router)
     eps = sc.epsilon if epsilon is None else epsilon

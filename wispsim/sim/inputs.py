@@ -326,7 +326,7 @@ def apply_server_options(sc: Scenario, replicas: int | None, router: str | None)
     if replicas is not None and not 1 <= replicas <= MAX_REPLICAS:
         raise ConfigError("--replicas", "", f"must be in [1, {MAX_REPLICAS}], got {replicas}")
     if router is not None:
-        ROUTERS.get(router, "--router", "--router")
+        ROUTERS.get(router, "--router")
     srv = dataclasses.replace(
         sc.server,
         replicas=replicas if replicas is not None else sc.server.replicas,
