@@ -100,28 +100,54 @@ def open_llm(
     On the CPU backend ``kv_cache_gib`` sizes the KV cache (``VLLM_CPU_KVCACHE_SPACE``, whole
     GiB) and ``gpu_memory_utilization`` (there: the share of host memory vLLM may take) is kept
     small; on a GPU vLLM's own memory defaults apply. ``compile=False`` runs eagerly
-    (``enforce_eager``): start-up in seconds, and no compile for every new batch shape.
+    (``enforce_eager``): no compile for every new batch shape. An engine this process already
+    started for the same model and settings is reused when its limits are big enough.
     """
     vllm = import_vllm()
     if not Path(model, "config.json").is_file():
         raise WispsimError(f"--model: {model}: no config.json there (a model folder in HF format)")
+    key = (str(Path(model).resolve()), dummy, dtype, prefix_caching, seed, compile)
+    limits = (max_len, max(max_batch_tokens, max_len), max_seqs)
+    if key in _OPEN:
+        llm, have = _OPEN[key]
+        if all(h >= n for h, n in zip(have, limits, strict=True)):
+            return llm
+        close_llm(_OPEN.pop(key)[0])
     kw: dict[str, Any] = {}
     if on_cpu():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
         kw["gpu_memory_utilization"] = 0.2
-    return vllm.LLM(
+    llm = vllm.LLM(
         model=model,
         dtype=dtype,
         load_format="dummy" if dummy else "auto",
         enable_prefix_caching=prefix_caching,
         skip_tokenizer_init=True,
-        max_model_len=max_len,
-        max_num_batched_tokens=max(max_batch_tokens, max_len),
-        max_num_seqs=max_seqs,
+        max_model_len=limits[0],
+        max_num_batched_tokens=limits[1],
+        max_num_seqs=limits[2],
         enforce_eager=not compile,
         seed=seed,
         **kw,
     )
+    _OPEN[key] = (llm, limits)
+    return llm
+
+
+# Engines this process has started, by what they run: building one takes tens of seconds (an
+# engine process starts and loads the model), so a second command in the same process (the test
+# suite, a notebook) reuses it when it is big enough for the new batches.
+_OPEN: dict[tuple[Any, ...], tuple[Any, tuple[int, int, int]]] = {}
+
+
+def close_llm(llm: Any) -> None:
+    """Stop an ``LLM``'s engine process (and forget it)."""
+    for key, (other, _) in list(_OPEN.items()):
+        if other is llm:
+            del _OPEN[key]
+    core = getattr(llm.llm_engine, "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
 
 
 @ENGINES.register("vllm")
@@ -205,9 +231,7 @@ class VLLMEngine(Engine):
 
     def close(self) -> None:
         """Stop the engine process."""
-        shutdown = getattr(self.llm.llm_engine, "engine_core", None)
-        if shutdown is not None and hasattr(shutdown, "shutdown"):
-            shutdown.shutdown()
+        close_llm(self.llm)
 
 
 def cached_tokens(outputs: list[Any]) -> tuple[int, ...] | None:
