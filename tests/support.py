@@ -7,12 +7,15 @@ registers the scripted acceptance models ``test-all`` and ``test-none``.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 
+from wispsim.cli.main import main
 from wispsim.config import AcceptanceConfig, Scenario
 from wispsim.model.acceptance import ACCEPTANCE, FEATURES, ResponseStream, accept_runs
 from wispsim.sim.inputs import load_scenario
@@ -169,3 +172,18 @@ if "test-all" not in ACCEPTANCE:
     ACCEPTANCE.register("test-all")(_Scripted)
 if "test-none" not in ACCEPTANCE:
     ACCEPTANCE.register("test-none")(_AcceptNone)
+
+
+def cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[int, str, str]:
+    """Run ``wispsim ARGS`` in-process: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["wispsim", *args])
+    capsys.readouterr()
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -19,25 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from wispsim.cli.main import main
+from support import cli
 
 TINY = ["--set", "workload.duration_s=5", "--set", "workload.warmup_s=0"]
-
-
-def cli(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
-) -> tuple[int, str, str]:
-    """Run ``wispsim ARGS`` in-process: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["wispsim", *args])
-    capsys.readouterr()
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line_error(code: int, err: str, after_progress: bool = False) -> str:

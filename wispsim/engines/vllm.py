@@ -41,6 +41,7 @@ VLLM_HINT = (
     "torchcodec on a CPU machine (see the README), or pip install vllm on a CUDA machine"
 )
 CACHE_ENV = "WISPSIM_CACHE"
+_USER_KV = os.environ.get("VLLM_CPU_KVCACHE_SPACE")  # a user's own KV cache size wins
 
 
 def cache_dir() -> Path:
@@ -112,10 +113,12 @@ def open_llm(
         llm, have = _OPEN[key]
         if all(h >= n for h, n in zip(have, limits, strict=True)):
             return llm
-        close_llm(_OPEN.pop(key)[0])
+        # too small: start a bigger one (whoever holds the old one may still use it)
+        limits = tuple(max(h, n) for h, n in zip(have, limits, strict=True))  # type: ignore[assignment]
     kw: dict[str, Any] = {}
     if on_cpu():
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
+        if _USER_KV is None:  # the caller's setting, unless the user set one
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(kv_cache_gib)))
         kw["gpu_memory_utilization"] = 0.2
     llm = vllm.LLM(
         model=model,
