@@ -66,10 +66,13 @@ def test_packed_forward_really_uses_the_cache() -> None:
 
 
 def test_runs_get_fresh_deterministic_prompts() -> None:
+    """Every run's new tokens are fresh (no cache can hold what is timed); the cached prefixes are
+    the configuration's own, built once like a verifier's sessions; every prompt is unique."""
     cfg = Configuration("train-001", "train", "memory-bound", 5, ((3, 20), (3, 20)))
     a, b = make_batch(cfg, 0, 0, 512), make_batch(cfg, 1, 0, 512)
     assert a.l_new == [3, 3] and a.l_cached == [20, 20]
-    assert a.prefixes != b.prefixes and a.news != b.news
+    assert a.prefixes == b.prefixes and a.news != b.news
+    assert a.prefixes[0] != a.prefixes[1]
     assert make_batch(cfg, 1, 0, 512) == b
     assert make_batch(cfg, 1, 1, 512) != b  # a retry draws new prompts too
 

@@ -62,9 +62,10 @@ def synthetic_data(
 ) -> Path:
     """A recorder-style CSV (and meta file) for the default plan, with log-normal noise."""
     df = plan_frame(make_plan(opts))
-    est = Estimator(**coef)
+    est = Estimator(**coef)  # with a "d", the truth has a per-request term
     rng = np.random.default_rng(seed)
-    mean = np.array([est.batch(*r) for r in df[["n_linear", "n_interactions", "n_cached"]].to_numpy()])
+    cols = ["n_linear", "n_interactions", "n_cached", "batch_size"]
+    mean = np.array([est.batch(*r) for r in df[cols].to_numpy()])
     runs = mean[:, None] * np.exp(sigma * rng.standard_normal((len(df), 3)))
     df["status"] = "ok"
     df["latency_s"] = runs.mean(axis=1)
@@ -245,6 +246,49 @@ def test_negative_coefficient_is_refitted_nonnegative_or_refused(tmp_path: Path)
     assert "b_read" in res.note and min(res.coef.values()) >= 0
     with pytest.raises(WispsimError, match=r"negative b_read.*--method nnls"):
         fit(df, method="ols", bootstrap=0)
+
+
+def test_per_request_form_recovers_its_term_and_beats_the_additive_one(tmp_path: Path) -> None:
+    """Data with a per-request cost (d = 4 ms, what a serving engine spends per request): the
+    per-request form recovers d and the paper's coefficients; the additive form cannot say it
+    and is worse on the held-out rows."""
+    truth = {**TRUE, "d": 4e-3}
+    df = read_measurements(synthetic_data(tmp_path, truth, sigma=0.0))
+    per = fit(df, bootstrap=0, form="per-request")
+    assert per.form == "per-request" and list(per.coef) == ["a", "b_compute", "b_read", "c", "d"]
+    for k, v in truth.items():
+        assert per.coef[k] == pytest.approx(v, rel=1e-6), k
+    additive = fit(df, bootstrap=0)
+    assert list(additive.coef) == ["a", "b_compute", "b_read", "c"]
+    assert per.test["mape_pct"] < 1e-6 < additive.test["mape_pct"]
+    with pytest.raises(ConfigError, match="--form"):
+        fit(df, bootstrap=0, form="quadratic")
+
+
+def test_profile_carries_every_form_and_a_scenario_picks_one(measured: tuple[Path, Path]) -> None:
+    _, out = measured
+    p = load_profile(str(out))
+    assert set(p.forms) == {"additive", "per-request"} and p.estimator.form == "additive"
+    assert p.forms["additive"] == p.estimator
+    per = p.with_form("per-request")
+    assert per.estimator.form == "per-request" and per.estimator.d >= 0
+    assert per.estimator.batch(10, 100, 50, 3) == pytest.approx(
+        p.forms["per-request"].batch(10, 100, 50) + 3 * per.estimator.d
+    )
+    assert "test MAPE" in (out.parent / "toy-measured.report.md").read_text()
+    assert (out.parent / "toy-measured.fit" / "predictions-per-request.csv").is_file()
+    from wispsim.sim.engine import simulate
+
+    over = deterministic_overrides(str(out), server={"estimator_form": "per-request"})
+    res = simulate(load_scenario(overrides=over))
+    assert len(res.batches) > 0
+    for b in res.batches.itertuples():  # no noise: each batch takes the per-request estimate
+        want = per.estimator.batch(b.n_linear, b.n_interactions, b.n_cached, b.size)
+        assert b.latency == pytest.approx(want)
+    with pytest.raises(ConfigError, match=r"server.estimator_form.*carries no 'per-request'"):
+        load_scenario(overrides={"server": {"estimator_form": "per-request"}})  # published profile
+    with pytest.raises(ConfigError, match=r"server.estimator_form.*known: additive, per-request"):
+        load_scenario(overrides={"server": {"estimator_form": "cubic"}})
 
 
 def test_fitted_profile_loads_with_report_and_plots(measured: tuple[Path, Path]) -> None:

@@ -198,10 +198,19 @@ def fit_cmd(
         float | None, typer.Option(help="Memory per device (default: recorded).", parser=POSITIVE)
     ] = None,
     plots: Annotated[bool, typer.Option(help="Write the actual-vs-predicted and residual plots.")] = True,
+    forms: Annotated[
+        str,
+        typer.Option(help="Estimator forms to fit and compare, comma-separated: additive, per-request."),
+    ] = "additive,per-request",
 ) -> None:
-    """Fit a, b_compute, b_read, c on the train set; write the profile, NAME.report.md, NAME.fit/."""
+    """Fit a, b_compute, b_read, c (and every other estimator form) on the train set; write the
+    profile, NAME.report.md, NAME.fit/."""
     from wispsim.measure.profile import fit_command
+    from wispsim.model.estimator import FORMS
 
+    names = tuple(f.strip() for f in forms.split(",") if f.strip())
+    for f in names or ("",):
+        FORMS.get(f, "--forms", "--forms")
     check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
     with writing("--out", out):
         res, prof = fit_command(
@@ -217,6 +226,7 @@ def fit_cmd(
             memory_gib=memory_gib,
             plots=plots,
             command=command_line(),
+            forms=names,
         )
     console.print(table(_coefficients(res.coef, res.ci95), f"profile {prof['name']} ({res.method})"))
     tr, te = res.train, res.test
@@ -226,6 +236,12 @@ def fit_cmd(
     )
     if res.note:
         console.print(f"note: {res.note}")
+    for name, section in (prof.get("forms") or {}).items():
+        f = section["fit"]
+        console.print(
+            f"form {name}: R^2 test {f['r2']['test']}, MAPE test {f['mape_pct']['test']}% "
+            f"(in the profile under forms.{name}; scenarios pick it with server.estimator_form)"
+        )
     console.print(f"profile: {out}; report: {out.with_name(out.stem + '.report.md')}")
 
 

@@ -210,6 +210,7 @@ class ServerConfig:
     eviction: Literal["session", "block"] = "session"
     prefix_reuse: Literal["token", "block"] = "token"
     latency_model: str = "linear"
+    estimator_form: str = "additive"
     noise: bool = True
     gpu_memory_utilization: float = 0.9
     activation_reserve_gib: float = 1.5

@@ -1,15 +1,25 @@
-"""The additive verification-time estimator of SPEC section 4.
+"""The verification-time estimator of SPEC section 4, and its forms.
 
-``T_hat(B) = a*N_linear + b_compute*N_interactions + b_read*N_cached + c`` where, over the batch's
-requests, N_linear = sum L_new, N_interactions = sum L_total*L_new and N_cached = sum L_cached.
-The scheduler uses the estimate; the server's "true" batch time is the estimate times a
-log-normal noise factor (see :mod:`wispsim.model.latency`).
+The WISP paper's *additive* form: ``T_hat(B) = a*N_linear + b_compute*N_interactions +
+b_read*N_cached + c`` where, over the batch's requests, N_linear = sum L_new, N_interactions =
+sum L_total*L_new and N_cached = sum L_cached. The scheduler uses the estimate; the server's
+"true" batch time is the estimate times a log-normal noise factor (see
+:mod:`wispsim.model.latency`).
+
+Other forms are plug-ins (:data:`FORMS`): a form names its coefficients and the batch quantity
+each multiplies, so ``wispsim profile fit`` fits every form on the same training rows and
+compares them on the same held-out rows, a profile can carry several, and a scenario picks one
+(``server.estimator_form``; the paper's ``additive`` unless it says otherwise). ``per-request``
+adds ``d`` seconds per request in the batch: what a serving engine spends on each request
+besides its tokens (scheduling it, gathering its logits, sampling, returning its output).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from wispsim.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,18 +28,62 @@ class Estimator:
     b_compute: float
     b_read: float
     c: float
+    d: float = 0.0  # seconds per request in the batch (``per-request`` form; 0 in the paper's)
+    form: str = "additive"
 
     def marginal(self, l_new: int, l_cached: int) -> float:
         """One request's cost without the batch constant: ``v_i`` of SPEC 3.1."""
-        return l_new * (self.a + self.b_compute * (l_new + l_cached)) + self.b_read * l_cached
+        return l_new * (self.a + self.b_compute * (l_new + l_cached)) + self.b_read * l_cached + self.d
 
-    def batch(self, n_linear: float, n_interactions: float, n_cached: float) -> float:
-        """``T_hat`` from the three aggregates."""
-        return self.a * n_linear + self.b_compute * n_interactions + self.b_read * n_cached + self.c
+    def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0) -> float:
+        """``T_hat`` from the three aggregates (and the number of requests, for ``d``)."""
+        return (
+            self.a * n_linear
+            + self.b_compute * n_interactions
+            + self.b_read * n_cached
+            + self.c
+            + self.d * n_requests
+        )
 
     def of(self, requests: Iterable[tuple[int, int]]) -> float:
         """``T_hat`` of a batch given its (L_new, L_cached) pairs."""
         return self.c + sum(self.marginal(n, c) for n, c in requests)
+
+    @property
+    def coefficients(self) -> dict[str, float]:
+        """This form's coefficients by name."""
+        return {k: getattr(self, k) for k in FORMS.get(self.form).terms}
+
+
+@dataclass(frozen=True, slots=True)
+class Form:
+    """An estimator form: its coefficients, and the column of a measurement table (or 1) that
+    each multiplies, in the same order."""
+
+    name: str
+    terms: tuple[str, ...]
+    columns: tuple[str, ...]
+    description: str
+
+
+FORMS: Registry[Form] = Registry("estimator form")
+FORMS.register("additive")(
+    Form(
+        "additive",
+        ("a", "b_compute", "b_read", "c"),
+        ("n_linear", "n_interactions", "n_cached", "1"),
+        "the WISP paper's: a*N_linear + b_compute*N_interactions + b_read*N_cached + c",
+    )
+)
+FORMS.register("per-request")(
+    Form(
+        "per-request",
+        ("a", "b_compute", "b_read", "c", "d"),
+        ("n_linear", "n_interactions", "n_cached", "1", "batch_size"),
+        "the additive form plus d per request in the batch (a serving engine's per-request work)",
+    )
+)
+DEFAULT_FORM = "additive"
 
 
 def aggregates(requests: Iterable[tuple[int, int]]) -> tuple[int, int, int]:

@@ -30,7 +30,9 @@ from wispsim.registry import Registry
 
 
 class LatencyModel(Protocol):
-    def batch_time(self, n_linear: int, n_interactions: int, n_cached: int) -> tuple[float, float]:
+    def batch_time(
+        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0
+    ) -> tuple[float, float]:
         """(estimate, simulated true latency) in seconds."""
         ...
 
@@ -44,8 +46,10 @@ class LinearLatency:
         self.est = profile.estimator
         self.noise = MeanOneLogNormal(profile.noise_sigma if cfg.noise else 0.0, rng)
 
-    def batch_time(self, n_linear: int, n_interactions: int, n_cached: int) -> tuple[float, float]:
-        t_hat = self.est.batch(n_linear, n_interactions, n_cached)
+    def batch_time(
+        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0
+    ) -> tuple[float, float]:
+        t_hat = self.est.batch(n_linear, n_interactions, n_cached, n_requests)
         return t_hat, t_hat * self.noise.next()
 
 
@@ -67,17 +71,21 @@ class _MeasuredBase:
         self.table = load_table(path)
         self.noise = cfg.noise
         self.rng = rng
-        self._near: dict[tuple[int, int, int], tuple[int, float]] = {}
+        self._near: dict[tuple[int, int, int, int], tuple[int, float]] = {}
 
-    def batch_time(self, n_linear: int, n_interactions: int, n_cached: int) -> tuple[float, float]:
-        t_hat = self.est.batch(n_linear, n_interactions, n_cached)
-        key = (n_linear, n_interactions, n_cached)
+    def batch_time(
+        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0
+    ) -> tuple[float, float]:
+        t_hat = self.est.batch(n_linear, n_interactions, n_cached, n_requests)
+        key = (n_linear, n_interactions, n_cached, n_requests)
         hit = self._near.get(key)
         if hit is None:
             if len(self._near) > 200_000:  # bound the memo on long runs
                 self._near.clear()
             i = self.table.nearest(n_linear, n_interactions, n_cached)
-            factor = t_hat / self.est.batch(*self.table.points[i]) if self.correct else 1.0
+            lin, inter, cac = self.table.points[i]
+            there = self.est.batch(lin, inter, cac, self.table.sizes[i])
+            factor = t_hat / there if self.correct else 1.0
             hit = self._near[key] = (i, factor)
         i, factor = hit
         if self.noise:

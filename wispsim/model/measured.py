@@ -142,6 +142,10 @@ class MeasuredTable:
         self.source = source
         self.points = df[AGGREGATES].to_numpy(dtype=float)
         self.latency = df.latency_s.to_numpy(dtype=float)
+        # requests per measured batch (for an estimator form with a per-request term)
+        self.sizes = (
+            df.batch_size.to_numpy(dtype=float) if "batch_size" in df else np.zeros(len(df), dtype=float)
+        )
         self.runs = run_times(df)
         self.config_ids = df.config_id.astype(str).tolist()
         logs = np.log1p(self.points)

@@ -12,13 +12,13 @@ checks all of it, naming the profile and the field in every error.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from wispsim.config import read_yaml
 from wispsim.errors import ConfigError
-from wispsim.model.estimator import Estimator
+from wispsim.model.estimator import DEFAULT_FORM, FORMS, Estimator
 from wispsim.paths import profiles_dir, resolve_named
 
 GIB = 1024**3
@@ -39,6 +39,7 @@ TOP_LEVEL = (
     "precision",
     "model",
     "coefficients",
+    "forms",
     "fit",
     "noise",
     "provenance",
@@ -111,6 +112,22 @@ class Profile:
     hbm_bandwidth_gbs: float | None = None
     bf16_tflops: float | None = None
     price_per_gpu_hour: float | None = None  # hardware.price_per_gpu_hour, for `wispsim plan`
+    # every estimator form the profile carries, by name (``coefficients`` is ``additive``)
+    forms: dict[str, Estimator] = field(default_factory=dict)
+    form_fits: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def with_form(self, form: str, source: str = "scenario", where: str = "server.estimator_form") -> Profile:
+        """This profile with the estimator of ``form`` (one-line error if it does not carry it)."""
+        if form == self.estimator.form:
+            return self
+        if form not in self.forms:
+            raise ConfigError(
+                source,
+                where,
+                f"profile '{self.name}' carries no {form!r} estimator; it has: {', '.join(self.forms)} "
+                "(fit one with `wispsim profile fit`, which fits every form)",
+            )
+        return replace(self, estimator=self.forms[form])
 
     def kv_capacity_tokens(self, utilization: float, reserve_gib: float) -> int:
         """Tokens of KV cache that fit: GPU memory x utilization - weights - activation reserve."""
@@ -181,34 +198,63 @@ def _section(d: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     return v
 
 
-def _coefficients(data: dict[str, Any], src: str) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+def _coefficients(
+    data: dict[str, Any], src: str, terms: tuple[str, ...] = COEFFICIENTS, where: str = "coefficients"
+) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     coefs = _section(data, "coefficients", src)
-    extra = sorted(set(coefs) - set(COEFFICIENTS))
+    extra = sorted(set(coefs) - set(terms))
     if extra:
-        raise ConfigError(
-            src, f"coefficients.{extra[0]}", f"unknown coefficient; allowed: {', '.join(COEFFICIENTS)}"
-        )
+        raise ConfigError(src, f"{where}.{extra[0]}", f"unknown coefficient; allowed: {', '.join(terms)}")
     values: dict[str, float] = {}
     ci95: dict[str, tuple[float, float]] = {}
-    for k in COEFFICIENTS:
+    for k in terms:
         entry = coefs.get(k)
         if entry is None:
-            raise ConfigError(src, f"coefficients.{k}", "is missing")
+            raise ConfigError(src, f"{where}.{k}", "is missing")
         if not isinstance(entry, dict):
             entry = {"value": entry}
-        values[k] = _num(entry, "value", src, f"coefficients.{k}.", minimum=0.0)
+        values[k] = _num(entry, "value", src, f"{where}.{k}.", minimum=0.0)
         ci = entry.get("ci95")
         if ci is not None:
             if not (isinstance(ci, list) and len(ci) == 2):
-                raise ConfigError(src, f"coefficients.{k}.ci95", "must be [low, high]")
-            lo = _value(ci[0], src, f"coefficients.{k}.ci95[0]")
-            hi = _value(ci[1], src, f"coefficients.{k}.ci95[1]")
+                raise ConfigError(src, f"{where}.{k}.ci95", "must be [low, high]")
+            lo = _value(ci[0], src, f"{where}.{k}.ci95[0]")
+            hi = _value(ci[1], src, f"{where}.{k}.ci95[1]")
             if not lo <= values[k] <= hi:
-                raise ConfigError(
-                    src, f"coefficients.{k}.ci95", f"[{lo:g}, {hi:g}] must contain {values[k]:g}"
-                )
+                raise ConfigError(src, f"{where}.{k}.ci95", f"[{lo:g}, {hi:g}] must contain {values[k]:g}")
             ci95[k] = (lo, hi)
     return values, ci95
+
+
+def _estimator(values: dict[str, float], form: str) -> Estimator:
+    v = values
+    return Estimator(v["a"], v["b_compute"], v["b_read"], v["c"], v.get("d", 0.0), form)
+
+
+def _forms(
+    data: dict[str, Any], src: str, additive: Estimator
+) -> tuple[dict[str, Estimator], dict[str, dict[str, Any]]]:
+    """The estimator forms a profile carries: ``coefficients`` (the paper's additive form) and,
+    under ``forms``, others fitted on the same data (each with its coefficients and fit)."""
+    forms = {DEFAULT_FORM: additive}
+    fits: dict[str, dict[str, Any]] = {}
+    extra = data.get("forms") or {}
+    if not isinstance(extra, dict):
+        raise ConfigError(src, "forms", "must be a mapping of form name to its coefficients and fit")
+    for name, section in extra.items():
+        where = f"forms.{name}"
+        if name not in FORMS or name == DEFAULT_FORM:
+            allowed = ", ".join(n for n in FORMS.names() if n != DEFAULT_FORM)
+            raise ConfigError(src, where, f"unknown estimator form; allowed: {allowed}")
+        if not isinstance(section, dict):
+            raise ConfigError(src, where, "must be a mapping with coefficients (and fit)")
+        values, _ = _coefficients(section, src, FORMS.get(name).terms, f"{where}.coefficients")
+        forms[str(name)] = _estimator(values, str(name))
+        fit = section.get("fit") or {}
+        if not isinstance(fit, dict):
+            raise ConfigError(src, f"{where}.fit", "must be a mapping of fit metrics")
+        fits[str(name)] = dict(fit)
+    return forms, fits
 
 
 def _model(data: dict[str, Any], src: str) -> ModelFacts:
@@ -304,13 +350,15 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
     if unknown:
         raise ConfigError(src, unknown[0], f"unknown field; allowed: {', '.join(TOP_LEVEL)}")
     values, ci95 = _coefficients(data, src)
+    estimator = _estimator(values, DEFAULT_FORM)
+    forms, form_fits = _forms(data, src, estimator)
     hw = _section(data, "hardware", src)
     model = _model(data, src)
     noise_model, sigma = _noise(data, src)
     profile = Profile(
         name=name,
         source=source,
-        estimator=Estimator(**values),
+        estimator=estimator,
         ci95=ci95,
         noise_sigma=sigma,
         gpu=str(hw.get("gpu", "?")),
@@ -326,6 +374,8 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         hbm_bandwidth_gbs=_opt_num(hw, "hbm_bandwidth_gbs", src, "hardware."),
         bf16_tflops=_opt_num(hw, "bf16_tflops", src, "hardware."),
         price_per_gpu_hour=_opt_num(hw, "price_per_gpu_hour", src, "hardware."),
+        forms=forms,
+        form_fits=form_fits,
     )
     if profile.kv_capacity_tokens(1.0, 0.0) <= 0:
         raise ConfigError(

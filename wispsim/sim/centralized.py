@@ -148,7 +148,7 @@ class CentralizedServer:
                 n_cac += cached
             if not work:
                 continue
-            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac)
+            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(work))
             start = env.now
             bid = next(self._ids)
             used = self.total_blocks - self.free

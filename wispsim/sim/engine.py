@@ -69,7 +69,7 @@ def simulate(
     seed = scenario.seed if seed is None else seed
     srv = scenario.server
     names = srv.replica_profiles or (srv.profile,) * srv.replicas
-    profiles = [load_profile(name) for name in names]
+    profiles = [load_profile(name).with_form(srv.estimator_form) for name in names]
     profile = profiles[0]
     env = simpy.Environment()
     ctx = RunContext(env, scenario, seed, profile)

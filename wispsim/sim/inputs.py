@@ -19,6 +19,7 @@ from wispsim.config.parse import build, deep_merge, default_scenario_dict, read_
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.model.acceptance import ACCEPTANCE, find_trace
 from wispsim.model.drafting import CONTROLLERS
+from wispsim.model.estimator import FORMS
 from wispsim.model.latency import LATENCY
 from wispsim.model.memory import check_memory
 from wispsim.model.predictor import PREDICTORS, find_predictor
@@ -134,6 +135,7 @@ def check_references(scenario: Scenario, source: str) -> None:
     CONTROLLERS.get(scenario.drafting.controller, source, "drafting.controller")
     PREDICTORS.get(scenario.drafting.predictor.name, source, "drafting.predictor.name")
     LATENCY.get(sv.latency_model, source, "server.latency_model")
+    FORMS.get(sv.estimator_form, source, "server.estimator_form")
     if sv.mode == "speculative":
         SCHEDULERS.get(sv.scheduler, source, "server.scheduler")
     elif sv.scheduler != CENTRAL_SCHEDULER and sv.scheduler not in SCHEDULERS:
@@ -179,6 +181,7 @@ def _profiles(scenario: Scenario, source: str) -> list[Profile]:
             if e.source != "scenario":  # the profile file itself is bad: it names itself
                 raise
             raise ConfigError(source, fld, e.problem) from None
+        out[-1] = out[-1].with_form(sv.estimator_form, source)
     return out
 
 

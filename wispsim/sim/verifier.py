@@ -164,7 +164,7 @@ class Verifier:
                 n_cac += r.l_cached
             self.queue = [r for r in self.queue if r.batch != bid]
             evicted = memory.allocate([(r.session, r.l_new + r.l_cached) for r in batch])
-            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac)
+            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(batch))
             blocks_used = memory.used
             if self.track_work:
                 self.queued_work = max(self.queued_work - sum(r.work for r in batch), 0.0)

@@ -1,7 +1,8 @@
 """Fit the verification-time estimator to measured latencies (``wispsim profile fit``, SPEC 4).
 
-``T = a*N_linear + b_compute*N_interactions + b_read*N_cached + c`` is fitted by ordinary least
-squares (``numpy.linalg.lstsq`` on columns scaled to unit maximum) to the *training*
+``T = a*N_linear + b_compute*N_interactions + b_read*N_cached + c`` (the paper's ``additive``
+form; any form of :data:`wispsim.model.estimator.FORMS`, e.g. ``per-request`` with ``+ d*B``) is
+fitted by ordinary least squares (``numpy.linalg.lstsq`` on columns scaled to unit maximum) to the *training*
 configurations only; the held-out test configurations are only predicted. A profile's
 coefficients must be >= 0, so with ``method="auto"`` a fit with a negative coefficient (a term
 the data cannot resolve, e.g. b_read on a CPU where reading the cache is nearly free) is redone
@@ -26,17 +27,18 @@ import numpy as np
 import pandas as pd
 
 from wispsim.errors import WispsimError
+from wispsim.model.estimator import DEFAULT_FORM, FORMS
 from wispsim.model.measured import AGGREGATES
-from wispsim.model.profiles import COEFFICIENTS
 
 METHODS = ("auto", "ols", "nnls")
 N_PREDICTORS = 3
 
 
-def design(df: pd.DataFrame) -> np.ndarray:
-    """Rows [N_linear, N_interactions, N_cached, 1]."""
-    x = df[AGGREGATES].to_numpy(dtype=float)
-    return np.column_stack([x, np.ones(len(x))])
+def design(df: pd.DataFrame, form: str = DEFAULT_FORM) -> np.ndarray:
+    """One row per configuration, one column per coefficient of ``form`` (additive:
+    [N_linear, N_interactions, N_cached, 1])."""
+    cols = [np.ones(len(df)) if c == "1" else df[c].to_numpy(dtype=float) for c in FORMS.get(form).columns]
+    return np.column_stack(cols)
 
 
 def solve(x: np.ndarray, y: np.ndarray, method: str) -> np.ndarray:
@@ -90,6 +92,7 @@ class FitResult:
     seed: int
     run_cv_median: float = float("nan")
     extra: dict[str, Any] = field(default_factory=dict)
+    form: str = DEFAULT_FORM
 
 
 def _bootstrap(x: np.ndarray, y: np.ndarray, method: str, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -120,28 +123,34 @@ def _cross_validate(x: np.ndarray, y: np.ndarray, method: str, folds: int, rng: 
 
 
 def fit(
-    df: pd.DataFrame, method: str = "auto", bootstrap: int = 1000, folds: int = 5, seed: int = 0
+    df: pd.DataFrame,
+    method: str = "auto",
+    bootstrap: int = 1000,
+    folds: int = 5,
+    seed: int = 0,
+    form: str = DEFAULT_FORM,
 ) -> FitResult:
-    """Fit on ``df``'s train rows; predict every row."""
+    """Fit ``form`` on ``df``'s train rows; predict every row."""
+    terms = FORMS.get(form, "--form", "form").terms
     if method not in METHODS:
         raise WispsimError(f"--method: got {method!r}; allowed: {', '.join(METHODS)}")
     if bootstrap < 0:
         raise WispsimError(f"--bootstrap: must be >= 0, got {bootstrap}")
     train = df[df.split == "train"]
-    if len(train) < N_PREDICTORS + 2:
-        raise WispsimError(f"need at least {N_PREDICTORS + 2} timed train configurations, got {len(train)}")
-    x, y = design(train), train.latency_s.to_numpy(dtype=float)
+    if len(train) < len(terms) + 1:
+        raise WispsimError(f"need at least {len(terms) + 1} timed train configurations, got {len(train)}")
+    x, y = design(train, form), train.latency_s.to_numpy(dtype=float)
     note = ""
     used = "ols" if method == "auto" else method
     coef = solve(x, y, used)
-    negative = [k for k, v in zip(COEFFICIENTS, coef, strict=True) if v < 0]
+    negative = [k for k, v in zip(terms, coef, strict=True) if v < 0]
     if negative and method == "ols":
         raise WispsimError(
             f"OLS gives negative {', '.join(negative)} ({', '.join(f'{v:.3g}' for v in coef)}); a profile "
             "needs coefficients >= 0: use --method nnls (or auto)"
         )
     if negative and method == "auto":
-        ols = dict(zip(COEFFICIENTS, coef, strict=True))
+        ols = dict(zip(terms, coef, strict=True))
         used = "nnls"
         coef = solve(x, y, used)
         note = (
@@ -149,15 +158,15 @@ def fit(
             f"({', '.join(f'{k}={ols[k]:.3g}' for k in negative)}): refitted by non-negative least squares"
         )
     rng = np.random.default_rng(seed)
-    boot = _bootstrap(x, y, used, bootstrap, rng) if bootstrap else np.empty((0, 4))
+    boot = _bootstrap(x, y, used, bootstrap, rng) if bootstrap else np.empty((0, len(terms)))
     ci95 = {}
-    for j, k in enumerate(COEFFICIENTS):
+    for j, k in enumerate(terms):
         if bootstrap:
             lo, hi = np.percentile(boot[:, j], [2.5, 97.5])
             # a percentile interval need not contain the point estimate; a profile's must
             ci95[k] = (float(min(lo, coef[j])), float(max(hi, coef[j])))
     cv = _cross_validate(x, y, used, folds, rng)
-    pred = design(df) @ coef
+    pred = design(df, form) @ coef
     preds = df[["config_id", "split", "category", *AGGREGATES, "latency_s"]].copy()
     preds["predicted_s"] = pred
     preds["error_s"] = pred - preds.latency_s
@@ -167,16 +176,16 @@ def fit(
     sigma = float(np.std(np.log(ratio), ddof=1)) if is_train.sum() > 1 else 0.0
     rows = []
     for (split, cat), g in preds.groupby(["split", "category"], sort=True):
-        m = metrics(g.latency_s.to_numpy(), g.predicted_s.to_numpy())
+        m = metrics(g.latency_s.to_numpy(), g.predicted_s.to_numpy(), len(terms) - 1)
         rows.append({"split": split, "category": cat, "mean_latency_ms": 1e3 * g.latency_s.mean(), **m})
     run_cv = float(df.cv.median()) if "cv" in df else float("nan")
     return FitResult(
-        coef=dict(zip(COEFFICIENTS, (float(v) for v in coef), strict=True)),
+        coef=dict(zip(terms, (float(v) for v in coef), strict=True)),
         ci95=ci95,
         method=used,
         note=note,
-        train=metrics(y, x @ coef),
-        test=metrics(df[df.split == "test"].latency_s.to_numpy(dtype=float), pred[~is_train]),
+        train=metrics(y, x @ coef, len(terms) - 1),
+        test=metrics(df[df.split == "test"].latency_s.to_numpy(dtype=float), pred[~is_train], len(terms) - 1),
         cv=cv,
         sigma=sigma,
         by_category=pd.DataFrame(rows),
@@ -184,4 +193,5 @@ def fit(
         bootstrap=bootstrap,
         seed=seed,
         run_cv_median=run_cv,
+        form=form,
     )

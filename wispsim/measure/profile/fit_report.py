@@ -18,8 +18,8 @@ from typing import Any
 
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.measure.profile.fit import FitResult, fit
+from wispsim.model.estimator import DEFAULT_FORM, FORMS
 from wispsim.model.measured import read_measurements
-from wispsim.model.profiles import COEFFICIENTS
 from wispsim.plots.profile_fit import plot_fit
 from wispsim.tabular import read_json
 
@@ -43,6 +43,35 @@ def read_meta(data: Path) -> dict[str, Any]:
     return doc
 
 
+def _coefficients(res: FitResult) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for k, v in res.coef.items():
+        value = float(f"{v:.6g}")
+        out[k] = {"value": value}
+        if k in res.ci95:  # rounding must not push the value out of its interval
+            lo, hi = (float(f"{x:.6g}") for x in res.ci95[k])
+            out[k]["ci95"] = [min(lo, value), max(hi, value)]
+    return out
+
+
+ERRORS = ("r2", "adj_r2", "rmse_ms", "mae_ms", "mape_pct", "max_error_ms")
+
+
+def _errors(res: FitResult) -> dict[str, Any]:
+    return {key: {"train": _r(res.train.get(key)), "test": _r(res.test.get(key))} for key in ERRORS}
+
+
+def _by_category(res: FitResult) -> dict[str, Any]:
+    return {
+        f"{r['split']}/{r['category']}": {
+            "n": int(r["n"]),
+            "mae_ms": _r(r["mae_ms"]),
+            "mape_pct": _r(r["mape_pct"]),
+        }
+        for r in res.by_category.to_dict("records")
+    }
+
+
 def profile_dict(
     res: FitResult,
     data: Path,
@@ -54,8 +83,11 @@ def profile_dict(
     gpu: str | None = None,
     gpu_count: int = 1,
     memory_gib: float | None = None,
+    others: list[FitResult] | None = None,
 ) -> dict[str, Any]:
-    """The fitted profile as a mapping that :func:`wispsim.model.profiles.parse_profile` accepts."""
+    """The fitted profile as a mapping that :func:`wispsim.model.profiles.parse_profile` accepts:
+    ``res`` (the paper's additive form) gives its coefficients; each of ``others`` (other forms
+    fitted on the same rows) goes under ``forms`` with its coefficients and errors."""
     facts = meta.get("model_facts") or {}
     host = meta.get("host") or {}
     need = ("parameters", "layers", "kv_heads", "head_dim", "kv_dtype_bytes", "weight_bytes")
@@ -78,21 +110,18 @@ def profile_dict(
             "the data's meta file does not say how much memory the device has: give --memory-gib"
         )
     rel = os.path.relpath(data.resolve(), out.resolve().parent)
-    coefficients: dict[str, dict[str, Any]] = {}
-    for k in COEFFICIENTS:
-        value = float(f"{res.coef[k]:.6g}")
-        coefficients[k] = {"value": value}
-        if k in res.ci95:  # rounding must not push the value out of its interval
-            lo, hi = (float(f"{v:.6g}") for v in res.ci95[k])
-            coefficients[k]["ci95"] = [min(lo, value), max(hi, value)]
-
-    by_cat = {
-        f"{r['split']}/{r['category']}": {
-            "n": int(r["n"]),
-            "mae_ms": _r(r["mae_ms"]),
-            "mape_pct": _r(r["mape_pct"]),
+    forms = {
+        o.form: {
+            "coefficients": _coefficients(o),
+            "fit": {
+                "method": o.method,
+                **({"note": o.note} if o.note else {}),
+                **_errors(o),
+                "noise_sigma": _r(o.sigma),
+                "by_category": _by_category(o),
+            },
         }
-        for r in res.by_category.to_dict("records")
+        for o in others or []
     }
     return {
         "name": name,
@@ -119,20 +148,18 @@ def profile_dict(
             "kv_dtype_bytes": int(facts["kv_dtype_bytes"]),
             "weight_bytes": float(facts["weight_bytes"]),
         },
-        "coefficients": coefficients,
+        "coefficients": _coefficients(res),
+        **({"forms": forms} if forms else {}),
         "fit": {
             "method": res.method,
             **({"note": res.note} if res.note else {}),
             "configurations": {"train": int(res.train["n"]), "test": int(res.test["n"])},
             "bootstrap_resamples": res.bootstrap,
             "seed": res.seed,
-            **{
-                key: {"train": _r(res.train.get(key)), "test": _r(res.test.get(key))}
-                for key in ("r2", "adj_r2", "rmse_ms", "mae_ms", "mape_pct", "max_error_ms")
-            },
+            **_errors(res),
             f"cv{res.cv['folds']}_r2": {"mean": _r(res.cv["r2_mean"]), "std": _r(res.cv["r2_std"])},
             "run_cv_median": _r(res.run_cv_median),
-            "by_category": by_cat,
+            "by_category": _by_category(res),
         },
         "noise": {
             "model": "lognormal",
@@ -161,8 +188,44 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _regimes(res: FitResult) -> list[str]:
+    lines = [
+        "| split | category | n | mean latency (ms) | MAE (ms) | MAPE (%) | max error (ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in res.by_category.itertuples():
+        lines.append(
+            f"| {r.split} | {r.category} | {r.n} | {_fmt(r.mean_latency_ms)} | {_fmt(r.mae_ms)} | "
+            f"{_fmt(r.mape_pct)} | {_fmt(r.max_error_ms)} |"
+        )
+    return lines
+
+
+def forms_table(results: list[FitResult]) -> list[str]:
+    """Markdown: every fitted form's held-out (and training) errors, side by side."""
+    lines = [
+        "| form | coefficients | test R^2 | test MAPE (%) | test MAE (ms) | test max error (ms) | "
+        "train R^2 | train MAPE (%) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        coefs = ", ".join(f"{k}={v:.3g}" for k, v in r.coef.items())
+        t, tr = r.test, r.train
+        lines.append(
+            f"| {r.form} | {coefs} | {_fmt(t.get('r2', float('nan')))} | "
+            f"{_fmt(t.get('mape_pct', float('nan')))} | {_fmt(t.get('mae_ms', float('nan')))} | "
+            f"{_fmt(t.get('max_error_ms', float('nan')))} | {_fmt(tr['r2'])} | {_fmt(tr['mape_pct'])} |"
+        )
+    return lines
+
+
 def report_markdown(
-    res: FitResult, prof: dict[str, Any], data: Path, folder: Path, profile_path: Path
+    res: FitResult,
+    prof: dict[str, Any],
+    data: Path,
+    folder: Path,
+    profile_path: Path,
+    others: list[FitResult] | None = None,
 ) -> str:
     rel = os.path.relpath(folder.resolve(), profile_path.resolve().parent)
     lines = [
@@ -179,7 +242,7 @@ def report_markdown(
     if res.note:
         lines += ["", f"Note: {res.note}."]
     lines += ["", "| coefficient | value | 95% CI |", "|---|---|---|"]
-    for k in COEFFICIENTS:
+    for k in res.coef:
         ci = res.ci95.get(k)
         lines.append(f"| {k} | {res.coef[k]:.4g} | " + (f"[{ci[0]:.4g}, {ci[1]:.4g}] |" if ci else "- |"))
     lines += ["", "| metric | train | test |", "|---|---|---|"]
@@ -196,14 +259,19 @@ def report_markdown(
         "",
         "Errors by regime:",
         "",
-        "| split | category | n | mean latency (ms) | MAE (ms) | MAPE (%) | max error (ms) |",
-        "|---|---|---|---|---|---|---|",
+        *_regimes(res),
     ]
-    for r in res.by_category.itertuples():
-        lines.append(
-            f"| {r.split} | {r.category} | {r.n} | {_fmt(r.mean_latency_ms)} | {_fmt(r.mae_ms)} | "
-            f"{_fmt(r.mape_pct)} | {_fmt(r.max_error_ms)} |"
-        )
+    if others:
+        lines += [
+            "",
+            "Estimator forms fitted on the same training rows and scored on the same held-out rows "
+            f"(the profile's coefficients are the paper's `{DEFAULT_FORM}` form; the others are under "
+            "`forms:`, and a scenario picks one with `server.estimator_form`):",
+            "",
+            *forms_table([res, *others]),
+        ]
+        for o in others:
+            lines += ["", f"`{o.form}` errors by regime:", "", *_regimes(o)]
     lines += [
         "",
         f"![measured vs predicted]({rel}/actual_vs_predicted.png)",
@@ -235,14 +303,29 @@ def fit_command(
     memory_gib: float | None = None,
     plots: bool = True,
     command: str = "",
+    forms: tuple[str, ...] | None = None,
 ) -> tuple[FitResult, dict[str, Any]]:
-    """Fit ``data``; write the profile YAML to ``out``, ``NAME.report.md`` and ``NAME.fit/`` beside it."""
+    """Fit ``data``; write the profile YAML to ``out``, ``NAME.report.md`` and ``NAME.fit/`` beside it.
+
+    Every estimator form in ``forms`` (default: all registered) is fitted on the same rows; the
+    paper's additive form gives the profile's coefficients, the others go under ``forms``."""
     import yaml
 
     from wispsim.model.profiles import parse_profile
 
     df = read_measurements(data)
+    names = list(FORMS.names()) if forms is None else list(dict.fromkeys(forms))
+    for f in names:
+        FORMS.get(f, "--forms", "forms")
     res = fit(df, method, bootstrap, folds, seed)
+    n_train = int((df.split == "train").sum())
+    # a form with more coefficients than the training rows can pin is left out (the additive one,
+    # the profile's own, must fit: its error says so)
+    others = [
+        fit(df, method, bootstrap, folds, seed, form=f)
+        for f in names
+        if f != DEFAULT_FORM and n_train >= len(FORMS.get(f).terms) + 1
+    ]
     name = name or out.stem
     prof = profile_dict(
         res,
@@ -255,6 +338,7 @@ def fit_command(
         gpu=gpu,
         gpu_count=gpu_count,
         memory_gib=memory_gib,
+        others=others,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     text = (
@@ -269,5 +353,7 @@ def fit_command(
     res.by_category.to_csv(folder / "by_category.csv", index=False)
     if plots:
         plot_fit(res.predictions, folder, name)
-    report_path(out).write_text(report_markdown(res, prof, data, folder, out))
+    for o in others:
+        o.predictions.to_csv(folder / f"predictions-{o.form}.csv", index=False)
+    report_path(out).write_text(report_markdown(res, prof, data, folder, out, others))
     return res, prof

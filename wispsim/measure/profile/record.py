@@ -56,10 +56,15 @@ RECORDER_VERSION = "1"
 
 
 def make_batch(config: Configuration, run: int, attempt: int, vocab: int) -> Batch:
-    """Fresh random token ids for one run (unique per plan seed, configuration, attempt and run)."""
+    """Random token ids for one run: the cached prefixes are the configuration's own (one per plan
+    seed, configuration and attempt: built once, as a verifier's sessions are, so an engine with a
+    prefix cache builds them once), the new tokens are fresh in every run (so no cache can hold
+    what a run is timed on). An engine that rebuilds its cache per run (hf) is unaffected."""
     key = zlib.crc32(config.config_id.encode())
-    rng = np.random.default_rng(np.random.SeedSequence([config.seed, key, attempt, run]))
-    return random_batch(rng, config.l_new, config.l_cached, vocab)
+    fixed = np.random.default_rng(np.random.SeedSequence([config.seed, key, attempt]))
+    fresh = np.random.default_rng(np.random.SeedSequence([config.seed, key, attempt, run]))
+    prefixes = random_batch(fixed, [0] * len(config.l_cached), config.l_cached, vocab).prefixes
+    return Batch(prefixes, random_batch(fresh, config.l_new, [0] * len(config.l_new), vocab).news)
 
 
 def model_facts(cfg: Any, parameters: int) -> dict[str, Any]:
@@ -250,7 +255,7 @@ def record_profile(
     configs = read_plan(plan_path)
     arch = load_arch(arch_name) if arch_name else None
     model_label = f"{arch.name} (random weights)" if arch else str(model_path)
-    identity = {
+    identity: dict[str, Any] = {
         "engine": engine,
         "model": model_label,
         "device": device,
