@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -24,7 +24,11 @@ def record(
     prompts: Annotated[Path, typer.Option(help="Prompts: .jsonl with id, family, prompt (or .txt lines).")],
     out: Annotated[Path, typer.Option(help="Trace to write, e.g. traces/NAME.parquet.")],
     temperature: Annotated[
-        float, typer.Option(help="0 = greedy; > 0 samples the target.", parser=NON_NEGATIVE)
+        float,
+        typer.Option(
+            help="0 = greedy; > 0 samples the target (--engine hf only: the vllm recorder is greedy only).",
+            parser=NON_NEGATIVE,
+        ),
     ] = 0.0,
     max_new_tokens: Annotated[
         int, typer.Option(help="Longest response per prompt.", parser=whole(1, MAX_TOKENS))
@@ -38,10 +42,44 @@ def record(
     generate_dtype: Annotated[
         str, typer.Option(help="dtype of the target copy that generates responses: float32 or bfloat16.")
     ] = "float32",
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="hf (transformers) or vllm (greedy only: --temperature 0; entropy and logit_std "
+            "approximated from the draft's top --top-k logprobs)."
+        ),
+    ] = "hf",
+    top_k: Annotated[
+        int,
+        typer.Option(
+            help="--engine vllm: how many of the draft's top logprobs vLLM returns per position "
+            "(-1: the whole vocabulary, every column exact, slow for a large vocabulary).",
+            parser=whole(-1, 10_000_000),
+        ),
+    ] = 20,
+    vllm_dtype: Annotated[str, typer.Option(help="--engine vllm: dtype of the vLLM engines.")] = "float32",
 ) -> None:
-    """Record a trace; resumable (finished samples are kept in OUT.parts/)."""
-    from wispsim.measure.trace import record_trace
+    """Record a trace; resumable (finished samples are kept in OUT.parts/). --engine vllm is
+    greedy only (--temperature 0)."""
+    from wispsim.measure.trace import record_trace, record_trace_vllm
 
+    if engine not in ("hf", "vllm"):
+        raise WispsimError(f"--engine: got {engine!r}; allowed: hf, vllm")
+    if engine == "vllm" and temperature > 0:
+        raise WispsimError(
+            f"--temperature: the vllm recorder is greedy only (temperature 0), got {temperature}; "
+            "use --engine hf to sample"
+        )
+    if engine == "vllm" and generate_dtype != "float32":
+        raise WispsimError(
+            "--generate-dtype: --engine hf only (with vllm, --vllm-dtype sets the engines' dtype)"
+        )
+    if engine == "hf" and (top_k != 20 or vllm_dtype != "float32"):
+        raise WispsimError("--top-k and --vllm-dtype: --engine vllm only")
+    if engine == "vllm" and top_k != -1 and top_k < 2:
+        raise WispsimError(f"--top-k: must be >= 2 (or -1: the whole vocabulary), got {top_k}")
+    if vllm_dtype not in ("float32", "bfloat16", "float16"):
+        raise WispsimError(f"--vllm-dtype: got {vllm_dtype!r}; allowed: float32, bfloat16, float16")
     if generate_dtype not in ("float32", "bfloat16", "float16"):
         raise WispsimError(f"--generate-dtype: got {generate_dtype!r}; allowed: float32, bfloat16, float16")
     if device not in ("cpu", "cuda"):
@@ -49,21 +87,27 @@ def record(
     check_output_file(out, "--out", (".parquet",))  # before any work
     with writing("--out", out), progress() as prog:
         task = prog.add_task("recording", total=None)
-        n = record_trace(
-            draft,
-            target,
-            prompts,
-            out,
-            temperature=temperature,
-            max_new_tokens=max_new_tokens,
-            device=device,
-            seed=seed,
-            limit=limit,
-            notes=notes,
-            generate_dtype=generate_dtype,
-            command=command_line(),
-            progress=lambda done, total: prog.update(task, completed=done, total=total),
-        )
+        common: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "seed": seed,
+            "limit": limit,
+            "notes": notes,
+            "command": command_line(),
+            "progress": lambda done, total: prog.update(task, completed=done, total=total),
+        }
+        if engine == "vllm":
+            n = record_trace_vllm(draft, target, prompts, out, top_k=top_k, dtype=vllm_dtype, **common)
+        else:
+            n = record_trace(
+                draft,
+                target,
+                prompts,
+                out,
+                temperature=temperature,
+                device=device,
+                generate_dtype=generate_dtype,
+                **common,
+            )
     console.print(f"{out}: {n} positions")
 
 

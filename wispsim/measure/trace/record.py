@@ -77,10 +77,15 @@ def read_prompts(path: Path) -> list[Prompt]:
 def load_model(path: str, device: str, dtype: str = "float32") -> tuple[Any, Any]:
     """A causal LM and its tokenizer from a folder (HF format) or a ``.gguf`` file."""
     require_torch("trace record")
-    from transformers import AutoTokenizer
-
     if not Path(path).exists():
         raise WispsimError(f"{path}: model not found (see scripts/fetch_models.py)")
+    return load_causal_lm(path, device, dtype), load_tokenizer(path)
+
+
+def load_tokenizer(path: str) -> Any:
+    """The tokenizer of a model folder (HF format) or a ``.gguf`` file."""
+    from transformers import AutoTokenizer
+
     folder, kw = checkpoint_source(path)
     tok_cfg = Path(folder) / "tokenizer_config.json"
     generic = (
@@ -93,7 +98,7 @@ def load_model(path: str, device: str, dtype: str = "float32") -> tuple[Any, Any
         tok = PreTrainedTokenizerFast.from_pretrained(folder)
     else:
         tok = AutoTokenizer.from_pretrained(folder, **kw)
-    return load_causal_lm(path, device, dtype), tok
+    return tok
 
 
 def encode_prompt(tok: Any, text: str) -> list[int]:
@@ -226,6 +231,59 @@ def write_trace(parts: Path, out: Path, meta: dict[str, str]) -> int:
     return len(df)
 
 
+def stop_ids(tok: Any, generation_eos: Any) -> list[int]:
+    """The ids that end a response: the tokenizer's EOS and the model's generation EOS ids."""
+    eos = [i for i in {tok.eos_token_id, *_as_list(generation_eos)} if i is not None]
+    return sorted(int(i) for i in eos)
+
+
+def _as_list(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, list | tuple) else [x]
+
+
+def parts_folder(out: Path) -> Path:
+    """``OUT.parts/``, where finished samples are kept (split back out of ``out`` if only the
+    trace is there, e.g. in a checkout that has the trace but not its parts folder)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    parts = Path(str(out) + ".parts")
+    if not parts.is_dir() and out.is_file():
+        parts.mkdir()
+        for sid, g in pd.read_parquet(out).groupby("sample_id"):
+            g.to_parquet(parts / f"sample-{int(str(sid)):05d}.parquet", index=False)
+    parts.mkdir(exist_ok=True)
+    return parts
+
+
+def write_sample(parts: Path, i: int, prompt: Prompt, df: pd.DataFrame) -> None:
+    """Keep one finished sample in ``parts`` (written whole, then renamed)."""
+    df.insert(0, "sample_id", i)
+    df["prompt_id"] = prompt.id
+    df["family"] = prompt.family
+    part = parts / f"sample-{i:05d}.parquet"
+    df.to_parquet(part.with_suffix(".tmp"), index=False)
+    part.with_suffix(".tmp").replace(part)
+
+
+def base_meta(
+    draft_path: str, target_path: str, prompts_path: Path, prompts: list[Prompt], command: str, notes: str
+) -> dict[str, str]:
+    """The provenance every trace carries, whichever engine recorded it."""
+    return {
+        "recorder_version": RECORDER_VERSION,
+        "draft_model": str(draft_path),
+        "draft_sha256": file_sha256(Path(draft_path)),
+        "target_model": str(target_path),
+        "target_sha256": file_sha256(Path(target_path)),
+        "prompts": str(prompts_path),
+        "prompts_sha256": file_sha256(prompts_path),
+        "families": ",".join(sorted({p.family for p in prompts})),
+        "command": command or " ".join(sys.argv),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "synthetic": "false",
+        "notes": notes,
+    }
+
+
 def record_trace(
     draft_path: str,
     target_path: str,
@@ -242,12 +300,15 @@ def record_trace(
     progress: Callable[[int, int], None] | None = None,
     generate_dtype: str = "float32",
 ) -> int:
-    """Record a trace; returns the number of positions in ``out``. Resumes from ``OUT.parts``."""
-    torch = require_torch("trace record")
+    """Record a trace; returns the number of positions in ``out``. Resumes from ``OUT.parts``.
+
+    (``wispsim.measure.trace.vllm_record.record_trace_vllm`` records a greedy one with vLLM.)
+    """
     if temperature < 0:
         raise WispsimError(f"--temperature: must be >= 0, got {temperature}")
     if max_new_tokens < 1:
         raise WispsimError(f"--max-new-tokens: must be >= 1, got {max_new_tokens}")
+    torch = require_torch("trace record")
     prompts = read_prompts(prompts_path)[: limit or None]
     torch.set_num_threads(max(1, torch.get_num_threads()))
     target, tok = load_model(target_path, device)
@@ -257,40 +318,18 @@ def record_trace(
         generator, _ = load_model(target_path, device, generate_dtype)
     if dtok.get_vocab() != tok.get_vocab():
         raise WispsimError("--draft and --target must share a tokenizer (their vocabularies differ)")
-    eos = [
-        i
-        for i in {tok.eos_token_id, getattr(target.generation_config, "eos_token_id", None)}
-        if i is not None
-    ]
-    eos_ids = [int(x) for e in eos for x in (e if isinstance(e, list) else [e])]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    parts = Path(str(out) + ".parts")
-    if not parts.is_dir() and out.is_file():
-        # resuming from a checkout that has the trace but not its parts folder: split it back
-        parts.mkdir()
-        for sid, g in pd.read_parquet(out).groupby("sample_id"):
-            g.to_parquet(parts / f"sample-{int(str(sid)):05d}.parquet", index=False)
-    parts.mkdir(exist_ok=True)
+    eos_ids = stop_ids(tok, getattr(target.generation_config, "eos_token_id", None))
+    parts = parts_folder(out)
     meta = {
-        "recorder_version": RECORDER_VERSION,
-        "draft_model": str(draft_path),
-        "draft_sha256": file_sha256(Path(draft_path)),
-        "target_model": str(target_path),
-        "target_sha256": file_sha256(Path(target_path)),
+        **base_meta(draft_path, target_path, prompts_path, prompts, command, notes),
+        "engine": "hf",
         "dtype": "float32 (p and q are scored in fp32)",
         "generate_dtype": generate_dtype,
         "device": device,
         "temperature": str(temperature),
         "max_new_tokens": str(max_new_tokens),
         "seed": str(seed),
-        "prompts": str(prompts_path),
-        "prompts_sha256": file_sha256(prompts_path),
-        "families": ",".join(sorted({p.family for p in prompts})),
         "versions": json.dumps(_versions()),
-        "command": command or " ".join(sys.argv),
-        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "synthetic": "false",
-        "notes": notes,
     }
     for i, pr in enumerate(prompts):
         part = parts / f"sample-{i:05d}.parquet"
@@ -309,11 +348,7 @@ def record_trace(
                 eos_ids,
                 generator,
             )
-            df.insert(0, "sample_id", i)
-            df["prompt_id"] = pr.id
-            df["family"] = pr.family
-            df.to_parquet(part.with_suffix(".tmp"), index=False)
-            part.with_suffix(".tmp").replace(part)
+            write_sample(parts, i, pr, df)
             write_trace(parts, out, meta)
         if progress:
             progress(i + 1, len(prompts))
