@@ -46,7 +46,7 @@ def test_file_is_merged_over_defaults(tmp_path: Path) -> None:
     sc = load_scenario(p)
     assert sc.server.delta_ms == 3.0
     assert sc.workload.duration_s == 60.0
-    assert sc.server.block_size == 16  # untouched default
+    assert sc.server.block_size is None  # untouched default (the profile's engine's, 16 here)
     assert sc.workload.prompt_tokens == Dist("lognormal", mean=256.0, cv=0.5, min=16.0, max=2048.0)
 
 

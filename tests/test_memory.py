@@ -206,3 +206,27 @@ def test_block_granular_reuse_forwards_the_tail_after_the_last_whole_block(det_s
     for r in (token, block):
         assert (r.l_new + r.l_cached == 40 + r.position + r.k).all()
     assert (warm_b.l_cached == (40 + warm_b.position) // 16 * 16).all()
+
+
+def test_block_size_comes_from_the_profiles_engine_unless_the_scenario_sets_one(tmp_path) -> None:
+    """``server.block_size: null`` (the default) takes the profile's ``kv_block_size`` (vLLM's CPU
+    backend: 128), or 16 where the profile does not say; a number in the scenario wins."""
+    import yaml
+    from support import profile_dict
+
+    from wispsim.model.memory import block_size
+    from wispsim.model.profiles import load_profile
+    from wispsim.sim.inputs import load_scenario
+
+    path = tmp_path / "cpu-vllm.yaml"
+    path.write_text(yaml.safe_dump({**profile_dict(capacity_tokens=128 * 1000), "kv_block_size": 128}))
+    prof = load_profile(str(path))
+    assert prof.kv_block_size == 128
+    assert block_size(None, prof) == 128 and block_size(16, prof) == 16
+    assert block_size(None, load_profile("a100-qwen3-32b")) == 16
+    server = {"profile": str(path), "gpu_memory_utilization": 1.0, "activation_reserve_gib": 0.0}
+    over = {"server": server, "workload": {"warmup_s": 0, "duration_s": 2}}
+    res = simulate(load_scenario(overrides=over).with_devices(4, (4.0,)), seed=0)
+    assert res.kv_blocks == 1000 and res.block_size == 128
+    over["server"] = {**server, "block_size": 16}
+    assert simulate(load_scenario(overrides=over).with_devices(4, (4.0,)), seed=0).kv_blocks == 8000

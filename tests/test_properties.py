@@ -135,7 +135,7 @@ def check_batch_laws(res: SimResult) -> None:
     if not sc.noise:
         assert np.allclose(b.latency, b.t_hat, rtol=1e-12)
     r = r.assign(
-        blocks=-(-(r.l_new + r.l_cached) // sc.block_size),
+        blocks=-(-(r.l_new + r.l_cached) // res.block_size),
         inter=(r.l_new + r.l_cached) * r.l_new,
     )
     g = (

@@ -214,7 +214,7 @@ class ServerConfig:
     noise: bool = True
     gpu_memory_utilization: float = 0.9
     activation_reserve_gib: float = 1.5
-    block_size: int = 16
+    block_size: int | None = None  # tokens per KV block; None: the profile's engine's (16 if it does not say)
     max_batch_requests: int = 256
     max_batch_tokens: int = 16384
     delta_ms: float = 5.0
@@ -242,9 +242,9 @@ class ServerConfig:
         )
         require(self.activation_reserve_gib >= 0, "activation_reserve_gib", "must be >= 0")
         require(
-            1 <= self.block_size <= MAX_BLOCK_SIZE,
+            self.block_size is None or 1 <= self.block_size <= MAX_BLOCK_SIZE,
             "block_size",
-            f"must be in [1, {MAX_BLOCK_SIZE}] tokens, got {self.block_size:,}",
+            f"must be in [1, {MAX_BLOCK_SIZE}] tokens or null (the profile's), got {self.block_size}",
         )
         require(self.max_batch_requests >= 1, "max_batch_requests", "must be >= 1")
         require(self.max_batch_tokens >= 1, "max_batch_tokens", "must be >= 1")

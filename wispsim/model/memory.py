@@ -136,6 +136,17 @@ class KVMemory:
             self.used -= old[1]
 
 
+DEFAULT_BLOCK_SIZE = 16  # vLLM's on a GPU
+
+
+def block_size(configured: int | None, profile: Profile) -> int:
+    """Tokens per KV block: the scenario's ``server.block_size`` if it sets one, else the one the
+    profile's engine was measured with (``kv_block_size``: 128 on vLLM's CPU backend), else 16."""
+    if configured is not None:
+        return configured
+    return profile.kv_block_size or DEFAULT_BLOCK_SIZE
+
+
 def check_memory(
     scenario: Scenario, capacity_tokens: int, profile: Profile, source: str = "scenario"
 ) -> None:
@@ -147,7 +158,7 @@ def check_memory(
             "server.gpu_memory_utilization",
             "no memory is left for the KV cache after the weights and the activation reserve",
         )
-    bs = scenario.server.block_size
+    bs = block_size(scenario.server.block_size, profile)
     blocks = capacity_tokens // bs
     if blocks < 1:
         raise ConfigError(

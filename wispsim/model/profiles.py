@@ -39,6 +39,7 @@ TOP_LEVEL = (
     "precision",
     "model",
     "coefficients",
+    "kv_block_size",
     "forms",
     "fit",
     "noise",
@@ -115,6 +116,7 @@ class Profile:
     # every estimator form the profile carries, by name (``coefficients`` is ``additive``)
     forms: dict[str, Estimator] = field(default_factory=dict)
     form_fits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kv_block_size: int | None = None  # tokens per KV block of the engine it was measured on
 
     def with_form(self, form: str, source: str = "scenario", where: str = "server.estimator_form") -> Profile:
         """This profile with the estimator of ``form`` (one-line error if it does not carry it)."""
@@ -376,6 +378,7 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         price_per_gpu_hour=_opt_num(hw, "price_per_gpu_hour", src, "hardware."),
         forms=forms,
         form_fits=form_fits,
+        kv_block_size=_opt_int(data, "kv_block_size", src, ""),
     )
     if profile.kv_capacity_tokens(1.0, 0.0) <= 0:
         raise ConfigError(

@@ -25,7 +25,7 @@ from wispsim.config.limits import MAX_DEVICES
 from wispsim.errors import ConfigError
 from wispsim.model.fleet import device_specs, fleet_size
 from wispsim.model.latency import make_latency
-from wispsim.model.memory import KVMemory, check_memory
+from wispsim.model.memory import KVMemory, block_size, check_memory
 from wispsim.model.profiles import load_profile
 from wispsim.model.schedulers import SCHEDULERS, GpuState
 from wispsim.sim.arrivals import Arrivals, Closed, make_arrivals
@@ -79,15 +79,16 @@ def simulate(
         check_memory(scenario, cap, prof)
         capacities.append(cap)
     capacity_tokens = capacities[0]
-    total_blocks = capacity_tokens // srv.block_size
+    sizes = [block_size(srv.block_size, prof) for prof in profiles]  # per replica: its engine's
+    total_blocks = capacity_tokens // sizes[0]
     centralized = srv.mode == "centralized"
     routed = srv.replicas > 1
     if centralized:
         servers = [
             CentralizedServer(
                 env,
-                cap // srv.block_size,
-                srv.block_size,
+                cap // bs,
+                bs,
                 srv.max_batch_requests,
                 srv.prefill_chunk_tokens,
                 make_latency(prof, srv, _server_rng(seed, r)),
@@ -95,22 +96,22 @@ def simulate(
                 ctx.batch_ids,
                 replica=r,
             )
-            for r, (prof, cap) in enumerate(zip(profiles, capacities, strict=True))
+            for r, (prof, cap, bs) in enumerate(zip(profiles, capacities, sizes, strict=True))
         ]
         ctx.central = CentralRouter(servers, srv.router) if routed else servers[0]
     else:
         verifiers = []
-        for r, (prof, cap) in enumerate(zip(profiles, capacities, strict=True)):
-            blocks = cap // srv.block_size
+        for r, (prof, cap, bs) in enumerate(zip(profiles, capacities, sizes, strict=True)):
+            blocks = cap // bs
             gpu = GpuState(
                 prof.estimator,
                 blocks,
-                srv.block_size,
+                bs,
                 srv.max_batch_requests,
                 srv.max_batch_tokens,
                 srv.delta_ms / 1000.0,
             )
-            memory = KVMemory(blocks, srv.block_size, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
+            memory = KVMemory(blocks, bs, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
             scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
             latency = make_latency(prof, srv, _server_rng(seed, r))
             verifiers.append(
@@ -156,4 +157,5 @@ def simulate(
         wall_s=time.perf_counter() - wall0,
         kv_blocks=total_blocks,
         info=info,
+        block_size=sizes[0],
     )

@@ -148,6 +148,11 @@ def profile_dict(
             "kv_dtype_bytes": int(facts["kv_dtype_bytes"]),
             "weight_bytes": float(facts["weight_bytes"]),
         },
+        **(
+            {"kv_block_size": int(block)}
+            if (block := (meta.get("engine_facts") or {}).get("block_size"))
+            else {}
+        ),
         "coefficients": _coefficients(res),
         **({"forms": forms} if forms else {}),
         "fit": {
