@@ -54,6 +54,18 @@ def _coefficients(res: FitResult) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _engine_label(meta: dict[str, Any]) -> str:
+    """What timed the data: the engine, and what about it shapes the timings."""
+    if meta.get("engine") != "vllm":
+        return f"{meta.get('engine', '?')} (attention: {meta.get('attention', '?')})"
+    facts = meta.get("engine_facts") or {}
+    version = (meta.get("versions") or {}).get("vllm", "?")
+    backend = "CPU backend" if facts.get("device", meta.get("device")) == "cpu" else "CUDA"
+    caching = "on" if meta.get("prefix_caching", True) else "off"
+    block = facts.get("block_size", "?")
+    return f"vllm {version} ({backend}, prefix caching {caching}, KV block {block}, eager)"
+
+
 ERRORS = ("r2", "adj_r2", "rmse_ms", "mae_ms", "mape_pct", "max_error_ms")
 
 
@@ -130,7 +142,7 @@ def profile_dict(
             f"{meta.get('engine', '?')} engine (measured and fitted by wispsim)"
         ),
         "hardware": {"gpu": gpu, "count": gpu_count, "memory_gib": _r(float(memory_gib))},
-        "engine": f"{meta.get('engine', '?')} (attention: {meta.get('attention', '?')})",
+        "engine": _engine_label(meta),
         "precision": str(meta.get("dtype", "?")),
         "model": {
             "name": str(facts.get("name", "?")),
