@@ -14,7 +14,11 @@ approximates from the draft's top K (see ``wispsim/measure/trace/vllm_record.py`
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
+import os
+import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,7 @@ import pandas as pd
 
 from wispsim.measure.trace import record_trace, record_trace_vllm
 from wispsim.measure.trace.vllm_record import APPROXIMATED, EXACT
+from wispsim.provenance import module_versions
 
 
 def compare(hf: pd.DataFrame, vl: pd.DataFrame) -> dict[str, Any]:
@@ -78,6 +83,10 @@ def main() -> None:
     hf = pd.read_parquet(args.work / "hf.parquet")
     vl = pd.read_parquet(args.work / "vllm.parquet")
     report = {
+        "command": " ".join(["python", *sys.argv]),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "host": {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()},
+        "versions": module_versions(("torch", "transformers", "vllm", "numpy")),
         "draft": args.draft,
         "target": args.target,
         "prompts": str(args.prompts),
