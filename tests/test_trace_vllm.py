@@ -9,7 +9,6 @@ once for the module (``open_llm``'s cache) and are stopped at its end.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,8 @@ import pytest
 vllm = pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
-from wispsim.cli.main import main  # noqa: E402
+from support import cli  # noqa: E402
+
 from wispsim.model.acceptance import FEATURES, load_trace  # noqa: E402
 
 WORDS = 48  # the tokenizer's vocabulary (w0 = EOS); the models' logits are wider
@@ -90,22 +90,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory):
             engines.close_llm(llm)
 
 
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str):
-    monkeypatch.setattr(sys, "argv", ["wispsim", *args])
-    capsys.readouterr()
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def record(monkeypatch, capsys, pair, out: Path, *extra: str) -> pd.DataFrame:
     draft, target, prompts = pair
     code, _, err = cli(
-        monkeypatch, capsys, "trace", "record", "--draft", str(draft), "--target", str(target),
+        capsys, monkeypatch, "trace", "record", "--draft", str(draft), "--target", str(target),
         "--prompts", str(prompts), "--out", str(out), "--max-new-tokens", "12", *extra,
     )  # fmt: skip
     assert code == 0, err
@@ -147,7 +135,7 @@ def test_vllm_trace_has_every_column_and_inspects(traces, monkeypatch, capsys) -
     assert meta["wispsim.trace.top_k"] == "20"
     assert meta["wispsim.trace.approximated_columns"] == "entropy,logit_std"
     assert meta["wispsim.trace.dtype"].startswith("float32")
-    code, out, err = cli(monkeypatch, capsys, "trace", "inspect", str(root / "vllm.parquet"), "--json")
+    code, out, err = cli(capsys, monkeypatch, "trace", "inspect", str(root / "vllm.parquet"), "--json")
     assert code == 0, err
     assert json.loads(out)
 
@@ -178,7 +166,7 @@ def test_vllm_agrees_with_hf_on_the_same_models(traces) -> None:
 def test_vllm_recorder_is_greedy_only(pair, tmp_path: Path, monkeypatch, capsys) -> None:
     draft, target, prompts = pair
     code, _, err = cli(
-        monkeypatch, capsys, "trace", "record", "--draft", str(draft), "--target", str(target),
+        capsys, monkeypatch, "trace", "record", "--draft", str(draft), "--target", str(target),
         "--prompts", str(prompts), "--out", str(tmp_path / "t.parquet"), "--engine", "vllm",
         "--temperature", "0.5",
     )  # fmt: skip
