@@ -49,11 +49,6 @@ class Estimator:
         """``T_hat`` of a batch given its (L_new, L_cached) pairs."""
         return self.c + sum(self.marginal(n, c) for n, c in requests)
 
-    @property
-    def coefficients(self) -> dict[str, float]:
-        """This form's coefficients by name."""
-        return {k: getattr(self, k) for k in FORMS.get(self.form).terms}
-
 
 @dataclass(frozen=True, slots=True)
 class Form:

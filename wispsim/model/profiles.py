@@ -22,7 +22,7 @@ from wispsim.model.estimator import DEFAULT_FORM, FORMS, Estimator
 from wispsim.paths import profiles_dir, resolve_named
 
 GIB = 1024**3
-COEFFICIENTS = ("a", "b_compute", "b_read", "c")
+COEFFICIENTS = FORMS.get(DEFAULT_FORM).terms  # the paper's: a, b_compute, b_read, c
 PROVENANCE_KINDS = ("published", "measured", "derived")
 # what each kind of provenance must say
 PROVENANCE_NEEDS = {

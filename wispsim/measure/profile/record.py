@@ -211,9 +211,6 @@ def _read_meta(path: Path) -> dict[str, Any]:
     return doc
 
 
-IDENTITY = ("engine", "model", "device", "dtype", "attention")
-
-
 def record_profile(
     plan_path: Path,
     out: Path,
