@@ -4,7 +4,8 @@ Commands: ``run`` (one simulation), ``replay`` (a recorded per-round log under a
 (replicas for a fleet), ``sweep`` (capacity search for one policy), ``compare`` (capacity of
 several policies side by side), ``scenario show|validate``, ``profile ...``, ``estimator
 compare``, ``trace ...``, ``predictor ...``, ``arrivals generate|show``, ``experiment ...``,
-``plot ...``, ``ablate ...``; each lives in its own module beside this one. Every command that
+``plot ...``, ``ablate ...``, ``serve`` / ``swarm`` / ``validate`` (a real deployment on vLLM);
+each lives in its own module beside this one. Every command that
 writes results puts them in one folder with the resolved scenario, so each number can be traced
 back to the config and seed that produced it. Bad input is reported in one line with exit code 2.
 """
@@ -18,7 +19,7 @@ import typer
 from rich.markup import escape
 
 from wispsim import __version__
-from wispsim.cli import plan, run, sweep
+from wispsim.cli import plan, run, serve, sweep
 from wispsim.cli.arrivals import arrivals_app
 from wispsim.cli.common import err_console
 from wispsim.cli.estimator import estimator_app
@@ -42,6 +43,7 @@ app = typer.Typer(
 run.register(app)  # run, replay
 plan.register(app)  # plan
 sweep.register(app)  # sweep, compare
+serve.register(app)  # serve, swarm, validate
 app.add_typer(scenario_app, name="scenario")
 app.add_typer(profile_app, name="profile")
 app.add_typer(estimator_app, name="estimator")

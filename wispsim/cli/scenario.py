@@ -25,13 +25,14 @@ def scenario_show(scenario: ScenarioArg = None, set_: SetOpt = None) -> None:
 def scenario_validate(scenario: ScenarioArg = None, set_: SetOpt = None) -> None:
     """Check a scenario and its profile; exit 2 with a one-line error if something is wrong."""
     from wispsim.model.acceptance import make_acceptance
+    from wispsim.model.memory import kv_capacity
     from wispsim.model.profiles import load_profile
 
     sc = resolve_scenario(scenario, set_)
     prof = load_profile(sc.server.profile)
     make_acceptance(sc.acceptance)
     srv = sc.server
-    cap = prof.kv_capacity_tokens(srv.gpu_memory_utilization, srv.activation_reserve_gib)
+    cap = kv_capacity(srv, prof)
     typer.echo(
         f"ok: {scenario or 'default scenario'} (policy {sc.policy}, profile {prof.name}, "
         f"KV cache {cap} tokens)"

@@ -215,6 +215,9 @@ class ServerConfig:
     gpu_memory_utilization: float = 0.9
     activation_reserve_gib: float = 1.5
     block_size: int | None = None  # tokens per KV block; None: the profile's engine's (16 if it does not say)
+    # tokens of KV cache per replica; None: derived from the profile's GPU memory (a real engine's
+    # measured capacity goes here, and `wispsim serve` sizes its engine's cache to it)
+    kv_capacity_tokens: int | None = None
     max_batch_requests: int = 256
     max_batch_tokens: int = 16384
     delta_ms: float = 5.0
@@ -245,6 +248,11 @@ class ServerConfig:
             self.block_size is None or 1 <= self.block_size <= MAX_BLOCK_SIZE,
             "block_size",
             f"must be in [1, {MAX_BLOCK_SIZE}] tokens or null (the profile's), got {self.block_size}",
+        )
+        require(
+            self.kv_capacity_tokens is None or self.kv_capacity_tokens >= 1,
+            "kv_capacity_tokens",
+            f"must be >= 1 token or null (derived from the profile), got {self.kv_capacity_tokens}",
         )
         require(self.max_batch_requests >= 1, "max_batch_requests", "must be >= 1")
         require(self.max_batch_tokens >= 1, "max_batch_tokens", "must be >= 1")

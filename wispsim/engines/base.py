@@ -96,6 +96,7 @@ class EngineSpec:
     max_seqs: int = 256  # vllm: the most requests one batch holds
     prefix_caching: bool = True  # vllm: automatic prefix caching on or off
     kv_cache_gib: float = 1.0  # vllm on a CPU: the KV cache's size (VLLM_CPU_KVCACHE_SPACE)
+    kv_blocks: int | None = None  # vllm: cap the KV cache at this many blocks (None: what memory allows)
 
 
 class Engine(ABC):

@@ -95,19 +95,22 @@ def open_llm(
     seed: int = 0,
     kv_cache_gib: float = 1.0,
     compile: bool = False,
+    kv_blocks: int | None = None,
 ) -> Any:
     """A ``vllm.LLM`` over a model folder, sized for the batches it will run.
 
     On the CPU backend ``kv_cache_gib`` sizes the KV cache (``VLLM_CPU_KVCACHE_SPACE``, whole
     GiB) and ``gpu_memory_utilization`` (there: the share of host memory vLLM may take) is kept
-    small; on a GPU vLLM's own memory defaults apply. ``compile=False`` runs eagerly
+    small; on a GPU vLLM's own memory defaults apply. ``kv_blocks`` caps the KV cache at that many
+    blocks (``num_gpu_blocks_override``: a cache smaller than memory allows, as a validation's
+    memory-pressure regime needs). ``compile=False`` runs eagerly
     (``enforce_eager``): no compile for every new batch shape. An engine this process already
     started for the same model and settings is reused when its limits are big enough.
     """
     vllm = import_vllm()
     if not Path(model, "config.json").is_file():
         raise WispsimError(f"--model: {model}: no config.json there (a model folder in HF format)")
-    key = (str(Path(model).resolve()), dummy, dtype, prefix_caching, seed, compile)
+    key = (str(Path(model).resolve()), dummy, dtype, prefix_caching, seed, compile, kv_blocks)
     limits = (max_len, max(max_batch_tokens, max_len), max_seqs)
     if key in _OPEN:
         llm, have = _OPEN[key]
@@ -120,6 +123,8 @@ def open_llm(
         if _USER_KV is None:  # the caller's setting, unless the user set one
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(kv_cache_gib)))
         kw["gpu_memory_utilization"] = 0.2
+    if kv_blocks is not None:
+        kw["num_gpu_blocks_override"] = kv_blocks
     llm = vllm.LLM(
         model=model,
         dtype=dtype,
@@ -188,6 +193,7 @@ class VLLMEngine(Engine):
             prefix_caching=spec.prefix_caching,
             seed=spec.seed,
             kv_cache_gib=spec.kv_cache_gib,
+            kv_blocks=spec.kv_blocks,
         )
         return cls(llm, spec.prefix_caching)
 

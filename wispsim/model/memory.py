@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from wispsim.config import Scenario
+from wispsim.config import Scenario, ServerConfig
 from wispsim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -145,6 +145,14 @@ def block_size(configured: int | None, profile: Profile) -> int:
     if configured is not None:
         return configured
     return profile.kv_block_size or DEFAULT_BLOCK_SIZE
+
+
+def kv_capacity(server: ServerConfig, profile: Profile) -> int:
+    """Tokens of KV cache per replica: the scenario's ``server.kv_capacity_tokens`` if it sets one
+    (a real engine's measured capacity), else what the profile's GPU memory leaves."""
+    if server.kv_capacity_tokens is not None:
+        return server.kv_capacity_tokens
+    return profile.kv_capacity_tokens(server.gpu_memory_utilization, server.activation_reserve_gib)
 
 
 def check_memory(

@@ -11,7 +11,8 @@ the file.
 
 Modules: ``figure`` (backend, DPI, saving), ``capacity`` (violation curves, capacity bars),
 ``bursts`` (compliance of bursty runs), ``attribution`` (violations by cause), ``timeseries`` (one
-run over time), ``studies`` (the experiments' own figures), ``labels`` (class names and order).
+run over time), ``studies`` (the experiments' own figures), ``validation`` (real vs simulated),
+``labels`` (class names and order).
 """
 
 from wispsim.plots.attribution import attribution, attribution_figure
@@ -30,6 +31,7 @@ from wispsim.plots.studies import (
     acceptance_bars_figure,
 )
 from wispsim.plots.timeseries import compliance_figure, plot_timeseries
+from wispsim.plots.validation import validation_figure, validation_plot
 
 __all__ = [
     "ablation_bars",
@@ -45,6 +47,8 @@ __all__ = [
     "compliance_figure",
     "figure_path",
     "plot_timeseries",
+    "validation_figure",
+    "validation_plot",
     "violation_curves",
     "violation_curves_figure",
 ]

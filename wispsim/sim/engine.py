@@ -25,7 +25,7 @@ from wispsim.config.limits import MAX_DEVICES
 from wispsim.errors import ConfigError
 from wispsim.model.fleet import device_specs, fleet_size
 from wispsim.model.latency import make_latency
-from wispsim.model.memory import KVMemory, block_size, check_memory
+from wispsim.model.memory import KVMemory, block_size, check_memory, kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.model.schedulers import SCHEDULERS, GpuState
 from wispsim.sim.arrivals import Arrivals, Closed, make_arrivals
@@ -54,6 +54,8 @@ def simulate(
     devices: int | None = None,
     seed: int | None = None,
     drive: Callable[[RunContext], int] | None = None,
+    env: simpy.Environment | None = None,
+    remote: Callable[[RunContext], None] | None = None,
 ) -> SimResult:
     """Run one simulation of ``scenario`` with ``devices`` devices (default: devices.count).
 
@@ -61,6 +63,10 @@ def simulate(
     (servers built, ``ctx.server`` / ``ctx.central`` ready) once before the run, starts its own
     SimPy processes (:mod:`wispsim.study.replay.drive` drives recorded devices this way) and
     returns how many devices it started.
+
+    ``env`` and ``remote`` run the same devices against a real server (:mod:`wispsim.serve`):
+    ``env`` is the clock (a SimPy environment on the wall clock), and ``remote`` sets
+    ``ctx.server`` / ``ctx.central`` to clients of the real server instead of simulated ones.
     """
     wall0 = time.perf_counter()
     n = devices if devices is not None else scenario.devices.count
@@ -71,11 +77,11 @@ def simulate(
     names = srv.replica_profiles or (srv.profile,) * srv.replicas
     profiles = [load_profile(name).with_form(srv.estimator_form) for name in names]
     profile = profiles[0]
-    env = simpy.Environment()
+    env = simpy.Environment() if env is None else env
     ctx = RunContext(env, scenario, seed, profile)
     capacities = []
     for prof in profiles:
-        cap = prof.kv_capacity_tokens(srv.gpu_memory_utilization, srv.activation_reserve_gib)
+        cap = kv_capacity(srv, prof)
         check_memory(scenario, cap, prof)
         capacities.append(cap)
     capacity_tokens = capacities[0]
@@ -83,7 +89,9 @@ def simulate(
     total_blocks = capacity_tokens // sizes[0]
     centralized = srv.mode == "centralized"
     routed = srv.replicas > 1
-    if centralized:
+    if remote is not None:
+        remote(ctx)
+    elif centralized:
         servers = [
             CentralizedServer(
                 env,
@@ -141,7 +149,7 @@ def simulate(
     info: dict[str, Any] = {"kv_capacity_tokens": capacity_tokens, "replicas": srv.replicas}
     if arrivals.open or scenario.arrivals.process != "closed":
         info["devices_started"] = ctx.devices_started
-    if centralized:
+    if centralized and remote is None:
         info["preemptions"] = ctx.central.preemptions
     return SimResult(
         scenario=scenario,

@@ -21,7 +21,7 @@ from wispsim.model.acceptance import ACCEPTANCE, find_trace
 from wispsim.model.drafting import CONTROLLERS
 from wispsim.model.estimator import FORMS
 from wispsim.model.latency import LATENCY
-from wispsim.model.memory import check_memory
+from wispsim.model.memory import check_memory, kv_capacity
 from wispsim.model.predictor import PREDICTORS, find_predictor
 from wispsim.model.profiles import Profile, load_profile
 from wispsim.model.schedulers import SCHEDULERS
@@ -193,7 +193,7 @@ def check_consistency(scenario: Scenario, source: str = "scenario") -> None:
     sv, wl, dr = scenario.server, scenario.workload, scenario.drafting
     profiles = _profiles(scenario, source)
     for profile in profiles:
-        cap = profile.kv_capacity_tokens(sv.gpu_memory_utilization, sv.activation_reserve_gib)
+        cap = kv_capacity(sv, profile)
         check_memory(scenario, cap, profile, source)
     longest_prompt = wl.prompt_tokens.support()[1]
     longest_output = wl.output_tokens.support()[1]

@@ -71,6 +71,27 @@ class Request:
         self.work = 0.0  # the estimator's marginal cost where it was queued (for routing)
 
 
+def refresh(queue: list[Any], memory: KVMemory) -> None:
+    """Set each queued request's L_new / L_cached / cold from the prefix cache as it is now.
+
+    A fully cached prefix forwards only the k draft tokens; a partly evicted one (``block``
+    eviction), or under block-granular reuse the tail after its last whole block, forwards
+    the rest of its prefix too; an evicted or uncached one is cold. The simulated verifier and
+    the real server (:mod:`wispsim.serve.verify`) both call this at each dispatch epoch.
+    """
+    get = memory.cache.get
+    whole = memory.block_size if memory.reuse_blocks else 0
+    for r in queue:
+        entry = get(r.session)
+        if entry is None:
+            r.l_new, r.l_cached, r.cold = r.prefix + r.k, 0, True
+        else:
+            hit = entry[0] if entry[0] < r.prefix else r.prefix
+            if whole:
+                hit -= hit % whole
+            r.l_new, r.l_cached, r.cold = r.prefix - hit + r.k, hit, hit == 0
+
+
 class Verifier:
     """One GPU replica running speculative verification."""
 
@@ -125,25 +146,6 @@ class Verifier:
             self._wake = None
         return req.done
 
-    def _refresh(self) -> None:
-        """Set each queued request's L_new / L_cached from the prefix cache as it is now.
-
-        A fully cached prefix forwards only the k draft tokens; a partly evicted one (``block``
-        eviction), or under block-granular reuse the tail after its last whole block, forwards
-        the rest of its prefix too; an evicted or uncached one is cold.
-        """
-        get = self.memory.cache.get
-        whole = self.memory.block_size if self.memory.reuse_blocks else 0
-        for r in self.queue:
-            entry = get(r.session)
-            if entry is None:
-                r.l_new, r.l_cached, r.cold = r.prefix + r.k, 0, True
-            else:
-                hit = entry[0] if entry[0] < r.prefix else r.prefix
-                if whole:
-                    hit -= hit % whole
-                r.l_new, r.l_cached, r.cold = r.prefix - hit + r.k, hit, hit == 0
-
     def loop(self) -> Generator[Any, Any, None]:
         env = self.env
         memory = self.memory
@@ -152,7 +154,7 @@ class Verifier:
                 self._wake = env.event()
                 yield self._wake
             now = env.now
-            self._refresh()
+            refresh(self.queue, self.memory)
             queue_len = len(self.queue)
             batch = self.scheduler.select(self.queue, now, self.gpu)
             bid = next(self._batch_ids)

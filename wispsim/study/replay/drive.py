@@ -31,6 +31,7 @@ import pandas as pd
 
 from wispsim.config import ArrivalsConfig, Scenario
 from wispsim.errors import ConfigError
+from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.sim.context import RunContext
 from wispsim.sim.engine import simulate
@@ -277,7 +278,7 @@ def _check_kv_fits(sc: Scenario, log: pd.DataFrame) -> None:
     srv = sc.server
     longest = int((log.prompt_tokens + log.position + log.drafted + 1).max())
     for name in srv.replica_profiles or (srv.profile,):
-        cap = load_profile(name).kv_capacity_tokens(srv.gpu_memory_utilization, srv.activation_reserve_gib)
+        cap = kv_capacity(srv, load_profile(name))
         if longest > cap:
             raise ConfigError(
                 name, "", f"a logged round needs {longest} tokens of KV cache, more than its {cap} tokens"

@@ -1,0 +1,287 @@
+"""``wispsim serve``, ``wispsim swarm`` and ``wispsim validate``: a real deployment on vLLM.
+
+``serve`` runs the verification server (or, for ``centralized``, the engine's own continuous
+batching) over HTTP on a real vLLM engine; ``swarm`` runs N devices against it and writes their
+records and the replay log; ``validate`` runs both for every policy, N and regime and puts the
+real figures beside the simulated ones (docs/serve.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from wispsim.cli.common import (
+    DEVICES,
+    FRACTION_OPEN,
+    SEED,
+    OutOpt,
+    PolicyOpt,
+    ScenarioArg,
+    SetOpt,
+    checked,
+    console,
+    err_console,
+    out_dir,
+    out_path,
+    output,
+    parse_devices,
+    parse_policies,
+    progress,
+    resolve_scenario,
+    table,
+    whole,
+)
+from wispsim.errors import ConfigError
+from wispsim.paths import check_output_file, writing
+from wispsim.provenance import write_manifest
+
+PORT = whole(1, 65535, "a TCP port")
+DTYPES = ("float32", "bfloat16", "float16")
+
+ArchOpt = Annotated[
+    str | None,
+    typer.Option(help="Architecture to run with random weights (wispsim profile archs), e.g. smollm2-135m."),
+]
+ModelOpt = Annotated[
+    str | None, typer.Option(help="A model folder in Hugging Face format (instead of --arch).")
+]
+DtypeOpt = Annotated[str, typer.Option(help=f"Weights' precision: {', '.join(DTYPES)}.")]
+
+
+def _source(model: str | None, arch: str | None, dtype: str, seed: int = 0) -> Any:
+    from wispsim.serve.app import ModelSource
+
+    if (model is None) == (arch is None):
+        raise ConfigError("--model/--arch", "", "give exactly one: a model folder or an architecture")
+    if dtype not in DTYPES:
+        raise ConfigError("--dtype", dtype, f"must be one of {', '.join(DTYPES)}")
+    if arch is not None:
+        from wispsim.measure.profile.archs import available_archs
+
+        if arch not in available_archs() and not Path(arch).is_file():
+            raise ConfigError("--arch", arch, f"unknown architecture; known: {', '.join(available_archs())}")
+    if model is not None and not Path(model, "config.json").is_file():
+        raise ConfigError("--model", model, "no config.json there (a model folder in Hugging Face format)")
+    return ModelSource(model=model, arch=arch, dtype=dtype, seed=seed)
+
+
+def _scenario(scenario: Path | None, policy: str | None, set_: list[str] | None) -> Any:
+    sc = resolve_scenario(scenario, set_)
+    if policy is not None:
+        sc = sc.with_policy(policy)
+    if sc.server.replicas != 1:
+        raise ConfigError("server.replicas", str(sc.server.replicas), "wispsim serve runs one replica; set 1")
+    return checked(sc, policy=policy)
+
+
+def serve(
+    scenario: ScenarioArg = None,
+    policy: PolicyOpt = None,
+    arch: ArchOpt = None,
+    model: ModelOpt = None,
+    dtype: DtypeOpt = "float32",
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.", parser=PORT)] = 8011,
+    set_: SetOpt = None,
+) -> None:
+    """Serve the scenario's policy on a real vLLM engine over HTTP, until interrupted.
+
+    Speculative policies verify rounds with the same scheduler plug-in the simulator runs and the
+    estimator of the scenario's profile; centralized hands whole responses to vLLM's continuous
+    batching and streams the tokens. API: docs/serve.md.
+    """
+    from wispsim.serve.app import serve as run_server
+
+    source = _source(model, arch, dtype)
+    sc = _scenario(scenario, policy, set_)
+
+    def ready(facts: dict[str, Any]) -> None:
+        err_console.print(
+            f"serving {sc.policy} ({sc.server.mode}) on http://{host}:{port}: vLLM on {facts['device']}, "
+            f"{source.describe()}, KV cache {facts['kv_capacity_tokens']} tokens in blocks of "
+            f"{facts['block_size']}, prefix caching {'on' if facts['prefix_caching'] else 'off'}"
+        )
+
+    err_console.print(f"starting vLLM for {sc.policy} ({source.describe()}) ...")
+    with contextlib.suppress(KeyboardInterrupt):
+        run_server(sc, source, host, port, ready)
+
+
+def swarm(
+    scenario: ScenarioArg = None,
+    policy: PolicyOpt = None,
+    url: Annotated[str, typer.Option(help="The server (wispsim serve).")] = "http://127.0.0.1:8011",
+    devices: Annotated[int | None, typer.Option(help="Number of devices N.", parser=DEVICES)] = None,
+    seed: Annotated[int | None, typer.Option(help="Run seed.", parser=SEED)] = None,
+    log: Annotated[
+        Path | None, typer.Option(help="Also write the per-round replay log here (.parquet or .csv).")
+    ] = None,
+    out: OutOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Run N devices against a real server for the scenario's window; write their records.
+
+    The devices are the simulator's own on the wall clock (same acceptance trace, drafting,
+    link delays); the server's queue and verify times, batches and cached tokens are its reports.
+    """
+    from wispsim.analysis.metrics import summarize
+    from wispsim.cli.run import SUMMARY_COLUMNS
+    from wispsim.serve.swarm import run_swarm
+    from wispsim.study.replay import write_log
+
+    folder = out_path(out, "swarm")
+    if log is not None:
+        check_output_file(log, "--log", (".parquet", ".csv"))
+    sc = _scenario(scenario, policy, set_)
+    if devices is not None:
+        sc = checked(sc.with_devices(devices), devices=devices)
+    if seed is not None:
+        sc = sc.replace(seed=seed)
+    folder = out_dir(folder, "swarm")
+    with progress() as bar:
+        task = bar.add_task(f"{sc.devices.count} devices, {sc.policy}", total=None)
+
+        def tick(now: float, end: float) -> None:
+            bar.update(task, completed=min(now, end), total=end)
+
+        run = run_swarm(sc, url, progress=tick)
+    res = run.result
+    summary = summarize(res)
+    with output(folder) as o:
+        (o / "scenario.yaml").write_text(sc.to_yaml())
+        res.rounds.to_parquet(o / "rounds.parquet", index=False)
+        res.responses.to_parquet(o / "responses.parquet", index=False)
+        res.batches.to_parquet(o / "batches.parquet", index=False)
+        run.server_batches.to_parquet(o / "server_batches.parquet", index=False)
+        if len(run.members):
+            run.members.to_parquet(o / "server_members.parquet", index=False)
+        if len(run.tokens):
+            run.tokens.to_parquet(o / "tokens.parquet", index=False)
+        summary.to_csv(o / "summary.csv", index=False)
+        if log is not None and len(res.rounds):
+            with writing("--log", log):
+                write_log(res, log)
+        write_manifest(
+            o.path,
+            {"seed": sc.seed, "devices": sc.devices.count, "policy": sc.policy, "server": run.facts},
+        )
+    console.print(table(summary, f"{sc.policy}, {sc.devices.count} devices on {url} (real)", SUMMARY_COLUMNS))
+    console.print(f"records: {folder}")
+
+
+def validate(
+    scenario: ScenarioArg = None,
+    policies: Annotated[
+        str, typer.Option(help="Policies to validate, comma-separated.")
+    ] = "wisp,fcfs,sled,centralized",
+    devices: Annotated[str, typer.Option(help="The grid of N, e.g. 2,4,6,8 or 2:8:2.")] = "2,4,6,8",
+    regime: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME or NAME:KEY=VALUE[;KEY=VALUE] (repeatable): a regime and its --set overrides, "
+            "e.g. pressure:server.kv_capacity_tokens=1024. Default: one regime, compute-bound.",
+        ),
+    ] = None,
+    arch: ArchOpt = None,
+    model: ModelOpt = None,
+    dtype: DtypeOpt = "float32",
+    port: Annotated[int, typer.Option(help="TCP port for the servers it starts.", parser=PORT)] = 8011,
+    epsilon: Annotated[
+        float | None,
+        typer.Option(help="Violation target for capacity (default: the scenario's).", parser=FRACTION_OPEN),
+    ] = None,
+    out: OutOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Run the real deployment and the simulator side by side for every policy, N and regime.
+
+    Starts `wispsim serve` per regime and policy, runs the swarm for each N, simulates the same
+    scenario, replays the real log; writes comparison.csv, capacity.csv and validation.png.
+    Resumable: points already in --out are kept.
+    """
+    from wispsim.plots import validation_plot
+    from wispsim.serve.validate import capacities
+    from wispsim.serve.validate import validate as run_validation
+
+    folder = out_path(out, "validate")
+    pols = parse_policies(policies)
+    grid = sorted(set(parse_devices(devices)))
+    source = _source(model, arch, dtype)
+    regimes = [_regime(r) for r in (regime or ["compute"])]
+    if len({r.name for r in regimes}) != len(regimes):
+        raise ConfigError("--regime", "", "regime names must be unique")
+    for r in regimes:  # every regime's scenario checked before any work
+        for p in pols:
+            _scenario_checked(r, scenario, set_ or [], p)
+    base = resolve_scenario(scenario, set_)
+    eps = base.epsilon if epsilon is None else epsilon
+    folder = out_dir(folder, "validate")
+    with progress() as bar:
+        task = bar.add_task("validate", total=None)
+
+        def tick(label: str, now: float, end: float) -> None:
+            bar.update(task, description=label, completed=min(now, end), total=end)
+
+        table_ = run_validation(
+            scenario, set_ or [], regimes, pols, grid, source, folder, port,
+            say=lambda s: bar.console.print(s), progress=tick,
+        )  # fmt: skip
+    cap = capacities(table_, eps)
+    with output(folder) as o:
+        table_.to_csv(o / "comparison.csv", index=False)
+        cap.to_csv(o / "capacity.csv", index=False)
+        if len(table_):
+            validation_plot(table_, o / "validation.png")
+        write_manifest(
+            o.path,
+            {
+                "policies": pols,
+                "devices": grid,
+                "regimes": {r.name: list(r.sets) for r in regimes},
+                "epsilon": eps,
+                "model": source.describe(),
+                "dtype": dtype,
+            },
+        )
+    wide = table_[table_.metric.isin(["violation_rate", "goodput_tps", "verify_p50_ms"])]
+    console.print(table(wide, "real vs simulated", left=("regime", "policy", "metric")))
+    console.print(
+        table(cap, f"capacity (largest N of the grid within epsilon {eps:g})", left=("regime", "policy"))
+    )
+    console.print(f"results: {folder}")
+
+
+def _regime(text: str) -> Any:
+    from wispsim.serve.validate import Regime
+
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(
+            "--regime", text, "expected NAME or NAME:KEY=VALUE[;KEY=VALUE], NAME of letters, digits, - and _"
+        )
+    sets = tuple(s.strip() for s in rest.split(";") if s.strip())
+    return Regime(name, sets)
+
+
+def _scenario_checked(regime: Any, scenario: Path | None, sets: list[str], policy: str) -> None:
+    from wispsim.config import parse_set
+    from wispsim.sim.inputs import load_scenario
+
+    sc = load_scenario(scenario, parse_set([*sets, *regime.sets]), source=f"--regime {regime.name}")
+    checked(sc.with_policy(policy), policy=policy)
+    if sc.server.replicas != 1:
+        raise ConfigError(
+            f"--regime {regime.name}", "server.replicas", "wispsim serve runs one replica; set 1"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Mount ``serve``, ``swarm`` and ``validate`` on the root app."""
+    app.command("serve")(serve)
+    app.command("swarm")(swarm)
+    app.command("validate")(validate)

@@ -1,0 +1,282 @@
+"""``wispsim serve``: the verification (or centralized) server as an HTTP service (FastAPI, uvicorn).
+
+Speculative mode (``wisp``, ``fcfs``, ``sled``, ``wisp-fixed``):
+
+- ``POST /sessions`` ``{"prompt": [ids]}`` -> ``{"session": id}``
+- ``POST /sessions/{id}/rounds`` ``{"draft": [ids], "accepted": L, "commit": n, "budget_s": s,
+  "n_hat": x}`` -> the verdict and what the server did: ``queue_s``, ``verify_s``, ``batch``,
+  ``batch_size``, ``t_arrival`` / ``t_dispatch`` / ``t_done`` (server clock), ``l_new`` /
+  ``l_cached`` (as vLLM served them) and ``l_new_plan`` / ``l_cached_plan`` (the scheduler's view)
+- ``DELETE /sessions/{id}``
+
+Centralized mode: ``POST /generate`` ``{"prompt": [ids], "output_tokens": n}`` streams one JSON
+line per engine step that gave the response tokens (``{"t": server time, "tokens": so far}``).
+
+Both: ``GET /health`` (mode, policy, engine facts, the server's clock), ``GET /log`` (the batch
+log: one row per batch or engine step, and for verification one per batch member) and ``POST
+/reset`` (forget sessions and log and empty the engine's prefix cache; only while idle). A bad
+request is answered with its status and a one-line ``detail``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from wispsim.config import Scenario
+from wispsim.errors import WispsimError
+from wispsim.model.memory import KVMemory, block_size, kv_capacity
+from wispsim.model.profiles import load_profile
+from wispsim.model.schedulers import SCHEDULERS, GpuState
+from wispsim.serve.central import CentralServer
+from wispsim.serve.verify import ServeError, VerifyServer
+
+
+class OpenBody(BaseModel):
+    """``POST /sessions``: the session's prompt."""
+
+    prompt: list[int] = Field(min_length=1)
+
+
+class RoundBody(BaseModel):
+    """``POST /sessions/{id}/rounds``: the draft, the replayed verdict and what the SLO needs."""
+
+    draft: list[int] = Field(min_length=1, max_length=1024)
+    accepted: int = Field(ge=0)
+    commit: int = Field(ge=1)
+    budget_s: float = Field(allow_inf_nan=False)
+    n_hat: float = Field(gt=0, allow_inf_nan=False)
+
+
+class GenerateBody(BaseModel):
+    """``POST /generate``: a whole response for centralized serving."""
+
+    prompt: list[int] = Field(min_length=1)
+    output_tokens: int = Field(ge=1)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What the engine runs: a model folder, or an architecture with random weights."""
+
+    model: str | None = None
+    arch: str | None = None
+    dtype: str = "float32"
+    seed: int = 0
+
+    def describe(self) -> str:
+        return self.model or f"{self.arch} (random weights)"
+
+
+def longest_sequence(sc: Scenario) -> int:
+    """The most tokens one session can hold: longest prompt + output + a round's draft + 1."""
+    wl, dr = sc.workload, sc.drafting
+    return int(wl.prompt_tokens.support()[1] + wl.output_tokens.support()[1]) + dr.largest + 2
+
+
+def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]]:
+    """Start vLLM for ``sc``'s server: prefix caching as the policy says (off for SLED), the KV
+    cache capped at ``server.kv_capacity_tokens`` when the scenario sets it; returns the engine
+    and its facts (block size, KV capacity)."""
+    from wispsim.engines.base import EngineSpec
+    from wispsim.engines.vllm import VLLMEngine
+    from wispsim.measure.profile.archs import load_arch
+
+    srv = sc.server
+    profile = load_profile(srv.profile)
+    bs = block_size(srv.block_size, profile)
+    max_len = longest_sequence(sc)
+    blocks = None if srv.kv_capacity_tokens is None else -(-srv.kv_capacity_tokens // bs)
+    if blocks is not None and blocks * bs < max_len:
+        raise WispsimError(
+            f"server.kv_capacity_tokens: {srv.kv_capacity_tokens} tokens cannot hold the longest "
+            f"session ({max_len} tokens); raise it or shorten the workload"
+        )
+    spec = EngineSpec(
+        model_path=source.model,
+        arch_config=load_arch(source.arch).hf if source.arch else None,
+        dtype=source.dtype,
+        seed=source.seed,
+        max_len=max_len,
+        max_batch_tokens=max(srv.max_batch_tokens, max_len) * 2,
+        max_seqs=srv.max_batch_requests,
+        prefix_caching=srv.prefix_cache or srv.mode == "centralized",
+        kv_cache_gib=max(1.0, (blocks or 0) * bs * profile.model.kv_bytes_per_token / 2**30),
+        kv_blocks=blocks,
+    )
+    eng = VLLMEngine.build(spec)
+    real_bs = eng.block_size or bs
+    if real_bs != bs:
+        raise WispsimError(
+            f"server.block_size: the engine's KV block is {real_bs} tokens, the scenario's {bs}; "
+            f"set server.block_size: {real_bs} (or null to take the profile's)"
+        )
+    facts = {
+        "engine": "vllm",
+        "device": eng.device,
+        "block_size": real_bs,
+        "kv_capacity_tokens": eng.kv_capacity_tokens,
+        "vocab": eng.vocab,
+        "max_len": max_len,
+        "prefix_caching": spec.prefix_caching,
+        "model": source.describe(),
+        "dtype": source.dtype,
+    }
+    return eng, facts
+
+
+def make_app(sc: Scenario, engine: Any, facts: dict[str, Any]) -> Any:
+    """The FastAPI app serving ``sc``'s policy on ``engine`` (a :class:`VLLMEngine`)."""
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    srv = sc.server
+    centralized = srv.mode == "centralized"
+    vocab, max_len = int(facts["vocab"]), int(facts["max_len"])
+    state: dict[str, Any] = {}
+
+    def make_verifier() -> VerifyServer:
+        profile = load_profile(srv.profile).with_form(srv.estimator_form)
+        bs = int(facts["block_size"])
+        cap = int(facts["kv_capacity_tokens"] or kv_capacity(srv, profile))
+        blocks = cap // bs
+        gpu = GpuState(
+            profile.estimator, blocks, bs, srv.max_batch_requests, srv.max_batch_tokens, srv.delta_ms / 1000.0
+        )
+        memory = KVMemory(blocks, bs, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
+        scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
+
+        def run_batch(seqs: list[list[int]]) -> tuple[list[int], tuple[int, ...] | None]:
+            from wispsim.engines.vllm import cached_tokens
+
+            outs = engine.generate(seqs)
+            return [int(o.outputs[0].token_ids[0]) for o in outs], cached_tokens(outs)
+
+        return VerifyServer(gpu, scheduler, memory, run_batch, vocab, max_len)
+
+    def make_central() -> CentralServer:
+        from vllm import SamplingParams
+
+        def params(n: int) -> Any:
+            return SamplingParams(
+                max_tokens=n, min_tokens=n, ignore_eos=True, temperature=0.0, detokenize=False
+            )
+
+        return CentralServer(engine.llm.llm_engine, params, vocab, max_len)
+
+    @asynccontextmanager
+    async def lifespan(app: Any):  # type: ignore[no-untyped-def]
+        if centralized:
+            state["server"] = make_central()
+        else:
+            state["server"] = v = make_verifier()
+            v.start()
+        try:
+            yield
+        finally:
+            server = state["server"]
+            if centralized:
+                server.stop()
+            else:
+                await server.stop()
+
+    app = FastAPI(title="wispsim serve", lifespan=lifespan)
+
+    @app.exception_handler(ServeError)
+    async def serve_error(request: Request, e: ServeError) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=e.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, e: RequestValidationError) -> JSONResponse:
+        err = e.errors()[0] if e.errors() else {"loc": ("body",), "msg": "invalid"}
+        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+        return JSONResponse({"detail": f"{request.url.path}: {where}: {err.get('msg')}"}, status_code=422)
+
+    def mode_is(want: str) -> Any:
+        if ("centralized" if centralized else "speculative") != want:
+            raise ServeError(
+                404, f"this server runs {sc.policy} ({srv.mode}); that endpoint is for {want} serving"
+            )
+        return state["server"]
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ready", "mode": srv.mode, "policy": sc.policy, "clock": time.monotonic(), **facts}
+
+    @app.get("/log")
+    async def get_log() -> dict[str, Any]:
+        log = state["server"].log
+        return {"batches": log.batches, "members": log.members}
+
+    @app.post("/reset")
+    async def reset() -> dict[str, Any]:
+        server = state["server"]
+        if not centralized:
+            if server.queue or any(s.busy for s in server.sessions.values()):
+                raise ServeError(
+                    409, "reset: rounds are still being verified; reset when the devices are done"
+                )
+            server.reset()
+        else:
+            server.reset()
+        engine.llm.reset_prefix_cache()
+        return {"status": "reset"}
+
+    @app.post("/sessions")
+    async def open_session(body: OpenBody) -> dict[str, Any]:
+        return {"session": mode_is("speculative").open_session(body.prompt)}
+
+    @app.post("/sessions/{sid}/rounds")
+    async def verify(sid: int, body: RoundBody) -> dict[str, Any]:
+        v = mode_is("speculative")
+        return await v.verify(sid, body.draft, body.accepted, body.commit, body.budget_s, body.n_hat)
+
+    @app.delete("/sessions/{sid}")
+    async def close_session(sid: int) -> dict[str, Any]:
+        mode_is("speculative").close_session(sid)
+        return {"status": "closed"}
+
+    @app.post("/generate")
+    async def generate(body: GenerateBody) -> Any:
+        q = mode_is("centralized").submit(body.prompt, body.output_tokens)
+
+        async def stream():  # type: ignore[no-untyped-def]
+            while True:
+                item = await q.get()
+                if item is None:
+                    return
+                yield json.dumps({"t": item[0], "tokens": item[1]}) + "\n"
+
+        return StreamingResponse(stream(), media_type="application/x-ndjson")
+
+    return app
+
+
+def serve(sc: Scenario, source: ModelSource, host: str, port: int, ready: Any = None) -> None:
+    """Build the engine, then serve until interrupted. ``ready(facts)`` is called once listening."""
+    import uvicorn
+
+    engine, facts = build_engine(sc, source)
+    app = make_app(sc, engine, facts)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+
+    async def main() -> None:
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started and ready is not None:
+            ready(facts)
+        await task
+
+    try:
+        asyncio.run(main())
+    finally:
+        engine.close()

@@ -1,0 +1,368 @@
+"""``wispsim validate``: the real deployment and the simulator, side by side.
+
+For each regime (a set of scenario overrides: compute-bound, memory pressure), each policy and
+each N of the grid: start ``wispsim serve`` for the policy (a child process; one per regime and
+policy, reset between points), run the swarm (:func:`wispsim.serve.swarm.run_swarm`) for the
+scenario's window and drain, then simulate the same scenario (same devices, classes, lengths,
+trace, link delays, the engine's measured profile, and its real KV capacity and block size), and
+replay the real log with :func:`wispsim.study.replay.replay`. Each point is stored in its own
+folder when it is complete (``done.json`` last), so an interrupted validation resumes where it
+stopped; the server child is stopped whatever happens.
+
+Figures compared (:func:`point_metrics`): violation rate with its Wilson interval, goodput,
+response speed p10 / p50, queue and verify p50 / p90 / p99, mean batch size, cold rounds, the
+prefix tokens served from cache, and per policy the capacity (the largest N of the grid up to
+which every N keeps the violation rate within epsilon).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from wispsim.analysis.metrics import server_stats, summarize
+from wispsim.config import Scenario, parse_set
+from wispsim.errors import WispsimError
+from wispsim.serve.app import ModelSource
+from wispsim.serve.swarm import Client, SwarmRun, health, run_swarm
+from wispsim.sim.engine import simulate
+from wispsim.sim.inputs import load_scenario
+from wispsim.sim.records import SimResult
+from wispsim.study.replay import compare as compare_replay
+from wispsim.study.replay import log_scenario, read_log, replay, write_log
+from wispsim.study.replay.compare import wilson
+
+METRICS = (
+    "responses",
+    "violation_rate",
+    "violation_lo",
+    "violation_hi",
+    "goodput_tps",
+    "speed_p10",
+    "speed_p50",
+    "queue_p50_ms",
+    "queue_p90_ms",
+    "queue_p99_ms",
+    "verify_p50_ms",
+    "verify_p90_ms",
+    "verify_p99_ms",
+    "mean_batch_size",
+    "cold_round_share",
+    "cached_prefix_share",
+)
+
+TABLE_COLUMNS = ["regime", "policy", "devices", "metric", "real", "sim", "error", "rel_error"]
+CAPACITY_COLUMNS = ["regime", "policy", "capacity_real", "capacity_sim", "error"]
+DONE = "done.json"  # a point's folder is complete when this is there (written last)
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A named set of scenario overrides (``--set`` strings)."""
+
+    name: str
+    sets: tuple[str, ...] = ()
+
+    def scenario(self, path: Path | None, sets: list[str]) -> Scenario:
+        """The scenario file (or the default) with the user's ``--set`` and then this regime's."""
+        return load_scenario(path, parse_set([*sets, *self.sets]))
+
+
+def _q(x: Any, q: float) -> float:
+    a = np.asarray(x, dtype=float)
+    return float(np.quantile(a, q) * 1000) if len(a) else float("nan")
+
+
+def point_metrics(res: SimResult) -> dict[str, float]:
+    """The compared figures of one run (real or simulated): measured responses and rounds."""
+    resp = res.responses[res.responses.measured]
+    rounds = res.rounds[res.rounds.measured] if len(res.rounds) else res.rounds
+    n = len(resp)
+    k = int(resp.violated.sum()) if n else 0
+    lo, hi = wilson(k, n) if n else (float("nan"), float("nan"))
+    summary = summarize(res)
+    goodput = float(summary[summary["class"] != "all"].goodput_tps.sum())  # summed over classes
+    srv = server_stats(res.batches, res.window)
+    queue = (rounds.dispatch - rounds.arrival).to_numpy() if len(rounds) else []
+    verify = rounds.verify_time.to_numpy() if len(rounds) else []
+    if len(rounds):
+        prefix = (rounds.l_new + rounds.l_cached - rounds.k).clip(lower=0)
+        cached_share = float(rounds.l_cached.sum() / prefix.sum()) if prefix.sum() > 0 else float("nan")
+        cold = float(rounds.cold.mean())
+    else:
+        cached_share = cold = float("nan")
+    speeds = resp.speed.to_numpy(float) if n else np.empty(0)
+    return {
+        "responses": float(n),
+        "violation_rate": k / n if n else float("nan"),
+        "violation_lo": lo,
+        "violation_hi": hi,
+        "goodput_tps": goodput,
+        "speed_p10": float(np.quantile(speeds, 0.10)) if n else float("nan"),
+        "speed_p50": float(np.quantile(speeds, 0.50)) if n else float("nan"),
+        "queue_p50_ms": _q(queue, 0.5),
+        "queue_p90_ms": _q(queue, 0.9),
+        "queue_p99_ms": _q(queue, 0.99),
+        "verify_p50_ms": _q(verify, 0.5),
+        "verify_p90_ms": _q(verify, 0.9),
+        "verify_p99_ms": _q(verify, 0.99),
+        "mean_batch_size": float(srv["mean_batch_size"]),
+        "cold_round_share": cold,
+        "cached_prefix_share": cached_share,
+    }
+
+
+class ServerProcess:
+    """``wispsim serve`` in a child process (its own process group), stopped on exit."""
+
+    def __init__(
+        self, scenario_file: Path, policy: str, source: ModelSource, port: int, log_file: Path
+    ) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "wispsim.cli",
+            "serve",
+            str(scenario_file),
+            "--policy",
+            policy,
+            "--port",
+            str(port),
+        ]
+        cmd += ["--model", source.model] if source.model else ["--arch", str(source.arch)]
+        cmd += ["--dtype", source.dtype]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_file = log_file
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_file, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self, timeout: float = 600.0) -> dict[str, Any]:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                tail = [ln for ln in self.log_file.read_text(errors="replace").splitlines() if ln.strip()][
+                    -1:
+                ]
+                raise WispsimError(
+                    f"wispsim serve exited with {self.proc.returncode} before it was ready: "
+                    f"{tail[0] if tail else '(no output)'} (log: {self.log_file})"
+                )
+            try:
+                client = Client(self.url, 1)
+                try:
+                    facts, _ = health(client, samples=1)
+                finally:
+                    client.close()
+                return facts
+            except WispsimError:
+                time.sleep(1.0)
+        raise WispsimError(f"wispsim serve was not ready within {timeout:.0f} s (log: {self.log_file})")
+
+    def reset(self, timeout: float = 120.0) -> None:
+        """Empty the server between points (it refuses while rounds are still in flight)."""
+        client = Client(self.url, 1)
+        try:
+            t0 = time.monotonic()
+            while True:
+                try:
+                    client.call(client.request("POST", "/reset"))
+                    return
+                except WispsimError:
+                    if time.monotonic() - t0 > timeout:
+                        raise
+                    time.sleep(0.5)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+
+def point_folder(out: Path, regime: str, policy: str, n: int) -> Path:
+    return out / "points" / regime / policy / f"n{n}"
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+def store_point(folder: Path, sc: Scenario, real: SwarmRun, sim: SimResult) -> dict[str, Any]:
+    """Write one point's records, the real log and its replay, and the figures; ``done.json`` last."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "scenario.yaml").write_text(sc.to_yaml())
+    r = real.result
+    r.rounds.to_parquet(folder / "real_rounds.parquet", index=False)
+    r.responses.to_parquet(folder / "real_responses.parquet", index=False)
+    real.server_batches.to_parquet(folder / "server_batches.parquet", index=False)
+    if len(real.members):
+        real.members.to_parquet(folder / "server_members.parquet", index=False)
+    if len(real.tokens):
+        real.tokens.to_parquet(folder / "real_tokens.parquet", index=False)
+    sim.rounds.to_parquet(folder / "sim_rounds.parquet", index=False)
+    sim.responses.to_parquet(folder / "sim_responses.parquet", index=False)
+    sim.batches.to_parquet(folder / "sim_batches.parquet", index=False)
+    if sc.server.mode != "centralized" and len(r.rounds):
+        write_log(r, folder / "real_log.parquet")
+        meta = json.loads((folder / "real_log.parquet.meta.json").read_text())
+        meta |= {"source": "wispsim swarm + wispsim serve", "server": real.facts}
+        _write_json(folder / "real_log.parquet.meta.json", meta)
+    rows = replay_real(folder)
+    if rows is not None:
+        rows.to_csv(folder / "replay_comparison.csv", index=False)
+    done = {
+        "real": point_metrics(r),
+        "sim": point_metrics(sim),
+        "server": real.facts,
+        "clock_offset_s": real.offset,
+        "real_wall_s": r.wall_s,
+        "sim_end_s": sim.sim_end,
+    }
+    _write_json(folder / DONE, done)
+    return done
+
+
+def replay_real(folder: Path) -> pd.DataFrame | None:
+    """Replay the point's real log under its own policy and compare (``wispsim replay``)."""
+    path = folder / "real_log.parquet"
+    if not path.is_file():
+        return None
+    log, meta = read_log(path)
+    sc = log_scenario(meta, str(path))
+    return compare_replay(log, replay(sc, log, meta), meta)
+
+
+def validate(
+    scenario: Path | None,
+    sets: list[str],
+    regimes: list[Regime],
+    policies: list[str],
+    grid: list[int],
+    source: ModelSource,
+    out: Path,
+    port: int = 8011,
+    say: Callable[[str], None] = print,
+    progress: Callable[[str, float, float], None] | None = None,
+) -> pd.DataFrame:
+    """Run every (regime, policy, N) point not stored yet; return the long comparison table."""
+    for regime in regimes:
+        sc_r = regime.scenario(scenario, sets)
+        for policy in policies:
+            sc = sc_r.with_policy(policy)
+            todo = [
+                n for n in grid if not (point_folder(out, regime.name, policy, n) / "done.json").is_file()
+            ]
+            if not todo:
+                continue
+            scen_file = out / "scenarios" / f"{regime.name}-{policy}.yaml"
+            scen_file.parent.mkdir(parents=True, exist_ok=True)
+            scen_file.write_text(sc.to_yaml())
+            say(f"{regime.name} / {policy}: starting wispsim serve ...")
+            server = ServerProcess(
+                scen_file, policy, source, port, out / "logs" / f"serve-{regime.name}-{policy}.log"
+            )
+            try:
+                facts = server.wait_ready()
+                for n in todo:
+                    scn = sc.with_devices(n)
+                    server.reset()
+                    label = f"{regime.name} / {policy} / N={n}"
+                    tick = None if progress is None else (lambda t, end, label=label: progress(label, t, end))
+                    real = run_swarm(scn, server.url, reset=False, progress=tick)
+                    sim = simulate(scn)
+                    done = store_point(point_folder(out, regime.name, policy, n), scn, real, sim)
+                    m_r, m_s = done["real"], done["sim"]
+                    say(
+                        f"{label}: violation real {m_r['violation_rate']:.2f} "
+                        f"sim {m_s['violation_rate']:.2f}; "
+                        f"goodput real {m_r['goodput_tps']:.2f} sim {m_s['goodput_tps']:.2f} tok/s "
+                        f"(KV {facts.get('kv_capacity_tokens')} tokens)"
+                    )
+            finally:
+                server.stop()
+    return collect(out, regimes, policies, grid)
+
+
+def collect(out: Path, regimes: list[Regime], policies: list[str], grid: list[int]) -> pd.DataFrame:
+    """The stored points as a long table: regime, policy, N, metric, real, sim, error, rel_error."""
+    rows = []
+    for regime in regimes:
+        for policy in policies:
+            for n in grid:
+                f = point_folder(out, regime.name, policy, n) / DONE
+                if not f.is_file():
+                    continue
+                done = json.loads(f.read_text())
+                for m in METRICS:
+                    real, sim = done["real"].get(m, float("nan")), done["sim"].get(m, float("nan"))
+                    real = float("nan") if real is None else float(real)
+                    sim = float("nan") if sim is None else float(sim)
+                    rel = (sim - real) / real if real not in (0.0,) and np.isfinite(real) else float("nan")
+                    rows.append(
+                        {
+                            "regime": regime.name,
+                            "policy": policy,
+                            "devices": n,
+                            "metric": m,
+                            "real": real,
+                            "sim": sim,
+                            "error": sim - real,
+                            "rel_error": rel,
+                        }
+                    )
+    return pd.DataFrame(
+        rows, columns=["regime", "policy", "devices", "metric", "real", "sim", "error", "rel_error"]
+    )
+
+
+def capacity_of(curve: Mapping[int, float], epsilon: float) -> int:
+    """The largest N of the grid up to which every N keeps the violation rate within epsilon
+    (0 when the smallest N already misses)."""
+    cap = 0
+    for n in sorted(curve):
+        v = curve[n]
+        if not np.isfinite(v) or v > epsilon:
+            break
+        cap = n
+    return cap
+
+
+def capacities(table: pd.DataFrame, epsilon: float) -> pd.DataFrame:
+    """Capacity per regime and policy, real and simulated."""
+    rows = []
+    v = table[table.metric == "violation_rate"]
+    for (regime, policy), g in v.groupby(["regime", "policy"], sort=False):
+        real = capacity_of(dict(zip(g.devices, g.real, strict=True)), epsilon)
+        sim = capacity_of(dict(zip(g.devices, g.sim, strict=True)), epsilon)
+        rows.append(
+            {
+                "regime": regime,
+                "policy": policy,
+                "capacity_real": real,
+                "capacity_sim": sim,
+                "error": sim - real,
+            }
+        )
+    return pd.DataFrame(rows, columns=["regime", "policy", "capacity_real", "capacity_sim", "error"])

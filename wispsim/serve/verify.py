@@ -1,0 +1,291 @@
+"""The real verification server's core: sessions, the queue, and the dispatch loop.
+
+The loop is the simulated verifier's (:class:`wispsim.sim.verifier.Verifier`) on the wall clock:
+whenever the engine is idle and rounds are waiting, it refreshes every queued round's L_new /
+L_cached from its model of the prefix cache (:func:`wispsim.sim.verifier.refresh` over a
+:class:`~wispsim.model.memory.KVMemory` sized to the engine's real KV cache and block), asks **the
+same scheduler plug-in** (``wisp``, ``fcfs``) for a batch with the estimator of the engine's
+measured profile, and runs the batch on the engine: every member's session tokens plus its draft,
+one output token each, in one call. What the engine really served from its prefix cache is what
+the reply and the batch log report (vLLM's ``num_cached_tokens``); the model's plan is logged
+beside it.
+
+Verdicts are replayed, not computed: the device sends how many draft tokens its acceptance trace
+accepts and how many tokens the round commits (both sides replay the same trace, so the
+validation isolates the serving model). vLLM's log-probabilities at every draft position are
+only available through ``prompt_logprobs``, which turns its prefix cache off for the request, so a
+verifier that computed the verdict on vLLM would not be the verifier under test. The server
+commits the accepted draft tokens and the engine's own next token (the bonus token), so each
+session's token sequence grows exactly as a real one does and its next round's prefix is cached
+by vLLM the way a real session's is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Any
+
+from wispsim.errors import WispsimError
+from wispsim.model.memory import KVMemory
+from wispsim.model.schedulers import GpuState, Scheduler
+from wispsim.sim.verifier import refresh
+
+
+class ServeError(WispsimError):
+    """A bad request: the HTTP layer answers it with its status and this one-line message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(slots=True)
+class Round:
+    """One queued verification round, as the scheduler sees it (:class:`PendingLike`)."""
+
+    rid: int
+    session: int
+    arrival: float
+    deadline: float
+    n_hat: float
+    k: int
+    prefix: int
+    draft: list[int]
+    accepted: int
+    commit: int
+    done: asyncio.Future[dict[str, Any]]
+    l_new: int = 0
+    l_cached: int = 0
+    cold: bool = True
+    batch: int = -1
+
+
+@dataclass(slots=True)
+class Session:
+    tokens: list[int]
+    rounds: int = 0
+    busy: bool = False
+
+
+@dataclass
+class BatchLog:
+    """What the server did: one row per batch and one per member of a batch."""
+
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    members: list[dict[str, Any]] = field(default_factory=list)
+
+
+class VerifyServer:
+    """Sessions, the queue and the dispatch loop of one verification replica.
+
+    ``run_batch(seqs) -> (bonus tokens, cached tokens per request or None)`` runs one batch on
+    the engine (blocking; it is called in a worker thread). ``clock`` is the server's clock
+    (``time.monotonic``), the one every logged time is on.
+    """
+
+    def __init__(
+        self,
+        gpu: GpuState,
+        scheduler: Scheduler,
+        memory: KVMemory,
+        run_batch: Callable[[list[list[int]]], tuple[list[int], tuple[int, ...] | None]],
+        vocab: int,
+        max_len: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.gpu = gpu
+        self.scheduler = scheduler
+        self.memory = memory
+        self.run_batch = run_batch
+        self.vocab = vocab
+        self.max_len = max_len
+        self.clock = clock
+        self.reset()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def reset(self) -> None:
+        """Forget every session and the batch log (between the points of a validation)."""
+        self.sessions: dict[int, Session] = {}
+        self.queue: list[Round] = []
+        self.log = BatchLog()
+        self._session_ids = count()
+        self._round_ids = count()
+        self._batch_ids = count()
+        self.memory.cache.clear()
+        self.memory.used = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    # -- the API -------------------------------------------------------------------------------
+
+    def _check_tokens(self, tokens: list[int], what: str) -> None:
+        bad = next((t for t in tokens if not 0 <= t < self.vocab), None)
+        if bad is not None:
+            raise ServeError(422, f"{what}: token id {bad} is outside the vocabulary [0, {self.vocab})")
+
+    def open_session(self, prompt: list[int]) -> int:
+        self._check_tokens(prompt, "prompt")
+        if len(prompt) >= self.max_len:
+            raise ServeError(
+                422, f"prompt: {len(prompt)} tokens; the engine holds at most {self.max_len - 1}"
+            )
+        sid = next(self._session_ids)
+        self.sessions[sid] = Session(list(prompt))
+        return sid
+
+    def close_session(self, sid: int) -> None:
+        s = self.sessions.pop(sid, None)
+        if s is None:
+            raise ServeError(404, f"session {sid}: no such session (closed, or never opened)")
+        self.memory.drop(sid)
+
+    async def verify(
+        self, sid: int, draft: list[int], accepted: int, commit: int, budget_s: float, n_hat: float
+    ) -> dict[str, Any]:
+        """Queue one round and wait for its verdict."""
+        s = self.sessions.get(sid)
+        if s is None:
+            raise ServeError(404, f"session {sid}: no such session (open one with POST /sessions)")
+        if s.busy:
+            raise ServeError(409, f"session {sid}: a round of it is already waiting for its verdict")
+        self._check_tokens(draft, "draft")
+        k = len(draft)
+        if not 0 <= accepted <= k:
+            raise ServeError(422, f"accepted: must be in [0, {k}] (the draft's length), got {accepted}")
+        if not 1 <= commit <= accepted + 1:
+            raise ServeError(422, f"commit: must be in [1, accepted + 1 = {accepted + 1}], got {commit}")
+        if len(s.tokens) + k + 1 > self.max_len:
+            raise ServeError(
+                422, f"session {sid}: {len(s.tokens)} tokens + {k} drafted exceed the engine's {self.max_len}"
+            )
+        now = self.clock()
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        r = Round(
+            next(self._round_ids),
+            sid,
+            now,
+            now + budget_s,
+            n_hat,
+            k,
+            len(s.tokens),
+            list(draft),
+            accepted,
+            commit,
+            fut,
+        )
+        s.busy = True
+        self.queue.append(r)
+        self._wake.set()
+        try:
+            return await fut
+        finally:
+            s.busy = False
+
+    # -- the dispatch loop ---------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            if not self.queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            await self._dispatch()
+
+    async def _dispatch(self) -> None:
+        memory = self.memory
+        now = self.clock()
+        # a round whose session was closed meanwhile is dropped
+        self.queue = [r for r in self.queue if r.session in self.sessions and not r.done.done()]
+        if not self.queue:
+            return
+        refresh(self.queue, memory)
+        queue_len = len(self.queue)
+        batch = self.scheduler.select(self.queue, now, self.gpu)
+        bid = next(self._batch_ids)
+        plan = [(r.l_new, r.l_cached) for r in batch]
+        for r in batch:
+            r.batch = bid
+        self.queue = [r for r in self.queue if r.batch != bid]
+        evicted = memory.allocate([(r.session, r.l_new + r.l_cached) for r in batch])
+        n_lin = sum(n for n, _ in plan)
+        n_int = sum((n + c) * n for n, c in plan)
+        n_cac = sum(c for _, c in plan)
+        t_hat = self.gpu.estimator.batch(n_lin, n_int, n_cac, len(batch))
+        blocks_used = memory.used
+        seqs = [self.sessions[r.session].tokens + r.draft for r in batch]
+        t0 = self.clock()
+        bonus, cached = await asyncio.to_thread(self.run_batch, seqs)
+        t1 = self.clock()
+        real = [(len(q) - c, c) for q, c in zip(seqs, cached, strict=True)] if cached else plan
+        for r, (l_new, l_cached), b in zip(batch, real, bonus, strict=True):
+            s = self.sessions.get(r.session)
+            if s is not None:
+                s.tokens.extend(([*r.draft[: r.accepted], b])[: r.commit])
+                s.rounds += 1
+                evicted += memory.finish_round(r.session, len(s.tokens))
+            self.log.members.append(
+                {
+                    "batch": bid,
+                    "session": r.session,
+                    "round": r.rid,
+                    "k": r.k,
+                    "prefix": r.prefix,
+                    "l_new": l_new,
+                    "l_cached": l_cached,
+                    "l_new_plan": r.l_new,
+                    "l_cached_plan": r.l_cached,
+                }
+            )
+            if not r.done.done():
+                r.done.set_result(
+                    {
+                        "accepted": r.accepted,
+                        "committed": r.commit,
+                        "bonus_token": b,
+                        "t_arrival": r.arrival,
+                        "t_dispatch": t0,
+                        "t_done": t1,
+                        "queue_s": t0 - r.arrival,
+                        "verify_s": t1 - t0,
+                        "batch": bid,
+                        "batch_size": len(batch),
+                        "l_new": l_new,
+                        "l_cached": l_cached,
+                        "l_new_plan": r.l_new,
+                        "l_cached_plan": r.l_cached,
+                    }
+                )
+        self.log.batches.append(
+            {
+                "batch": bid,
+                "replica": 0,
+                "kind": "verify",
+                "t_dispatch": t0,
+                "t_end": t1,
+                "size": len(batch),
+                "queue_len": queue_len,
+                "n_linear": sum(n for n, _ in real),
+                "n_interactions": sum((n + c) * n for n, c in real),
+                "n_cached": sum(c for _, c in real),
+                "t_hat": t_hat,
+                "latency": t1 - t0,
+                "blocks_used": blocks_used,
+                "evictions": evicted,
+                "n_linear_plan": n_lin,
+                "n_cached_plan": n_cac,
+                "t_schedule": t0 - now,
+            }
+        )
