@@ -247,12 +247,31 @@ def validate(
                 "dtype": dtype,
             },
         )
-    wide = table_[table_.metric.isin(["violation_rate", "goodput_tps", "verify_p50_ms"])]
-    console.print(table(wide, "real vs simulated", left=("regime", "policy", "metric")))
+    console.print(table(side_by_side(table_), "real vs simulated", left=("regime", "policy")))
     console.print(
         table(cap, f"capacity (largest N of the grid within epsilon {eps:g})", left=("regime", "policy"))
     )
     console.print(f"results: {folder}")
+
+
+SHOWN = {"violation_rate": "viol", "goodput_tps": "goodput", "verify_p50_ms": "verify50"}
+
+
+def side_by_side(long: Any) -> Any:
+    """The printed summary: per regime, policy and N, real / simulated of a few figures."""
+    import pandas as pd
+
+    if not len(long):
+        return pd.DataFrame(columns=["regime", "policy", "devices"])
+    sel = long[long.metric.isin(list(SHOWN))]
+    wide = sel.pivot_table(
+        index=["regime", "policy", "devices"], columns="metric", values=["real", "sim"], sort=False
+    )
+    out = wide.index.to_frame(index=False)
+    for m, short in SHOWN.items():
+        for side in ("real", "sim"):
+            out[f"{short} {side}"] = wide[(side, m)].to_numpy() if (side, m) in wide.columns else float("nan")
+    return out
 
 
 def _regime(text: str) -> Any:

@@ -5,8 +5,9 @@ does what the simulator's centralized server models (:mod:`wispsim.sim.centraliz
 iteration-level batching, chunked prefill, admission by free KV blocks, recompute preemption.
 One engine thread drives ``LLMEngine.step()``: it takes new requests from an inbox, runs a step,
 and hands every new token to the response's asyncio queue, so the HTTP layer streams each token
-as soon as its step ends. Every step is logged (wall time, how many responses got a token, how
-many tokens).
+as soon as its step ends. Every step is logged: wall time, how many responses got a token, how
+many of them decoded and how many prompt tokens finished prefilling (vLLM's step outputs do not
+say how a chunked prefill was split, so a prompt counts in the step that finished it).
 """
 
 from __future__ import annotations
@@ -96,10 +97,14 @@ class CentralServer:
             t0 = self.clock()
             outs = engine.step()
             t1 = self.clock()
-            tokens = 0
+            decode = prefill = cached = 0
             for o in outs:
                 n = len(o.outputs[0].token_ids) if o.outputs else 0
-                tokens += n
+                if n == 1:  # its prompt's (last) prefill ran in this step
+                    prefill += len(o.prompt_token_ids or ()) - int(o.num_cached_tokens or 0)
+                    cached += int(o.num_cached_tokens or 0)
+                else:
+                    decode += 1
                 with self._lock:
                     entry = self._streams.get(o.request_id)
                     if o.finished:
@@ -119,9 +124,13 @@ class CentralServer:
                         "t_end": t1,
                         "size": len(outs),
                         "queue_len": len(outs),
-                        "n_linear": 0,
+                        # decodes plus the prompts that finished prefilling in this step (a
+                        # prompt prefilled in chunks over several steps counts in its last)
+                        "n_linear": decode + prefill,
                         "n_interactions": 0,
-                        "n_cached": 0,
+                        "n_cached": cached,
+                        "decode_tokens": decode,
+                        "prefill_tokens": prefill,
                         "t_hat": float("nan"),
                         "latency": t1 - t0,
                         "blocks_used": 0,
