@@ -130,7 +130,7 @@ def swarm(
     """
     from wispsim.analysis.metrics import summarize
     from wispsim.cli.run import SUMMARY_COLUMNS
-    from wispsim.serve.swarm import run_swarm
+    from wispsim.serve.swarm import probe, run_swarm
     from wispsim.study.replay import write_log
 
     folder = out_path(out, "swarm")
@@ -141,6 +141,7 @@ def swarm(
         sc = checked(sc.with_devices(devices), devices=devices)
     if seed is not None:
         sc = sc.replace(seed=seed)
+    probe(sc, url)  # reachable, and serving this policy
     folder = out_dir(folder, "swarm")
     with progress() as bar:
         task = bar.add_task(f"{sc.devices.count} devices, {sc.policy}", total=None)

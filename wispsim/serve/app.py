@@ -131,8 +131,38 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
     return eng, facts
 
 
-def make_app(sc: Scenario, engine: Any, facts: dict[str, Any]) -> Any:
-    """The FastAPI app serving ``sc``'s policy on ``engine`` (a :class:`VLLMEngine`)."""
+class VLLMBackend:
+    """What the app needs of the engine: run a verification batch, empty the prefix cache, and
+    (centralized) the engine whose continuous batching generates whole responses."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def run_batch(self, seqs: list[list[int]]) -> tuple[list[int], tuple[int, ...] | None]:
+        """One output token per sequence, in one call; the bonus tokens and vLLM's cached counts."""
+        from wispsim.engines.vllm import cached_tokens
+
+        outs = self.engine.generate(seqs)
+        return [int(o.outputs[0].token_ids[0]) for o in outs], cached_tokens(outs)
+
+    def reset_cache(self) -> None:
+        self.engine.llm.reset_prefix_cache()
+
+    def central(self, vocab: int, max_len: int) -> CentralServer:
+        from vllm import SamplingParams
+
+        def params(n: int) -> Any:
+            return SamplingParams(
+                max_tokens=n, min_tokens=n, ignore_eos=True, temperature=0.0, detokenize=False
+            )
+
+        return CentralServer(self.engine.llm.llm_engine, params, vocab, max_len)
+
+
+def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
+    """The FastAPI app serving ``sc``'s policy on ``backend`` (a :class:`VLLMBackend`, or a fake
+    with the same methods in tests); ``facts`` are the engine's (block size, KV capacity, vocab,
+    longest sequence)."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
@@ -152,24 +182,10 @@ def make_app(sc: Scenario, engine: Any, facts: dict[str, Any]) -> Any:
         )
         memory = KVMemory(blocks, bs, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
         scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
-
-        def run_batch(seqs: list[list[int]]) -> tuple[list[int], tuple[int, ...] | None]:
-            from wispsim.engines.vllm import cached_tokens
-
-            outs = engine.generate(seqs)
-            return [int(o.outputs[0].token_ids[0]) for o in outs], cached_tokens(outs)
-
-        return VerifyServer(gpu, scheduler, memory, run_batch, vocab, max_len)
+        return VerifyServer(gpu, scheduler, memory, backend.run_batch, vocab, max_len)
 
     def make_central() -> CentralServer:
-        from vllm import SamplingParams
-
-        def params(n: int) -> Any:
-            return SamplingParams(
-                max_tokens=n, min_tokens=n, ignore_eos=True, temperature=0.0, detokenize=False
-            )
-
-        return CentralServer(engine.llm.llm_engine, params, vocab, max_len)
+        return backend.central(vocab, max_len)
 
     @asynccontextmanager
     async def lifespan(app: Any):  # type: ignore[no-untyped-def]
@@ -226,7 +242,7 @@ def make_app(sc: Scenario, engine: Any, facts: dict[str, Any]) -> Any:
             server.reset()
         else:
             server.reset()
-        engine.llm.reset_prefix_cache()
+        backend.reset_cache()
         return {"status": "reset"}
 
     @app.post("/sessions")
@@ -264,7 +280,7 @@ def serve(sc: Scenario, source: ModelSource, host: str, port: int, ready: Any = 
     import uvicorn
 
     engine, facts = build_engine(sc, source)
-    app = make_app(sc, engine, facts)
+    app = make_app(sc, VLLMBackend(engine), facts)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
 

@@ -238,6 +238,28 @@ class SwarmRun:
     offset: float
 
 
+def check_server(sc: Scenario, client: Client) -> tuple[dict[str, Any], float]:
+    """The server's facts and clock offset; a one-line error if it is unreachable or serves
+    another policy than ``sc``'s."""
+    facts, offset = health(client)
+    want = "centralized" if sc.server.mode == "centralized" else "speculative"
+    if facts.get("mode") != want or facts.get("policy") != sc.policy:
+        raise SwarmError(
+            f"{client.url}: the server runs {facts.get('policy')} ({facts.get('mode')}), the swarm's "
+            f"scenario {sc.policy} ({want}); start the server with --policy {sc.policy}"
+        )
+    return facts, offset
+
+
+def probe(sc: Scenario, url: str) -> dict[str, Any]:
+    """:func:`check_server` on a short-lived client (before a progress bar starts)."""
+    client = Client(url, 1)
+    try:
+        return check_server(sc, client)[0]
+    finally:
+        client.close()
+
+
 def run_swarm(
     sc: Scenario,
     url: str,
@@ -253,13 +275,7 @@ def run_swarm(
     n = devices if devices is not None else sc.devices.count
     client = Client(url, n)
     try:
-        facts, offset = health(client)
-        want = "centralized" if sc.server.mode == "centralized" else "speculative"
-        if facts.get("mode") != want or facts.get("policy") != sc.policy:
-            raise SwarmError(
-                f"{url}: the server runs {facts.get('policy')} ({facts.get('mode')}), the swarm's "
-                f"scenario {sc.policy} ({want}); start the server with --policy {sc.policy}"
-            )
+        facts, offset = check_server(sc, client)
         if reset:
             client.call(client.request("POST", "/reset"))
         env = WallClock()

@@ -1,0 +1,293 @@
+"""The real deployment's code paths without vLLM: the HTTP API, the dispatch loop, the wall-clock
+SimPy environment, and a swarm against a server whose engine is a fake with vLLM's block-granular
+prefix cache. The same paths on the real engine are tested in tests/test_validate_vllm.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.support import cli
+from wispsim.sim.inputs import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "validation-cpu.yaml"
+BLOCK = 128
+FACTS = {
+    "engine": "fake",
+    "device": "cpu",
+    "block_size": BLOCK,
+    "kv_capacity_tokens": 23296,
+    "vocab": 49152,
+    "max_len": 600,
+    "prefix_caching": True,
+    "model": "fake",
+    "dtype": "float32",
+}
+
+
+class FakeBackend:
+    """vLLM's automatic prefix cache in miniature: whole blocks of earlier sequences are reused,
+    the last token is always computed; never evicts. A batch takes 2 ms + 0.05 ms per new token."""
+
+    def __init__(self, caching: bool = True) -> None:
+        self.seen: set[tuple[int, ...]] = set()
+        self.caching = caching
+        self.batches: list[list[int]] = []
+
+    def cached(self, seq: list[int]) -> int:
+        hit = 0
+        if self.caching:
+            for end in range(BLOCK, len(seq), BLOCK):  # never the last token
+                if tuple(seq[:end]) not in self.seen:
+                    break
+                hit = end
+        return hit
+
+    def run_batch(self, seqs: list[list[int]]) -> tuple[list[int], tuple[int, ...]]:
+        cached = tuple(self.cached(s) for s in seqs)
+        time.sleep(0.002 + 0.00005 * sum(len(s) - c for s, c in zip(seqs, cached, strict=True)))
+        for s in seqs:
+            for end in range(BLOCK, len(s) + 1, BLOCK):
+                self.seen.add(tuple(s[:end]))
+        self.batches.append([len(s) for s in seqs])
+        return [7] * len(seqs), cached
+
+    def reset_cache(self) -> None:
+        self.seen.clear()
+
+
+def scenario(policy: str = "wisp", **workload: float):
+    sc = load_scenario(SCENARIO).with_policy(policy)
+    from dataclasses import replace
+
+    return sc.replace(workload=replace(sc.workload, **workload)) if workload else sc
+
+
+def test_api_answers_bad_requests_in_one_line() -> None:
+    from fastapi.testclient import TestClient
+
+    from wispsim.serve.app import make_app
+
+    app = make_app(scenario(), FakeBackend(), FACTS)
+    with TestClient(app) as c:
+        assert c.get("/health").json()["policy"] == "wisp"
+        sid = c.post("/sessions", json={"prompt": list(range(200, 400))}).json()["session"]
+        r = c.post(
+            f"/sessions/{sid}/rounds",
+            json={"draft": [5, 6, 7], "accepted": 2, "commit": 3, "budget_s": 1.0, "n_hat": 3.0},
+        )
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["committed"] == 3 and body["l_cached"] == 0 and body["l_new"] == 203
+        assert body["batch"] == 0 and body["queue_s"] >= 0 and body["verify_s"] > 0
+        # the next round reads the session's first whole block from the cache, as planned
+        r = c.post(
+            f"/sessions/{sid}/rounds",
+            json={"draft": [5, 6], "accepted": 0, "commit": 1, "budget_s": 1.0, "n_hat": 1.0},
+        )
+        body = r.json()
+        assert (body["l_cached"], body["l_new"]) == (128, 203 + 2 - 128)
+        assert (body["l_cached_plan"], body["l_new_plan"]) == (128, 203 + 2 - 128)
+        bad = [
+            (
+                "/sessions/99/rounds",
+                {"draft": [1], "accepted": 0, "commit": 1, "budget_s": 1, "n_hat": 1},
+                404,
+                "no such session",
+            ),
+            (
+                f"/sessions/{sid}/rounds",
+                {"draft": [1], "accepted": 2, "commit": 1, "budget_s": 1, "n_hat": 1},
+                422,
+                "accepted",
+            ),
+            (
+                f"/sessions/{sid}/rounds",
+                {"draft": [1], "accepted": 1, "commit": 3, "budget_s": 1, "n_hat": 1},
+                422,
+                "commit",
+            ),
+            (
+                f"/sessions/{sid}/rounds",
+                {"draft": [10**9], "accepted": 0, "commit": 1, "budget_s": 1, "n_hat": 1},
+                422,
+                "vocabulary",
+            ),
+            (
+                f"/sessions/{sid}/rounds",
+                {"draft": [], "accepted": 0, "commit": 1, "budget_s": 1, "n_hat": 1},
+                422,
+                "draft",
+            ),
+            (
+                f"/sessions/{sid}/rounds",
+                {"draft": [1], "accepted": 0, "commit": 1, "n_hat": 1},
+                422,
+                "budget_s",
+            ),
+            ("/sessions", {"prompt": "hello"}, 422, "prompt"),
+            ("/generate", {"prompt": [1], "output_tokens": 3}, 404, "speculative"),
+        ]
+        for path, payload, status, words in bad:
+            r = c.post(path, json=payload)
+            assert r.status_code == status, (path, r.text)
+            detail = r.json()["detail"]
+            assert isinstance(detail, str) and "\n" not in detail and words in detail, detail
+        assert c.delete(f"/sessions/{sid}").status_code == 200
+        assert c.delete(f"/sessions/{sid}").status_code == 404
+        log = c.get("/log").json()
+        assert len(log["batches"]) == 2 and log["members"][1]["l_cached"] == 128
+        assert c.post("/reset").json() == {"status": "reset"}
+        assert c.get("/log").json()["batches"] == []
+
+
+def test_wall_clock_waits_and_wakes_on_posts() -> None:
+    from wispsim.serve.clock import WallClock
+
+    env = WallClock()
+    seen: list[tuple[str, float]] = []
+    ev = env.event()
+
+    def proc():
+        yield env.timeout(0.2)
+        seen.append(("timeout", env.now))
+        yield ev
+        seen.append(("posted", env.now))
+
+    env.process(proc())
+    threading.Timer(0.35, lambda: env.post(ev.succeed)).start()
+    t0 = time.monotonic()
+    env.run(until=ev)
+    env.run(until=env.now + 0.01)
+    wall = time.monotonic() - t0
+    assert seen[0][0] == "timeout" and seen[0][1] == pytest.approx(0.2)
+    assert seen[1][0] == "posted" and 0.33 < seen[1][1] < 0.6
+    assert 0.33 < wall < 1.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture()
+def fake_server():
+    """A real HTTP server (uvicorn, in a thread) on the fake engine; yields (url, backend)."""
+    import uvicorn
+
+    from wispsim.serve.app import make_app
+
+    servers = []
+
+    def start(policy: str = "wisp"):
+        backend = FakeBackend(caching=policy != "sled")
+        app = make_app(scenario(policy), backend, FACTS)
+        port = _free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        while not server.started:
+            time.sleep(0.02)
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{port}", backend
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_swarm_records_what_the_server_did_and_the_log_replays(fake_server, tmp_path: Path) -> None:
+    from wispsim.serve.swarm import run_swarm
+    from wispsim.study.replay import compare, log_scenario, read_log, replay, write_log
+
+    url, backend = fake_server("wisp")
+    sc = scenario("wisp", warmup_s=0.5, duration_s=3.0).with_devices(3)
+    run = run_swarm(sc, url)
+    r = run.result.rounds
+    assert len(r) > 20 and r.batch.ge(0).all()
+    assert (r.dispatch >= r.arrival - 0.005).all()  # one host: the clocks agree within ms
+    assert (r.verify_time > 0).all() and (r.t_end >= r.dispatch + r.verify_time - 0.005).all()
+    # the fake reuses whole 128-token blocks and always computes the last token, like vLLM
+    prefix = r.l_new + r.l_cached - r.k
+    later = r["round"] > 0
+    assert (r.l_cached[later] == (prefix[later] // BLOCK) * BLOCK).all()
+    assert (r.l_cached[~later] == 0).all() and r.cold[~later].all()
+    # the server's batches are the rounds' batches
+    sb = run.server_batches
+    assert set(r.batch) <= set(sb.batch) and len(sb) <= len(backend.batches)  # one may still run
+    assert (sb.n_cached == sb.n_cached_plan).mean() > 0.9  # the scheduler's view of the cache holds
+    assert set(run.result.batches.columns) >= {"t_dispatch", "latency", "size"}
+    path = write_log(run.result, tmp_path / "real.parquet")
+    log, meta = read_log(path)
+    sim = replay(log_scenario(meta, str(path)), log, meta)
+    table = compare(log, sim, meta)
+    assert "violation_recorded" in table.columns and len(table)
+
+
+def test_swarm_refuses_a_server_of_another_policy(fake_server, capsys, monkeypatch) -> None:
+    url, _ = fake_server("fcfs")
+    code, _, err = cli(capsys, monkeypatch, "swarm", str(SCENARIO), "--policy", "wisp", "--url", url,
+                       "--devices", "1", "--out", "/tmp/wispsim-test-swarm-refused")  # fmt: skip
+    assert code == 2 and "runs fcfs" in err and "--policy wisp" in err and len(err.strip().splitlines()) == 1
+
+
+def test_swarm_cli_writes_records_and_log(fake_server, capsys, monkeypatch, tmp_path: Path) -> None:
+    url, _ = fake_server("wisp")
+    out, log = tmp_path / "swarm", tmp_path / "log.csv"
+    code, _stdout, err = cli(capsys, monkeypatch, "swarm", str(SCENARIO), "--policy", "wisp", "--url", url,
+                            "--devices", "2", "--out", str(out), "--log", str(log),
+                            "--set", "workload.warmup_s=0.5", "--set", "workload.duration_s=2")  # fmt: skip
+    assert code == 0, err
+    for name in (
+        "rounds.parquet",
+        "responses.parquet",
+        "server_batches.parquet",
+        "summary.csv",
+        "manifest.json",
+    ):
+        assert (out / name).is_file(), name
+    assert len(pd.read_csv(log)) > 5 and (tmp_path / "log.csv.meta.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["serve", "--arch", "nope"], "--arch"),
+        (["serve"], "--model/--arch"),
+        (["serve", "--arch", "tiny-vllm", "--model", "x"], "--model/--arch"),
+        (["serve", "--arch", "tiny-vllm", "--dtype", "int3"], "--dtype"),
+        (["serve", "--arch", "tiny-vllm", "--port", "70000"], "--port"),
+        (["serve", "--arch", "tiny-vllm", "--set", "server.replicas=2"], "replicas"),
+        (["validate", "--arch", "tiny-vllm", "--regime", "a b:x=1"], "--regime"),
+        (["validate", "--arch", "tiny-vllm", "--regime", "a", "--regime", "a"], "unique"),
+        (
+            ["validate", "--arch", "tiny-vllm", "--regime", "p:server.kv_capacity_tokens=-3"],
+            "kv_capacity_tokens",
+        ),
+        (["validate", "--arch", "tiny-vllm", "--policies", "wisp,nope"], "nope"),
+        (["swarm", "--url", "http://127.0.0.1:9", "--devices", "1"], "127.0.0.1:9"),
+    ],
+)
+def test_bad_options_are_one_line_errors(
+    capsys, monkeypatch, tmp_path: Path, args: list[str], words: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(capsys, monkeypatch, *args)
+    assert code == 2, err
+    assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_capacity_is_the_last_n_before_the_first_miss() -> None:
+    from wispsim.serve.validate import capacity_of
+
+    assert capacity_of({2: 0.0, 4: 0.04, 6: 0.2, 8: 0.0}, 0.05) == 4
+    assert capacity_of({2: 0.5, 4: 0.0}, 0.05) == 0
+    assert capacity_of({2: 0.0, 4: float("nan")}, 0.05) == 2
