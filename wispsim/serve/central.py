@@ -97,14 +97,19 @@ class CentralServer:
             t0 = self.clock()
             outs = engine.step()
             t1 = self.clock()
-            decode = prefill = cached = 0
+            decode = prefill = cached = interactions = 0
             for o in outs:
                 n = len(o.outputs[0].token_ids) if o.outputs else 0
+                prompt = len(o.prompt_token_ids or ())
                 if n == 1:  # its prompt's (last) prefill ran in this step
-                    prefill += len(o.prompt_token_ids or ()) - int(o.num_cached_tokens or 0)
-                    cached += int(o.num_cached_tokens or 0)
-                else:
+                    hit = int(o.num_cached_tokens or 0)
+                    prefill += prompt - hit
+                    cached += hit
+                    interactions += (prompt - hit) * prompt
+                elif n > 1:  # one decode over a context of the prompt and the tokens before it
                     decode += 1
+                    cached += prompt + n - 2
+                    interactions += prompt + n - 1
                 with self._lock:
                     entry = self._streams.get(o.request_id)
                     if o.finished:
@@ -114,26 +119,26 @@ class CentralServer:
                     loop.call_soon_threadsafe(q.put_nowait, (t1, n))
                     if o.finished:
                         loop.call_soon_threadsafe(q.put_nowait, None)
-            if outs:
-                self.log.batches.append(
-                    {
-                        "batch": next(self._steps),
-                        "replica": 0,
-                        "kind": "step",
-                        "t_dispatch": t0,
-                        "t_end": t1,
-                        "size": len(outs),
-                        "queue_len": len(outs),
-                        # decodes plus the prompts that finished prefilling in this step (a
-                        # prompt prefilled in chunks over several steps counts in its last)
-                        "n_linear": decode + prefill,
-                        "n_interactions": 0,
-                        "n_cached": cached,
-                        "decode_tokens": decode,
-                        "prefill_tokens": prefill,
-                        "t_hat": float("nan"),
-                        "latency": t1 - t0,
-                        "blocks_used": 0,
-                        "evictions": 0,
-                    }
-                )
+            # every step is logged, also one that only advanced a chunked prefill
+            self.log.batches.append(
+                {
+                    "batch": next(self._steps),
+                    "replica": 0,
+                    "kind": "step",
+                    "t_dispatch": t0,
+                    "t_end": t1,
+                    "size": len(outs),
+                    "queue_len": len(outs),
+                    # decodes plus the prompts that finished prefilling in this step (a
+                    # prompt prefilled in chunks over several steps counts in its last)
+                    "n_linear": decode + prefill,
+                    "n_interactions": interactions,
+                    "n_cached": cached,
+                    "decode_tokens": decode,
+                    "prefill_tokens": prefill,
+                    "t_hat": float("nan"),
+                    "latency": t1 - t0,
+                    "blocks_used": 0,
+                    "evictions": 0,
+                }
+            )
