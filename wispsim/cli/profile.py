@@ -16,7 +16,7 @@ import typer
 
 from wispsim.cli.common import MAX_JOBS, MAX_REPEATS, POSITIVE, SEED, console, progress, real, table, whole
 from wispsim.config.limits import MAX_TOKENS
-from wispsim.errors import WispsimError
+from wispsim.errors import ConfigError, WispsimError
 from wispsim.paths import check_output_file, writing
 from wispsim.provenance import command_line
 
@@ -181,7 +181,13 @@ def record_cmd(
 
 @profile_app.command("fit")
 def fit_cmd(
-    data: Annotated[Path, typer.Argument(help="Measurement CSV from `wispsim profile record`.")],
+    data: Annotated[
+        Path,
+        typer.Argument(
+            help="Measurement CSV from `wispsim profile record`, or a deployment's results folder "
+            "(`wispsim swarm` / `wispsim validate`): its logged verification batches are fitted."
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Profile YAML to write, e.g. profiles/NAME.yaml.")],
     name: Annotated[str | None, typer.Option(help="Profile name (default: the file's stem).")] = None,
     method: Annotated[str, typer.Option(help="auto (OLS, NNLS if a coefficient < 0), ols or nnls.")] = "auto",
@@ -212,6 +218,8 @@ def fit_cmd(
     for f in names or ("",):
         FORMS.get(f, "--forms", "--forms")
     check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
+    if data.is_dir():  # a deployment's batch log: written as a recording beside the profile first
+        data = _deployment_data(data, out, seed)
     with writing("--out", out):
         res, prof = fit_command(
             data,
@@ -243,6 +251,36 @@ def fit_cmd(
             f"(in the profile under forms.{name}; scenarios pick it with server.estimator_form)"
         )
     console.print(f"profile: {out}; report: {out.with_name(out.stem + '.report.md')}")
+
+
+def _deployment_data(folder: Path, out: Path, seed: int) -> Path:
+    """The deployment's logged batches as a measurement CSV (``profiles/data/NAME.csv`` beside the
+    profile), with the model and host facts of the profile its server ran with."""
+    import json
+
+    from wispsim.measure.profile.deployment import find_batch_logs, write_deployment_data
+    from wispsim.model.profiles import load_profile
+    from wispsim.sim.inputs import load_scenario
+
+    logs = find_batch_logs(folder)
+    scen = logs[0] / "scenario.yaml"
+    if not scen.is_file():
+        raise ConfigError(str(logs[0]), "scenario.yaml", "missing: the server's scenario names its profile")
+    served = load_profile(load_scenario(scen).server.profile)
+    base = served.data_path
+    meta_file = Path(str(base) + ".meta.json") if base is not None else None
+    if meta_file is None or not meta_file.is_file():
+        raise ConfigError(
+            str(scen),
+            "server.profile",
+            f"profile {served.name} has no recording sidecar to take the model facts from",
+        )
+    csv = out.parent / "data" / f"{out.stem}.csv"
+    check_output_file(csv, "--out", (".csv",))
+    with writing("--out", csv):
+        write_deployment_data([folder], csv, json.loads(meta_file.read_text()), command_line(), seed)
+    console.print(f"{len(logs)} batch logs under {folder} -> {csv} (model and host facts of {served.name})")
+    return csv
 
 
 @profile_app.command("derive")

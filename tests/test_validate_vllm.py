@@ -1,0 +1,103 @@
+"""End to end on the real engine: `wispsim validate` starts `wispsim serve` on vLLM's CPU backend
+(SmolLM2-135M's architecture, random weights: the model of the shipped vLLM profile), runs the
+swarm against it, simulates the same scenario and replays the real log. CI-sized: two devices,
+a few seconds of traffic, WISP and centralized serving. Timing agreement is checked loosely (the
+test machine is shared); the validation study itself is experiments/validation.yaml."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.support import cli
+
+pytest.importorskip("vllm")
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "validation-cpu.yaml"
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, str, Path]:
+    """One CI-sized validation, run in this process as the `wispsim` command runs it."""
+    from wispsim.cli.main import main
+
+    out = tmp_path_factory.mktemp("validate") / "v"
+    args = ["validate", str(SCENARIO), "--policies", "wisp,centralized", "--devices", "2",
+            "--arch", "smollm2-135m", "--port", "8731", "--out", str(out),
+            "--set", "workload.warmup_s=1", "--set", "workload.duration_s=6"]  # fmt: skip
+    so, se = io.StringIO(), io.StringIO()
+    code = 0
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+        mp.setattr(sys, "argv", ["wispsim", *args])
+        try:
+            main()
+        except SystemExit as e:
+            code = int(e.code or 0)
+    return code, so.getvalue(), se.getvalue(), out
+
+
+def test_validate_writes_the_comparison_and_the_real_logs(validated) -> None:
+    code, _out, err, folder = validated
+    assert code == 0, err[-3000:]
+    comp = pd.read_csv(folder / "comparison.csv")
+    assert set(comp.policy) == {"wisp", "centralized"} and set(comp.devices) == {2}
+    cap = pd.read_csv(folder / "capacity.csv")
+    assert set(cap.columns) >= {"capacity_real", "capacity_sim"}
+    assert (folder / "validation.png").stat().st_size > 1000
+    assert (folder / "manifest.json").is_file()
+    point = folder / "points" / "compute" / "wisp" / "n2"
+    done = json.loads((point / "done.json").read_text())
+    assert done["server"]["block_size"] == 128 and done["server"]["kv_capacity_tokens"] > 0
+    # the real log is a replay log: it reads back, carries the server's fields, and was replayed
+    from wispsim.study.replay import read_log
+
+    log, meta = read_log(point / "real_log.parquet")
+    assert len(log) > 5 and log.batch.notna().all() and (log.verify_s > 0).all()
+    assert meta["source"].startswith("wispsim swarm") and meta["server"]["engine"] == "vllm"
+    assert "violation_recorded" in pd.read_csv(point / "replay_comparison.csv").columns
+    # vLLM's reported cached tokens: whole 128-token blocks, as the scheduler planned
+    members = pd.read_parquet(point / "server_members.parquet")
+    assert (members.l_cached % 128 == 0).all() and (members.l_cached > 0).any()
+    assert (members.l_cached == members.l_cached_plan).mean() > 0.9
+    # centralized: every token's arrival was recorded, and the engine's steps were logged
+    central = folder / "points" / "compute" / "centralized" / "n2"
+    tokens = pd.read_parquet(central / "real_tokens.parquet")
+    assert len(tokens) > 10 and tokens.groupby("response").tokens.is_monotonic_increasing.all()
+    steps = pd.read_parquet(central / "server_batches.parquet")
+    assert (steps.kind == "step").all() and (steps.decode_tokens > 0).any()
+
+
+def test_real_and_simulated_agree_loosely(validated) -> None:
+    code, _, err, folder = validated
+    assert code == 0, err[-3000:]
+    comp = pd.read_csv(folder / "comparison.csv").set_index(["policy", "metric"])
+    for policy in ("wisp", "centralized"):
+        real, sim = comp.loc[(policy, "goodput_tps"), ["real", "sim"]]
+        assert real > 0 and sim > 0 and 0.4 < sim / real < 2.5, (policy, real, sim)
+    real, sim = comp.loc[("wisp", "verify_p50_ms"), ["real", "sim"]]
+    assert 0.4 < sim / real < 2.5, (real, sim)
+
+
+def test_profile_fit_from_the_deployment_log(validated, capsys, monkeypatch, tmp_path: Path) -> None:
+    code, _, err, folder = validated
+    assert code == 0, err[-3000:]
+    out = tmp_path / "deploy.yaml"
+    wisp = folder / "points" / "compute" / "wisp"
+    code, _, err = cli(capsys, monkeypatch, "profile", "fit", str(wisp), "--out", str(out),
+                       "--bootstrap", "50", "--no-plots", "--folds", "2")  # fmt: skip
+    assert code == 0, err
+    data = tmp_path / "data" / "deploy.csv"
+    rows = pd.read_csv(data)
+    assert (rows.category == "deployment").all() and set(rows.split) <= {"train", "test"}
+    meta = json.loads(Path(str(data) + ".meta.json").read_text())
+    assert meta["deployment"]["batches"] == len(rows) and meta["model_facts"]["layers"] == 30
+    from wispsim.model.profiles import load_profile
+
+    assert load_profile(str(out)).estimator.a > 0
