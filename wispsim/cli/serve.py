@@ -195,6 +195,19 @@ def validate(
         float | None,
         typer.Option(help="Violation target for capacity (default: the scenario's).", parser=FRACTION_OPEN),
     ] = None,
+    sim_set: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Override a field on the simulated side only (repeatable), e.g. a profile fitted from "
+            "the deployment's batch log: --sim-set server.profile=profiles/deployed.yaml."
+        ),
+    ] = None,
+    real_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="Take the real points from this validation folder (no server runs) and simulate them again."
+        ),
+    ] = None,
     out: OutOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -211,13 +224,24 @@ def validate(
     folder = out_path(out, "validate")
     pols = parse_policies(policies)
     grid = sorted(set(parse_devices(devices)))
-    source = _source(model, arch, dtype)
+    if real_from is not None:
+        if not (real_from / "points").is_dir():
+            raise ConfigError(
+                "--real-from", str(real_from), "not a wispsim validate folder (no points/ in it)"
+            )
+        if real_from.resolve() == folder.resolve():
+            raise ConfigError(
+                "--real-from", str(real_from), "must differ from --out (results folders are not rewritten)"
+            )
+        source = None
+    else:
+        source = _source(model, arch, dtype)
     regimes = [_regime(r) for r in (regime or ["compute"])]
     if len({r.name for r in regimes}) != len(regimes):
         raise ConfigError("--regime", "", "regime names must be unique")
     for r in regimes:  # every regime's scenario checked before any work
         for p in pols:
-            _scenario_checked(r, scenario, set_ or [], p)
+            _scenario_checked(r, scenario, set_ or [], p, sim_set or [])
     base = resolve_scenario(scenario, set_)
     eps = base.epsilon if epsilon is None else epsilon
     folder = out_dir(folder, "validate")
@@ -229,7 +253,7 @@ def validate(
 
         table_ = run_validation(
             scenario, set_ or [], regimes, pols, grid, source, folder, port,
-            say=lambda s: bar.console.print(s), progress=tick,
+            say=lambda s: bar.console.print(s), progress=tick, sim_sets=sim_set or [], real_from=real_from,
         )  # fmt: skip
     cap = capacities(table_, eps)
     with output(folder) as o:
@@ -244,8 +268,9 @@ def validate(
                 "devices": grid,
                 "regimes": {r.name: list(r.sets) for r in regimes},
                 "epsilon": eps,
-                "model": source.describe(),
+                "model": source.describe() if source else f"real points of {real_from}",
                 "dtype": dtype,
+                "sim_set": sim_set or [],
             },
         )
     console.print(table(side_by_side(table_), "real vs simulated", left=("regime", "policy")))
@@ -288,12 +313,19 @@ def _regime(text: str) -> Any:
     return Regime(name, sets)
 
 
-def _scenario_checked(regime: Any, scenario: Path | None, sets: list[str], policy: str) -> None:
+def _scenario_checked(
+    regime: Any, scenario: Path | None, sets: list[str], policy: str, sim_sets: list[str]
+) -> None:
     from wispsim.config import parse_set
     from wispsim.sim.inputs import load_scenario
 
     sc = load_scenario(scenario, parse_set([*sets, *regime.sets]), source=f"--regime {regime.name}")
     checked(sc.with_policy(policy), policy=policy)
+    if sim_sets:
+        sim = load_scenario(
+            None, parse_set(sim_sets), base=sc.with_policy(policy).to_dict(), source="--sim-set"
+        )
+        checked(sim, policy=policy)
     if sc.server.replicas != 1:
         raise ConfigError(
             f"--regime {regime.name}", "server.replicas", "wispsim serve runs one replica; set 1"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,8 +210,22 @@ def _write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-def store_point(folder: Path, sc: Scenario, real: SwarmRun, sim: SimResult) -> dict[str, Any]:
-    """Write one point's records, the real log and its replay, and the figures; ``done.json`` last."""
+REAL_FILES = (
+    "scenario.yaml",
+    "real_rounds.parquet",
+    "real_responses.parquet",
+    "real_tokens.parquet",
+    "server_batches.parquet",
+    "server_members.parquet",
+    "real_log.parquet",
+    "real_log.parquet.meta.json",
+    "real.json",
+)
+
+
+def store_real(folder: Path, sc: Scenario, real: SwarmRun) -> dict[str, Any]:
+    """Write one point's real side: the swarm's records, the server's log, the replay log, and
+    ``real.json`` (its figures and the server's facts)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "scenario.yaml").write_text(sc.to_yaml())
     r = real.result
@@ -221,36 +236,58 @@ def store_point(folder: Path, sc: Scenario, real: SwarmRun, sim: SimResult) -> d
         real.members.to_parquet(folder / "server_members.parquet", index=False)
     if len(real.tokens):
         real.tokens.to_parquet(folder / "real_tokens.parquet", index=False)
-    sim.rounds.to_parquet(folder / "sim_rounds.parquet", index=False)
-    sim.responses.to_parquet(folder / "sim_responses.parquet", index=False)
-    sim.batches.to_parquet(folder / "sim_batches.parquet", index=False)
     if sc.server.mode != "centralized" and len(r.rounds):
         write_log(r, folder / "real_log.parquet")
         meta = json.loads((folder / "real_log.parquet.meta.json").read_text())
         meta |= {"source": "wispsim swarm + wispsim serve", "server": real.facts}
         _write_json(folder / "real_log.parquet.meta.json", meta)
-    rows = replay_real(folder)
-    if rows is not None:
-        rows.to_csv(folder / "replay_comparison.csv", index=False)
-    done = {
+    doc = {
         "real": point_metrics(r),
-        "sim": point_metrics(sim),
         "server": real.facts,
         "clock_offset_s": real.offset,
         "real_wall_s": r.wall_s,
-        "sim_end_s": sim.sim_end,
     }
+    _write_json(folder / "real.json", doc)
+    return doc
+
+
+def simulated_scenario(sc: Scenario, facts: Mapping[str, Any], sim_sets: list[str]) -> Scenario:
+    """What the simulator runs for a real point: the served scenario with the engine's real KV
+    capacity (as the server reported it), then the ``sim_sets`` overrides (model options under
+    test, e.g. a profile fitted from a deployment's batch log)."""
+    data = sc.to_dict()
+    cap = facts.get("kv_capacity_tokens")
+    if cap:
+        data = {**data, "server": {**data["server"], "kv_capacity_tokens": int(cap)}}
+    return load_scenario(None, parse_set(sim_sets), base=data, source="--sim-set")
+
+
+def store_sim(folder: Path, sc: Scenario, sim_sets: list[str]) -> dict[str, Any]:
+    """Simulate a stored real point (:func:`simulated_scenario`), replay its real log, and write
+    ``done.json`` (real and simulated figures) last."""
+    real = json.loads((folder / "real.json").read_text())
+    sim_sc = simulated_scenario(sc, real["server"], sim_sets)
+    sim = simulate(sim_sc)
+    (folder / "sim_scenario.yaml").write_text(sim_sc.to_yaml())
+    sim.rounds.to_parquet(folder / "sim_rounds.parquet", index=False)
+    sim.responses.to_parquet(folder / "sim_responses.parquet", index=False)
+    sim.batches.to_parquet(folder / "sim_batches.parquet", index=False)
+    rows = replay_real(folder, sim_sets)
+    if rows is not None:
+        rows.to_csv(folder / "replay_comparison.csv", index=False)
+    done = {**real, "sim": point_metrics(sim), "sim_sets": sim_sets, "sim_end_s": sim.sim_end}
     _write_json(folder / DONE, done)
     return done
 
 
-def replay_real(folder: Path) -> pd.DataFrame | None:
-    """Replay the point's real log under its own policy and compare (``wispsim replay``)."""
+def replay_real(folder: Path, sim_sets: list[str]) -> pd.DataFrame | None:
+    """Replay the point's real log under its own policy and compare (``wispsim replay``), with
+    the engine's real KV capacity and the ``sim_sets`` overrides."""
     path = folder / "real_log.parquet"
     if not path.is_file():
         return None
     log, meta = read_log(path)
-    sc = log_scenario(meta, str(path))
+    sc = simulated_scenario(log_scenario(meta, str(path)), meta.get("server") or {}, sim_sets)
     return compare_replay(log, replay(sc, log, meta), meta)
 
 
@@ -260,49 +297,83 @@ def validate(
     regimes: list[Regime],
     policies: list[str],
     grid: list[int],
-    source: ModelSource,
+    source: ModelSource | None,
     out: Path,
     port: int = 8011,
     say: Callable[[str], None] = print,
     progress: Callable[[str, float, float], None] | None = None,
+    sim_sets: list[str] | None = None,
+    real_from: Path | None = None,
 ) -> pd.DataFrame:
-    """Run every (regime, policy, N) point not stored yet; return the long comparison table."""
+    """Run every (regime, policy, N) point not stored yet; return the long comparison table.
+
+    ``sim_sets`` override the simulated side only; with ``real_from`` (a validation folder) no
+    server runs: its real points are copied and simulated again (a model change, before/after).
+    """
+    sim_sets = list(sim_sets or [])
     for regime in regimes:
         sc_r = regime.scenario(scenario, sets)
         for policy in policies:
             sc = sc_r.with_policy(policy)
-            todo = [
-                n for n in grid if not (point_folder(out, regime.name, policy, n) / "done.json").is_file()
-            ]
+            todo = [n for n in grid if not (point_folder(out, regime.name, policy, n) / DONE).is_file()]
             if not todo:
                 continue
+            if real_from is not None:  # the real side is stored: simulate it again
+                for n in todo:
+                    src = point_folder(real_from, regime.name, policy, n)
+                    _real_json(src)
+                    if not (src / "real.json").is_file():
+                        say(f"{regime.name} / {policy} / N={n}: no real point in {real_from}; skipped")
+                        continue
+                    dst = point_folder(out, regime.name, policy, n)
+                    dst.mkdir(parents=True, exist_ok=True)
+                    for name in REAL_FILES:
+                        if (src / name).is_file():
+                            shutil.copy2(src / name, dst / name)
+                    _report(
+                        say, f"{regime.name} / {policy} / N={n}", store_sim(dst, sc.with_devices(n), sim_sets)
+                    )
+                continue
+            if source is None:
+                raise WispsimError("validate: give --arch or --model to run the real side (or --real-from)")
             scen_file = out / "scenarios" / f"{regime.name}-{policy}.yaml"
             scen_file.parent.mkdir(parents=True, exist_ok=True)
             scen_file.write_text(sc.to_yaml())
             say(f"{regime.name} / {policy}: starting wispsim serve ...")
-            server = ServerProcess(
-                scen_file, policy, source, port, out / "logs" / f"serve-{regime.name}-{policy}.log"
-            )
+            log_file = out / "logs" / f"serve-{regime.name}-{policy}.log"
+            server = ServerProcess(scen_file, policy, source, port, log_file)
             try:
-                facts = server.wait_ready()
+                server.wait_ready()
                 for n in todo:
                     scn = sc.with_devices(n)
                     server.reset()
                     label = f"{regime.name} / {policy} / N={n}"
                     tick = None if progress is None else (lambda t, end, label=label: progress(label, t, end))
                     real = run_swarm(scn, server.url, reset=False, progress=tick)
-                    sim = simulate(scn)
-                    done = store_point(point_folder(out, regime.name, policy, n), scn, real, sim)
-                    m_r, m_s = done["real"], done["sim"]
-                    say(
-                        f"{label}: violation real {m_r['violation_rate']:.2f} "
-                        f"sim {m_s['violation_rate']:.2f}; "
-                        f"goodput real {m_r['goodput_tps']:.2f} sim {m_s['goodput_tps']:.2f} tok/s "
-                        f"(KV {facts.get('kv_capacity_tokens')} tokens)"
-                    )
+                    folder = point_folder(out, regime.name, policy, n)
+                    store_real(folder, scn, real)
+                    _report(say, label, store_sim(folder, scn, sim_sets))
             finally:
                 server.stop()
     return collect(out, regimes, policies, grid)
+
+
+def _real_json(folder: Path) -> None:
+    """A point stored before ``real.json`` existed keeps its real side in ``done.json``."""
+    done = folder / DONE
+    if not (folder / "real.json").is_file() and done.is_file():
+        doc = json.loads(done.read_text())
+        keep = ("real", "server", "clock_offset_s", "real_wall_s")
+        _write_json(folder / "real.json", {k: doc[k] for k in keep if k in doc})
+
+
+def _report(say: Callable[[str], None], label: str, done: Mapping[str, Any]) -> None:
+    m_r, m_s = done["real"], done["sim"]
+    say(
+        f"{label}: violation real {m_r['violation_rate']:.2f} sim {m_s['violation_rate']:.2f}; "
+        f"goodput real {m_r['goodput_tps']:.2f} sim {m_s['goodput_tps']:.2f} tok/s; "
+        f"verify p50 real {m_r['verify_p50_ms']:.0f} sim {m_s['verify_p50_ms']:.0f} ms"
+    )
 
 
 def collect(out: Path, regimes: list[Regime], policies: list[str], grid: list[int]) -> pd.DataFrame:
