@@ -291,3 +291,73 @@ def test_capacity_is_the_last_n_before_the_first_miss() -> None:
     assert capacity_of({2: 0.0, 4: 0.04, 6: 0.2, 8: 0.0}, 0.05) == 4
     assert capacity_of({2: 0.5, 4: 0.0}, 0.05) == 0
     assert capacity_of({2: 0.0, 4: float("nan")}, 0.05) == 2
+
+
+def test_validate_real_from_simulates_stored_real_points_again(
+    fake_server, capsys, monkeypatch, tmp_path: Path
+) -> None:
+    """A stored real point is simulated again without a server; --sim-set changes only the
+    simulated side, and done.json is written last with both."""
+    import json
+
+    from wispsim.serve.swarm import run_swarm
+    from wispsim.serve.validate import DONE, point_folder, store_real, store_sim
+
+    url, _ = fake_server("wisp")
+    sc = scenario("wisp", warmup_s=0.5, duration_s=2.0).with_devices(2)
+    first = tmp_path / "first"
+    folder = point_folder(first, "compute", "wisp", 2)
+    store_real(folder, sc, run_swarm(sc, url))
+    done = store_sim(folder, sc, [])
+    assert (folder / DONE).is_file() and done["real"]["responses"] >= 1
+    assert done["server"]["kv_capacity_tokens"] == FACTS["kv_capacity_tokens"]
+    sim_sc = (folder / "sim_scenario.yaml").read_text()
+    assert "kv_capacity_tokens: 23296" in sim_sc  # the engine's real capacity, not the profile's
+    assert (folder / "replay_comparison.csv").is_file() and (folder / "real_log.parquet").is_file()
+    again = tmp_path / "again"
+    code, _, err = cli(capsys, monkeypatch, "validate", str(SCENARIO), "--policies", "wisp", "--devices", "2",
+                       "--real-from", str(first), "--out", str(again),
+                       "--set", "workload.warmup_s=0.5", "--set", "workload.duration_s=2",
+                       "--sim-set", "server.delta_ms=50")  # fmt: skip
+    assert code == 0, err
+    redone = json.loads((point_folder(again, "compute", "wisp", 2) / DONE).read_text())
+    assert redone["real"] == done["real"] and redone["sim_sets"] == ["server.delta_ms=50"]
+    assert "delta_ms: 50" in (point_folder(again, "compute", "wisp", 2) / "sim_scenario.yaml").read_text()
+    comp = pd.read_csv(again / "comparison.csv")
+    assert (
+        set(comp.metric) >= {"violation_rate", "goodput_tps", "verify_p50_ms"} and (comp.devices == 2).all()
+    )
+    code, _, err = cli(capsys, monkeypatch, "validate", "--real-from", str(first), "--out", str(first))
+    assert code == 2 and "--real-from" in err
+
+
+def test_profile_fit_reads_a_deployment_batch_log(fake_server, capsys, monkeypatch, tmp_path: Path) -> None:
+    """The fake engine takes 2 ms + 0.05 ms per new token: the fit from its logged batches finds that."""
+    import json
+
+    from wispsim.serve.swarm import run_swarm
+    from wispsim.serve.validate import point_folder, store_real
+
+    url, _ = fake_server("wisp")
+    sc = scenario("wisp", warmup_s=0.5, duration_s=3.0).with_devices(3)
+    folder = point_folder(tmp_path / "v", "compute", "wisp", 3)
+    store_real(folder, sc, run_swarm(sc, url))
+    out = tmp_path / "prof" / "deployed.yaml"
+    code, _, err = cli(capsys, monkeypatch, "profile", "fit", str(tmp_path / "v"), "--out", str(out),
+                       "--bootstrap", "20", "--no-plots", "--folds", "2")  # fmt: skip
+    assert code == 0, err
+    rows = pd.read_csv(tmp_path / "prof" / "data" / "deployed.csv")
+    assert len(rows) > 10 and (rows.category == "deployment").all()
+    assert (rows.n_cached % BLOCK == 0).all()
+    meta = json.loads((tmp_path / "prof" / "data" / "deployed.csv.meta.json").read_text())
+    assert meta["model_facts"]["name"] == "HuggingFaceTB/SmolLM2-135M" and meta["deployment"][
+        "batches"
+    ] == len(rows)
+    from wispsim.model.profiles import load_profile
+
+    est = load_profile(str(out)).estimator
+    assert 2e-5 < est.a < 2e-4  # 0.05 ms per new token, plus HTTP-free noise
+    code, _, err = cli(
+        capsys, monkeypatch, "profile", "fit", str(tmp_path / "prof"), "--out", str(tmp_path / "x.yaml")
+    )
+    assert code == 2 and "no verification batch log" in err

@@ -17,7 +17,7 @@ again on a rerun). Their figures are drawn by :mod:`wispsim.plots`.
 """
 
 # Importing the study modules registers their kinds in STUDIES (spec.py checks names against it).
-from wispsim.study.experiments import capacity_studies, run_studies  # noqa: F401
+from wispsim.study.experiments import capacity_studies, run_studies, validation_study  # noqa: F401
 from wispsim.study.experiments.run import run_experiment, write_report
 from wispsim.study.experiments.spec import list_experiments, load_spec, resolve
 
