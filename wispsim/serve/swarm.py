@@ -112,6 +112,7 @@ class _Remote:
         self.vocab = vocab
         self.seed = seed
         self.error: BaseException | None = None
+        self.lags: list[float] = []  # how late each request left, behind its simulated time
 
     def local(self, server_time: float) -> float:
         """A server clock reading on this environment's time axis."""
@@ -154,6 +155,9 @@ class RemoteVerifier(_Remote):
             return
 
         def finish() -> None:
+            # the server's own stamps: queue time is its dispatch minus its arrival, so neither
+            # the HTTP transit nor a late send by this process counts as queueing
+            req.arrival = max(req.arrival, self.local(reply["t_arrival"]))
             req.dispatch = self.local(reply["t_dispatch"])
             req.verify_time = float(reply["verify_s"])
             req.batch = int(reply["batch"])
@@ -165,6 +169,7 @@ class RemoteVerifier(_Remote):
         self.env.post(finish)
 
     def submit(self, req: Any) -> Any:
+        self.lags.append(self.env.wall() - self.env.now)
         if req.session not in self.sessions:
             self.sessions[req.session] = self.client.spawn(self._open(req.session, req.prefix))
         commit = req.prefix_after - req.prefix
@@ -223,6 +228,7 @@ class RemoteCentral(_Remote):
         self.env.post(done.succeed)
 
     def submit(self, rid: int, prompt: int, output: int, done: Any) -> None:
+        self.lags.append(self.env.wall() - self.env.now)
         self.client.spawn(self._generate(rid, prompt, output, done))
 
 
@@ -309,7 +315,14 @@ def run_swarm(
         r.arrivals if isinstance(r, RemoteCentral) else [],
         columns=["response", "tokens", "t", "t_server"],
     )
-    res.info |= {"server": facts, "clock_offset_s": offset}
+    lags = np.asarray(r.lags if r is not None else [], dtype=float)
+    res.info |= {
+        "server": facts,
+        "clock_offset_s": offset,
+        # the swarm's own timing: how far behind their simulated send time requests really left
+        "send_lag_p50_ms": float(np.median(lags) * 1000) if len(lags) else float("nan"),
+        "send_lag_p99_ms": float(np.quantile(lags, 0.99) * 1000) if len(lags) else float("nan"),
+    }
     return SwarmRun(res, srv_batches, members, tokens, facts, offset)
 
 

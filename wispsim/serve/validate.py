@@ -246,6 +246,8 @@ def store_real(folder: Path, sc: Scenario, real: SwarmRun) -> dict[str, Any]:
         "server": real.facts,
         "clock_offset_s": real.offset,
         "real_wall_s": r.wall_s,
+        "send_lag_p50_ms": r.info.get("send_lag_p50_ms"),
+        "send_lag_p99_ms": r.info.get("send_lag_p99_ms"),
     }
     _write_json(folder / "real.json", doc)
     return doc
