@@ -208,6 +208,13 @@ def fit_cmd(
         str,
         typer.Option(help="Estimator forms to fit and compare, comma-separated: additive, per-request."),
     ] = "additive,per-request",
+    batch_kind: Annotated[
+        str,
+        typer.Option(
+            help="With a deployment folder: fit its verification batches (verify) or its "
+            "centralized engine steps (step)."
+        ),
+    ] = "verify",
 ) -> None:
     """Fit a, b_compute, b_read, c (and every other estimator form) on the train set; write the
     profile, NAME.report.md, NAME.fit/."""
@@ -218,8 +225,10 @@ def fit_cmd(
     for f in names or ("",):
         FORMS.get(f, "--forms", "--forms")
     check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
+    if batch_kind not in ("verify", "step"):
+        raise ConfigError("--batch-kind", batch_kind, "must be verify or step")
     if data.is_dir():  # a deployment's batch log: written as a recording beside the profile first
-        data = _deployment_data(data, out, seed)
+        data = _deployment_data(data, out, seed, batch_kind)
     with writing("--out", out):
         res, prof = fit_command(
             data,
@@ -253,7 +262,7 @@ def fit_cmd(
     console.print(f"profile: {out}; report: {out.with_name(out.stem + '.report.md')}")
 
 
-def _deployment_data(folder: Path, out: Path, seed: int) -> Path:
+def _deployment_data(folder: Path, out: Path, seed: int, kind: str) -> Path:
     """The deployment's logged batches as a measurement CSV (``profiles/data/NAME.csv`` beside the
     profile), with the model and host facts of the profile its server ran with."""
     import json
@@ -262,7 +271,7 @@ def _deployment_data(folder: Path, out: Path, seed: int) -> Path:
     from wispsim.model.profiles import load_profile
     from wispsim.sim.inputs import load_scenario
 
-    logs = find_batch_logs(folder)
+    logs = find_batch_logs(folder, kind)
     scen = logs[0] / "scenario.yaml"
     if not scen.is_file():
         raise ConfigError(str(logs[0]), "scenario.yaml", "missing: the server's scenario names its profile")
@@ -278,7 +287,7 @@ def _deployment_data(folder: Path, out: Path, seed: int) -> Path:
     csv = out.parent / "data" / f"{out.stem}.csv"
     check_output_file(csv, "--out", (".csv",))
     with writing("--out", csv):
-        write_deployment_data([folder], csv, json.loads(meta_file.read_text()), command_line(), seed)
+        write_deployment_data([folder], csv, json.loads(meta_file.read_text()), command_line(), seed, kind)
     console.print(f"{len(logs)} batch logs under {folder} -> {csv} (model and host facts of {served.name})")
     return csv
 

@@ -199,7 +199,8 @@ def validate(
         list[str] | None,
         typer.Option(
             help="Override a field on the simulated side only (repeatable), e.g. a profile fitted from "
-            "the deployment's batch log: --sim-set server.profile=profiles/deployed.yaml."
+            "the deployment's batch log: --sim-set server.profile=profiles/deployed.yaml; "
+            "POLICY:KEY=VALUE for one policy only."
         ),
     ] = None,
     real_from: Annotated[

@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from wispsim.analysis.metrics import server_stats, summarize
-from wispsim.config import Scenario, parse_set
-from wispsim.errors import WispsimError
+from wispsim.config import POLICY_NAMES, Scenario, parse_set
+from wispsim.errors import ConfigError, WispsimError
 from wispsim.serve.app import ModelSource
 from wispsim.serve.swarm import Client, SwarmRun, health, run_swarm
 from wispsim.sim.engine import simulate
@@ -253,10 +253,30 @@ def store_real(folder: Path, sc: Scenario, real: SwarmRun) -> dict[str, Any]:
     return doc
 
 
+def sets_for(sim_sets: list[str], policy: str) -> list[str]:
+    """The ``--sim-set`` items that apply to ``policy``: ``KEY=VALUE`` applies to every policy,
+    ``POLICY:KEY=VALUE`` only to that one (after the general ones)."""
+    general, own = [], []
+    for item in sim_sets:
+        head, sep, rest = item.partition(":")
+        if sep and "=" not in head and "." not in head:
+            if head not in POLICY_NAMES:
+                raise ConfigError(
+                    "--sim-set", item, f"unknown policy {head!r}; allowed: {', '.join(POLICY_NAMES)}"
+                )
+            if head == policy:
+                own.append(rest)
+        else:
+            general.append(item)
+    return general + own
+
+
 def simulated_scenario(sc: Scenario, facts: Mapping[str, Any], sim_sets: list[str]) -> Scenario:
     """What the simulator runs for a real point: the served scenario with the engine's real KV
-    capacity (as the server reported it), then the ``sim_sets`` overrides (model options under
-    test, e.g. a profile fitted from a deployment's batch log)."""
+    capacity (as the server reported it), then the ``sim_sets`` overrides that apply to its
+    policy (:func:`sets_for`: model options under test, e.g. a profile fitted from a
+    deployment's batch log)."""
+    sim_sets = sets_for(sim_sets, sc.policy)
     data = sc.to_dict()
     cap = facts.get("kv_capacity_tokens")
     if cap:

@@ -25,15 +25,29 @@ from wispsim.errors import WispsimError
 BATCHES, MEMBERS = "server_batches.parquet", "server_members.parquet"
 
 
-def find_batch_logs(root: Path) -> list[Path]:
-    """Folders under ``root`` (or ``root`` itself) holding a verification batch log."""
+KINDS = ("verify", "step")
+
+
+def find_batch_logs(root: Path, kind: str = "verify") -> list[Path]:
+    """Folders under ``root`` (or ``root`` itself) holding a batch log of ``kind``: verification
+    batches (with their members) or centralized engine steps."""
     if not root.exists():
         raise WispsimError(f"{root}: not found")
-    found = sorted({p.parent for p in root.rglob(MEMBERS)}) if root.is_dir() else []
+    if kind == "verify":
+        found = sorted({p.parent for p in root.rglob(MEMBERS)}) if root.is_dir() else []
+        what = f"verification batch log ({BATCHES} with {MEMBERS})"
+        hint = "a speculative policy"
+    else:
+        found = sorted(
+            p.parent
+            for p in (root.rglob(BATCHES) if root.is_dir() else [])
+            if not (p.parent / MEMBERS).is_file()
+        )
+        what = f"centralized step log ({BATCHES} without {MEMBERS})"
+        hint = "centralized serving"
     if not found:
         raise WispsimError(
-            f"{root}: no verification batch log ({BATCHES} with {MEMBERS}) under it; give a "
-            "wispsim swarm or wispsim validate results folder of a speculative policy"
+            f"{root}: no {what} under it; give a wispsim swarm or wispsim validate results folder of {hint}"
         )
     return found
 
@@ -43,24 +57,29 @@ def _joined(values: pd.Series) -> str:
 
 
 def deployment_measurements(
-    roots: list[Path], test_share: float = 0.3, seed: int = 0
+    roots: list[Path], test_share: float = 0.3, seed: int = 0, kind: str = "verify"
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """One measurement row per logged verification batch under ``roots``, and the sidecar's
-    facts (the servers' engine facts and where the rows came from)."""
-    rows = []
+    """One measurement row per logged verification batch (``kind`` verify) or centralized
+    engine step (``step``: decodes and finished prefills, which the step log gives only in
+    aggregate) under ``roots``, and the sidecar's facts (the servers' engine facts and where
+    the rows came from)."""
+    rows: list[dict[str, Any]] = []
     sources = []
     facts: dict[str, Any] = {}
     for root in roots:
-        for folder in find_batch_logs(root):
+        for folder in find_batch_logs(root, kind):
             try:
                 b = pd.read_parquet(folder / BATCHES)
-                m = pd.read_parquet(folder / MEMBERS)
+                m = pd.read_parquet(folder / MEMBERS) if kind == "verify" else None
             except (OSError, ValueError) as e:
                 raise WispsimError(f"{folder}: unreadable batch log: {str(e).splitlines()[0]}") from None
             done = folder / "done.json"
             if done.is_file() and not facts:
                 facts = dict(json.loads(done.read_text()).get("server") or {})
             sources.append(str(folder))
+            if m is None:
+                rows += _step_rows(b, len(sources) - 1, folder)
+                continue
             m = m.sort_values(["batch", "round"], kind="stable")
             members = m.groupby("batch", sort=True)
             for row in b[b.kind == "verify"].itertuples(index=False):
@@ -88,19 +107,48 @@ def deployment_measurements(
                     }
                 )
     if not rows:
-        raise WispsimError(f"{', '.join(map(str, roots))}: the batch logs hold no verification batch")
+        raise WispsimError(f"{', '.join(map(str, roots))}: the batch logs hold no {kind} batch")
     df = pd.DataFrame(rows)
     rng = np.random.default_rng(seed)
     df.insert(1, "split", np.where(rng.random(len(df)) < test_share, "test", "train"))
     return df, {"server": facts, "sources": sources}
 
 
+def _step_rows(b: pd.DataFrame, source: int, folder: Path) -> list[dict[str, Any]]:
+    """Centralized engine steps that ran tokens, as measurement rows (aggregates only)."""
+    out = []
+    for row in b[(b.kind == "step") & (b.n_linear > 0)].itertuples(index=False):
+        out.append(
+            {
+                "config_id": f"{source}-{int(row.batch)}",
+                "category": "deployment-step",
+                "batch_size": int(row.size),
+                "l_new": str(int(row.n_linear)),
+                "l_cached": str(int(row.n_cached)),
+                "n_linear": int(row.n_linear),
+                "n_interactions": int(row.n_interactions),
+                "n_cached": int(row.n_cached),
+                "max_l_total": int(row.n_linear + row.n_cached),
+                "status": "ok",
+                "latency_s": float(row.latency),
+                "runs_s": f"{float(row.latency):.6g}",
+                "source": str(folder),
+            }
+        )
+    return out
+
+
 def write_deployment_data(
-    roots: list[Path], out_csv: Path, base_meta: dict[str, Any], command: str, seed: int = 0
+    roots: list[Path],
+    out_csv: Path,
+    base_meta: dict[str, Any],
+    command: str,
+    seed: int = 0,
+    kind: str = "verify",
 ) -> Path:
     """Write the measurement CSV of :func:`deployment_measurements` and its sidecar, which keeps
     ``base_meta``'s model and host facts (the recording of the profile the server ran with)."""
-    df, info = deployment_measurements(roots, seed=seed)
+    df, info = deployment_measurements(roots, seed=seed, kind=kind)
     out_csv.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_csv, index=False)
     server = info["server"]
@@ -115,7 +163,7 @@ def write_deployment_data(
         },
         "command": command,
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "deployment": {"batch_logs": info["sources"], "batches": len(df), "split_seed": seed},
+        "deployment": {"batch_logs": info["sources"], "batches": len(df), "kind": kind, "split_seed": seed},
     }
     Path(str(out_csv) + ".meta.json").write_text(json.dumps(meta, indent=1))
     return out_csv
