@@ -322,10 +322,11 @@ def _scenario_checked(
 
     sc = load_scenario(scenario, parse_set([*sets, *regime.sets]), source=f"--regime {regime.name}")
     checked(sc.with_policy(policy), policy=policy)
-    if sim_sets:
-        sim = load_scenario(
-            None, parse_set(sim_sets), base=sc.with_policy(policy).to_dict(), source="--sim-set"
-        )
+    from wispsim.serve.validate import sets_for
+
+    mine = sets_for(sim_sets, policy)
+    if mine:
+        sim = load_scenario(None, parse_set(mine), base=sc.with_policy(policy).to_dict(), source="--sim-set")
         checked(sim, policy=policy)
     if sc.server.replicas != 1:
         raise ConfigError(
