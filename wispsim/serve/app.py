@@ -145,8 +145,9 @@ class VLLMBackend:
         outs = self.engine.generate(seqs)
         return [int(o.outputs[0].token_ids[0]) for o in outs], cached_tokens(outs)
 
-    def reset_cache(self) -> None:
-        self.engine.llm.reset_prefix_cache()
+    def reset_cache(self) -> bool:
+        """Empty vLLM's prefix cache; False if it refused (requests still hold blocks)."""
+        return bool(self.engine.llm.reset_prefix_cache())
 
     def central(self, vocab: int, max_len: int) -> CentralServer:
         from vllm import SamplingParams
@@ -234,15 +235,16 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
     @app.post("/reset")
     async def reset() -> dict[str, Any]:
         server = state["server"]
-        if not centralized:
+        if centralized:  # responses of devices that are gone are aborted
+            await asyncio.to_thread(server.reset)
+        else:
             if server.queue or any(s.busy for s in server.sessions.values()):
                 raise ServeError(
-                    409, "reset: rounds are still being verified; reset when the devices are done"
+                    409, "reset: rounds are still being verified; reset once the devices are done"
                 )
             server.reset()
-        else:
-            server.reset()
-        backend.reset_cache()
+        if backend.reset_cache() is False:  # vLLM refuses while requests hold blocks
+            raise ServeError(409, "reset: the engine's prefix cache could not be emptied; try again")
         return {"status": "reset"}
 
     @app.post("/sessions")

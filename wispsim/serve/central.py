@@ -13,6 +13,7 @@ say how a chunked prefill was split, so a prompt counts in the step that finishe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 import time
@@ -46,14 +47,21 @@ class CentralServer:
         self.log = BatchLog()
         self._ids = count()
         self._steps = count()
-        self._inbox: queue.SimpleQueue[tuple[str, list[int], int]] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._live: set[str] = set()  # requests added to the engine and not finished
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wispsim-engine", daemon=True)
         self._thread.start()
 
-    def reset(self) -> None:
+    def reset(self, timeout: float = 60.0) -> None:
+        """Abort every response still running (its device is gone), wait until the engine is
+        idle, and forget the log: the next point starts on an empty engine."""
+        done = threading.Event()
+        self._inbox.put(("", [], -1, done))  # a drain request, handled by the engine thread
+        if not done.wait(timeout):
+            raise ServeError(409, "reset: the engine did not go idle; try again")
         self.log = BatchLog()
 
     def stop(self) -> None:
@@ -73,26 +81,40 @@ class CentralServer:
         q: asyncio.Queue[Any] = asyncio.Queue()
         with self._lock:
             self._streams[rid] = (asyncio.get_running_loop(), q)
-        self._inbox.put((rid, list(prompt), output))
+        self._inbox.put((rid, list(prompt), output, None))
         return q
 
-    def _run(self) -> None:
+    def _take(self, item: tuple[Any, ...]) -> None:
+        """Add a request to the engine, or (a drain request) abort every live one."""
         from vllm.inputs import TokensPrompt
 
+        rid, prompt, output, done = item
+        if done is None:
+            self.engine.add_request(rid, TokensPrompt(prompt_token_ids=prompt), self.params(output))
+            self._live.add(rid)
+            return
+        if self._live:
+            self.engine.abort_request(sorted(self._live))
+        while self.engine.has_unfinished_requests():
+            self.engine.step()
+        with self._lock:
+            streams, self._streams = self._streams, {}
+        for loop, q in streams.values():
+            loop.call_soon_threadsafe(q.put_nowait, None)
+        self._live.clear()
+        done.set()
+
+    def _run(self) -> None:
         engine = self.engine
         while not self._stop.is_set():
             try:
                 while True:
-                    rid, prompt, output = self._inbox.get_nowait()
-                    engine.add_request(rid, TokensPrompt(prompt_token_ids=prompt), self.params(output))
+                    self._take(self._inbox.get_nowait())
             except queue.Empty:
                 pass
             if not engine.has_unfinished_requests():
-                try:
-                    rid, prompt, output = self._inbox.get(timeout=0.2)
-                except queue.Empty:
-                    continue
-                engine.add_request(rid, TokensPrompt(prompt_token_ids=prompt), self.params(output))
+                with contextlib.suppress(queue.Empty):
+                    self._take(self._inbox.get(timeout=0.2))
                 continue
             t0 = self.clock()
             outs = engine.step()
@@ -114,6 +136,8 @@ class CentralServer:
                     entry = self._streams.get(o.request_id)
                     if o.finished:
                         self._streams.pop(o.request_id, None)
+                if o.finished:
+                    self._live.discard(o.request_id)
                 if entry is not None:
                     loop, q = entry
                     loop.call_soon_threadsafe(q.put_nowait, (t1, n))

@@ -113,6 +113,7 @@ class _Remote:
         self.seed = seed
         self.error: BaseException | None = None
         self.lags: list[float] = []  # how late each request left, behind its simulated time
+        self.fleet = 0  # devices in the run (set by run_swarm)
 
     def local(self, server_time: float) -> float:
         """A server clock reading on this environment's time axis."""
@@ -120,8 +121,11 @@ class _Remote:
 
     def tokens(self, kind: int, key: int, n: int) -> list[int]:
         """``n`` token ids: a prompt (``kind`` 0, ``key`` the response) or a draft (1, the round's
-        number); reproducible, and the first 100 ids left out as special tokens."""
-        rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(TOKEN_STREAM, kind, key)))
+        number); reproducible, different for every fleet size (so the points of a grid never
+        share a prompt through the engine's prefix cache), the first 100 ids left out as special
+        tokens."""
+        key_ = (TOKEN_STREAM, self.fleet, kind, key)
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=key_))
         low = min(100, self.vocab - 1)
         return rng.integers(low, self.vocab, size=n).tolist()
 
@@ -294,6 +298,7 @@ def run_swarm(
                 ctx.central = remote["r"] = RemoteCentral(env, client, offset, vocab, run_seed)
             else:
                 ctx.server = remote["r"] = RemoteVerifier(env, client, offset, vocab, run_seed)
+            remote["r"].fleet = n
             if progress is not None:
                 env.process(_ticker(env, ctx, progress))
 
