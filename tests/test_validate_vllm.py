@@ -31,7 +31,7 @@ def validated(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, str, 
     out = tmp_path_factory.mktemp("validate") / "v"
     args = ["validate", str(SCENARIO), "--policies", "wisp,centralized", "--devices", "2",
             "--arch", "smollm2-135m", "--port", "8731", "--out", str(out),
-            "--set", "workload.warmup_s=1", "--set", "workload.duration_s=6"]  # fmt: skip
+            "--set", "workload.warmup_s=1", "--set", "workload.duration_s=8"]  # fmt: skip
     so, se = io.StringIO(), io.StringIO()
     code = 0
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
@@ -78,9 +78,11 @@ def test_real_and_simulated_agree_loosely(validated) -> None:
     code, _, err, folder = validated
     assert code == 0, err[-3000:]
     comp = pd.read_csv(folder / "comparison.csv").set_index(["policy", "metric"])
-    for policy in ("wisp", "centralized"):
-        real, sim = comp.loc[(policy, "goodput_tps"), ["real", "sim"]]
-        assert real > 0 and sim > 0 and 0.4 < sim / real < 2.5, (policy, real, sim)
+    # goodput counts tokens committed inside the short window; a centralized response's tokens
+    # count when it ends, so compare its response speed instead
+    for policy, metric in (("wisp", "goodput_tps"), ("centralized", "speed_p50")):
+        real, sim = comp.loc[(policy, metric), ["real", "sim"]]
+        assert real > 0 and sim > 0 and 0.4 < sim / real < 2.5, (policy, metric, real, sim)
     real, sim = comp.loc[("wisp", "verify_p50_ms"), ["real", "sim"]]
     assert 0.4 < sim / real < 2.5, (real, sim)
 
