@@ -219,7 +219,7 @@ def validate(
     Resumable: points already in --out are kept.
     """
     from wispsim.plots import validation_plot
-    from wispsim.serve.validate import capacities
+    from wispsim.serve.validate import capacities, replays
     from wispsim.serve.validate import validate as run_validation
 
     folder = out_path(out, "validate")
@@ -260,6 +260,7 @@ def validate(
     with output(folder) as o:
         table_.to_csv(o / "comparison.csv", index=False)
         cap.to_csv(o / "capacity.csv", index=False)
+        replays(folder).to_csv(o / "replay.csv", index=False)
         if len(table_):
             validation_plot(table_, o / "validation.png")
         write_manifest(

@@ -430,6 +430,23 @@ def collect(out: Path, regimes: list[Regime], policies: list[str], grid: list[in
     )
 
 
+def replays(out: Path) -> pd.DataFrame:
+    """Every stored point's replay comparison (``wispsim replay`` of its real log), one table with
+    the point's regime, policy and N in front."""
+    frames = []
+    for f in sorted(out.glob("points/*/*/n*/replay_comparison.csv")):
+        t = pd.read_csv(f)
+        t.insert(0, "devices", int(f.parts[-2][1:]))
+        t.insert(0, "policy", f.parts[-3])
+        t.insert(0, "regime", f.parts[-4])
+        frames.append(t)
+    return (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["regime", "policy", "devices"])
+    )
+
+
 def capacity_of(curve: Mapping[int, float], epsilon: float) -> int:
     """The largest N of the grid up to which every N keeps the violation rate within epsilon
     (0 when the smallest N already misses)."""

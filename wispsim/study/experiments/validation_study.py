@@ -85,26 +85,30 @@ def side_by_side(comp: pd.DataFrame) -> pd.DataFrame:
 
 
 def replay_summary(base: Any) -> pd.DataFrame:
-    """Each real log replayed under its own policy (``wispsim replay``): recorded vs simulated."""
-    rows = []
-    for f in sorted(base.glob("points/*/*/n*/replay_comparison.csv")):
-        regime, policy, n = f.parts[-4], f.parts[-3], int(f.parts[-2][1:])
-        t = pd.read_csv(f)
-        r = t[t["class"].astype(str) == "all"] if (t["class"].astype(str) == "all").any() else t
-        r = r.iloc[0]
-        rows.append(
-            {
-                "regime": regime,
-                "policy": policy,
-                "N": n,
-                "viol": f"{_fmt(r.violation_recorded)} / {_fmt(r.violation_simulated)}",
-                "queue p50 ms": f"{_fmt(r.queue_p50_ms_recorded)} / {_fmt(r.queue_p50_ms_simulated)}",
-                "verify p50 ms": f"{_fmt(r.verify_p50_ms_recorded)} / {_fmt(r.verify_p50_ms_simulated)}",
-                "verify p90 ms": f"{_fmt(r.verify_p90_ms_recorded)} / {_fmt(r.verify_p90_ms_simulated)}",
-            }
-        )
-    out = pd.DataFrame(rows)
-    return out.sort_values(["regime", "policy", "N"], kind="stable") if len(out) else out
+    """Each real log replayed under its own policy (``wispsim replay``; the validation's
+    ``replay.csv``): recorded vs simulated, the ``all`` row of each point."""
+    path = base / "replay.csv"
+    if not path.is_file():
+        return pd.DataFrame()
+    t = pd.read_csv(path)
+    if not len(t):
+        return pd.DataFrame()
+    cls = t["class"].astype(str)
+    multi = t.assign(_all=cls == "all").groupby(["regime", "policy", "devices"])["_all"].transform("any")
+    t = t[(cls == "all") | ~multi]
+    rows = [
+        {
+            "regime": r.regime,
+            "policy": r.policy,
+            "N": int(r.devices),
+            "viol": f"{_fmt(r.violation_recorded)} / {_fmt(r.violation_simulated)}",
+            "queue p50 ms": f"{_fmt(r.queue_p50_ms_recorded)} / {_fmt(r.queue_p50_ms_simulated)}",
+            "verify p50 ms": f"{_fmt(r.verify_p50_ms_recorded)} / {_fmt(r.verify_p50_ms_simulated)}",
+            "verify p90 ms": f"{_fmt(r.verify_p90_ms_recorded)} / {_fmt(r.verify_p90_ms_simulated)}",
+        }
+        for r in t.itertuples(index=False)
+    ]
+    return pd.DataFrame(rows).sort_values(["regime", "policy", "N"], kind="stable")
 
 
 def _fmt(x: float) -> str:
