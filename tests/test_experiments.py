@@ -22,6 +22,14 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("exp")
     skip = shutil.ignore_patterns("data", "quick", "*.md")
     shutil.copytree(ROOT / "experiments", work / "experiments", ignore=skip)
+    # the validation study reads the stored real-vs-simulated tables (its real side needs vLLM
+    # servers and half an hour; experiments/validation.yaml lists the commands)
+    for variant in ("shipped", "deployed"):
+        shutil.copytree(
+            ROOT / "experiments" / "data" / "validation" / variant,
+            work / "experiments" / "data" / "validation" / variant,
+            ignore=shutil.ignore_patterns("points", "scenarios", "logs"),
+        )
     mp = pytest.MonkeyPatch()
     mp.chdir(work)
     try:

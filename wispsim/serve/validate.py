@@ -189,14 +189,18 @@ class ServerProcess:
             client.close()
 
     def stop(self) -> None:
+        """SIGTERM to the server's process group (uvicorn shuts down, the engine is closed), then
+        SIGKILL to whatever of the group is left: vLLM's engine processes outlive a parent that
+        did not close them."""
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
         self._log.close()
 
 
