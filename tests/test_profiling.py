@@ -437,7 +437,12 @@ def test_every_shipped_profile_validates_and_states_provenance(path: Path) -> No
         assert p.data_path is not None and p.data_path.is_file()
         assert p.provenance["command"] and p.provenance["date"]
         meta = json.loads(Path(str(p.data_path) + ".meta.json").read_text())
-        assert meta["command"].startswith("wispsim profile record") and meta["host"] and meta["versions"]
+        assert meta["host"] and meta["versions"]
+        if "deployment" in meta:  # fitted from a deployment's batch log, shipped beside it
+            assert meta["command"].startswith("wispsim profile fit")
+            assert all((ROOT / f).is_dir() for f in meta["deployment"]["batch_logs"])
+        else:
+            assert meta["command"].startswith("wispsim profile record")
         assert path.with_name(path.stem + ".report.md").is_file()
 
 

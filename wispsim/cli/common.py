@@ -470,3 +470,20 @@ def progress(eta: bool = False) -> Progress:
     if eta:
         columns.append(TimeRemainingColumn())
     return Progress(*columns, console=err_console)
+
+
+# the summary columns `run` and `swarm` print (summary.csv keeps them all)
+SUMMARY_COLUMNS = [
+    "class",
+    "devices",
+    "responses",
+    "violation_rate",
+    "speed_p50",
+    "budget_miss_rate",
+    "goodput_tps",
+    "acceptance_ratio",
+    "queue_p95_ms",
+    "verify_p95_ms",
+    "gpu_utilization",
+    "mean_batch_size",
+]

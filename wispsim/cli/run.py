@@ -20,6 +20,7 @@ from wispsim.cli.common import (
     REPLICAS,
     SECONDS,
     SEED,
+    SUMMARY_COLUMNS,
     TAIL_SECONDS,
     OutOpt,
     PolicyOpt,
@@ -43,21 +44,6 @@ from wispsim.cli.common import (
 from wispsim.config import POLICY_NAMES, parse_set
 from wispsim.paths import check_output_file, writing
 from wispsim.provenance import write_manifest
-
-SUMMARY_COLUMNS = [
-    "class",
-    "devices",
-    "responses",
-    "violation_rate",
-    "speed_p50",
-    "budget_miss_rate",
-    "goodput_tps",
-    "acceptance_ratio",
-    "queue_p95_ms",
-    "verify_p95_ms",
-    "gpu_utilization",
-    "mean_batch_size",
-]
 
 
 def run(

@@ -18,6 +18,7 @@ from wispsim.cli.common import (
     DEVICES,
     FRACTION_OPEN,
     SEED,
+    SUMMARY_COLUMNS,
     OutOpt,
     PolicyOpt,
     ScenarioArg,
@@ -129,7 +130,6 @@ def swarm(
     link delays); the server's queue and verify times, batches and cached tokens are its reports.
     """
     from wispsim.analysis.metrics import summarize
-    from wispsim.cli.run import SUMMARY_COLUMNS
     from wispsim.serve.swarm import probe, run_swarm
     from wispsim.study.replay import write_log
 

@@ -253,3 +253,17 @@ def cached_tokens(outputs: list[Any]) -> tuple[int, ...] | None:
             return None
         out.append(int(n))
     return tuple(out)
+
+
+def fixed_length_params(n: int) -> Any:
+    """Greedy sampling of exactly ``n`` tokens (no stop token): a response of a fixed length."""
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True, temperature=0.0, detokenize=False)
+
+
+def tokens_prompt(ids: list[int]) -> Any:
+    """A prompt given as token ids."""
+    from vllm.inputs import TokensPrompt
+
+    return TokensPrompt(prompt_token_ids=ids)

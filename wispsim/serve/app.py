@@ -150,14 +150,9 @@ class VLLMBackend:
         return bool(self.engine.llm.reset_prefix_cache())
 
     def central(self, vocab: int, max_len: int) -> CentralServer:
-        from vllm import SamplingParams
+        from wispsim.engines.vllm import fixed_length_params, tokens_prompt
 
-        def params(n: int) -> Any:
-            return SamplingParams(
-                max_tokens=n, min_tokens=n, ignore_eos=True, temperature=0.0, detokenize=False
-            )
-
-        return CentralServer(self.engine.llm.llm_engine, params, vocab, max_len)
+        return CentralServer(self.engine.llm.llm_engine, fixed_length_params, tokens_prompt, vocab, max_len)
 
 
 def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
