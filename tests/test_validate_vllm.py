@@ -74,6 +74,14 @@ def test_validate_writes_the_comparison_and_the_real_logs(validated) -> None:
     assert (steps.kind == "step").all() and (steps.decode_tokens > 0).any()
 
 
+def test_no_server_process_is_left_behind(validated) -> None:
+    import psutil
+
+    left = [p.info for p in psutil.process_iter(["pid", "name", "cmdline"])
+            if "wispsim.cli serve" in " ".join(p.info["cmdline"] or []) or (p.info["name"] or "").startswith("VLLM::")]  # fmt: skip
+    assert not left, left
+
+
 def test_real_and_simulated_agree_loosely(validated) -> None:
     code, _, err, folder = validated
     assert code == 0, err[-3000:]

@@ -21,7 +21,9 @@ request is answered with its status and a one-line ``detail``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -289,7 +291,28 @@ def serve(sc: Scenario, source: ModelSource, host: str, port: int, ready: Any = 
             ready(facts)
         await task
 
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # uvicorn catches SIGTERM/SIGINT, shuts down, then raises the signal again: with this handler
+    # that ends in the finally below (the engine closed) instead of a bare exit that would leave
+    # vLLM's engine processes running
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         asyncio.run(main())
     finally:
-        engine.close()
+        try:
+            engine.close()
+        finally:
+            _end_children()
+
+
+def _end_children() -> None:
+    """Kill what is left of this process's children (vLLM's engine core and workers)."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(children, timeout=10)
