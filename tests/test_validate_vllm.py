@@ -77,8 +77,11 @@ def test_validate_writes_the_comparison_and_the_real_logs(validated) -> None:
 def test_no_server_process_is_left_behind(validated) -> None:
     import psutil
 
-    left = [p.info for p in psutil.process_iter(["pid", "name", "cmdline"])
-            if "wispsim.cli serve" in " ".join(p.info["cmdline"] or []) or (p.info["name"] or "").startswith("VLLM::")]  # fmt: skip
+    def server(info: dict) -> bool:
+        cmd = " ".join(info["cmdline"] or [])
+        return "wispsim.cli serve" in cmd or (info["name"] or "").startswith("VLLM::")
+
+    left = [p.info for p in psutil.process_iter(["pid", "name", "cmdline"]) if server(p.info)]
     assert not left, left
 
 
