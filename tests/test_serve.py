@@ -356,7 +356,7 @@ def test_profile_fit_reads_a_deployment_batch_log(fake_server, capsys, monkeypat
     from wispsim.model.profiles import load_profile
 
     est = load_profile(str(out)).estimator
-    assert 2e-5 < est.a < 2e-4  # 0.05 ms per new token, plus HTTP-free noise
+    assert 5e-6 < est.a < 5e-4  # 0.05 ms per new token (sleep timing on a shared machine is loose)
     code, _, err = cli(
         capsys, monkeypatch, "profile", "fit", str(tmp_path / "prof"), "--out", str(tmp_path / "x.yaml")
     )
