@@ -213,8 +213,8 @@ def test_swarm_records_what_the_server_did_and_the_log_replays(fake_server, tmp_
     run = run_swarm(sc, url)
     r = run.result.rounds
     assert len(r) > 20 and r.batch.ge(0).all()
-    assert (r.dispatch >= r.arrival - 0.005).all()  # one host: the clocks agree within ms
-    assert (r.verify_time > 0).all() and (r.t_end >= r.dispatch + r.verify_time - 0.005).all()
+    assert (r.dispatch >= r.arrival - 0.05).all()  # one host: the clocks agree (loose: a loaded machine)
+    assert (r.verify_time > 0).all() and (r.t_end >= r.dispatch + r.verify_time - 0.05).all()
     # the fake reuses whole 128-token blocks and always computes the last token, like vLLM
     prefix = r.l_new + r.l_cached - r.k
     later = r["round"] > 0

@@ -131,7 +131,6 @@ def swarm(
     """
     from wispsim.analysis.metrics import summarize
     from wispsim.serve.swarm import probe, run_swarm
-    from wispsim.study.replay import write_log
 
     folder = out_path(out, "swarm")
     if log is not None:
@@ -154,18 +153,11 @@ def swarm(
     summary = summarize(res)
     with output(folder) as o:
         (o / "scenario.yaml").write_text(sc.to_yaml())
-        res.rounds.to_parquet(o / "rounds.parquet", index=False)
-        res.responses.to_parquet(o / "responses.parquet", index=False)
-        res.batches.to_parquet(o / "batches.parquet", index=False)
-        run.server_batches.to_parquet(o / "server_batches.parquet", index=False)
-        if len(run.members):
-            run.members.to_parquet(o / "server_members.parquet", index=False)
-        if len(run.tokens):
-            run.tokens.to_parquet(o / "tokens.parquet", index=False)
+        run.write_records(o.path)
         summary.to_csv(o / "summary.csv", index=False)
-        if log is not None and len(res.rounds):
+        if log is not None:
             with writing("--log", log):
-                write_log(res, log)
+                run.write_log(log)
         write_manifest(
             o.path,
             {"seed": sc.seed, "devices": sc.devices.count, "policy": sc.policy, "server": run.facts},

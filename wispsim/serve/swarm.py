@@ -19,10 +19,12 @@ round trip.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -246,6 +248,36 @@ class SwarmRun:
     tokens: pd.DataFrame
     facts: dict[str, Any]
     offset: float
+
+    def write_records(self, folder: Path, prefix: str = "") -> None:
+        """The records (``PREFIXrounds``, ``PREFIXresponses``, ``PREFIXbatches``, and for
+        centralized ``PREFIXtokens``) and the server's log (``server_batches``,
+        ``server_members``) as Parquet files in ``folder``."""
+        r = self.result
+        r.rounds.to_parquet(folder / f"{prefix}rounds.parquet", index=False)
+        r.responses.to_parquet(folder / f"{prefix}responses.parquet", index=False)
+        r.batches.to_parquet(folder / f"{prefix}batches.parquet", index=False)
+        self.server_batches.to_parquet(folder / "server_batches.parquet", index=False)
+        if len(self.members):
+            self.members.to_parquet(folder / "server_members.parquet", index=False)
+        if len(self.tokens):
+            self.tokens.to_parquet(folder / f"{prefix}tokens.parquet", index=False)
+
+    def write_log(self, path: Path) -> Path | None:
+        """The replay log of a speculative run (``docs/replay.md``), its sidecar naming the real
+        server; None for centralized serving (no rounds)."""
+        from wispsim.study.replay import write_log
+        from wispsim.study.replay.log import meta_path
+
+        r = self.result
+        if r.scenario.server.mode == "centralized" or not len(r.rounds):
+            return None
+        write_log(r, path)
+        side = meta_path(path)
+        meta = json.loads(side.read_text())
+        meta |= {"source": "wispsim swarm + wispsim serve", "server": self.facts}
+        side.write_text(json.dumps(meta, indent=1))
+        return path
 
 
 def check_server(sc: Scenario, client: Client) -> tuple[dict[str, Any], float]:

@@ -42,7 +42,7 @@ from wispsim.sim.engine import simulate
 from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import SimResult
 from wispsim.study.replay import compare as compare_replay
-from wispsim.study.replay import log_scenario, read_log, replay, write_log
+from wispsim.study.replay import log_scenario, read_log, replay
 from wispsim.study.replay.compare import wilson
 
 METRICS = (
@@ -219,6 +219,7 @@ REAL_FILES = (
     "real_rounds.parquet",
     "real_responses.parquet",
     "real_tokens.parquet",
+    "real_batches.parquet",
     "server_batches.parquet",
     "server_members.parquet",
     "real_log.parquet",
@@ -233,18 +234,8 @@ def store_real(folder: Path, sc: Scenario, real: SwarmRun) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "scenario.yaml").write_text(sc.to_yaml())
     r = real.result
-    r.rounds.to_parquet(folder / "real_rounds.parquet", index=False)
-    r.responses.to_parquet(folder / "real_responses.parquet", index=False)
-    real.server_batches.to_parquet(folder / "server_batches.parquet", index=False)
-    if len(real.members):
-        real.members.to_parquet(folder / "server_members.parquet", index=False)
-    if len(real.tokens):
-        real.tokens.to_parquet(folder / "real_tokens.parquet", index=False)
-    if sc.server.mode != "centralized" and len(r.rounds):
-        write_log(r, folder / "real_log.parquet")
-        meta = json.loads((folder / "real_log.parquet.meta.json").read_text())
-        meta |= {"source": "wispsim swarm + wispsim serve", "server": real.facts}
-        _write_json(folder / "real_log.parquet.meta.json", meta)
+    real.write_records(folder, "real_")
+    real.write_log(folder / "real_log.parquet")
     doc = {
         "real": point_metrics(r),
         "server": real.facts,
