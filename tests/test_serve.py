@@ -4,6 +4,8 @@ prefix cache. The same paths on the real engine are tested in tests/test_validat
 
 from __future__ import annotations
 
+from typing import Any
+
 import socket
 import threading
 import time
@@ -60,6 +62,13 @@ class FakeBackend:
 
     def reset_cache(self) -> None:
         self.seen.clear()
+
+    def release_prefixes(self, seqs: list[list[int]]) -> int:
+        """Session-aware freeing: an ended session's blocks leave the cache."""
+        self.released = [*getattr(self, "released", []), *seqs]
+        gone = {t for t in self.seen if any(list(t) == q[: len(t)] for q in seqs)}
+        self.seen -= gone
+        return len(gone)
 
 
 def scenario(policy: str = "wisp", **workload: float):
@@ -145,6 +154,40 @@ def test_api_answers_bad_requests_in_one_line() -> None:
         assert len(log["batches"]) == 2 and log["members"][1]["l_cached"] == 128
         assert c.post("/reset").json() == {"status": "reset"}
         assert c.get("/log").json()["batches"] == []
+
+
+def test_admission_control_makes_a_session_wait_until_another_ends() -> None:
+    """server.kv_policy: admission on the real server: with room for one reservation (prompt 200
+    + 32 expected output + k_max + 1 = 2 blocks of 3), a second session's first round waits until
+    the first session is closed; the engine is told to free the closed session's blocks first."""
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from wispsim.serve.app import make_app
+
+    sc = scenario("wisp")
+    assert sc.server.kv_policy == "admission"
+    backend = FakeBackend()
+    app = make_app(sc, backend, {**FACTS, "kv_capacity_tokens": 3 * BLOCK})
+    body = {"draft": [5, 6, 7], "accepted": 2, "commit": 3, "budget_s": 5.0, "n_hat": 3.0}
+    with TestClient(app) as c:
+        a = c.post("/sessions", json={"prompt": list(range(200, 400))}).json()["session"]
+        b = c.post("/sessions", json={"prompt": list(range(400, 600))}).json()["session"]
+        assert c.post(f"/sessions/{a}/rounds", json=body).status_code == 200
+        answer: dict[str, Any] = {}
+        t = threading.Thread(target=lambda: answer.update(c.post(f"/sessions/{b}/rounds", json=body).json()))
+        t.start()
+        time.sleep(0.4)
+        assert not answer  # b waits: its reservation does not fit beside a's
+        assert c.post(f"/sessions/{a}/rounds", json=body).json()["l_cached"] == 128  # a runs on
+        assert c.delete(f"/sessions/{a}").status_code == 200
+        t.join(10)
+        assert answer["committed"] == 3 and answer["queue_s"] >= 0.4
+        members = c.get("/log").json()["members"]
+        waits = {m["session"]: m["admission_wait_s"] for m in members}
+        assert waits[a] == 0 and waits[b] >= 0.4
+        assert backend.released and backend.released[0][:200] == list(range(200, 400))
 
 
 def test_wall_clock_waits_and_wakes_on_posts() -> None:

@@ -100,3 +100,19 @@ def test_profile_record_keeps_what_vllm_served(
     last = err.strip().splitlines()[-1]
     assert code == 2 and last.startswith("error:") and "prefix_caching True, not False" in last
     assert len(pd.read_csv(out)) == 7
+
+
+def test_release_prefixes_frees_an_ended_sessions_blocks_first(engine: VLLMEngine) -> None:
+    """Session-aware freeing (server.kv_policy: admission): the blocks of a session that ended
+    leave the prefix cache and go to the head of vLLM's free queue; other prefixes stay cached."""
+    rng = np.random.default_rng(7)
+    ended, active = (rng.integers(0, engine.vocab, 300).tolist() for _ in range(2))
+    engine.generate([ended, active])
+    pool = engine.llm.llm_engine.engine_core.engine_core.scheduler.kv_cache_manager.block_pool
+    assert engine.release_prefixes([ended]) == 2  # its two full 128-token blocks
+    head = pool.free_block_queue.popleft_n(2)
+    assert all(b.block_hash is None for b in head)  # the next two blocks vLLM hands out
+    pool.free_block_queue.prepend_n(head)
+    again = engine.generate([ended + [1], active + [1]])
+    assert [o.num_cached_tokens for o in again] == [0, 256]
+    assert engine.release_prefixes([]) == 0

@@ -209,6 +209,13 @@ class ServerConfig:
     prefix_cache: bool = True
     eviction: Literal["session", "block"] = "session"
     prefix_reuse: Literal["token", "block"] = "token"
+    # KV policy of a speculative server (wispsim.model.admission): "lru" starts every response at
+    # once and evicts idle prefixes LRU-first; "admission" admits a response only when its KV
+    # reservation fits and keeps admitted prefixes cached until they end
+    kv_policy: Literal["lru", "admission"] = "lru"
+    kv_headroom: float = 0.0  # fraction of the KV cache admission control keeps unreserved
+    kv_growth: Literal["mean", "max"] = "mean"  # output tokens reserved per admitted response
+    kv_admission_order: Literal["fcfs", "deadline"] = "fcfs"
     latency_model: str = "linear"
     estimator_form: str = "additive"
     noise: bool = True
@@ -253,6 +260,9 @@ class ServerConfig:
             self.kv_capacity_tokens is None or self.kv_capacity_tokens >= 1,
             "kv_capacity_tokens",
             f"must be >= 1 token or null (derived from the profile), got {self.kv_capacity_tokens}",
+        )
+        require(
+            0 <= self.kv_headroom < 1, "kv_headroom", f"must be in [0, 1), got {self.kv_headroom}"
         )
         require(self.max_batch_requests >= 1, "max_batch_requests", "must be >= 1")
         require(self.max_batch_tokens >= 1, "max_batch_tokens", "must be >= 1")
@@ -327,17 +337,38 @@ class ArrivalsConfig:
 
 
 POLICIES: dict[str, dict[str, Any]] = {
-    # policy: (drafting.controller, server.mode, server.scheduler, server.prefix_cache)
-    "wisp": {"controller": "predictor", "mode": "speculative", "scheduler": "wisp", "cache": True},
-    "sled": {"controller": "fixed", "mode": "speculative", "scheduler": "fcfs", "cache": False},
+    # policy: drafting.controller, server.mode, server.scheduler, server.prefix_cache and
+    # server.kv_policy (docs/policies.md says why each preset has the KV policy it has)
+    "wisp": {
+        "controller": "predictor",
+        "mode": "speculative",
+        "scheduler": "wisp",
+        "cache": True,
+        "kv": "admission",
+    },
+    "wisp-lru": {"controller": "predictor", "mode": "speculative", "scheduler": "wisp", "cache": True, "kv": "lru"},
+    "sled": {"controller": "fixed", "mode": "speculative", "scheduler": "fcfs", "cache": False, "kv": "lru"},
     "centralized": {
         "controller": "none",
         "mode": "centralized",
         "scheduler": "continuous",
         "cache": True,
+        "kv": "lru",
     },
-    "fcfs": {"controller": "predictor", "mode": "speculative", "scheduler": "fcfs", "cache": True},
-    "wisp-fixed": {"controller": "fixed", "mode": "speculative", "scheduler": "wisp", "cache": True},
+    "fcfs": {
+        "controller": "predictor",
+        "mode": "speculative",
+        "scheduler": "fcfs",
+        "cache": True,
+        "kv": "admission",
+    },
+    "wisp-fixed": {
+        "controller": "fixed",
+        "mode": "speculative",
+        "scheduler": "wisp",
+        "cache": True,
+        "kv": "admission",
+    },
 }
 POLICY_NAMES = (*POLICIES, "custom")
 
@@ -404,7 +435,11 @@ class Scenario:
         p = POLICIES[policy]
         drafting = dataclasses.replace(self.drafting, controller=p["controller"])
         server = dataclasses.replace(
-            self.server, mode=p["mode"], scheduler=p["scheduler"], prefix_cache=p["cache"]
+            self.server,
+            mode=p["mode"],
+            scheduler=p["scheduler"],
+            prefix_cache=p["cache"],
+            kv_policy=p["kv"],
         )
         return self.replace(policy=policy, drafting=drafting, server=server)
 

@@ -215,6 +215,45 @@ class VLLMEngine(Engine):
         cached = cached_tokens(outs)
         return BatchTiming(t1 - t0, t2 - t1, None if cached is None else sum(cached), cached)
 
+    def release_prefixes(self, seqs: list[list[int]]) -> int | None:
+        """Make the cached blocks of these token sequences (sessions that ended) the first that
+        vLLM reuses, and drop them from its prefix cache; returns how many blocks moved.
+
+        vLLM's automatic prefix cache keeps a finished request's blocks as free blocks in LRU
+        order (freed last, reused last), so a session that ended a moment ago outlives an active
+        session that sent its last round a second ago. A session-aware verifier frees the ended
+        session instead. vLLM has no public call for this: it needs the engine core in this
+        process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), whose block pool it edits between
+        engine steps. Returns None where the engine core runs in another process. Call it only
+        while no step runs (the server calls it from its batch thread, before a batch).
+        """
+        core = getattr(getattr(self.llm.llm_engine, "engine_core", None), "engine_core", None)
+        if core is None or not seqs:
+            return None if core is None else 0
+        from vllm.v1.request import Request
+
+        mgr = core.scheduler.kv_cache_manager
+        pool = mgr.block_pool
+        moved = 0
+        for i, tokens in enumerate(seqs):
+            # one token more, so that the lookup (which leaves the last token to compute) sees
+            # every full block of the sequence
+            req = Request(
+                f"wispsim-release-{i}",
+                [*tokens, 0],
+                self.params,
+                None,
+                block_hasher=core.request_block_hasher,
+            )
+            blocks = mgr.get_computed_blocks(req)[0]
+            free = [b for group in blocks.blocks for b in group if b.ref_cnt == 0 and not b.is_null]
+            for b in free:
+                pool._maybe_evict_cached_block(b)
+                pool.free_block_queue.remove(b)
+            pool.free_block_queue.prepend_n(free)
+            moved += len(free)
+        return moved
+
     def _cache_config(self) -> Any:
         engine = self.llm.llm_engine
         config = getattr(engine, "cache_config", None)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import time
 from contextlib import asynccontextmanager
@@ -33,6 +34,7 @@ from pydantic import BaseModel, Field
 
 from wispsim.config import Scenario
 from wispsim.errors import WispsimError
+from wispsim.model.admission import make_admission
 from wispsim.model.memory import KVMemory, block_size, kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.model.schedulers import SCHEDULERS, GpuState
@@ -91,6 +93,10 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
     from wispsim.measure.profile.archs import load_arch
 
     srv = sc.server
+    if srv.mode == "speculative" and srv.kv_policy == "admission" and srv.prefix_cache:
+        # the server frees ended sessions' blocks in vLLM's block pool (release_prefixes), which
+        # needs the engine core in this process
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     profile = load_profile(srv.profile)
     bs = block_size(srv.block_size, profile)
     max_len = longest_sequence(sc)
@@ -129,6 +135,8 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
         "prefix_caching": spec.prefix_caching,
         "model": source.describe(),
         "dtype": source.dtype,
+        "kv_policy": srv.kv_policy if srv.mode == "speculative" else "engine",
+        "engine_in_process": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0",
     }
     return eng, facts
 
@@ -146,6 +154,10 @@ class VLLMBackend:
 
         outs = self.engine.generate(seqs)
         return [int(o.outputs[0].token_ids[0]) for o in outs], cached_tokens(outs)
+
+    def release_prefixes(self, seqs: list[list[int]]) -> int | None:
+        """Ended sessions' blocks are vLLM's first to reuse (None: it cannot, engine elsewhere)."""
+        return self.engine.release_prefixes(seqs)
 
     def reset_cache(self) -> bool:
         """Empty vLLM's prefix cache; False if it refused (requests still hold blocks)."""
@@ -180,7 +192,11 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
         )
         memory = KVMemory(blocks, bs, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
         scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
-        return VerifyServer(gpu, scheduler, memory, backend.run_batch, vocab, max_len)
+        admission = make_admission(sc, blocks, bs)
+        release = getattr(backend, "release_prefixes", None) if admission is not None else None
+        return VerifyServer(
+            gpu, scheduler, memory, backend.run_batch, vocab, max_len, admission=admission, release=release
+        )
 
     def make_central() -> CentralServer:
         return backend.central(vocab, max_len)

@@ -31,6 +31,7 @@ from itertools import count
 from typing import Any
 
 from wispsim.errors import WispsimError
+from wispsim.model.admission import Admission
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import GpuState, Scheduler
 from wispsim.sim.verifier import refresh
@@ -63,6 +64,7 @@ class Round:
     l_cached: int = 0
     cold: bool = True
     batch: int = -1
+    admitted: float = 0.0  # when admission control let it queue (its arrival under LRU)
 
 
 @dataclass(slots=True)
@@ -86,6 +88,13 @@ class VerifyServer:
     ``run_batch(seqs) -> (bonus tokens, cached tokens per request or None)`` runs one batch on
     the engine (blocking; it is called in a worker thread). ``clock`` is the server's clock
     (``time.monotonic``), the one every logged time is on.
+
+    ``admission`` (``server.kv_policy: admission``) gates each session's first round on the KV
+    reservations of the sessions already admitted (:mod:`wispsim.model.admission`, the
+    simulator's own), sized to the engine's real cache; a session waits until one ends.
+    ``release(seqs)`` tells the engine which sessions ended, so that it reuses their blocks first
+    and never has to evict an admitted session's prefix (vLLM's own LRU would evict whichever
+    prefix was freed first); it runs in the batch thread, just before the next batch.
     """
 
     def __init__(
@@ -97,7 +106,11 @@ class VerifyServer:
         vocab: int,
         max_len: int,
         clock: Callable[[], float] = time.monotonic,
+        admission: Admission[Round] | None = None,
+        release: Callable[[list[list[int]]], int | None] | None = None,
     ) -> None:
+        self.admission = admission
+        self.release = release
         self.gpu = gpu
         self.scheduler = scheduler
         self.memory = memory
@@ -119,6 +132,9 @@ class VerifyServer:
         self._batch_ids = count()
         self.memory.cache.clear()
         self.memory.used = 0
+        self._ended: list[list[int]] = []  # token sequences of ended sessions, for release()
+        if self.admission is not None:
+            self.admission.clear()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -151,6 +167,14 @@ class VerifyServer:
         if s is None:
             raise ServeError(404, f"session {sid}: no such session (closed, or never opened)")
         self.memory.drop(sid)
+        if self.admission is not None:
+            if self.release is not None and self.admission.admitted(sid):
+                self._ended.append(s.tokens)
+            now = self.clock()
+            for r in self.admission.release(sid):
+                r.admitted = now
+                self.queue.append(r)
+            self._wake.set()
 
     async def verify(
         self, sid: int, draft: list[int], accepted: int, commit: int, budget_s: float, n_hat: float
@@ -187,14 +211,23 @@ class VerifyServer:
             fut,
         )
         s.busy = True
-        self.queue.append(r)
-        self._wake.set()
+        r.admitted = now
+        adm = self.admission
+        if adm is None or adm.offer(sid, len(s.tokens), now, now + budget_s, r):
+            self.queue.append(r)
+            self._wake.set()
         try:
             return await fut
         finally:
             s.busy = False
 
     # -- the dispatch loop ---------------------------------------------------------------------
+
+    def _run(self, seqs: list[list[int]], ended: list[list[int]]) -> tuple[list[int], tuple[int, ...] | None]:
+        """In the batch thread: free the ended sessions' blocks first, then run the batch."""
+        if ended and self.release is not None:
+            self.release(ended)
+        return self.run_batch(seqs)
 
     async def _loop(self) -> None:
         while True:
@@ -226,8 +259,9 @@ class VerifyServer:
         t_hat = self.gpu.estimator.batch(n_lin, n_int, n_cac, len(batch))
         blocks_used = memory.used
         seqs = [self.sessions[r.session].tokens + r.draft for r in batch]
+        ended, self._ended = self._ended, []
         t0 = self.clock()
-        bonus, cached = await asyncio.to_thread(self.run_batch, seqs)
+        bonus, cached = await asyncio.to_thread(self._run, seqs, ended)
         t1 = self.clock()
         real = [(len(q) - c, c) for q, c in zip(seqs, cached, strict=True)] if cached else plan
         for r, (l_new, l_cached), b in zip(batch, real, bonus, strict=True):
@@ -236,6 +270,8 @@ class VerifyServer:
                 s.tokens.extend(([*r.draft[: r.accepted], b])[: r.commit])
                 s.rounds += 1
                 evicted += memory.finish_round(r.session, len(s.tokens))
+                if self.admission is not None:
+                    self.admission.grow(r.session, len(s.tokens))
             self.log.members.append(
                 {
                     "batch": bid,
@@ -247,6 +283,7 @@ class VerifyServer:
                     "l_cached": l_cached,
                     "l_new_plan": r.l_new,
                     "l_cached_plan": r.l_cached,
+                    "admission_wait_s": r.admitted - r.arrival,
                 }
             )
             if not r.done.done():

@@ -23,6 +23,7 @@ import simpy
 from wispsim.config import Scenario
 from wispsim.config.limits import MAX_DEVICES
 from wispsim.errors import ConfigError
+from wispsim.model.admission import make_admission
 from wispsim.model.fleet import device_specs, fleet_size
 from wispsim.model.latency import make_latency
 from wispsim.model.memory import KVMemory, block_size, check_memory, kv_capacity
@@ -124,7 +125,16 @@ def simulate(
             latency = make_latency(prof, srv, _server_rng(seed, r))
             verifiers.append(
                 Verifier(
-                    env, r, gpu, scheduler, memory, latency, ctx.batches, ctx.batch_ids, track_work=routed
+                    env,
+                    r,
+                    gpu,
+                    scheduler,
+                    memory,
+                    latency,
+                    ctx.batches,
+                    ctx.batch_ids,
+                    track_work=routed,
+                    admission=make_admission(scenario, blocks, bs),
                 )
             )
         ctx.server = ROUTERS.get(srv.router, field="server.router")(verifiers) if routed else verifiers[0]

@@ -13,6 +13,7 @@ from typing import Any
 
 import simpy
 
+from wispsim.model.admission import Admission
 from wispsim.model.latency import LatencyModel
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers.base import GpuState, Scheduler
@@ -106,8 +107,10 @@ class Verifier:
         batches: list[Any],
         batch_ids: Any,
         track_work: bool = False,
+        admission: Admission[Request] | None = None,
     ) -> None:
         self.env = env
+        self.admission = admission  # KV admission control (server.kv_policy: admission), or LRU
         self.track_work = track_work  # only routers read the outstanding work
         self.replica = replica
         self.gpu = gpu
@@ -133,10 +136,21 @@ class Verifier:
         return max(self.busy_until - now, 0.0) + self.queued_work
 
     def drop(self, session: int) -> None:
-        """A response finished: free its prefix."""
+        """A response finished: free its prefix (and, under admission control, its reservation:
+        the waiting responses that now fit are admitted, their first rounds queued)."""
         self.memory.drop(session)
+        if self.admission is not None:
+            for req in self.admission.release(session):
+                self._enqueue(req)
 
     def submit(self, req: Request) -> simpy.Event:
+        adm = self.admission
+        if adm is not None and not adm.offer(req.session, req.prefix, req.arrival, req.deadline, req):
+            return req.done  # waits for room; its deadline runs meanwhile
+        self._enqueue(req)
+        return req.done
+
+    def _enqueue(self, req: Request) -> None:
         if self.track_work:
             req.work = self.cost(req)
             self.queued_work += req.work
@@ -144,11 +158,11 @@ class Verifier:
         if self._wake is not None:
             self._wake.succeed()
             self._wake = None
-        return req.done
 
     def loop(self) -> Generator[Any, Any, None]:
         env = self.env
         memory = self.memory
+        adm = self.admission
         while True:
             if not self.queue:
                 self._wake = env.event()
@@ -176,6 +190,8 @@ class Verifier:
                 r.dispatch = now
                 r.verify_time = latency
                 evicted += memory.finish_round(r.session, r.prefix_after)
+                if adm is not None:
+                    adm.grow(r.session, r.prefix_after)
                 r.done.succeed()
             self.batches.append(
                 BatchRecord(

@@ -1,0 +1,170 @@
+"""KV admission control: a session-aware verifier's gate on new responses (``server.kv_policy``).
+
+With ``lru`` (vLLM's automatic prefix cache) every response starts at once and idle prefixes are
+evicted least recently used first when memory runs short, so past the memory cliff rounds turn
+cold. With ``admission`` the verifier does what centralized serving does: a response's first round
+is admitted only when its reservation fits beside those of the responses already admitted, and
+waits otherwise; an admitted response's prefix stays cached until the response ends.
+
+A response's reservation is the KV blocks of ``max(prompt + growth, current length) + k_max + 1``
+tokens: its prompt, the output it is expected to grow by (``server.kv_growth``: the workload's
+``mean`` output, or its ``max`` for a hard guarantee), and one round's draft and bonus token. The
+reservations of all admitted responses fit in ``(1 - server.kv_headroom)`` of the cache. A
+response that outgrows its reservation (longer than the expected output) grows it; with ``mean``
+growth the cache can then overflow, and the memory model evicts an admitted prefix as a last
+resort (counted as an eviction in the batch records), never silently.
+
+Waiting responses are admitted in ``server.kv_admission_order``: ``fcfs`` (arrival order, the head
+blocks the rest, so nobody starves) or ``deadline`` (earliest first-round deadline first, so a
+tighter class goes ahead; still head-of-line, so a large prompt is not starved by small ones).
+The time a response waits counts against its SLO like any other: its first round's deadline is
+set when it arrives, not when it is admitted.
+
+This is a pure object (no clock, no SimPy): the simulated verifier and the real server
+(:mod:`wispsim.serve.verify`) both drive it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from wispsim.config import Scenario
+
+T = TypeVar("T")
+
+KV_POLICIES = ("lru", "admission")
+ADMISSION_ORDERS = ("fcfs", "deadline")
+
+
+@dataclass(slots=True)
+class _Waiting(Generic[T]):
+    session: int
+    prompt: int
+    arrival: float
+    deadline: float
+    seq: int
+    item: T
+
+
+@dataclass(slots=True)
+class Admission(Generic[T]):
+    """Which responses hold a KV reservation, and which wait for one.
+
+    ``offer`` is called with a response's first round (any later round of an admitted response
+    passes straight through); ``grow`` after each round with the response's committed length;
+    ``release`` when the response ends, returning the waiting rounds admitted in its place.
+    """
+
+    total_blocks: int
+    block_size: int
+    growth_tokens: int
+    round_tokens: int  # k_max + 1: one round's draft and bonus token
+    headroom: float = 0.0
+    order: str = "fcfs"
+    reserved: dict[int, int] = field(default_factory=dict)  # session -> blocks reserved
+    prompts: dict[int, int] = field(default_factory=dict)  # session -> its prompt's tokens
+    waiting: list[_Waiting[T]] = field(default_factory=list)
+    used: int = 0
+    admitted_total: int = 0
+    waited_total: int = 0
+    _seq: int = 0
+
+    @property
+    def limit(self) -> int:
+        """Blocks the reservations may take: the cache less its headroom."""
+        return max(int(self.total_blocks * (1.0 - self.headroom)), 1)
+
+    def blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def reservation(self, prompt: int, length: int | None = None) -> int:
+        """Blocks reserved for a response of ``prompt`` tokens now ``length`` tokens long."""
+        tokens = max(prompt + self.growth_tokens, length or 0)
+        return self.blocks(tokens + self.round_tokens)
+
+    def admitted(self, session: int) -> bool:
+        return session in self.reserved
+
+    def _fits(self, blocks: int) -> bool:
+        # an empty server admits anything (the scenario checks guarantee one response fits)
+        return not self.reserved or self.used + blocks <= self.limit
+
+    def _admit(self, session: int, prompt: int, blocks: int) -> None:
+        self.reserved[session] = blocks
+        self.prompts[session] = prompt
+        self.used += blocks
+        self.admitted_total += 1
+
+    def offer(self, session: int, prompt: int, arrival: float, deadline: float, item: T) -> bool:
+        """A response's first round arrives: True if it may be queued now, else it waits."""
+        if session in self.reserved:
+            return True
+        need = self.reservation(prompt)
+        if not self.waiting and self._fits(need):
+            self._admit(session, prompt, need)
+            return True
+        self.waiting.append(_Waiting(session, prompt, arrival, deadline, self._seq, item))
+        self._seq += 1
+        self.waited_total += 1
+        if self.order == "deadline":
+            self.waiting.sort(key=lambda w: (w.deadline, w.seq))
+        return False
+
+    def grow(self, session: int, length: int) -> None:
+        """After a round: the response is ``length`` tokens; its reservation covers at least that."""
+        held = self.reserved.get(session)
+        if held is None:
+            return
+        need = self.reservation(self.prompts[session], length)
+        if need > held:
+            self.reserved[session] = need
+            self.used += need - held
+
+    def release(self, session: int) -> list[T]:
+        """A response ended (or was abandoned): free its reservation and admit who now fits,
+        in order, stopping at the first that does not. Returns the admitted waiting items."""
+        held = self.reserved.pop(session, None)
+        self.prompts.pop(session, None)
+        if held is not None:
+            self.used -= held
+        else:  # a response that ends while still waiting leaves the line
+            self.waiting = [w for w in self.waiting if w.session != session]
+        return self.admit_waiting()
+
+    def admit_waiting(self) -> list[T]:
+        out: list[T] = []
+        while self.waiting:
+            w = self.waiting[0]
+            need = self.reservation(w.prompt)
+            if not self._fits(need):
+                break
+            self.waiting.pop(0)
+            self._admit(w.session, w.prompt, need)
+            out.append(w.item)
+        return out
+
+    def clear(self) -> None:
+        self.reserved.clear()
+        self.prompts.clear()
+        self.waiting.clear()
+        self.used = 0
+
+
+def make_admission(scenario: Scenario, total_blocks: int, block_size: int) -> Admission[Any] | None:
+    """The scenario's admission control for one replica of ``total_blocks`` blocks, or None
+    under ``server.kv_policy: lru``."""
+    srv = scenario.server
+    if srv.kv_policy != "admission":
+        return None
+    out = scenario.workload.output_tokens
+    growth = out.nominal() if srv.kv_growth == "mean" else out.support()[1]
+    return Admission(
+        total_blocks,
+        block_size,
+        int(math.ceil(growth)),
+        scenario.drafting.largest + 1,
+        srv.kv_headroom,
+        srv.kv_admission_order,
+    )
