@@ -85,3 +85,36 @@ def test_predictor_plan_invariants(top1: list[float], k_min: int, extra: int, da
 def test_unknown_controller_lists_known() -> None:
     with pytest.raises(ConfigError, match=r"fixed.*predictor"):
         make_controller(DraftingConfig(controller="greedy"))
+
+
+def test_predictor_threshold_null_is_the_files_own_and_a_number_overrides_it(det_scenario) -> None:
+    """drafting.predictor.threshold: null keeps the npz file's low-FPR point; a number moves the
+    operating point (lower: predicts accept more often, so drafts run longer)."""
+    import numpy as np
+
+    from wispsim.config.schema import PredictorConfig
+    from wispsim.model.predictor import make_predictor
+
+    shipped = make_predictor(PredictorConfig(name="npz", path="nl-t0-mlp.npz"))
+    assert shipped.threshold == pytest.approx(0.834, abs=1e-3)
+    low = make_predictor(PredictorConfig(name="npz", path="nl-t0-mlp.npz", threshold=0.3))
+    assert low.threshold == 0.3
+    rng = np.random.default_rng(0)
+    x = np.column_stack(
+        [rng.uniform(0, 1, 500), rng.uniform(0, 3, 500), rng.uniform(0, 1, 500), rng.uniform(0, 5, 500)]
+    )
+    a_low, a_shipped = low.predict_accept(x), shipped.predict_accept(x)
+    assert (a_low >= a_shipped).all() and a_low.sum() > a_shipped.sum()
+    assert make_predictor(PredictorConfig()).threshold == 0.5  # confidence: 0.5 unless set
+
+    from wispsim.sim.engine import simulate
+    from wispsim.sim.inputs import load_scenario
+
+    def mean_k(threshold: float | None) -> float:
+        over = {
+            "drafting": {"predictor": {"threshold": threshold}},
+            "workload": {"warmup_s": 1, "duration_s": 4},
+        }
+        return float(simulate(load_scenario(overrides=over).with_devices(8, (4.0,)), seed=0).rounds.k.mean())
+
+    assert mean_k(0.3) > mean_k(None) > mean_k(0.95)

@@ -4,12 +4,11 @@ prefix cache. The same paths on the real engine are tested in tests/test_validat
 
 from __future__ import annotations
 
-from typing import Any
-
 import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest

@@ -113,6 +113,6 @@ def test_release_prefixes_frees_an_ended_sessions_blocks_first(engine: VLLMEngin
     head = pool.free_block_queue.popleft_n(2)
     assert all(b.block_hash is None for b in head)  # the next two blocks vLLM hands out
     pool.free_block_queue.prepend_n(head)
-    again = engine.generate([ended + [1], active + [1]])
+    again = engine.generate([[*ended, 1], [*active, 1]])
     assert [o.num_cached_tokens for o in again] == [0, 256]
     assert engine.release_prefixes([]) == 0

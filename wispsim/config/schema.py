@@ -100,11 +100,17 @@ class PredictorConfig:
     """The rejection predictor a ``predictor`` drafting controller asks after each draft token."""
 
     name: str = "confidence"
-    threshold: float = 0.5
+    # decision threshold: predict "accept" when the score >= threshold. null: the predictor's own
+    # (0.5 for ``confidence``; the low-false-positive point an ``npz`` file was exported with)
+    threshold: float | None = None
     path: str | None = None
 
     def __post_init__(self) -> None:
-        require(0 <= self.threshold <= 1, "threshold", f"must be in [0, 1], got {self.threshold}")
+        require(
+            self.threshold is None or 0 <= self.threshold <= 1,
+            "threshold",
+            f"must be in [0, 1] or null (the predictor's own), got {self.threshold}",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,9 +267,7 @@ class ServerConfig:
             "kv_capacity_tokens",
             f"must be >= 1 token or null (derived from the profile), got {self.kv_capacity_tokens}",
         )
-        require(
-            0 <= self.kv_headroom < 1, "kv_headroom", f"must be in [0, 1), got {self.kv_headroom}"
-        )
+        require(0 <= self.kv_headroom < 1, "kv_headroom", f"must be in [0, 1), got {self.kv_headroom}")
         require(self.max_batch_requests >= 1, "max_batch_requests", "must be >= 1")
         require(self.max_batch_tokens >= 1, "max_batch_tokens", "must be >= 1")
         require(
@@ -346,7 +350,13 @@ POLICIES: dict[str, dict[str, Any]] = {
         "cache": True,
         "kv": "admission",
     },
-    "wisp-lru": {"controller": "predictor", "mode": "speculative", "scheduler": "wisp", "cache": True, "kv": "lru"},
+    "wisp-lru": {
+        "controller": "predictor",
+        "mode": "speculative",
+        "scheduler": "wisp",
+        "cache": True,
+        "kv": "lru",
+    },
     "sled": {"controller": "fixed", "mode": "speculative", "scheduler": "fcfs", "cache": False, "kv": "lru"},
     "centralized": {
         "controller": "none",

@@ -163,7 +163,7 @@ def make_admission(scenario: Scenario, total_blocks: int, block_size: int) -> Ad
     return Admission(
         total_blocks,
         block_size,
-        int(math.ceil(growth)),
+        math.ceil(min(growth, 1e9)),  # check_memory already requires a finite maximum
         scenario.drafting.largest + 1,
         srv.kv_headroom,
         srv.kv_admission_order,

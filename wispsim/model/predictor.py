@@ -65,7 +65,7 @@ class ConfidencePredictor:
     """Predict "accept" when the draft's top-1 probability is at least ``threshold``."""
 
     def __init__(self, cfg: PredictorConfig) -> None:
-        self.threshold = cfg.threshold
+        self.threshold = 0.5 if cfg.threshold is None else cfg.threshold
 
     def predict_accept(self, features: np.ndarray) -> np.ndarray:
         return np.asarray(features[:, 0] >= self.threshold)
@@ -405,7 +405,8 @@ class NpzPredictor:
     """A trained predictor exported as arrays (``drafting.predictor: {name: npz, path: ...}``).
 
     The decision threshold is the one stored in the file (chosen for a low false-positive rate at
-    training time); ``drafting.predictor.threshold`` is not used.
+    training time) unless ``drafting.predictor.threshold`` sets another: a planner's knob for the
+    operating point (a lower threshold drafts longer, so fewer server rounds per token).
     """
 
     def __init__(self, cfg: PredictorConfig) -> None:
@@ -419,9 +420,10 @@ class NpzPredictor:
                 f"{self.model.path} was trained on features {', '.join(self.model.features)}; the "
                 f"simulator supplies only {', '.join(FEATURES)} (train without --window-position)",
             )
+        self.threshold = self.model.threshold if cfg.threshold is None else cfg.threshold
 
     def predict_accept(self, features: np.ndarray) -> np.ndarray:
-        return self.model.predict_accept(features)
+        return np.asarray(self.model.proba(features) >= self.threshold)
 
 
 def make_predictor(cfg: PredictorConfig) -> Predictor:

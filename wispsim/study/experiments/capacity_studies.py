@@ -279,3 +279,84 @@ def study_acceptance(ctx: Context) -> Section:
     sec.body += ["", f"![trace vs Bernoulli]({ctx.rel(bars)})"]
     sec.facts["mean_rate"] = mean
     return sec
+
+
+def _threshold_label(t: float | None, shipped: float) -> str:
+    return f"shipped {shipped:.3f}" if t is None else f"t={t:g}"
+
+
+@STUDIES.register("threshold")
+def study_threshold(ctx: Context) -> Section:
+    """Capacity against the rejection predictor's decision threshold (and K_max), per class.
+
+    Each threshold is one arm of a capacity sweep (``drafting.predictor.threshold``; ``null`` is
+    the threshold the predictor file ships with, its low-false-positive point), beside
+    ``wisp-fixed`` (fixed K drafting, the same scheduler and KV policy) as the no-predictor
+    reference. Besides capacity, the light-load drafting of each arm: mean K, accepted / drafted
+    and committed tokens per server round, the quantities the operating point trades.
+    """
+    spec = ctx.spec
+    classes = [float(c) for c in spec.get("classes", [2, 4, 6, 8])]
+    thresholds = [None if t is None else float(t) for t in spec.get("thresholds", [None, 0.5])]
+    k_maxes = [int(k) for k in spec.get("k_max", [8])]
+    light = int(spec.get("light_load_devices", 32))
+    policy = str(spec.get("policy", "wisp"))
+    wisp = ctx.scenario().with_policy(policy)
+    from wispsim.model.predictor import make_predictor
+
+    shipped = float(getattr(make_predictor(wisp.drafting.predictor), "threshold", math.nan))
+    base: dict[str, Scenario] = {}
+    meta: list[dict[str, Any]] = []
+    for k_max in k_maxes:
+        for t in thresholds:
+            pred = dataclasses.replace(wisp.drafting.predictor, threshold=t)
+            drafting = dataclasses.replace(wisp.drafting, predictor=pred, k_max=k_max)
+            label = _threshold_label(t, shipped) + ("" if len(k_maxes) == 1 else f", K_max={k_max}")
+            base[label] = wisp.replace(drafting=drafting)
+            meta.append({"arm": label, "threshold": shipped if t is None else t, "k_max": k_max})
+    for ref in spec.get("references", ["wisp-fixed"]):
+        base[ref] = ctx.scenario().with_policy(ref)
+        meta.append({"arm": ref, "threshold": math.nan, "k_max": base[ref].drafting.k})
+    res = _sweep(ctx, ctx.out, base, classes, "separate")
+    cap = res.capacity
+    arms = pd.DataFrame(meta)
+    cv = res.curve[res.curve.devices <= light]
+    drafting_rows = [
+        {
+            "arm": arm,
+            "mean_k": float(d.mean_k.mean()),
+            "accepted/drafted": float(d.acceptance_ratio.mean()),
+            "committed/round": float((d.acceptance_ratio * d.mean_k).mean() + 1.0),
+        }
+        for arm, d in cv.groupby("policy", sort=False)
+    ]
+    arms = arms.merge(pd.DataFrame(drafting_rows), on="arm", how="left")
+    cap.to_csv(ctx.out / "threshold_capacity.csv", index=False)
+    arms.to_csv(ctx.out / "arms.csv", index=False)
+    order = list(base)
+    wide = (
+        cap.assign(cell=[_cap_cell(r) for r in cap.itertuples()])
+        .pivot(index="policy", columns="class", values="cell")
+        .reindex(order)
+        .reset_index()
+        .rename(columns={"policy": "arm"})
+    )
+    wide.columns = [c if c == "arm" else f"class {c}" for c in wide.columns]
+    table = arms.merge(wide, on="arm")
+    best = _measured(cap).pivot(index="policy", columns="class", values="capacity")
+    tops = ", ".join(
+        f"{c}: {best[c].idxmax()} ({int(best[c].max())})" for c in best.columns if best[c].notna().any()
+    )
+    sec = Section(spec.get("title", "The predictor's operating point for capacity"))
+    sec.body += [
+        f"Capacity in devices [95% interval] per arm and class, {len(seeds(spec))} seed(s); light-load "
+        f"drafting (N <= {light}): mean K, accepted/drafted, committed tokens per round:",
+        "",
+        *md_table(table, "{:.3f}"),
+        "",
+        f"Capacity-optimal arm per class: {tops}.",
+    ]
+    fig = violation_curves(ctx.out, ctx.out / "threshold_curves.png")
+    sec.body += ["", f"![violation vs N per threshold]({ctx.rel(fig)})"]
+    sec.facts["shipped_threshold"] = shipped
+    return sec

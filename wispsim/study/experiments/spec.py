@@ -125,6 +125,21 @@ def _check_spec(spec: dict[str, Any]) -> None:
         for pol in pols:
             if pol not in POLICIES:
                 raise ConfigError(src, "policies", f"unknown policy {pol!r}; allowed: {', '.join(POLICIES)}")
+    if "thresholds" in spec:
+        ts = spec["thresholds"]
+        if not isinstance(ts, list) or not ts:
+            raise ConfigError(src, "thresholds", "must be a non-empty list of numbers in [0, 1] or null")
+        for t in ts:
+            if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t <= 1):
+                raise ConfigError(
+                    src, "thresholds", f"must be numbers in [0, 1] or null (the shipped), got {t!r}"
+                )
+    number_list("k_max", integer=True)
+    for key in ("references", "policy"):
+        refs = spec.get(key)
+        for pol in [refs] if isinstance(refs, str) else refs or []:
+            if pol not in POLICIES:
+                raise ConfigError(src, key, f"unknown policy {pol!r}; allowed: {', '.join(POLICIES)}")
     if "targets" in spec:
         if not isinstance(spec["targets"], list) or not spec["targets"]:
             raise ConfigError(src, "targets", "must be a non-empty list of profile names")
