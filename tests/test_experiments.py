@@ -24,12 +24,11 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / "experiments", work / "experiments", ignore=skip)
     # the validation study reads the stored real-vs-simulated tables (its real side needs vLLM
     # servers and half an hour; experiments/validation.yaml lists the commands)
-    for variant in ("shipped", "deployed"):
-        shutil.copytree(
-            ROOT / "experiments" / "data" / "validation" / variant,
-            work / "experiments" / "data" / "validation" / variant,
-            ignore=shutil.ignore_patterns("points", "scenarios", "logs"),
-        )
+    shutil.copytree(
+        ROOT / "experiments" / "data" / "validation",
+        work / "experiments" / "data" / "validation",
+        ignore=shutil.ignore_patterns("real", "points", "scenarios", "logs"),
+    )
     mp = pytest.MonkeyPatch()
     mp.chdir(work)
     try:
@@ -42,7 +41,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_every_study_writes_its_section_and_figures(quick_run: Path) -> None:
     names = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
-    assert len(names) == 8
+    assert len(names) == 10
     for name in names:
         sec = (quick_run / name / "section.md").read_text()
         assert (
@@ -99,6 +98,10 @@ def test_a_rerun_loads_points_and_reports_who_computed_them(quick_run: Path) -> 
         ("targets", ["no-such-profile"], "targets: no profile 'no-such-profile'"),
         ("devices", [10, -1], "devices: must be a list of positive integers"),
         ("quick", [1], "quick: must be a mapping"),
+        ("thresholds", [0.5, 2], r"thresholds: must be numbers in \[0, 1\] or null"),
+        ("thresholds", "x", "thresholds: must be a non-empty list"),
+        ("k_max", [0], "k_max: must be a list of positive integers"),
+        ("references", ["nope"], "references: unknown policy 'nope'"),
     ],
 )
 def test_bad_experiment_specs_are_one_line_errors(field: str, value: object, message: str) -> None:

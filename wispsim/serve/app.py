@@ -251,7 +251,7 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
         if centralized:  # responses of devices that are gone are aborted
             await asyncio.to_thread(server.reset)
         else:
-            if server.queue or any(s.busy for s in server.sessions.values()):
+            if not server.idle():
                 raise ServeError(
                     409, "reset: rounds are still being verified; reset once the devices are done"
                 )

@@ -133,8 +133,18 @@ class VerifyServer:
         self.memory.cache.clear()
         self.memory.used = 0
         self._ended: list[list[int]] = []  # token sequences of ended sessions, for release()
+        self.running = False  # a batch is on the engine
         if self.admission is not None:
+            # rounds still waiting for admission (devices that are gone) are answered, not kept
+            for w in self.admission.waiting:
+                if not w.item.done.done():
+                    w.item.done.set_exception(ServeError(409, "reset: the server was reset while this round waited"))
             self.admission.clear()
+
+    def idle(self) -> bool:
+        """No round queued or on the engine (rounds waiting for admission do not count: a reset
+        answers them)."""
+        return not self.queue and not self.running
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -261,7 +271,11 @@ class VerifyServer:
         seqs = [self.sessions[r.session].tokens + r.draft for r in batch]
         ended, self._ended = self._ended, []
         t0 = self.clock()
-        bonus, cached = await asyncio.to_thread(self._run, seqs, ended)
+        self.running = True
+        try:
+            bonus, cached = await asyncio.to_thread(self._run, seqs, ended)
+        finally:
+            self.running = False
         t1 = self.clock()
         real = [(len(q) - c, c) for q, c in zip(seqs, cached, strict=True)] if cached else plan
         for r, (l_new, l_cached), b in zip(batch, real, bonus, strict=True):
