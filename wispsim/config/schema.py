@@ -220,7 +220,7 @@ class ServerConfig:
     # reservation fits and keeps admitted prefixes cached until they end
     kv_policy: Literal["lru", "admission"] = "lru"
     kv_headroom: float = 0.0  # fraction of the KV cache admission control keeps unreserved
-    kv_growth: Literal["mean", "max"] = "mean"  # output tokens reserved per admitted response
+    kv_growth: Literal["mean", "max", "none"] = "mean"  # output tokens reserved per admitted response
     kv_admission_order: Literal["fcfs", "deadline"] = "fcfs"
     latency_model: str = "linear"
     estimator_form: str = "additive"

@@ -159,7 +159,7 @@ def make_admission(scenario: Scenario, total_blocks: int, block_size: int) -> Ad
     if srv.kv_policy != "admission":
         return None
     out = scenario.workload.output_tokens
-    growth = out.nominal() if srv.kv_growth == "mean" else out.support()[1]
+    growth = {"mean": out.nominal(), "max": out.support()[1], "none": 0.0}[srv.kv_growth]
     return Admission(
         total_blocks,
         block_size,
