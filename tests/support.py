@@ -74,7 +74,7 @@ def deterministic_overrides(profile: str, **sections: dict[str, Any]) -> dict[st
 
     Defaults: fixed k=2 drafting at 50 tokens/s (tau_d = 20 ms), every drafted token accepted,
     one ``lan`` link of 5 ms and 8 Mbit/s (= 1e6 bytes/s) each way, prompt 16, output 7,
-    FCFS with prefix caching, all devices start at t=0.
+    FCFS with prefix caching and LRU eviction (no KV admission control), all devices start at t=0.
     """
     base: dict[str, Any] = {
         "policy": "custom",
@@ -97,6 +97,7 @@ def deterministic_overrides(profile: str, **sections: dict[str, Any]) -> dict[st
             "mode": "speculative",
             "scheduler": "fcfs",
             "prefix_cache": True,
+            "kv_policy": "lru",
             "noise": False,
             "gpu_memory_utilization": 1.0,
             "activation_reserve_gib": 0.0,
@@ -111,7 +112,7 @@ def deterministic_overrides(profile: str, **sections: dict[str, Any]) -> dict[st
     }
     if sections.get("policy", "custom") != "custom":  # a preset sets these four itself
         del base["drafting"]["controller"]
-        for name in ("mode", "scheduler", "prefix_cache"):
+        for name in ("mode", "scheduler", "prefix_cache", "kv_policy"):
             base["server"].pop(name, None)
     return _merge(base, sections)
 

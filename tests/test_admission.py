@@ -156,3 +156,11 @@ def test_bad_admission_settings_name_the_field(field: str, value: object, allowe
         load_scenario(overrides={"server": {field: value}})
     msg = str(e.value)
     assert f"server.{field}" in msg and allowed in msg and "\n" not in msg
+
+
+def test_a_kv_policy_that_conflicts_with_the_preset_is_an_error_not_dropped() -> None:
+    with pytest.raises(ConfigError, match="server.kv_policy: lru conflicts with policy wisp") as e:
+        load_scenario(overrides={"server": {"kv_policy": "lru"}})
+    assert "\n" not in str(e.value)
+    custom = load_scenario(overrides={"policy": "custom", "server": {"kv_policy": "lru"}})
+    assert custom.server.kv_policy == "lru" and custom.server.scheduler == "wisp"

@@ -109,7 +109,7 @@ def test_compare_writes_speedups(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "yaml_text", "expected"),
     [
-        (["run", "--policy", "nope"], None, "unknown policy 'nope'; allowed: wisp, sled"),
+        (["run", "--policy", "nope"], None, "unknown policy 'nope'; allowed: wisp, wisp-lru, sled"),
         (["run", "--devices", "0"], None, "--devices: must be >= 1"),
         (["sweep", "--classes", "2,x"], None, "--classes: expected comma-separated"),
         (["sweep", "--devices", "10:5"], None, "--devices: expected LO:HI:STEP"),

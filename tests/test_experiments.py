@@ -60,7 +60,7 @@ def test_quick_capacity_and_mix_tables_have_numbers(quick_run: Path) -> None:
     cap = pd.read_csv(quick_run / "capacity" / "a100-qwen3-32b" / "capacity.csv")
     assert set(cap.policy) == {"wisp", "sled"} and (cap.capacity > 0).all()
     mix = pd.read_csv(quick_run / "mix" / "curve_pooled.csv")
-    assert set(mix.policy) == {"wisp", "fcfs"}
+    assert set(mix.policy) == {"wisp", "fcfs", "wisp-lru"}
     acc = pd.read_csv(quick_run / "acceptance" / "capacity.csv")
     assert set(acc.acceptance) == {"trace", "bernoulli"}
 

@@ -171,6 +171,7 @@ def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
     from wispsim.sim.inputs import load_scenario
 
     over = {
+        "policy": "wisp-lru",
         "server": {"gpu_memory_utilization": 0.85, "eviction": "block"},
         "workload": {"warmup_s": 2, "duration_s": 6},
         "acceptance": {"model": "latent"},

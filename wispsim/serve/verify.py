@@ -138,7 +138,9 @@ class VerifyServer:
             # rounds still waiting for admission (devices that are gone) are answered, not kept
             for w in self.admission.waiting:
                 if not w.item.done.done():
-                    w.item.done.set_exception(ServeError(409, "reset: the server was reset while this round waited"))
+                    w.item.done.set_exception(
+                        ServeError(409, "reset: the server was reset while this round waited")
+                    )
             self.admission.clear()
 
     def idle(self) -> bool:

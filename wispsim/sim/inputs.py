@@ -36,6 +36,7 @@ PRESET_FIELDS = {
     ("server", "mode"): "mode",
     ("server", "scheduler"): "scheduler",
     ("server", "prefix_cache"): "cache",
+    ("server", "kv_policy"): "kv",
 }
 
 
