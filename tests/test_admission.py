@@ -159,7 +159,7 @@ def test_bad_admission_settings_name_the_field(field: str, value: object, allowe
 
 
 def test_a_kv_policy_that_conflicts_with_the_preset_is_an_error_not_dropped() -> None:
-    with pytest.raises(ConfigError, match="server.kv_policy: lru conflicts with policy wisp") as e:
+    with pytest.raises(ConfigError, match=r"server\.kv_policy: lru conflicts with policy wisp") as e:
         load_scenario(overrides={"server": {"kv_policy": "lru"}})
     assert "\n" not in str(e.value)
     custom = load_scenario(overrides={"policy": "custom", "server": {"kv_policy": "lru"}})
