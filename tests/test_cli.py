@@ -162,3 +162,24 @@ def test_scenario_show_and_profile_show() -> None:
     assert p.returncode == 0 and "profile: a100-qwen3-32b" in p.stdout
     q = wispsim("profile", "show", "a100-qwen3-32b")
     assert q.returncode == 0 and "3.314e-05" in q.stdout and "published" in q.stdout
+
+
+def test_a_piped_summary_keeps_every_column_and_number(tmp_path: Path) -> None:
+    """Not a terminal (piped, logged): the table is printed at its full width, not cut to 80
+    columns with its numbers turned into "0.0…" (COLUMNS unset)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    p = subprocess.run(
+        [sys.executable, "-m", "wispsim.cli", "run", "--devices", "8", "--classes", "2,4,6,8",
+         "--set", "workload.duration_s=5", "--set", "workload.warmup_s=1", "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "…" not in p.stdout
+    header = next(line for line in p.stdout.splitlines() if "class" in line and "devices" in line)
+    for name in ("violation_rate", "budget_miss_rate", "acceptance_ratio", "mean_batch_size"):
+        assert name in header
+    summary = pd.read_csv(tmp_path / "r" / "summary.csv", dtype={"class": str}).set_index("class")
+    row = next(line for line in p.stdout.splitlines() if line.strip("│ ").startswith("all"))
+    assert f"{summary.loc['all', 'goodput_tps']:.0f}" in row

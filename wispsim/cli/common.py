@@ -10,6 +10,7 @@ turn option strings (``2,4,6,8``, ``10:200:10``, ``2:500,4:500``) into values or
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,8 +44,21 @@ from wispsim.errors import ConfigError
 from wispsim.paths import OutputFolder, check_output_dir, write_error
 from wispsim.sim.inputs import check_options, load_scenario
 
-console = Console()
-err_console = Console(stderr=True)
+# Output that is not a terminal (piped, redirected to a log, captured) has no width to fit:
+# rich would cut a wide table to 80 columns and turn its numbers into "0.0…". There every table
+# is printed at its full width, so a logged run keeps every number; COLUMNS still sets a width.
+UNCUT_WIDTH = 100_000
+
+
+def make_console(stderr: bool = False) -> Console:
+    c = Console(stderr=stderr)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c = Console(stderr=stderr, width=UNCUT_WIDTH)
+    return c
+
+
+console = make_console()
+err_console = make_console(stderr=True)
 
 # ------------------------------------------------------------------------------------------
 # option checking: every numeric option is parsed by one of these (typer's ``parser=``), so each
