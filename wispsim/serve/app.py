@@ -93,10 +93,16 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
     from wispsim.measure.profile.archs import load_arch
 
     srv = sc.server
-    if srv.mode == "speculative" and srv.kv_policy == "admission" and srv.prefix_cache:
-        # the server frees ended sessions' blocks in vLLM's block pool (release_prefixes), which
-        # needs the engine core in this process
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # vLLM's engine core runs in the server's process unless the environment says otherwise: on a
+    # small host that is about 2x faster per batch than a separate busy-polling engine process
+    # (REPORT.md, KV section), and every policy gets the same layout. Admission control needs it:
+    # the server frees ended sessions' blocks in vLLM's block pool (release_prefixes).
+    layout = os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if srv.mode == "speculative" and srv.kv_policy == "admission" and srv.prefix_cache and layout != "0":
+        raise WispsimError(
+            f"VLLM_ENABLE_V1_MULTIPROCESSING={layout}: server.kv_policy admission frees ended sessions' "
+            "blocks in vLLM's engine core, which must run in the server's process; unset it or set 0"
+        )
     profile = load_profile(srv.profile)
     bs = block_size(srv.block_size, profile)
     max_len = longest_sequence(sc)
