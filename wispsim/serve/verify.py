@@ -182,6 +182,11 @@ class VerifyServer:
         if self.admission is not None:
             if self.release is not None and self.admission.admitted(sid):
                 self._ended.append(s.tokens)
+            for w in self.admission.waiting:  # a round of it still waiting for room is answered
+                if w.session == sid and not w.item.done.done():
+                    w.item.done.set_exception(
+                        ServeError(409, f"session {sid}: closed while its round waited")
+                    )
             now = self.clock()
             for r in self.admission.release(sid):
                 r.admitted = now
