@@ -115,8 +115,8 @@ class Admission(Generic[T]):
     def grow(self, session: int, length: int) -> None:
         """After a round: the response is ``length`` tokens; its reservation covers at least that."""
         held = self.reserved.get(session)
-        if held is None:
-            return
+        if held is None or length + self.round_tokens <= held * self.block_size:
+            return  # still inside its reservation (most rounds: this is on the hot path)
         need = self.reservation(self.prompts[session], length)
         if need > held:
             self.reserved[session] = need
