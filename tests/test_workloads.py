@@ -106,7 +106,7 @@ def test_missing_trace_is_reported_by_the_scenario() -> None:
 
 
 def test_unknown_arrival_process_lists_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match="known: closed, poisson, trace"):
+    with pytest.raises(ConfigError, match="known: closed, poisson, requests, trace"):
         load_scenario(overrides={"arrivals": {"process": "diurnal"}})
 
 
@@ -292,6 +292,7 @@ def test_cli_run_with_a_bursty_trace_writes_the_time_series(tmp_path: Path) -> N
             "--arrivals: arrivals.trace: arrival trace 'nope.csv' not found",
         ),
         (["run", "--arrivals", "poisson:-1"], "poisson:RATE needs a"),
+        (["run", "--arrivals", "requests:nope.csv"], "request trace 'nope.csv' not found"),
         (["run", "--router", "random"], "unknown router 'random'"),
         (["plan", "--fleet", "2:x"], "expected CLASS:COUNT pairs"),
         (["arrivals", "generate", "--out", "x.csv", "--peaks", "a:b"], "expected TIME:VALUE pairs"),

@@ -16,6 +16,12 @@
     ``arrivals.kind: rate``: new responses arrive as a Poisson process with that time-varying
     rate, each on a fresh device as in ``poisson``. ``arrivals.scale`` multiplies
     the values.
+``requests``
+    A request-level workload: a CSV or Parquet file of ``time_s, prompt_tokens, output_tokens``
+    rows (one per request, times non-decreasing; production traces such as Azure's LLM inference
+    traces have this shape). Each request is a fresh device (index = row, in time order) that asks
+    for one response of exactly those lengths and leaves. ``arrivals.scale`` multiplies the
+    arrival rate (times are divided by it), so one trace can be replayed at several loads.
 
 Every process draws from its own random stream (spawn key ``ARRIVAL_STREAM``), so arrivals do not
 disturb the devices' streams.
@@ -34,7 +40,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from wispsim.config.limits import MAX_ARRIVAL_RATE, MAX_DEVICES, MAX_SIM_SECONDS
+from wispsim.config.limits import MAX_ARRIVAL_RATE, MAX_DEVICES, MAX_RESPONSES, MAX_SIM_SECONDS, MAX_TOKENS
 from wispsim.errors import ConfigError
 from wispsim.paths import traces_dir
 from wispsim.registry import Registry
@@ -162,6 +168,11 @@ class Arrivals:
         """None if device ``index`` may start a response now, else an event to wait for."""
         return None
 
+    def lengths(self, index: int) -> tuple[int, int] | None:
+        """(prompt, output) tokens of device ``index``'s response where the arrival process sets
+        them (``requests``), else None: the workload's distributions draw them."""
+        return None
+
 
 @ARRIVALS.register("closed")
 class Closed(Arrivals):
@@ -268,6 +279,76 @@ class TracedRate(_Traced, _Open):
                 if t >= end:
                     break
                 yield t
+
+
+@dataclass(frozen=True)
+class RequestTrace:
+    """A request-level workload: arrival time and lengths of each request, in time order."""
+
+    times: np.ndarray
+    prompts: np.ndarray
+    outputs: np.ndarray
+    source: str
+
+    @property
+    def end(self) -> float:
+        return float(self.times[-1])
+
+
+REQUEST_COLUMNS = ("time_s", "prompt_tokens", "output_tokens")
+
+
+@cache
+def _read_requests(path: str, mtime: float) -> RequestTrace:
+    csv = not path.endswith((".parquet", ".pq"))
+    extra = {"comment": "#"} if csv else {}
+    df = read_table(path, kind="csv" if csv else "parquet", columns=REQUEST_COLUMNS, **extra)
+    if df.empty:
+        raise ConfigError(path, "", "no rows; a request trace has time_s,prompt_tokens,output_tokens rows")
+    if len(df) > MAX_RESPONSES:
+        raise ConfigError(path, "", f"{len(df):,} requests; allowed: <= {MAX_RESPONSES:,}")
+    t = numeric_column(df, "time_s", path, lo=0, hi=MAX_SIM_SECONDS)
+    p = numeric_column(df, "prompt_tokens", path, integer=True, lo=1, hi=MAX_TOKENS)
+    o = numeric_column(df, "output_tokens", path, integer=True, lo=1, hi=MAX_TOKENS)
+    back = np.flatnonzero(np.diff(t) < 0)
+    if back.size:
+        i = int(back[0]) + 1
+        raise ConfigError(
+            path, "time_s", f"row {i + 1}: times must not decrease, got {t[i]:g} after {t[i - 1]:g}"
+        )
+    return RequestTrace(t, p.astype(np.int64), o.astype(np.int64), path)
+
+
+def load_request_trace(name: str, source: str = "scenario") -> RequestTrace:
+    """A request trace by path or shipped name (``traces/NAME.csv``); errors name the file."""
+    p = find_arrival_trace(name)
+    if not p.is_file():
+        raise ConfigError(
+            source,
+            "arrivals.trace",
+            f"request trace {name!r} not found (a CSV/Parquet path or a name in traces/)",
+        )
+    return _read_requests(str(p.resolve()), p.stat().st_mtime)
+
+
+@ARRIVALS.register("requests")
+class Requests(_Open):
+    """``requests``: one fresh device per row of a request trace, with that row's lengths."""
+
+    def __init__(self, ctx: RunContext, n: int) -> None:
+        super().__init__(ctx, n)
+        a = ctx.scenario.arrivals
+        assert a.trace is not None
+        self.requests = load_request_trace(a.trace)
+        self.scale = a.scale
+
+    def _times(self) -> Generator[float, None, None]:
+        for t in self.requests.times:
+            yield float(t) / self.scale
+
+    def lengths(self, index: int) -> tuple[int, int] | None:
+        r = self.requests
+        return int(r.prompts[index]), int(r.outputs[index])
 
 
 def make_arrivals(ctx: RunContext, n: int) -> Arrivals:

@@ -76,6 +76,9 @@ class Device:
         think = float(wl.think_time_s.sample(rng))
         prompt = int(wl.prompt_tokens.sample(rng))
         output = int(wl.output_tokens.sample(rng))
+        given = self.ctx.arrivals.lengths(self.index)  # a request trace sets them
+        if given is not None:
+            prompt, output = given
         return (0.0 if self.once else think), prompt, output
 
     def _gate(self, pending: float) -> Generator[Any, Any, float]:

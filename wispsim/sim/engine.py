@@ -29,7 +29,7 @@ from wispsim.model.latency import make_latency
 from wispsim.model.memory import KVMemory, block_size, check_memory, kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.model.schedulers import SCHEDULERS, GpuState
-from wispsim.sim.arrivals import Arrivals, Closed, make_arrivals
+from wispsim.sim.arrivals import Arrivals, Closed, load_request_trace, make_arrivals
 from wispsim.sim.centralized import CentralizedServer
 from wispsim.sim.context import RunContext
 from wispsim.sim.device import Device
@@ -48,6 +48,22 @@ def device_classes(n: int, classes: tuple[float, ...]) -> list[float]:
 def _server_rng(seed: int, replica: int) -> np.random.Generator:
     key = (SERVER_STREAM,) if replica == 0 else (SERVER_STREAM, replica)
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def _check_requests_fit(scenario: Scenario, capacity_tokens: int) -> None:
+    """Every request of a request trace must fit the KV cache: prompt + output + one round."""
+    assert scenario.arrivals.trace is not None
+    req = load_request_trace(scenario.arrivals.trace)
+    need = req.prompts + req.outputs + scenario.drafting.largest + 1
+    i = int(np.argmax(need))
+    if need[i] > capacity_tokens:
+        raise ConfigError(
+            req.source,
+            "prompt_tokens",
+            f"row {i + 1}: {int(req.prompts[i]):,} + {int(req.outputs[i]):,} tokens (prompt + output) "
+            f"do not fit the KV cache ({capacity_tokens:,} tokens); allowed: prompt + output <= "
+            f"{capacity_tokens - scenario.drafting.largest - 1:,}",
+        )
 
 
 def simulate(
@@ -87,6 +103,8 @@ def simulate(
         capacities.append(cap)
     capacity_tokens = capacities[0]
     sizes = [block_size(srv.block_size, prof) for prof in profiles]  # per replica: its engine's
+    if scenario.arrivals.process == "requests" and scenario.arrivals.trace:
+        _check_requests_fit(scenario, min(c // b * b for c, b in zip(capacities, sizes, strict=True)))
     total_blocks = capacity_tokens // sizes[0]
     centralized = srv.mode == "centralized"
     routed = srv.replicas > 1

@@ -25,7 +25,7 @@ from wispsim.model.memory import check_memory, kv_capacity
 from wispsim.model.predictor import PREDICTORS, find_predictor
 from wispsim.model.profiles import Profile, load_profile
 from wispsim.model.schedulers import SCHEDULERS
-from wispsim.sim.arrivals import ARRIVALS, load_arrival_trace
+from wispsim.sim.arrivals import ARRIVALS, load_arrival_trace, load_request_trace
 from wispsim.sim.router import ROUTERS
 
 # centralized serving's scheduler (continuous batching); verification schedulers are ignored there
@@ -232,11 +232,22 @@ def check_consistency(scenario: Scenario, source: str = "scenario") -> None:
 def _check_arrivals(scenario: Scenario, source: str) -> None:
     """An arrival trace exists, and its values times ``scale`` fit its kind and the limits."""
     arr = scenario.arrivals
-    if arr.process != "trace":
+    if arr.process not in ("trace", "requests"):
         return
     if not arr.trace:
-        raise ConfigError(source, "arrivals.trace", "the trace arrival process needs a CSV file or name")
-    load_arrival_trace(arr.trace, source, kind=arr.kind, scale=arr.scale)
+        raise ConfigError(source, "arrivals.trace", f"the {arr.process} arrival process needs a file or name")
+    if arr.process == "trace":
+        load_arrival_trace(arr.trace, source, kind=arr.kind, scale=arr.scale)
+        return
+    load_request_trace(arr.trace, source)
+    acc = scenario.acceptance
+    if acc.model == "trace" and acc.lengths == "trace":
+        raise ConfigError(
+            source,
+            "acceptance.lengths",
+            "a request trace sets every response's lengths; the acceptance trace must take them "
+            "from the workload: allowed: workload",
+        )
 
 
 def _check_reachable(scenario: Scenario, profiles: list[Profile], source: str) -> None:
@@ -287,7 +298,7 @@ def _check_reachable(scenario: Scenario, profiles: list[Profile], source: str) -
 
 
 def apply_arrivals_option(sc: Scenario, text: str | None, tail: float = 300.0) -> Scenario:
-    """``--arrivals``: FILE, concurrency:FILE, rate:FILE or poisson:RATE.
+    """``--arrivals``: FILE, concurrency:FILE, rate:FILE, requests:FILE or poisson:RATE.
 
     A trace sets the measurement window to the trace's span plus ``tail`` seconds (its last
     value holding), so recovery after the last burst is measured too."""
@@ -310,16 +321,23 @@ def apply_arrivals_option(sc: Scenario, text: str | None, tail: float = 300.0) -
             return out.replace()  # the scenario-wide checks (responses started) run again
         except FieldError as e:
             raise ConfigError("--arrivals", e.field, e.problem) from None
-    if kind in ("concurrency", "rate") and rest:
-        path = rest
+    if kind == "requests" and rest:
+        end = load_request_trace(rest, "--arrivals").end / sc.arrivals.scale
+        arr = dataclasses.replace(sc.arrivals, process="requests", trace=rest)
+        acc = sc.acceptance
+        if acc.model == "trace":  # the requests set the lengths; the trace gives acceptance only
+            sc = sc.replace(acceptance=dataclasses.replace(acc, lengths="workload"))
     else:
-        kind, path = sc.arrivals.kind, text
-    trace = load_arrival_trace(path, "--arrivals")
-    arr = dataclasses.replace(sc.arrivals, process="trace", trace=path, kind=kind)  # type: ignore[arg-type]
+        if kind in ("concurrency", "rate") and rest:
+            path = rest
+        else:
+            kind, path = sc.arrivals.kind, text
+        end = load_arrival_trace(path, "--arrivals").end
+        arr = dataclasses.replace(sc.arrivals, process="trace", trace=path, kind=kind)  # type: ignore[arg-type]
     if not (math.isfinite(tail) and tail >= 0):
         raise ConfigError("--tail", "", f"must be a finite number >= 0, got {tail}")
     try:
-        wl = dataclasses.replace(sc.workload, warmup_s=0.0, duration_s=max(trace.end + tail, 1e-9))
+        wl = dataclasses.replace(sc.workload, warmup_s=0.0, duration_s=max(end + tail, 1e-9))
     except FieldError as e:
         raise ConfigError("--arrivals", f"workload.{e.field}", e.problem) from None
     return sc.replace(arrivals=arr, workload=wl)
