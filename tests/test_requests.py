@@ -110,3 +110,21 @@ def test_cli_arrivals_requests_runs_the_file_with_a_window_to_its_end(tmp_path: 
     assert r.exit_code == 0, r.output
     resp = pd.read_parquet(out / "responses.parquet")
     assert sorted(resp.prompt_len) == sorted(ROWS["prompt_tokens"]) and resp.measured.all()
+
+
+def test_a_request_longer_than_the_workload_allows_is_waited_for_not_censored(tmp_path: Path) -> None:
+    """The run drains for the longest request of the trace at the slowest class, not for the
+    workload's longest output (here 600 tokens against the default's much shorter maximum)."""
+    trace = write(tmp_path / "long.csv", {"time_s": [0.0], "prompt_tokens": [64], "output_tokens": [600]})
+    sc = load_scenario(
+        overrides={
+            "arrivals": {"process": "requests", "trace": trace},
+            "acceptance": {"model": "bernoulli", "mean": 0.7},
+            "devices": {"classes": [8.0]},
+            "workload": {"warmup_s": 0, "duration_s": 1, "output_tokens": {"max": 64, "mean": 32}},
+        }
+    )
+    res = simulate(sc)
+    r = res.responses.iloc[0]
+    # the workload alone would stop waiting 64 / 8 = 8 s after the 1 s window and censor it
+    assert r.output_len == 600 and not r.censored and r.t_end > 1 + 64 / 8

@@ -152,14 +152,18 @@ class Admission(Generic[T]):
         self.used = 0
 
 
-def make_admission(scenario: Scenario, total_blocks: int, block_size: int) -> Admission[Any] | None:
+def make_admission(
+    scenario: Scenario, total_blocks: int, block_size: int, outputs: tuple[float, float] | None = None
+) -> Admission[Any] | None:
     """The scenario's admission control for one replica of ``total_blocks`` blocks, or None
-    under ``server.kv_policy: lru``."""
+    under ``server.kv_policy: lru``. ``outputs``: (mean, max) output tokens where the workload's
+    distribution does not describe them (a request trace sets every response's length)."""
     srv = scenario.server
     if srv.kv_policy != "admission":
         return None
     out = scenario.workload.output_tokens
-    growth = {"mean": out.nominal(), "max": out.support()[1], "none": 0.0}[srv.kv_growth]
+    mean, top = outputs if outputs is not None else (out.nominal(), out.support()[1])
+    growth = {"mean": mean, "max": top, "none": 0.0}[srv.kv_growth]
     return Admission(
         total_blocks,
         block_size,

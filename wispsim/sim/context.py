@@ -44,6 +44,9 @@ class RunContext:
         self.env = env
         self.scenario = scenario
         self.seed = seed
+        # how long after the window measured responses may run (a request trace's longest
+        # response can be longer than the workload's: the engine sets it from the trace then)
+        self.drain_s = scenario.drain_limit_s()
         self.profile = profile
         wl = scenario.workload
         self.window = (wl.warmup_s, wl.warmup_s + wl.duration_s)
@@ -95,7 +98,7 @@ class RunContext:
         env = self.env
         end = self.window[1]
         yield env.timeout(end)
-        limit = end + self.scenario.drain_limit_s()
+        limit = end + self.drain_s
         while True:
             now = env.now
             hard = now >= limit

@@ -29,7 +29,7 @@ from wispsim.model.latency import make_latency
 from wispsim.model.memory import KVMemory, block_size, check_memory, kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.model.schedulers import SCHEDULERS, GpuState
-from wispsim.sim.arrivals import Arrivals, Closed, load_request_trace, make_arrivals
+from wispsim.sim.arrivals import Arrivals, Closed, RequestTrace, load_request_trace, make_arrivals
 from wispsim.sim.centralized import CentralizedServer
 from wispsim.sim.context import RunContext
 from wispsim.sim.device import Device
@@ -50,20 +50,27 @@ def _server_rng(seed: int, replica: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
-def _check_requests_fit(scenario: Scenario, capacity_tokens: int) -> None:
-    """Every request of a request trace must fit the KV cache: prompt + output + one round."""
+def _check_requests_fit(scenario: Scenario, capacity_tokens: int) -> RequestTrace:
+    """Every request of a request trace must fit the KV cache and, cold, one verification batch:
+    prompt + output + one round's drafts and bonus token."""
     assert scenario.arrivals.trace is not None
     req = load_request_trace(scenario.arrivals.trace)
-    need = req.prompts + req.outputs + scenario.drafting.largest + 1
+    extra = scenario.drafting.largest + 1
+    need = req.prompts + req.outputs + extra
     i = int(np.argmax(need))
-    if need[i] > capacity_tokens:
-        raise ConfigError(
-            req.source,
-            "prompt_tokens",
-            f"row {i + 1}: {int(req.prompts[i]):,} + {int(req.outputs[i]):,} tokens (prompt + output) "
-            f"do not fit the KV cache ({capacity_tokens:,} tokens); allowed: prompt + output <= "
-            f"{capacity_tokens - scenario.drafting.largest - 1:,}",
-        )
+    srv = scenario.server
+    for limit, what in (
+        (capacity_tokens, f"the KV cache ({capacity_tokens:,} tokens)"),
+        (srv.max_batch_tokens if srv.mode == "speculative" else None, "server.max_batch_tokens"),
+    ):
+        if limit is not None and need[i] > limit:
+            raise ConfigError(
+                req.source,
+                "prompt_tokens",
+                f"row {i + 1}: {int(req.prompts[i]):,} + {int(req.outputs[i]):,} tokens (prompt + output) "
+                f"do not fit {what}; allowed: prompt + output <= {limit - extra:,}",
+            )
+    return req
 
 
 def simulate(
@@ -103,8 +110,13 @@ def simulate(
         capacities.append(cap)
     capacity_tokens = capacities[0]
     sizes = [block_size(srv.block_size, prof) for prof in profiles]  # per replica: its engine's
+    outputs = None  # (mean, max) output tokens, where a request trace sets them
     if scenario.arrivals.process == "requests" and scenario.arrivals.trace:
-        _check_requests_fit(scenario, min(c // b * b for c, b in zip(capacities, sizes, strict=True)))
+        req = _check_requests_fit(scenario, min(c // b * b for c, b in zip(capacities, sizes, strict=True)))
+        outputs = (float(req.outputs.mean()), float(req.outputs.max()))
+        if scenario.workload.drain_limit_s is None:  # the longest request at the slowest class
+            slos = [g.slo for g in scenario.devices.groups] or list(scenario.devices.classes)
+            ctx.drain_s = max(ctx.drain_s, float(req.outputs.max()) / min(slos))
     total_blocks = capacity_tokens // sizes[0]
     centralized = srv.mode == "centralized"
     routed = srv.replicas > 1
@@ -152,7 +164,7 @@ def simulate(
                     ctx.batches,
                     ctx.batch_ids,
                     track_work=routed,
-                    admission=make_admission(scenario, blocks, bs),
+                    admission=make_admission(scenario, blocks, bs, outputs),
                 )
             )
         ctx.server = ROUTERS.get(srv.router, field="server.router")(verifiers) if routed else verifiers[0]
