@@ -41,7 +41,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_every_study_writes_its_section_and_figures(quick_run: Path) -> None:
     names = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
-    assert len(names) == 10
+    assert len(names) == 11
     for name in names:
         sec = (quick_run / name / "section.md").read_text()
         assert (
@@ -102,6 +102,9 @@ def test_a_rerun_loads_points_and_reports_who_computed_them(quick_run: Path) -> 
         ("thresholds", "x", "thresholds: must be a non-empty list"),
         ("k_max", [0], "k_max: must be a list of positive integers"),
         ("references", ["nope"], "references: unknown policy 'nope'"),
+        ("traces", [], "traces: must be a non-empty list of request trace names"),
+        ("replicas", [0], "replicas: must be a list of positive integers"),
+        ("window_s", -5, r"window_s: must be a number of seconds > 0 or null"),
     ],
 )
 def test_bad_experiment_specs_are_one_line_errors(field: str, value: object, message: str) -> None:

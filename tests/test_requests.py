@@ -128,3 +128,12 @@ def test_a_request_longer_than_the_workload_allows_is_waited_for_not_censored(tm
     r = res.responses.iloc[0]
     # the workload alone would stop waiting 64 / 8 = 8 s after the 1 s window and censor it
     assert r.output_len == 600 and not r.censored and r.t_end > 1 + 64 / 8
+
+
+def test_a_stored_point_follows_the_contents_of_its_request_file(tmp_path: Path) -> None:
+    from wispsim.study.points import Point
+
+    trace = write(tmp_path / "req.csv")
+    before = Point(scenario(trace), 5, 0).key
+    write(tmp_path / "req.csv", {**ROWS, "output_tokens": [31, 10, 5, 40, 16]})
+    assert Point(scenario(trace), 5, 0).key != before

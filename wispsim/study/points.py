@@ -58,7 +58,7 @@ def input_files(scenario: Scenario) -> dict[str, Path | None]:
     pred = scenario.drafting.predictor
     if scenario.drafting.controller == "predictor" and pred.path:
         files["drafting.predictor"] = find(find_predictor, pred.path)
-    if scenario.arrivals.process == "trace" and scenario.arrivals.trace:
+    if scenario.arrivals.process in ("trace", "requests") and scenario.arrivals.trace:
         files["arrivals.trace"] = find(find_arrival_trace, scenario.arrivals.trace)
     return files
 

@@ -13,11 +13,17 @@ no longer hash to its ``discussion_for`` (the numbers it was written for).
 The study kinds: capacity, mix, acceptance and estimator (:mod:`.capacity_studies`; capacity
 searches resume from stored points, and the section header says which git commit computed the
 points it shows), bursty, ablation and attribution (:mod:`.run_studies`; whole runs, simulated
-again on a rerun). Their figures are drawn by :mod:`wispsim.plots`.
+again on a rerun), requests (:mod:`.requests_study`: production request traces per replica
+count). Their figures are drawn by :mod:`wispsim.plots`.
 """
 
 # Importing the study modules registers their kinds in STUDIES (spec.py checks names against it).
-from wispsim.study.experiments import capacity_studies, run_studies, validation_study  # noqa: F401
+from wispsim.study.experiments import (  # noqa: F401
+    capacity_studies,
+    requests_study,
+    run_studies,
+    validation_study,
+)
 from wispsim.study.experiments.run import run_experiment, write_report
 from wispsim.study.experiments.spec import list_experiments, load_spec, resolve
 

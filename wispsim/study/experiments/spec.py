@@ -135,6 +135,17 @@ def _check_spec(spec: dict[str, Any]) -> None:
                     src, "thresholds", f"must be numbers in [0, 1] or null (the shipped), got {t!r}"
                 )
     number_list("k_max", integer=True)
+    number_list("replicas", integer=True)
+    if "traces" in spec:
+        ts = spec["traces"]
+        if not isinstance(ts, list) or not ts or not all(isinstance(t, str) and t for t in ts):
+            raise ConfigError(src, "traces", "must be a non-empty list of request trace names or paths")
+    if spec.get("window_s") is not None:
+        w = spec["window_s"]
+        if isinstance(w, bool) or not isinstance(w, int | float) or not w > 0:
+            raise ConfigError(
+                src, "window_s", f"must be a number of seconds > 0 or null (the whole trace), got {w!r}"
+            )
     for key in ("references", "policy"):
         refs = spec.get(key)
         for pol in [refs] if isinstance(refs, str) else refs or []:
