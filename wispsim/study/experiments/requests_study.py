@@ -20,6 +20,7 @@ import pandas as pd
 
 from wispsim.config import Scenario
 from wispsim.sim.arrivals import load_request_trace
+from wispsim.sim.inputs import apply_arrivals_option
 from wispsim.study.capacity_search import pooled_stats
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
@@ -28,16 +29,12 @@ from wispsim.study.replicas import with_replicas
 
 
 def trace_scenario(base: Scenario, trace: str, window_s: float | None) -> Scenario:
-    """``base`` driven by the request trace ``trace``, measured over ``window_s`` seconds from
-    its start (None: the whole trace)."""
-    end = load_request_trace(trace).end / base.arrivals.scale
-    window = end if window_s is None else min(window_s, end)
-    arr = dataclasses.replace(base.arrivals, process="requests", trace=trace)
-    acc = base.acceptance
-    if acc.model == "trace":  # the requests set the lengths; the trace gives acceptance only
-        acc = dataclasses.replace(acc, lengths="workload")
-    wl = dataclasses.replace(base.workload, warmup_s=0.0, duration_s=max(window, 1e-9))
-    return base.replace(arrivals=arr, acceptance=acc, workload=wl)
+    """``base`` driven by the request trace ``trace`` (as ``--arrivals requests:TRACE``),
+    measured over ``window_s`` seconds from its start (None: the whole trace)."""
+    sc = apply_arrivals_option(base, f"requests:{trace}", tail=0.0)
+    if window_s is None or window_s >= sc.workload.duration_s:
+        return sc
+    return sc.replace(workload=dataclasses.replace(sc.workload, duration_s=float(window_s)))
 
 
 @STUDIES.register("requests")
