@@ -67,8 +67,6 @@ class Admission(Generic[T]):
     prompts: dict[int, int] = field(default_factory=dict)  # session -> its prompt's tokens
     waiting: list[_Waiting[T]] = field(default_factory=list)
     used: int = 0
-    admitted_total: int = 0
-    waited_total: int = 0
     _seq: int = 0
 
     @property
@@ -95,7 +93,6 @@ class Admission(Generic[T]):
         self.reserved[session] = blocks
         self.prompts[session] = prompt
         self.used += blocks
-        self.admitted_total += 1
 
     def offer(self, session: int, prompt: int, arrival: float, deadline: float, item: T) -> bool:
         """A response's first round arrives: True if it may be queued now, else it waits."""
@@ -107,7 +104,6 @@ class Admission(Generic[T]):
             return True
         self.waiting.append(_Waiting(session, prompt, arrival, deadline, self._seq, item))
         self._seq += 1
-        self.waited_total += 1
         if self.order == "deadline":
             self.waiting.sort(key=lambda w: (w.deadline, w.seq))
         return False

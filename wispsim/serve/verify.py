@@ -136,12 +136,15 @@ class VerifyServer:
         self.running = False  # a batch is on the engine
         if self.admission is not None:
             # rounds still waiting for admission (devices that are gone) are answered, not kept
-            for w in self.admission.waiting:
-                if not w.item.done.done():
-                    w.item.done.set_exception(
-                        ServeError(409, "reset: the server was reset while this round waited")
-                    )
+            self._refuse_waiting(None, "reset: the server was reset while this round waited")
             self.admission.clear()
+
+    def _refuse_waiting(self, sid: int | None, message: str) -> None:
+        """Answer (409) the rounds waiting for admission: of session ``sid``, or all (None)."""
+        assert self.admission is not None
+        for w in self.admission.waiting:
+            if (sid is None or w.session == sid) and not w.item.done.done():
+                w.item.done.set_exception(ServeError(409, message))
 
     def idle(self) -> bool:
         """No round queued or on the engine (rounds waiting for admission do not count: a reset
@@ -182,11 +185,8 @@ class VerifyServer:
         if self.admission is not None:
             if self.release is not None and self.admission.admitted(sid):
                 self._ended.append(s.tokens)
-            for w in self.admission.waiting:  # a round of it still waiting for room is answered
-                if w.session == sid and not w.item.done.done():
-                    w.item.done.set_exception(
-                        ServeError(409, f"session {sid}: closed while its round waited")
-                    )
+            # a round of it still waiting for room is answered
+            self._refuse_waiting(sid, f"session {sid}: closed while its round waited")
             now = self.clock()
             for r in self.admission.release(sid):
                 r.admitted = now
