@@ -66,23 +66,40 @@ def _mean(x: pd.Series | np.ndarray) -> float:
     return float(a.mean()) if len(a) else float("nan")
 
 
+# the round columns a summary reads (all 27 are never needed at once)
+SUMMARY_ROUND_COLUMNS = [
+    "slo",
+    "round",
+    "k",
+    "accepted",
+    "tau_d",
+    "arrival",
+    "dispatch",
+    "verify_time",
+    "budget",
+    "cold",
+]
+GOODPUT_ROUND_COLUMNS = ["slo", "t_end", "committed"]
+
+
 def _class_row(
     label: str,
     devices: int,
     resp: pd.DataFrame,
     rounds: pd.DataFrame,
-    all_rounds: pd.DataFrame,
+    ended: pd.DataFrame | None,
     all_resp: pd.DataFrame,
     window: tuple[float, float],
 ) -> dict[str, Any]:
+    """One summary row: ``rounds`` are the class's measured rounds; ``ended`` its rounds of any
+    response that ended inside the window (None for centralized serving: no rounds)."""
     w0, w1 = window
     span = w1 - w0
-    if len(all_rounds):
-        inwin = all_rounds[(all_rounds.t_end >= w0) & (all_rounds.t_end < w1)]
-        goodput = float(inwin.committed.sum()) / span
+    if ended is not None:
+        goodput = float(ended.committed.sum()) / span
     else:
-        ended = all_resp[(all_resp.t_end >= w0) & (all_resp.t_end < w1)]
-        goodput = float(ended.output_len.sum()) / span
+        done = all_resp[(all_resp.t_end >= w0) & (all_resp.t_end < w1)]
+        goodput = float(done.output_len.sum()) / span
     k = rounds.k.to_numpy(float) if len(rounds) else np.empty(0)
     acc = rounds.accepted.to_numpy(float) if len(rounds) else np.empty(0)
     waste = np.maximum(0.0, k - acc)
@@ -142,8 +159,11 @@ def summarize(result: SimResult) -> pd.DataFrame:
     """Per-class summary rows and an ``all`` row (columns :data:`SUMMARY_COLUMNS`)."""
     resp_all = result.responses
     resp = resp_all[resp_all.measured]
-    rounds_all = result.rounds
-    rounds = rounds_all[rounds_all.measured] if len(rounds_all) else rounds_all
+    w0, w1 = result.window
+    store = result.round_records
+    rounds = store.frame(SUMMARY_ROUND_COLUMNS, [("measured", "==", True)])
+    in_window = store.frame(GOODPUT_ROUND_COLUMNS, [("t_end", ">=", w0), ("t_end", "<", w1)])
+    ended = in_window if len(store) else None
     srv = server_stats(result.batches, result.window, result.scenario.server.replicas)
     per_class = pd.Series(device_slos(result)).value_counts()
     classes = fleet_classes(result.scenario)
@@ -155,14 +175,14 @@ def summarize(result: SimResult) -> pd.DataFrame:
             int(per_class.get(slo, 0)),
             sel(resp),
             sel(rounds) if len(rounds) else rounds,
-            sel(rounds_all) if len(rounds_all) else rounds_all,
+            sel(ended) if ended is not None else None,
             sel(resp_all),
             result.window,
         )
         rows.append({**row, **srv})
     if len(classes) > 1:
         rows.append(
-            {**_class_row("all", result.devices, resp, rounds, rounds_all, resp_all, result.window), **srv}
+            {**_class_row("all", result.devices, resp, rounds, ended, resp_all, result.window), **srv}
         )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
@@ -181,14 +201,17 @@ def replica_summary(result: SimResult) -> pd.DataFrame:
     verify times, cold-round share and evictions."""
     b = result.batches
     w0, w1 = result.window
-    rounds = result.rounds
+    store = result.round_records
+    rounds = store.frame(
+        ["batch", "arrival", "dispatch", "verify_time", "cold"], [("arrival", ">=", w0), ("arrival", "<", w1)]
+    )
     rows = []
     replica_of = dict(zip(b.batch, b.replica, strict=True)) if len(b) else {}
     rr = rounds.batch.map(replica_of) if len(rounds) else pd.Series(dtype=float)
     for rep in range(result.scenario.server.replicas):
         mine = b[b.replica == rep]
         stats = server_stats(mine, result.window)
-        sel = rounds[(rr == rep) & (rounds.arrival >= w0) & (rounds.arrival < w1)] if len(rounds) else rounds
+        sel = rounds[rr == rep] if len(rounds) else rounds
         q = (sel.dispatch - sel.arrival) if len(sel) else pd.Series(dtype=float)
         rows.append(
             {

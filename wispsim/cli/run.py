@@ -122,7 +122,7 @@ def run(
     per_replica = replica_summary(res)
     with output(folder) as o:  # manifest.json last: a folder without it is incomplete
         (o / "scenario.yaml").write_text(sc.to_yaml())
-        res.rounds.to_parquet(o / "rounds.parquet", index=False)
+        res.round_records.to_parquet(o / "rounds.parquet")
         res.batches.to_parquet(o / "batches.parquet", index=False)
         res.responses.to_parquet(o / "responses.parquet", index=False)
         summary.to_csv(o / "summary.csv", index=False)
@@ -153,7 +153,8 @@ def run(
         console.print(table(per_replica, f"per replica ({sc.server.router} router)"))
     if bursts is not None and not bursts.empty:
         console.print(table(bursts, f"bursts (threshold {1 - sc.epsilon:g}, trailing {window:g} s window)"))
-    console.print(f"records and summary: {folder}  ({res.wall_s:.1f} s wall, {len(res.rounds)} rounds)")
+    n_rounds = len(res.round_records)
+    console.print(f"records and summary: {folder}  ({res.wall_s:.1f} s wall, {n_rounds} rounds)")
     if not res.responses.measured.any():
         err_console.print(
             "[yellow]warning:[/yellow] no response started inside the measurement window "
@@ -200,7 +201,7 @@ def replay_cmd(
     comparison = compare_replay(frame, res, meta)
     with output(folder) as o:  # manifest.json last
         (o / "scenario.yaml").write_text(res.scenario.to_yaml())
-        res.rounds.to_parquet(o / "rounds.parquet", index=False)
+        res.round_records.to_parquet(o / "rounds.parquet")
         res.batches.to_parquet(o / "batches.parquet", index=False)
         res.responses.to_parquet(o / "responses.parquet", index=False)
         comparison.to_csv(o / "comparison.csv", index=False)
@@ -222,7 +223,8 @@ def replay_cmd(
     )
     console.print(table(violations, title))
     console.print(table(times, "queue and verify time (ms), recorded/simulated; KS statistic"))
-    console.print(f"records and comparison: {folder}  ({res.wall_s:.1f} s wall, {len(res.rounds)} rounds)")
+    n_rounds = len(res.round_records)
+    console.print(f"records and comparison: {folder}  ({res.wall_s:.1f} s wall, {n_rounds} rounds)")
 
 
 def _replay_tables(comparison: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

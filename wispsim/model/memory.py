@@ -94,20 +94,24 @@ class KVMemory:
 
         The batch's own cached prefixes are kept; other idle prefixes are evicted LRU-first.
         """
-        batch = list(batch)
-        members = {s for s, _ in batch}
+        bs = self.block_size
+        cache = self.cache
+        get = cache.get
+        sized = [(s, l_total, -(-l_total // bs)) for s, l_total in batch]  # blocks(l_total), inlined
         need = 0
-        for s, l_total in batch:
-            entry = self.cache.get(s)
-            need += self.blocks(l_total) - (entry[1] if entry else 0)
-        evicted = self._evict(need, members) if self.used + need > self.total_blocks else 0
+        for s, _, nb in sized:
+            entry = get(s)
+            need += nb - (entry[1] if entry else 0)
+        evicted = 0
         if self.used + need > self.total_blocks:
-            raise RuntimeError("batch does not fit in KV memory; the scheduler must prevent this")
-        for s, l_total in batch:
-            old = self.cache.pop(s, None)
-            nb = self.blocks(l_total)
+            evicted = self._evict(need, {s for s, _, _ in sized})
+            if self.used + need > self.total_blocks:
+                raise RuntimeError("batch does not fit in KV memory; the scheduler must prevent this")
+        pop = cache.pop
+        for s, l_total, nb in sized:
+            old = pop(s, None)
             self.used += nb - (old[1] if old else 0)
-            self.cache[s] = (l_total, nb)
+            cache[s] = (l_total, nb)
         return evicted
 
     def finish_round(self, session: int, prefix: int) -> int:
@@ -121,7 +125,7 @@ class KVMemory:
         if old:
             self.used -= old[1]
         evicted = 0
-        nb = self.blocks(prefix)
+        nb = -(-prefix // self.block_size)  # self.blocks(prefix), inlined: once per round
         if self.prefix_cache and 0 < nb <= self.total_blocks:
             if self.used + nb > self.total_blocks:
                 evicted = self._evict(nb)

@@ -254,7 +254,7 @@ class SwarmRun:
         centralized ``PREFIXtokens``) and the server's log (``server_batches``,
         ``server_members``) as Parquet files in ``folder``."""
         r = self.result
-        r.rounds.to_parquet(folder / f"{prefix}rounds.parquet", index=False)
+        r.round_records.to_parquet(folder / f"{prefix}rounds.parquet")
         r.responses.to_parquet(folder / f"{prefix}responses.parquet", index=False)
         r.batches.to_parquet(folder / f"{prefix}batches.parquet", index=False)
         self.server_batches.to_parquet(folder / "server_batches.parquet", index=False)
@@ -270,7 +270,7 @@ class SwarmRun:
         from wispsim.study.replay.log import meta_path
 
         r = self.result
-        if r.scenario.server.mode == "centralized" or not len(r.rounds):
+        if r.scenario.server.mode == "centralized" or not len(r.round_records):
             return None
         write_log(r, path)
         side = meta_path(path)

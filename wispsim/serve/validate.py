@@ -286,7 +286,7 @@ def store_sim(folder: Path, sc: Scenario, sim_sets: list[str]) -> dict[str, Any]
     sim_sc = simulated_scenario(sc, real["server"], sim_sets)
     sim = simulate(sim_sc)
     (folder / "sim_scenario.yaml").write_text(sim_sc.to_yaml())
-    sim.rounds.to_parquet(folder / "sim_rounds.parquet", index=False)
+    sim.round_records.to_parquet(folder / "sim_rounds.parquet")
     sim.responses.to_parquet(folder / "sim_responses.parquet", index=False)
     sim.batches.to_parquet(folder / "sim_batches.parquet", index=False)
     rows = replay_real(folder, sim_sets)

@@ -23,6 +23,7 @@ from wispsim.model.acceptance import AcceptanceModel, expected_accept_ratio, mak
 from wispsim.model.drafting import Controller, make_controller
 from wispsim.model.network import draft_token_bytes
 from wispsim.model.profiles import Profile
+from wispsim.sim.records import MEMORY_ROWS, BatchRecord, RecordTable, ResponseRecord, RoundRecord
 
 if TYPE_CHECKING:
     from wispsim.sim.verifier import Request
@@ -40,7 +41,14 @@ class ArrivalProcess(Protocol):
 class RunContext:
     """State shared by one run's processes: config, shared components and record lists."""
 
-    def __init__(self, env: simpy.Environment, scenario: Scenario, seed: int, profile: Profile) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        scenario: Scenario,
+        seed: int,
+        profile: Profile,
+        memory_rows: int = MEMORY_ROWS,
+    ) -> None:
         self.env = env
         self.scenario = scenario
         self.seed = seed
@@ -59,10 +67,12 @@ class RunContext:
         self.header_bytes = scenario.network.header_bytes
         self.draft_token_bytes = draft_token_bytes(scenario.network, profile.model.vocab_size)
         self.stream_pad = dr.k_max + 2
-        # records as plain tuples in the field order of RoundRecord, BatchRecord, ResponseRecord
-        self.rounds: list[tuple[Any, ...]] = []
-        self.batches: list[tuple[Any, ...]] = []
-        self.responses: list[tuple[Any, ...]] = []
+        # records: plain tuples in the field order of RoundRecord, BatchRecord, ResponseRecord
+        self.rounds = RecordTable(RoundRecord, memory_rows)
+        self.batches = RecordTable(BatchRecord, memory_rows)
+        self.responses = RecordTable(ResponseRecord, memory_rows)
+        self._round_rows = self.rounds.rows  # the open chunk: record_round appends to it
+        self._chunk_rows = self.rounds.chunk_rows
         self._response_ids = count()
         self.request_ids = count()
         self.batch_ids = count()
@@ -134,7 +144,8 @@ class RunContext:
 
         Called once per round, so it appends a plain tuple (field order of
         :class:`~wispsim.sim.records.RoundRecord`) and does nothing else."""
-        self.rounds.append(
+        rows = self._round_rows
+        rows.append(
             (
                 device,
                 slo,
@@ -165,6 +176,8 @@ class RunContext:
                 measured,
             )
         )
+        if len(rows) >= self._chunk_rows:
+            self.rounds.flush()
 
     def finish_response(
         self,

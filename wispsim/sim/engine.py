@@ -33,7 +33,7 @@ from wispsim.sim.arrivals import Arrivals, Closed, RequestTrace, load_request_tr
 from wispsim.sim.centralized import CentralizedServer
 from wispsim.sim.context import RunContext
 from wispsim.sim.device import Device
-from wispsim.sim.records import BatchRecord, ResponseRecord, RoundRecord, SimResult, frame
+from wispsim.sim.records import MEMORY_ROWS, SimResult
 from wispsim.sim.router import ROUTERS, CentralRouter
 from wispsim.sim.verifier import Verifier
 
@@ -80,6 +80,7 @@ def simulate(
     drive: Callable[[RunContext], int] | None = None,
     env: simpy.Environment | None = None,
     remote: Callable[[RunContext], None] | None = None,
+    memory_rows: int = MEMORY_ROWS,
 ) -> SimResult:
     """Run one simulation of ``scenario`` with ``devices`` devices (default: devices.count).
 
@@ -91,6 +92,9 @@ def simulate(
     ``env`` and ``remote`` run the same devices against a real server (:mod:`wispsim.serve`):
     ``env`` is the clock (a SimPy environment on the wall clock), and ``remote`` sets
     ``ctx.server`` / ``ctx.central`` to clients of the real server instead of simulated ones.
+
+    ``memory_rows``: records a table keeps in memory before it spills to a temporary Parquet file
+    (:mod:`wispsim.sim.records`); the records, and every summary of them, are the same either way.
     """
     wall0 = time.perf_counter()
     n = devices if devices is not None else scenario.devices.count
@@ -102,7 +106,7 @@ def simulate(
     profiles = [load_profile(name).with_form(srv.estimator_form) for name in names]
     profile = profiles[0]
     env = simpy.Environment() if env is None else env
-    ctx = RunContext(env, scenario, seed, profile)
+    ctx = RunContext(env, scenario, seed, profile, memory_rows)
     capacities = []
     for prof in profiles:
         cap = kv_capacity(srv, prof)
@@ -195,11 +199,9 @@ def simulate(
         scenario=scenario,
         seed=seed,
         devices=n if scenario.arrivals.process == "closed" and drive is None else ctx.devices_started,
-        rounds=frame(ctx.rounds, RoundRecord),
-        batches=frame(ctx.batches, BatchRecord),
-        responses=frame(ctx.responses, ResponseRecord)
-        .sort_values("response", kind="stable")
-        .reset_index(drop=True),
+        round_records=ctx.rounds.close(),
+        batches=ctx.batches.close().frame(),
+        responses=ctx.responses.close().frame().sort_values("response", kind="stable").reset_index(drop=True),
         window=ctx.window,
         sim_end=env.now,
         wall_s=time.perf_counter() - wall0,

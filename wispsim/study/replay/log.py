@@ -166,7 +166,7 @@ def write_log(result: SimResult, path: str | Path) -> Path:
     if p.suffix.lower() not in SUFFIXES:
         raise ConfigError(str(p), "", f"unknown log format {p.suffix!r}; name it .parquet or .csv")
     sc = result.scenario
-    if sc.server.mode == "centralized" or not len(result.rounds):
+    if sc.server.mode == "centralized" or not len(result.round_records):
         raise ConfigError(
             str(p),
             "",
