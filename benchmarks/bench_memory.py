@@ -81,8 +81,9 @@ def main() -> None:
         n, w = args.one.split(",")
         print(json.dumps(one(int(n), float(w), args.policy)))
         return
-    head = "| devices | replicas | window s | simulated s | rounds | sim wall s | peak RSS MB | bytes/round | spilled |"
-    print(head)
+    cols = ("devices", "replicas", "window s", "simulated s", "rounds", "sim wall s", "peak RSS MB")
+    cols = (*cols, "bytes/round")
+    print("| " + " | ".join((*cols, "spilled")) + " |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for w in (float(x) for x in args.windows.split(",")):
         for n in (int(x) for x in args.devices.split(",")):
@@ -100,7 +101,8 @@ def main() -> None:
             per = (r["peak_rss_mb"] - r["base_rss_mb"]) * 2**20 / max(1, r["rounds"])
             print(
                 f"| {r['devices']:,} | {r['replicas']} | {w:g} | {r['sim_end_s']:.0f} | {r['rounds']:,} | "
-                f"{r['sim_wall_s']:.1f} | {r['peak_rss_mb']:,.0f} | {per:,.0f} | {'yes' if r['spilled'] else 'no'} |",
+                f"{r['sim_wall_s']:.1f} | {r['peak_rss_mb']:,.0f} | {per:,.0f} | "
+                f"{'yes' if r['spilled'] else 'no'} |",
                 flush=True,
             )
 
