@@ -1,9 +1,12 @@
 """``wispsim plan``: the fewest verifier replicas that keep every class of a fleet within epsilon.
 
 The capacity-planning answer in deployment terms: given a fleet (devices per SLO class), a
-policy and a latency profile, search the replica count (:mod:`wispsim.study.replicas`), print
-the load per replica at the answer and, when the profile (or ``--price-per-gpu-hour``) has a
-price, the GPU cost per hour.
+policy and a latency profile, size the cluster, print the load per replica at the answer and,
+when the profile (or ``--price-per-gpu-hour``) has a price, the GPU cost per hour. ``--method``
+picks how: ``decomposed`` sizes it from one replica carrying its share of the fleet and confirms
+the answer behind the real router (:mod:`wispsim.study.decompose`); ``full`` searches the replica
+count with the whole fleet in every simulation (:mod:`wispsim.study.replicas`); ``auto`` (the
+default) decomposes where that holds and says why when it falls back.
 """
 
 from __future__ import annotations
@@ -39,9 +42,12 @@ from wispsim.cli.common import (
     progress,
     resolve_scenario,
     table,
+    whole,
 )
+from wispsim.config.limits import MAX_DEVICES, MAX_REPLICAS
 from wispsim.errors import WispsimError
 from wispsim.provenance import write_manifest
+from wispsim.study.decompose import CONFIRM_DEVICES
 
 
 def plan(
@@ -63,7 +69,22 @@ def plan(
     ] = None,
     max_replicas: Annotated[
         int, typer.Option(help="Give up above this many replicas.", parser=REPLICAS)
-    ] = 512,
+    ] = MAX_REPLICAS,
+    method: Annotated[
+        str,
+        typer.Option(
+            help="auto, decomposed (from one replica's share, then confirmed) or full (the whole "
+            "fleet in every simulation); auto decomposes where it holds."
+        ),
+    ] = "auto",
+    confirm_devices: Annotated[
+        int,
+        typer.Option(
+            help="Decomposed: confirm on the full cluster up to this many devices, else on a slice "
+            "of replicas this large; 0: no confirmation.",
+            parser=whole(0, MAX_DEVICES, "the most devices one run may simulate"),
+        ),
+    ] = CONFIRM_DEVICES,
     price_per_gpu_hour: Annotated[
         float | None,
         typer.Option(
@@ -83,7 +104,8 @@ def plan(
     from wispsim.model.fleet import fleet_size
     from wispsim.model.profiles import load_profile
     from wispsim.sim.router import ROUTERS
-    from wispsim.study.replicas import plan_replicas, with_replicas
+    from wispsim.study.decompose import choose_method, plan_cluster
+    from wispsim.study.replicas import with_replicas
     from wispsim.study.runners import make_runner
 
     folder = out_path(out, "plan")  # checked before any work
@@ -107,6 +129,7 @@ def plan(
             ROUTERS.get(router, "--router")
             srv = dataclasses.replace(srv, router=router)
     sc = checked(sc.replace(server=srv), policy=policy, fleet=fleet, profile=profile, router=router)
+    used, fallback = choose_method(sc, method)  # a one-line error before any work
     eps = sc.epsilon if epsilon is None else epsilon
     first = sc.seed if seed is None else seed
     seed_list = check_seeds(first, seeds)
@@ -114,6 +137,12 @@ def plan(
     folder = out_dir(folder, "plan")
     with output(folder) as o:  # removes an old manifest.json: the folder is incomplete until the end
         (o / "scenario.yaml").write_text(sc.to_yaml())
+    if fallback is not None:
+        console.print(f"method: full-cluster search (fell back: {fallback})")
+    elif used == "full":
+        console.print("method: full-cluster search (--method full)")
+    else:
+        console.print("method: decomposed (one replica carrying its share of the fleet, then confirmed)")
     t0 = time.perf_counter()
     with (
         output(folder),
@@ -121,21 +150,49 @@ def plan(
         progress() as prog,
     ):
         task = prog.add_task(f"plan {sc.policy}, {n} devices", total=None)
-        res = plan_replicas(
+        res = plan_cluster(
             sc,
             runner,
             seed_list,
             eps,
+            method=used,
             start=start,
             max_replicas=max_replicas,
+            confirm_devices=confirm_devices,
             progress=lambda k, msg: prog.update(task, completed=k, description=f"plan {sc.policy}: {msg}"),
         )
     wall = time.perf_counter() - t0
     with output(folder) as o:
         res.tried.to_csv(o / "plan.csv", index=False)
-    console.print(
-        table(res.tried, f"{sc.policy}, {n} devices, {sc.server.profile}, router {sc.server.router}")
-    )
+        if res.confirm is not None:
+            res.confirm.to_csv(o / "confirm.csv", index=False)
+    title = f"{sc.policy}, {n} devices, {sc.server.profile}, router {sc.server.router}"
+    if res.method == "decomposed":
+        title = f"one replica's share of {n} devices: {sc.policy}, {sc.server.profile}"
+    console.print(table(res.tried, title))
+    if res.share is not None and res.decomposed is not None:
+        console.print(
+            f"decomposed: one replica serves {res.share} devices of the mix; "
+            f"R = ceil({n} / {res.share}) = {res.decomposed}"
+        )
+    if res.confirm is not None:
+        console.print(table(res.confirm, f"confirmation: {res.confirmation}"))
+        verdicts = ", ".join(
+            (
+                f"R={r.replicas}"
+                if r.simulated_devices == n
+                else f"{r.simulated_replicas} x {r.devices_per_replica:g} devices (R={r.replicas})"
+            )
+            + f" {'passes' if r.ok else 'fails'} ({r.max_violation:.4f})"
+            for r in res.confirm.itertuples()
+        )
+        console.print(f"confirmation on the {res.confirmation}: {verdicts}")
+        if res.replicas != res.decomposed:
+            console.print(
+                f"the confirmation moved the answer from {res.decomposed} to {res.replicas} replicas"
+            )
+    elif res.method == "decomposed" and res.share is not None:
+        console.print(f"confirmation: {res.confirmation}")
     prof = load_profile(sc.server.profile)
     price = price_per_gpu_hour if price_per_gpu_hour is not None else prof.price_per_gpu_hour
     extra: dict[str, Any] = {
@@ -145,14 +202,22 @@ def plan(
         "router": sc.server.router,
         "seeds": seed_list,
         "epsilon": eps,
+        "method": res.method,
+        "fallback": res.fallback,
         "replicas": res.replicas,
+        "devices_per_replica": res.share,
+        "decomposed_replicas": res.decomposed,
+        "confirmation": res.confirmation or None,
         "evaluations": res.evaluations,
         "wall_s": wall,
     }
     if res.replicas is None:
         with output(folder) as o:
             write_manifest(o.path, extra)
-        raise WispsimError(f"plan: no replica count up to {max_replicas} keeps every class within {eps:g}")
+        why = f" ({'; '.join(res.notes)})" if res.notes else ""
+        raise WispsimError(
+            f"plan: no replica count up to {max_replicas} keeps every class within {eps:g}{why}"
+        )
     with output(folder) as o:
         (o / "scenario-answer.yaml").write_text(with_replicas(sc, res.replicas).to_yaml())
         if res.per_replica is not None:
@@ -169,7 +234,8 @@ def plan(
     with output(folder) as o:  # manifest.json last
         write_manifest(o.path, extra)
     console.print(line)
-    console.print(f"{res.evaluations} replica counts x {seeds} seed(s) in {wall:.0f} s; results: {folder}")
+    what = "simulations" if res.method == "decomposed" else "replica counts"
+    console.print(f"{res.evaluations} {what} x {seeds} seed(s) in {wall:.0f} s; results: {folder}")
 
 
 def register(app: typer.Typer) -> None:

@@ -37,6 +37,12 @@ class PlanResult:
     per_replica: pd.DataFrame | None
     evaluations: int = 0
     notes: list[str] = field(default_factory=list)
+    method: str = "full"  # "full": this search; "decomposed": wispsim.study.decompose
+    fallback: str | None = None  # why a plan that could have decomposed ran the full search
+    share: int | None = None  # decomposed: the most devices one replica serves (n*)
+    decomposed: int | None = None  # decomposed: ceil(N / n*), before the confirmation
+    confirmation: str = ""  # decomposed: what confirmed it (the full cluster, a slice, none)
+    confirm: pd.DataFrame | None = None  # decomposed: one row per replica count confirmed
 
 
 def with_replicas(scenario: Scenario, replicas: int) -> Scenario:

@@ -1,0 +1,401 @@
+"""Decomposed cluster sizing: size a fleet from simulations of one replica carrying its share.
+
+Behind the ``affinity`` router a response stays on the replica that took its first round, and each
+replica has its own queue, KV memory and prefix cache. With closed-loop devices or Poisson sessions
+the replicas are then separate queues, each carrying about N/R of the fleet. So the fleet can be
+sized from simulations of *one* replica. Find the largest number of devices n* that one replica
+serves with every class's pooled violation rate (over the seeds) at most epsilon, searching n like
+the capacity search. The answer is then R = ceil(N / n*). Each simulation is one replica and n*
+devices, instead of the whole fleet against R replicas, so the cost does not grow with N.
+
+**A replica's share.** The n devices of a share are a proportional sample of the fleet's groups
+(class x device type x link), apportioned by :func:`share_counts`. Every group with devices gets at
+least one, since a class absent from the share would never be checked. The rest go by largest
+remainder. With a Poisson fleet the share's arrival rate is ``arrivals.rate`` x n / N.
+
+**What the router really does.** ``affinity`` places each *response*, not each device, on the
+replica with the least outstanding work when its first round arrives (:mod:`wispsim.sim.router`).
+So no device belongs to a replica. A replica holds about N/R of the responses in flight, balanced
+by work, with the fleet's mix on average. The decomposition simulates a replica that holds exactly
+its share. R = ceil(N / n*) makes N/R <= n*, and n* is a whole number, so even the most loaded
+replica of an even split (ceil(N/R) devices) is within what one replica was shown to serve. How
+well this matches the real router, which balances work rather than device counts, is what the
+confirmation measures.
+
+**Confirmation.** The decomposed R is then simulated behind the real router at R and R-1. On the
+whole cluster if the fleet has at most ``confirm_devices`` devices. There the full-cluster result
+decides: if R fails (or R-1 passes), the confirmation walks up (or down) one replica count at a
+time to the smallest R that passes. Larger fleets are confirmed on a *slice*: k replicas carrying
+k shares of N/R devices (N/(R-1) for R-1), as many replicas as fit in ``confirm_devices``. A slice
+is only reported, since it checks the routing among k replicas, not all of them.
+
+The decomposition holds only where replicas are separate queues. :func:`decomposition_blocker`
+says why it does not hold otherwise: a router that moves rounds between replicas (``least-work``,
+``round-robin``), a time-varying load (``trace`` and ``requests`` arrivals, bursts), or replicas
+with their own profiles (``server.replica_profiles``). There :func:`plan_cluster` falls back to
+the full-cluster search (:func:`wispsim.study.replicas.plan_replicas`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from wispsim.config import Scenario
+from wispsim.errors import ConfigError
+from wispsim.model.fleet import fleet_size
+from wispsim.study.capacity_search import PointStats, pooled_stats
+from wispsim.study.points import Point, PointResult
+from wispsim.study.replicas import PlanResult, plan_replicas, with_replicas
+from wispsim.study.runners import Runner
+
+METHODS = ("auto", "decomposed", "full")
+DECOMPOSABLE_ARRIVALS = ("closed", "poisson")
+CONFIRM_DEVICES = 2000  # default: the largest confirmation simulation, in devices
+
+Progress = Callable[[int, str], None]
+
+
+def decomposition_blocker(scenario: Scenario) -> str | None:
+    """Why one replica's share does not stand for the cluster here (None: it does)."""
+    srv, arr = scenario.server, scenario.arrivals
+    if srv.router != "affinity":
+        return (
+            f"server.router is {srv.router!r}: it moves a response's rounds between replicas, "
+            "so they are not separate queues (decomposition needs affinity)"
+        )
+    if arr.process not in DECOMPOSABLE_ARRIVALS:
+        return (
+            f"arrivals.process is {arr.process!r}: its load varies in time and every replica "
+            "sees the bursts at once (decomposition needs closed or poisson)"
+        )
+    if srv.replica_profiles:
+        return (
+            "server.replica_profiles gives the replicas their own profiles, so no one replica stands for all"
+        )
+    return None
+
+
+def choose_method(scenario: Scenario, method: str, option: str = "--method") -> tuple[str, str | None]:
+    """(``decomposed`` or ``full``, why it fell back) for ``method`` (one of :data:`METHODS`).
+
+    ``auto`` decomposes where :func:`decomposition_blocker` finds nothing against it. Asking for
+    ``decomposed`` where it does not hold is a one-line error.
+    """
+    if method not in METHODS:
+        raise ConfigError(option, "", f"got {method!r}; allowed: {', '.join(METHODS)}")
+    if method == "full":
+        return "full", None
+    why = decomposition_blocker(scenario)
+    if why is None:
+        return "decomposed", None
+    if method == "decomposed":
+        raise ConfigError(option, "", f"decomposed does not hold: {why}; use --method full or auto")
+    return "full", why
+
+
+def share_counts(counts: Sequence[int], n: int) -> list[int]:
+    """``n`` devices apportioned over groups of ``counts`` devices in proportion.
+
+    Every group with devices gets at least one (``n`` must be at least their number). The rest go
+    by largest remainder (Hamilton's method), ties to the earlier group. Where every group's quota
+    c * n / N is at least 1, each count is its quota rounded down or up. A group whose quota is
+    below 1 gets 1, and the groups with the smallest remainders give the extra devices back.
+    Exact integer arithmetic, so the result is deterministic.
+    """
+    total = sum(counts)
+    groups = [i for i, c in enumerate(counts) if c > 0]
+    if not groups or not len(groups) <= n:
+        raise ValueError(f"{n} devices cannot hold one of each of {len(groups)} groups")
+    out = [max(1, c * n // total) if c > 0 else 0 for c in counts]
+
+    def over(i: int) -> int:  # (count - quota) x total, exactly
+        return out[i] * total - counts[i] * n
+
+    while sum(out) < n:  # the largest remainder (the furthest below its quota) first
+        out[min(groups, key=lambda i: (over(i), i))] += 1
+    while sum(out) > n:  # forced ones pushed the total over: the furthest above its quota gives one
+        out[max((i for i in groups if out[i] > 1), key=lambda i: (over(i), -i))] -= 1
+    return out
+
+
+def _groups_of(scenario: Scenario) -> int:
+    """How many kinds of device the fleet has: non-empty groups, else classes."""
+    dev = scenario.devices
+    return sum(1 for g in dev.groups if g.count > 0) if dev.groups else len(dev.classes)
+
+
+def share_scenario(scenario: Scenario, devices: int, replicas: int = 1) -> Scenario:
+    """``replicas`` replicas carrying ``devices`` devices: a proportional sample of the fleet
+    (:func:`share_counts`), and with Poisson sessions the same share of the arrival rate."""
+    n = fleet_size(scenario)
+    dev = scenario.devices
+    if dev.groups:
+        counts = share_counts([g.count for g in dev.groups], devices)
+        groups = tuple(dataclasses.replace(g, count=c) for g, c in zip(dev.groups, counts, strict=True))
+        dev = dataclasses.replace(dev, groups=groups)
+    else:
+        dev = dataclasses.replace(dev, count=devices)
+    sc = with_replicas(scenario.replace(devices=dev), replicas)
+    if sc.arrivals.process == "poisson":
+        sc = sc.replace(arrivals=dataclasses.replace(sc.arrivals, rate=sc.arrivals.rate * devices / n))
+    return sc
+
+
+def _stats(devices: int, results: list[PointResult], seeds: list[int]) -> PointStats:
+    counts = pd.concat(
+        [r.counts.assign(seed=s) for r, s in zip(results, seeds, strict=True)], ignore_index=True
+    )
+    return pooled_stats(devices, counts)
+
+
+def _row(stats: PointStats, **first: object) -> dict[str, object]:
+    return {
+        **first,
+        "max_violation": stats.violation,
+        "ci_low": stats.ci_low,
+        "ci_high": stats.ci_high,
+        "responses": stats.responses,
+        **{f"violation_{k}": v for k, v in stats.per_class.items()},
+    }
+
+
+def _feasible(v: object, epsilon: float) -> bool:
+    x = float(v)  # type: ignore[arg-type]
+    return not math.isnan(x) and x <= epsilon
+
+
+def largest_share(
+    scenario: Scenario,
+    runner: Runner,
+    seeds: list[int],
+    epsilon: float,
+    start: int,
+    least: int,
+    progress: Progress | None = None,
+) -> tuple[int | None, pd.DataFrame, dict[int, PointResult]]:
+    """The largest share n in [least, N] one replica serves within epsilon (None: not even
+    ``least``), the table of shares tried, and each share's first-seed result.
+
+    Brackets from ``start`` (halving down while infeasible, doubling up while feasible) and then
+    narrows with ``runner.jobs // len(seeds)`` shares per wave, assuming more devices never help.
+    """
+    n_all = fleet_size(scenario)
+    rows: dict[int, dict[str, object]] = {}
+    first: dict[int, PointResult] = {}
+    width = max(1, runner.jobs // len(seeds))
+
+    def evaluate(cands: list[int]) -> None:
+        todo = sorted({min(max(c, least), n_all) for c in cands} - set(rows))
+        if not todo:
+            return
+        points = [Point(share_scenario(scenario, n), n, s) for n in todo for s in seeds]
+        results = runner.map(points)
+        for i, n in enumerate(todo):
+            mine = results[i * len(seeds) : (i + 1) * len(seeds)]
+            st = _stats(n, mine, seeds)
+            rows[n] = _row(st, devices_per_replica=n, implied_replicas=math.ceil(n_all / n))
+            first[n] = mine[0]
+            if progress:
+                progress(len(rows), f"one replica, {n} devices: worst class {st.violation:.3f}")
+
+    def ok(n: int) -> bool:
+        return _feasible(rows[n]["max_violation"], epsilon)
+
+    def bounds() -> tuple[int | None, int | None]:
+        """(largest feasible share below the smallest infeasible one, that infeasible one)."""
+        bad = min((n for n in rows if not ok(n)), default=None)
+        good = max((n for n in rows if ok(n) and (bad is None or n < bad)), default=None)
+        return good, bad
+
+    def table() -> pd.DataFrame:
+        return pd.DataFrame([rows[n] for n in sorted(rows)])
+
+    n0 = min(max(start, least), n_all)
+    evaluate([n0, *[n0 >> k for k in range(1, width)]])
+    good, bad = bounds()
+    while good is None:  # halve down until a share is feasible
+        assert bad is not None
+        if bad <= least:
+            return None, table(), first
+        evaluate([bad >> k for k in range(1, width + 1)])
+        good, bad = bounds()
+    while bad is None:  # double up until a share is infeasible (or the whole fleet fits)
+        if good >= n_all:
+            return good, table(), first
+        evaluate([good << k for k in range(1, width + 1)])
+        good, bad = bounds()
+    assert good is not None
+    while bad - good > 1:  # k-section between the largest feasible and the smallest infeasible
+        k = min(width, bad - good - 1)
+        evaluate([good + round((bad - good) * (i + 1) / (k + 1)) for i in range(k)])
+        good, bad = bounds()
+        assert good is not None and bad is not None
+    return good, table(), first
+
+
+def _walk(
+    evaluate: Callable[[list[int]], None],
+    ok: Callable[[int], bool | None],
+    x0: int,
+    lo: int,
+    hi: int,
+    width: int,
+) -> int | None:
+    """The smallest x in [lo, hi] that passes, found next to ``x0``, for a verdict ``ok`` that
+    never turns from pass to fail as x grows (None: not yet evaluated).
+
+    Evaluates x0 - 1 and x0, then walks up while x fails, or down while x - 1 passes, ``width``
+    values per wave. None when nothing up to ``hi`` passes.
+    """
+    evaluate([x for x in (x0 - 1, x0) if lo <= x <= hi])
+    x = x0
+    while not ok(x):
+        if x >= hi:
+            return None
+        wave = list(range(x + 1, min(x + width, hi) + 1))
+        evaluate(wave)
+        x = next((y for y in wave if ok(y)), wave[-1])
+    while x > lo and ok(x - 1):
+        x -= 1
+        if x > lo and ok(x - 1) is None:
+            evaluate(list(range(max(lo, x - width), x)))
+    return x
+
+
+def confirm(
+    scenario: Scenario,
+    runner: Runner,
+    seeds: list[int],
+    epsilon: float,
+    share: int,
+    least: int,
+    slice_replicas: int | None,
+    max_replicas: int,
+    progress: Progress | None = None,
+    done: int = 0,
+) -> tuple[int | None, pd.DataFrame, PointResult | None]:
+    """The decomposed answer simulated behind the real router (see the module docstring): the
+    replica count it confirms (None: none up to ``max_replicas``), one row per simulation, and
+    the first seed's result at that count.
+
+    The whole cluster (``slice_replicas`` None) at R = ceil(N / ``share``) and R - 1, walking up
+    while R fails and down while R - 1 passes. A slice: ``slice_replicas`` replicas carrying
+    ``share`` and ``share`` + 1 devices each, walking down while ``share`` fails and up while
+    ``share`` + 1 passes; the answer is ceil(N / the most devices per replica that passed).
+    """
+    n = fleet_size(scenario)
+    rows: dict[int, dict[str, object]] = {}
+    first: dict[int, PointResult] = {}
+    width = max(1, runner.jobs // len(seeds))
+
+    def case(x: int) -> tuple[Scenario, int, int]:
+        """(scenario, devices, replicas of the cluster it stands for) at walk position ``x``."""
+        if slice_replicas is None:
+            return with_replicas(scenario, x), n, x
+        per = -x  # a slice walks over devices per replica, downwards
+        return (
+            share_scenario(scenario, slice_replicas * per, slice_replicas),
+            slice_replicas * per,
+            math.ceil(n / per),
+        )
+
+    def evaluate(xs: list[int]) -> None:
+        todo = sorted(set(xs) - set(rows))
+        if not todo:
+            return
+        cases = [case(x) for x in todo]
+        results = runner.map([Point(sc, m, s) for sc, m, _ in cases for s in seeds])
+        for i, (x, (sc, m, r)) in enumerate(zip(todo, cases, strict=True)):
+            mine = results[i * len(seeds) : (i + 1) * len(seeds)]
+            st = _stats(m, mine, seeds)
+            k = sc.server.replicas
+            rows[x] = _row(
+                st,
+                replicas=r,
+                simulated_replicas=k,
+                simulated_devices=m,
+                devices_per_replica=round(m / k, 2),
+            )
+            rows[x]["ok"] = _feasible(st.violation, epsilon)
+            first[x] = mine[0]
+            if progress:
+                what = f"R={r}" if slice_replicas is None else f"{k} replicas x {m // k} devices"
+                progress(done + len(rows), f"confirm {what}: worst class {st.violation:.3f}")
+
+    def ok(x: int) -> bool | None:
+        return bool(rows[x]["ok"]) if x in rows else None
+
+    if slice_replicas is None:
+        x = _walk(evaluate, ok, math.ceil(n / share), 1, max_replicas, width)
+    else:
+        x = _walk(evaluate, ok, -share, -n, -max(least, math.ceil(n / max_replicas)), width)
+    table = pd.DataFrame([rows[y] for y in sorted(rows, key=lambda y: rows[y]["simulated_devices"])])
+    if x is None:
+        return None, table, None
+    return case(x)[2], table, first[x]
+
+
+def plan_decomposed(
+    scenario: Scenario,
+    runner: Runner,
+    seeds: list[int],
+    epsilon: float,
+    start: int | None = None,
+    max_replicas: int = 512,
+    confirm_devices: int = CONFIRM_DEVICES,
+    progress: Progress | None = None,
+) -> PlanResult:
+    """Size the cluster from one replica's share, then confirm (see the module docstring)."""
+    n = fleet_size(scenario)
+    kinds = _groups_of(scenario)
+    least = max(kinds, math.ceil(n / max_replicas))
+    r0 = max(1, start if start is not None else math.ceil(n / 100))
+    share, tried, first = largest_share(scenario, runner, seeds, epsilon, math.ceil(n / r0), least, progress)
+    res = PlanResult(None, n, tried, None, len(tried), method="decomposed", share=share)
+    if share is None:
+        what = "one of each kind of device" if least == kinds else "N / --max-replicas"
+        res.notes.append(f"one replica cannot serve {least} devices ({what})")
+        return res
+    res.replicas = res.decomposed = math.ceil(n / share)
+    res.per_replica = first[share].replicas
+    if confirm_devices <= 0:
+        res.confirmation = "none (--confirm-devices 0)"
+        return res
+    slice_replicas = None
+    res.confirmation = f"full cluster ({n} devices)"
+    if n > confirm_devices:
+        slice_replicas = max(2, confirm_devices // (share + 1))
+        res.confirmation = f"slice of {slice_replicas} replicas behind the {scenario.server.router} router"
+    answer, res.confirm, at = confirm(
+        scenario, runner, seeds, epsilon, share, least, slice_replicas, max_replicas, progress, len(tried)
+    )
+    res.evaluations += len(res.confirm)
+    res.replicas = answer
+    if at is not None:
+        res.per_replica = at.replicas
+    return res
+
+
+def plan_cluster(
+    scenario: Scenario,
+    runner: Runner,
+    seeds: list[int],
+    epsilon: float,
+    method: str = "auto",
+    start: int | None = None,
+    max_replicas: int = 512,
+    confirm_devices: int = CONFIRM_DEVICES,
+    progress: Progress | None = None,
+) -> PlanResult:
+    """The fewest replicas for the fleet: decomposed where it holds (``auto``), else (or with
+    ``method="full"``) the full-cluster search; the result says which ran and why."""
+    used, why = choose_method(scenario, method)
+    if used == "full":
+        res = plan_replicas(scenario, runner, seeds, epsilon, start, max_replicas, progress)
+        res.fallback = why
+        return res
+    return plan_decomposed(scenario, runner, seeds, epsilon, start, max_replicas, confirm_devices, progress)
