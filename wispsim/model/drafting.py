@@ -39,6 +39,11 @@ class Controller(Protocol):
 
 CONTROLLERS: Registry[type] = Registry("drafting controller")
 
+# A trace replay's predictor decisions depend only on the predictor and the trace's rows, so they
+# are computed once per (predictor settings, trace) in a process: every run of a sweep shares them.
+_TRACE_DECISIONS: dict[tuple[object, str], np.ndarray] = {}
+_TRACE_DECISIONS_MAX = 16
+
 
 def _cap(remaining: int) -> int:
     return max(1, remaining - 1)
@@ -63,6 +68,8 @@ class PredictorController:
         self.k_min = cfg.k_min
         self.k_max = cfg.k_max
         self.predictor = predictor or make_predictor(cfg.predictor)
+        # a predictor handed in may be anything: share decisions across runs only for the configured one
+        self._shared_key: object = None if predictor is not None else cfg.predictor
         self._trace_decisions: dict[int, np.ndarray] = {}
 
     def prepare(self, stream: ResponseStream) -> object:
@@ -74,7 +81,7 @@ class PredictorController:
             key = id(stream.trace)
             table = self._trace_decisions.get(key)
             if table is None:
-                table = np.append(self.predictor.predict_accept(stream.trace.features), False)
+                table = self._decisions(stream)
                 self._trace_decisions[key] = table
             decisions = table[stream.rows]
         else:
@@ -82,10 +89,26 @@ class PredictorController:
         runs: list[int] = accept_runs(decisions).tolist()
         return runs
 
+    def _decisions(self, stream: ResponseStream) -> np.ndarray:
+        assert stream.trace is not None
+        shared = (self._shared_key, stream.trace.path) if self._shared_key is not None else None
+        table = _TRACE_DECISIONS.get(shared) if shared is not None else None
+        if table is None:
+            table = np.append(self.predictor.predict_accept(stream.trace.features), False)
+            if shared is not None:
+                if len(_TRACE_DECISIONS) >= _TRACE_DECISIONS_MAX:
+                    _TRACE_DECISIONS.pop(next(iter(_TRACE_DECISIONS)))
+                _TRACE_DECISIONS[shared] = table
+        return table
+
     def plan(self, state: object, pos: int, remaining: int) -> DraftPlan:
         pred_run: list[int] = state  # type: ignore[assignment]
-        limit = min(self.k_max, max(1, remaining - 1))
-        k_min = min(self.k_min, limit)
+        # limit = min(k_max, max(1, remaining - 1)), k_min = min(k_min, limit): once per round,
+        # so without the builtin calls
+        limit = remaining - 1 if remaining > 2 else 1
+        if limit > self.k_max:
+            limit = self.k_max
+        k_min = self.k_min if self.k_min < limit else limit
         j = pos + k_min
         # first predicted rejection at window offset >= k_min
         stop = k_min + pred_run[j] if j < len(pred_run) else limit

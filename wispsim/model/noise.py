@@ -12,21 +12,26 @@ import numpy as np
 
 
 class MeanOneLogNormal:
-    __slots__ = ("_i", "_pool", "rng", "sigma")
+    __slots__ = ("_i", "_n", "_pool", "rng", "sigma")
 
     def __init__(self, sigma: float, rng: np.random.Generator) -> None:
         self.sigma = sigma
         self.rng = rng
         self._pool: list[float] = []
-        self._i = 0
+        self._i = self._n = 0
 
     def next(self) -> float:
-        if self.sigma == 0:
+        i = self._i
+        if i < self._n:  # the common case, once per transfer or batch: no call, no len()
+            self._i = i + 1
+            return self._pool[i]
+        return self._refill()
+
+    def _refill(self) -> float:
+        if self.sigma == 0:  # no noise: no draws from the generator
+            self._pool, self._i, self._n = [1.0] * 512, 1, 512
             return 1.0
-        if self._i >= len(self._pool):
-            s = self.sigma
-            self._pool = np.exp(s * self.rng.standard_normal(512) - s * s / 2).tolist()
-            self._i = 0
-        x = self._pool[self._i]
-        self._i += 1
-        return x
+        s = self.sigma
+        self._pool = np.exp(s * self.rng.standard_normal(512) - s * s / 2).tolist()
+        self._i, self._n = 1, len(self._pool)
+        return self._pool[0]

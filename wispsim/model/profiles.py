@@ -11,6 +11,7 @@ checks all of it, naming the profile and the field in every error.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -399,7 +400,17 @@ def find_profile(name_or_path: str) -> Path:
 
 def load_profile(name_or_path: str) -> Profile:
     path = find_profile(name_or_path)
-    return parse_profile(read_yaml(path), str(path))
+    try:
+        st = path.stat()
+    except OSError:
+        return parse_profile(read_yaml(path), str(path))  # read_yaml names the problem
+    return _load_profile(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _load_profile(path: str, mtime_ns: int, size: int) -> Profile:
+    """A parsed profile file (cached while the file is unchanged: every run of a sweep reads it)."""
+    return parse_profile(read_yaml(Path(path)), path)
 
 
 def available_profiles() -> list[str]:

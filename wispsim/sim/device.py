@@ -108,6 +108,10 @@ class Device:
         req_ids = ctx.request_ids
         index = self.index
         timeout, event = env.timeout, env.event
+
+        def arrive(uplink_done: Any) -> None:  # submit(req) returns req.done (local and remote servers)
+            server.submit(uplink_done.value)
+
         pending = self.start_offset  # time owed before the next thing the device does
         while True:
             pending = yield from self._gate(pending)
@@ -132,9 +136,10 @@ class Device:
                 draft = passes * tau_d + calls * tau_p
                 nbytes = header + k * tok_bytes + (prompt * TOKEN_ID_BYTES if rnd == 0 else 0)
                 up = link.up(nbytes)
-                t_start = env.now + pending
-                yield timeout(pending + draft + up)
-                arrival = env.now
+                now = env.now
+                t_start = now + pending
+                delay = pending + draft + up
+                arrival = now + delay  # the time the timeout below fires (SimPy adds the same way)
                 n_hat = self.alpha_hat * k + 1.0
                 budget = n_hat / slo - draft - up
                 prefix = prompt + pos
@@ -149,7 +154,10 @@ class Device:
                     prefix + committed,
                     event(),
                 )
-                yield server.submit(req)
+                # the request reaches the server when its uplink ends: the timeout's callback
+                # submits it, and the device sleeps until the verdict (one resume per round)
+                timeout(delay, req).callbacks.append(arrive)
+                yield req.done
                 down = link.down(header + committed * TOKEN_ID_BYTES)
                 t_end = env.now + down
                 cold_rounds += req.cold
