@@ -166,8 +166,8 @@ class LoadRunner:
     ("n", "alone", "routed", "decomposed", "answer"),
     [
         (2000, 87, 87, 23, 23),  # the router matches one replica: confirmed as it is
-        (2000, 92, 87, 22, 23),  # the router piles sessions up: the full cluster walks up
-        (2000, 87, 91, 23, 22),  # the router pools: the full cluster walks down
+        (2000, 92, 87, 22, 23),  # the router piles sessions up: the full cluster searches up
+        (2000, 87, 91, 23, 22),  # the router pools: the full cluster searches down
         (100, 10, 10, 10, 10),
         (7, 50, 50, 1, 1),  # one replica holds the whole fleet
     ],
@@ -199,7 +199,7 @@ def test_a_large_fleet_is_confirmed_on_a_slice() -> None:
     res = plan_cluster(sc, runner, [0], 0.05, max_replicas=4096, confirm_devices=2000)  # type: ignore[arg-type]
     assert (res.share, res.decomposed) == (92, math.ceil(n / 92))
     assert res.confirmation.startswith("slice of 21 replicas")  # 2000 // 93
-    assert res.replicas == math.ceil(n / 90)  # walked down to 90 devices per replica
+    assert res.replicas == math.ceil(n / 90)  # the slice serves 90 devices per replica
     assert res.confirm is not None
     assert set(res.confirm.simulated_replicas) == {21} and res.confirm.simulated_devices.max() < 2000
     assert all(d <= 2000 or r == 1 for r, d in runner.seen)  # no simulation holds the fleet

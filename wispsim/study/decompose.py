@@ -59,7 +59,7 @@ from wispsim.study.runners import Runner
 
 METHODS = ("auto", "decomposed", "full")
 DECOMPOSABLE_ARRIVALS = ("closed", "poisson")
-CONFIRM_DEVICES = 2000  # default: the largest confirmation simulation, in devices
+CONFIRM_DEVICES = 1000  # default: the largest confirmation simulation, in devices
 
 Progress = Callable[[int, str], None]
 
