@@ -143,7 +143,7 @@ def bench(reps: int) -> None:
                 f"{res.batches['size'].mean():>6.1f} {model_rps:>10,.0f} {bare_rounds:>11} "
                 f"{bare_rps:>10,.0f} {model_rps / bare_rps:>9.0%}"
             )
-    print("\ntarget: model/bare >= 50%")
+    print("\ntarget: model/bare >= 35% (the fleet-scale issue; an earlier goal was 50%)")
 
 
 def machine() -> str:

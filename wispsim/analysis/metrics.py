@@ -79,7 +79,7 @@ SUMMARY_ROUND_COLUMNS = [
     "budget",
     "cold",
 ]
-GOODPUT_ROUND_COLUMNS = ["slo", "t_end", "committed"]
+GOODPUT_ROUND_COLUMNS = ["slo", "committed"]  # of the rounds that ended inside the window
 
 
 def _class_row(
@@ -91,8 +91,8 @@ def _class_row(
     all_resp: pd.DataFrame,
     window: tuple[float, float],
 ) -> dict[str, Any]:
-    """One summary row: ``rounds`` are the class's measured rounds; ``ended`` its rounds of any
-    response that ended inside the window (None for centralized serving: no rounds)."""
+    """One summary row: ``rounds`` are the class's measured rounds; ``ended`` its rounds (of any
+    response) that ended inside the window (None for centralized serving: no rounds)."""
     w0, w1 = window
     span = w1 - w0
     if ended is not None:
