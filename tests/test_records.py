@@ -102,3 +102,22 @@ def test_a_spilled_run_writes_the_same_files(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(a, b)
     pd.testing.assert_frame_equal(compliance_series(kept, 1.0, 5.0), compliance_series(spilled, 1.0, 5.0))
     pd.testing.assert_frame_equal(server_series(kept, 1.0), server_series(spilled, 1.0))
+
+
+def test_records_all_stores_a_spilled_runs_rounds_and_they_travel_by_pickle(tmp_path: Path) -> None:
+    """``--records all`` stores every round of a spilled run (the file is copied), and a result
+    sent to another process (a Ray worker's) carries the records themselves."""
+    import pickle
+
+    from wispsim.study.points import Point, compute_point, store_point
+
+    sc = load_scenario(overrides={"workload": {"warmup_s": 5, "duration_s": 10}}).with_devices(12, CLASSES)
+    kept = simulate(sc)
+    spilled = simulate(sc, memory_rows=300)
+    again = pickle.loads(pickle.dumps(spilled.round_records))
+    assert not again.spilled and len(again) == len(kept.round_records)
+    pd.testing.assert_frame_equal(again.frame(), kept.rounds)
+    out = compute_point(Point(sc, 12, sc.seed), "all")
+    store_point(out, tmp_path)
+    (stored,) = (tmp_path / "points").iterdir()
+    pd.testing.assert_frame_equal(pd.read_parquet(stored / "rounds.parquet"), kept.rounds)

@@ -192,8 +192,14 @@ class StoredRecords:
             return frame([], self.cls)[cols]
         return pd.concat(parts, ignore_index=True)
 
-    def to_parquet(self, path: Path) -> None:
-        """Write every record to ``path`` (a copy of the spill file when the run spilled)."""
+    def __getstate__(self) -> dict[str, Any]:
+        # sent to another process (a Ray worker's result): the records travel, not the file path
+        return {"cls": self.cls, "_data": self.frame(), "path": None, "rows": self.rows}
+
+    def to_parquet(self, path: Path, index: bool = False) -> None:
+        """Write every record to ``path`` (a copy of the spill file when the run spilled), like
+        ``DataFrame.to_parquet(path, index=False)``."""
+        assert not index, "records have no index to write"
         if self.path is not None:
             shutil.copyfile(self.path, path)
         else:

@@ -30,6 +30,7 @@ from wispsim.analysis.metrics import device_counts, replica_summary, summarize
 from wispsim.config import Scenario
 from wispsim.provenance import code_commit, file_digest
 from wispsim.sim.engine import simulate
+from wispsim.sim.records import StoredRecords
 
 RECORD_MODES = ("none", "responses", "all")
 
@@ -147,7 +148,7 @@ class PointOutput:
     counts: pd.DataFrame
     replicas: pd.DataFrame
     meta: dict[str, object]
-    frames: dict[str, pd.DataFrame]  # records kept per the record mode
+    frames: dict[str, pd.DataFrame | StoredRecords]  # records kept per the record mode
 
 
 def compute_point(point: Point, records: str = "responses") -> PointOutput:
@@ -157,7 +158,7 @@ def compute_point(point: Point, records: str = "responses") -> PointOutput:
     if records in ("responses", "all"):
         frames["responses"] = res.responses
     if records == "all":
-        frames["rounds"] = res.rounds
+        frames["rounds"] = res.round_records  # a spilled run's file is copied, not loaded
         frames["batches"] = res.batches
     meta = {
         "devices": point.devices,
