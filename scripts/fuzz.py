@@ -417,6 +417,8 @@ class Generator:
                     ("--seeds", NUM_OPTION_TEXT),
                     ("--price-per-gpu-hour", NUM_OPTION_TEXT),
                     ("--profile", ["nope", "", "/etc/passwd"]),
+                    ("--method", ["bogus", "", "FULL"]),
+                    ("--confirm-devices", NUM_OPTION_TEXT),
                 ],
             ),
             (

@@ -310,7 +310,7 @@ def test_cli_bad_workload_options_are_one_line_errors(args: list[str], needle: s
 def test_cli_plan_finds_the_smallest_feasible_replica_count(tmp_path: Path) -> None:
     out = tmp_path / "plan"
     args = ["plan", "--fleet", "4:60,8:60", "--start", "1", "--price-per-gpu-hour", "2.5", "-o", str(out)]
-    args += ["--set", "workload.warmup_s=5", "--set", "workload.duration_s=20"]
+    args += ["--method", "full", "--set", "workload.warmup_s=5", "--set", "workload.duration_s=20"]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     tried = pd.read_csv(out / "plan.csv").set_index("replicas")
