@@ -104,7 +104,8 @@ def _class_row(
     acc = rounds.accepted.to_numpy(float) if len(rounds) else np.empty(0)
     waste = np.maximum(0.0, k - acc)
     queue = (rounds.dispatch - rounds.arrival).to_numpy() if len(rounds) else np.empty(0)
-    later = rounds[rounds["round"] > 0] if len(rounds) else rounds
+    # cold flags of the rounds after a response's first (one column: not a copy of the frame)
+    later = rounds.cold.to_numpy()[rounds["round"].to_numpy() > 0] if len(rounds) else np.empty(0)
     return {
         "class": label,
         "devices": devices,
@@ -129,7 +130,7 @@ def _class_row(
         "verify_p50_ms": _q(rounds.verify_time, 0.50, 1000) if len(rounds) else float("nan"),
         "verify_p95_ms": _q(rounds.verify_time, 0.95, 1000) if len(rounds) else float("nan"),
         "verify_p99_ms": _q(rounds.verify_time, 0.99, 1000) if len(rounds) else float("nan"),
-        "prefix_hit_rate": 1.0 - _mean(later.cold) if len(later) else float("nan"),
+        "prefix_hit_rate": 1.0 - _mean(later) if len(later) else float("nan"),
     }
 
 
