@@ -24,7 +24,8 @@ waiting for admission. So the number of responses on each replica drifts apart. 
 fleet-2000 under ``wisp``: 5 replicas at 80 devices each held 67-125 responses apiece over time,
 and one of them violated 15% of its class-8 responses. One replica alone at 80 devices violated
 none. The one-replica answer is therefore a lower bound on R with this router, and the
-confirmation decides.
+confirmation decides. Without admission control (``wisp-lru``) the two agreed on fleet-2000: one
+replica serves 89 devices, and the full cluster passes at ceil(2000 / 89) = 23 and fails at 22.
 
 **Confirmation.** The decomposed answer is then simulated behind the real router, starting at R
 and R - 1 and searching from there (galloping away from R, then bisecting) to the edge between
