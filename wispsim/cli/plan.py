@@ -223,7 +223,12 @@ def plan(
         if res.per_replica is not None:
             res.per_replica.to_csv(o / "replicas.csv", index=False)
     if res.per_replica is not None:
-        console.print(table(res.per_replica, f"per-replica load at R={res.replicas} (seed {first})"))
+        where = f"at R={res.replicas}"
+        if res.method == "decomposed" and res.confirm is None:
+            where = f"of one replica carrying {res.share} devices (R={res.replicas})"
+        elif res.method == "decomposed" and not res.confirmation.startswith("full cluster"):
+            where = f"on the {res.confirmation}, standing for R={res.replicas}"
+        console.print(table(res.per_replica, f"per-replica load {where} (seed {first})"))
     gpus = res.replicas * prof.gpu_count
     line = f"answer: {res.replicas} replicas ({gpus} x {prof.gpu}) for {n} devices"
     if price is not None:

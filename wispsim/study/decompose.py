@@ -381,6 +381,8 @@ def plan_decomposed(
     if share is None:
         what = "one of each kind of device" if least == kinds else "N / --max-replicas"
         res.notes.append(f"one replica cannot serve {least} devices ({what})")
+        if scenario.arrivals.process == "poisson":  # a share is n / N of the rate: N sets the grain
+            res.notes.append(f"a share is n / {n} of arrivals.rate: more devices, or --method full")
         return res
     res.replicas = res.decomposed = math.ceil(n / share)
     res.per_replica = first[share].replicas
