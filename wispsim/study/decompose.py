@@ -53,9 +53,8 @@ import pandas as pd
 from wispsim.config import Scenario
 from wispsim.errors import ConfigError
 from wispsim.model.fleet import fleet_size
-from wispsim.study.capacity_search import PointStats, pooled_stats
 from wispsim.study.points import Point, PointResult
-from wispsim.study.replicas import PlanResult, plan_replicas, with_replicas
+from wispsim.study.replicas import PlanResult, plan_replicas, pooled_over_seeds, stats_row, with_replicas
 from wispsim.study.runners import Runner
 
 METHODS = ("auto", "decomposed", "full")
@@ -151,24 +150,6 @@ def share_scenario(scenario: Scenario, devices: int, replicas: int = 1) -> Scena
     return sc
 
 
-def _stats(devices: int, results: list[PointResult], seeds: list[int]) -> PointStats:
-    counts = pd.concat(
-        [r.counts.assign(seed=s) for r, s in zip(results, seeds, strict=True)], ignore_index=True
-    )
-    return pooled_stats(devices, counts)
-
-
-def _row(stats: PointStats, **first: object) -> dict[str, object]:
-    return {
-        **first,
-        "max_violation": stats.violation,
-        "ci_low": stats.ci_low,
-        "ci_high": stats.ci_high,
-        "responses": stats.responses,
-        **{f"violation_{k}": v for k, v in stats.per_class.items()},
-    }
-
-
 def _feasible(v: object, epsilon: float) -> bool:
     x = float(v)  # type: ignore[arg-type]
     return not math.isnan(x) and x <= epsilon
@@ -202,8 +183,8 @@ def largest_share(
         results = runner.map(points)
         for i, n in enumerate(todo):
             mine = results[i * len(seeds) : (i + 1) * len(seeds)]
-            st = _stats(n, mine, seeds)
-            rows[n] = _row(st, devices_per_replica=n, implied_replicas=math.ceil(n_all / n))
+            st = pooled_over_seeds(n, mine, seeds)
+            rows[n] = stats_row(st, devices_per_replica=n, implied_replicas=math.ceil(n_all / n))
             first[n] = mine[0]
             if progress:
                 progress(len(rows), f"one replica, {n} devices: worst class {st.violation:.3f}")
@@ -333,9 +314,9 @@ def confirm(
         results = runner.map([Point(sc, m, s) for sc, m, _ in cases for s in seeds])
         for i, (x, (sc, m, r)) in enumerate(zip(todo, cases, strict=True)):
             mine = results[i * len(seeds) : (i + 1) * len(seeds)]
-            st = _stats(m, mine, seeds)
+            st = pooled_over_seeds(m, mine, seeds)
             k = sc.server.replicas
-            rows[x] = _row(
+            rows[x] = stats_row(
                 st,
                 replicas=r,
                 simulated_replicas=k,

@@ -24,8 +24,8 @@ import pandas as pd
 
 from wispsim.config import Scenario
 from wispsim.model.fleet import fleet_size
-from wispsim.study.capacity_search import pooled_stats
-from wispsim.study.points import Point
+from wispsim.study.capacity_search import PointStats, pooled_stats
+from wispsim.study.points import Point, PointResult
 from wispsim.study.runners import Runner
 
 
@@ -50,6 +50,26 @@ def with_replicas(scenario: Scenario, replicas: int) -> Scenario:
     return scenario.replace(server=srv)
 
 
+def pooled_over_seeds(devices: int, results: list[PointResult], seeds: list[int]) -> PointStats:
+    """Violation statistics of one configuration pooled over its seeds' points."""
+    counts = pd.concat(
+        [r.counts.assign(seed=s) for r, s in zip(results, seeds, strict=True)], ignore_index=True
+    )
+    return pooled_stats(devices, counts)
+
+
+def stats_row(stats: PointStats, **first: object) -> dict[str, object]:
+    """A table row: ``first`` columns, then the worst class's rate, its CI and each class's rate."""
+    return {
+        **first,
+        "max_violation": stats.violation,
+        "ci_low": stats.ci_low,
+        "ci_high": stats.ci_high,
+        "responses": stats.responses,
+        **{f"violation_{k}": v for k, v in stats.per_class.items()},
+    }
+
+
 def plan_replicas(
     scenario: Scenario,
     runner: Runner,
@@ -65,7 +85,7 @@ def plan_replicas(
     k-section search instead of bisection), so the cores are used even with one seed.
     """
     n = fleet_size(scenario)
-    rows: dict[int, dict[str, float]] = {}
+    rows: dict[int, dict[str, object]] = {}
     replica_load: dict[int, pd.DataFrame] = {}
     width = max(1, runner.jobs // len(seeds))  # replica counts per wave
 
@@ -77,25 +97,15 @@ def plan_replicas(
         results = runner.map(points)
         for i, r in enumerate(todo):
             mine = results[i * len(seeds) : (i + 1) * len(seeds)]
-            counts = pd.concat(
-                [res.counts.assign(seed=s) for res, s in zip(mine, seeds, strict=True)], ignore_index=True
-            )
-            st = pooled_stats(n, counts)
-            rows[r] = {
-                "replicas": r,
-                "max_violation": st.violation,
-                "ci_low": st.ci_low,
-                "ci_high": st.ci_high,
-                "responses": st.responses,
-                **{f"violation_{k}": v for k, v in st.per_class.items()},
-            }
+            st = pooled_over_seeds(n, mine, seeds)
+            rows[r] = stats_row(st, replicas=r)
             if mine[0].replicas is not None:
                 replica_load[r] = mine[0].replicas
             if progress:
                 progress(len(rows), f"R={r}: worst class {st.violation:.3f}")
 
     def ok(r: int) -> bool:
-        v = rows[r]["max_violation"]
+        v = float(rows[r]["max_violation"])  # type: ignore[arg-type]
         return not math.isnan(v) and v <= epsilon
 
     def bounds() -> tuple[int, int | None]:
