@@ -66,9 +66,11 @@ def test_records_match_tuples_converted_at_once() -> None:
         table = RecordTable(RoundRecord, memory_rows)
         for r in rows[:7]:
             table.append(r)
+        assert table.packed  # numbers and flags only: rows are packed
+        buf, pack = table.buf, table.pack
         for r in rows[7:]:
-            table.rows.append(r)  # the hot path's way: append to the open chunk, flush when full
-            if len(table.rows) >= table.chunk_rows:
+            buf += pack(*r)  # the hot path's way: pack into the open chunk, flush when full
+            if len(buf) >= table.chunk_bytes:
                 table.flush()
         assert len(table) == len(rows)
         stored = table.close()

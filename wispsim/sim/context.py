@@ -71,8 +71,10 @@ class RunContext:
         self.rounds = RecordTable(RoundRecord, memory_rows)
         self.batches = RecordTable(BatchRecord, memory_rows)
         self.responses = RecordTable(ResponseRecord, memory_rows)
-        self._round_rows = self.rounds.rows  # the open chunk: record_round appends to it
-        self._chunk_rows = self.rounds.chunk_rows
+        # the open chunk of packed round rows: record_round extends it (see RecordTable)
+        self._round_buf = self.rounds.buf
+        self._pack_round = self.rounds.pack
+        self._chunk_bytes = self.rounds.chunk_bytes
         self._response_ids = count()
         self.request_ids = count()
         self.batch_ids = count()
@@ -142,41 +144,39 @@ class RunContext:
     ) -> None:
         """Record a completed round: the device side, and ``req`` as the server finished it.
 
-        Called once per round, so it appends a plain tuple (field order of
-        :class:`~wispsim.sim.records.RoundRecord`) and does nothing else."""
-        rows = self._round_rows
-        rows.append(
-            (
-                device,
-                slo,
-                req.session,
-                rnd,
-                position,
-                t_start,
-                tau_d,
-                draft,
-                passes,
-                calls,
-                req.k,
-                accepted,
-                committed,
-                up,
-                req.arrival,
-                budget,
-                req.deadline,
-                req.n_hat,
-                req.dispatch,
-                req.verify_time,
-                req.batch,
-                req.l_new,
-                req.l_cached,
-                req.cold,
-                down,
-                t_end,
-                measured,
-            )
+        Called once per round, so it packs the row (field order of
+        :class:`~wispsim.sim.records.RoundRecord`) into the open chunk and does nothing else."""
+        buf = self._round_buf
+        buf += self._pack_round(
+            device,
+            slo,
+            req.session,
+            rnd,
+            position,
+            t_start,
+            tau_d,
+            draft,
+            passes,
+            calls,
+            req.k,
+            accepted,
+            committed,
+            up,
+            req.arrival,
+            budget,
+            req.deadline,
+            req.n_hat,
+            req.dispatch,
+            req.verify_time,
+            req.batch,
+            req.l_new,
+            req.l_cached,
+            req.cold,
+            down,
+            t_end,
+            measured,
         )
-        if len(rows) >= self._chunk_rows:
+        if len(buf) >= self._chunk_bytes:
             self.rounds.flush()
 
     def finish_response(
