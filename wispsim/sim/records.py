@@ -6,8 +6,9 @@ computed from them (:mod:`wispsim.analysis.metrics`). Times are simulated second
 A run appends its records to a :class:`RecordTable`: a table of numbers and flags packs each row
 into a byte buffer in the layout of its numpy record type (``struct``, about 0.2 us per round),
 other tables keep plain tuples; every ``chunk_rows`` rows become typed column arrays (about 220
-bytes per round instead of ~1.3 KB of Python objects). Past ``memory_rows`` rows a table *spills*: its chunks go to a Parquet file in a
-temporary folder, one row group each, and the run's memory stays bounded whatever its length.
+bytes per round instead of ~1.3 KB of Python objects). Past ``memory_rows`` rows a table
+*spills*: its chunks go to a Parquet file in a temporary folder, one row group each, and the
+run's memory stays bounded whatever its length.
 Readers ask :class:`StoredRecords` for the columns (and rows) they need, so a summary of a
 10-million-round run never holds all 27 columns at once.
 """
