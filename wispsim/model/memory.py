@@ -10,9 +10,8 @@ round: it forwards its whole prefix again.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wispsim.config import Scenario, ServerConfig
 from wispsim.errors import ConfigError
@@ -56,8 +55,9 @@ class KVMemory:
         # vLLM's prefix cache hashes whole blocks: a prefix is reused only up to its last full
         # block and the partial tail is forwarded again ("block"); "token" reuses all of it
         self.reuse_blocks = reuse == "block"
-        # session -> (cached tokens, blocks held), in LRU order (oldest first)
-        self.cache: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        # session -> (cached tokens, blocks held), in LRU order (oldest first: a plain dict keeps
+        # insertion order, and a prefix is popped and put back each time it is used)
+        self.cache: dict[int, tuple[int, int]] = {}
         self.used = 0
         self.evictions = 0
 
@@ -131,6 +131,25 @@ class KVMemory:
                 evicted = self._evict(nb)
             self.used += nb
             self.cache[session] = (prefix, nb)
+        return evicted
+
+    def finish_batch(self, batch: Iterable[Any]) -> int:
+        """:meth:`finish_round` for every member of a finished batch, in order (each with a
+        ``session`` and its committed length ``prefix_after``); returns how many were evicted."""
+        cache, bs, total = self.cache, self.block_size, self.total_blocks
+        keep = self.prefix_cache
+        evicted = 0
+        for r in batch:  # finish_round, inlined: once per round
+            session = r.session
+            old = cache.pop(session, None)
+            if old:
+                self.used -= old[1]
+            nb = -(-r.prefix_after // bs)
+            if keep and 0 < nb <= total:
+                if self.used + nb > total:
+                    evicted += self._evict(nb)
+                self.used += nb
+                cache[session] = (r.prefix_after, nb)
         return evicted
 
     def drop(self, session: int) -> None:

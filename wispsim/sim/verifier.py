@@ -173,23 +173,26 @@ class Verifier:
             batch = self.scheduler.select(self.queue, now, self.gpu)
             bid = next(self._batch_ids)
             n_lin = n_int = n_cac = 0
+            totals = []  # (session, L_total) of each member: what memory must hold for the batch
             for r in batch:
                 r.batch = bid
-                n_lin += r.l_new
-                n_int += (r.l_new + r.l_cached) * r.l_new
-                n_cac += r.l_cached
+                l_new, l_cached = r.l_new, r.l_cached
+                n_lin += l_new
+                n_int += (l_new + l_cached) * l_new
+                n_cac += l_cached
+                totals.append((r.session, l_new + l_cached))
             self.queue = [r for r in self.queue if r.batch != bid]
-            evicted = memory.allocate([(r.session, r.l_new + r.l_cached) for r in batch])
+            evicted = memory.allocate(totals)
             t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(batch))
             blocks_used = memory.used
             if self.track_work:
                 self.queued_work = max(self.queued_work - sum(r.work for r in batch), 0.0)
                 self.busy_until = now + t_hat
             yield env.timeout(latency)
+            evicted += memory.finish_batch(batch)  # each member's committed prefix stays cached
             for r in batch:
                 r.dispatch = now
                 r.verify_time = latency
-                evicted += memory.finish_round(r.session, r.prefix_after)
                 if adm is not None:
                     adm.grow(r.session, r.prefix_after)
                 r.done.succeed()

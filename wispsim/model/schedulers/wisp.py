@@ -36,13 +36,13 @@ class WispScheduler:
         a, b_c, b_r, c = est.a, est.b_compute, est.b_read, est.c
         delta = gpu.delta
         critical: list[tuple[float, float, int, float]] = []
-        late: list[tuple[float, int, float]] = []
+        late: list[tuple[float, int, int, float]] = []  # (arrival, 0, index, v): oldest first
         other: list[tuple[float, float, int, float]] = []
         for idx, r in enumerate(queue):
             l_new, l_cached = r.l_new, r.l_cached
             v = l_new * (a + b_c * (l_new + l_cached)) + b_r * l_cached  # est.marginal, inlined
             if now + v + c > r.deadline:
-                late.append((r.arrival, idx, v))
+                late.append((r.arrival, 0, idx, v))
             elif now >= r.deadline - (v + c) - delta:
                 critical.append((r.deadline, r.arrival, idx, v))
             else:
@@ -57,34 +57,30 @@ class WispScheduler:
         bs, max_blocks = gpu.block_size, gpu.total_blocks
         max_req, max_new = gpu.max_requests, gpu.max_new_tokens
 
-        def try_add(idx: int, v: float, is_late: bool) -> bool:
-            nonlocal total, dmin, blocks, new_tokens
-            r = queue[idx]
-            nb = -(-(r.l_new + r.l_cached) // bs)
-            if len(members) >= max_req or new_tokens + r.l_new > max_new or blocks + nb > max_blocks:
-                return False
-            d = dmin if is_late or r.deadline >= dmin else r.deadline
-            if now + total + v > d:
-                return False
-            members.append(r)
-            total += v
-            dmin = d
-            blocks += nb
-            new_tokens += r.l_new
-            return True
-
+        # the three phases in order, each stopping at its first request that fails FeasibleAdd
+        # (inlined: this runs once per queued request and dispatch epoch)
         critical_failed = False
-        for _, _, idx, v in sorted(critical):
-            if not try_add(idx, v, False):
-                critical_failed = True
-                break
-        for _, idx, v in sorted(late):
-            if not try_add(idx, v, True):
-                break
-        if not critical_failed:
-            for _, _, idx, v in sorted(other):
-                if not try_add(idx, v, False):
+        for phase, candidates in enumerate((critical, late, other)):
+            if phase == 2 and critical_failed:
+                break  # a critical request did not fit: no non-critical fill
+            is_late = phase == 1
+            for _, _, idx, v in sorted(candidates):
+                r = queue[idx]
+                l_new = r.l_new
+                nb = -(-(l_new + r.l_cached) // bs)
+                if len(members) >= max_req or new_tokens + l_new > max_new or blocks + nb > max_blocks:
                     break
+                d = dmin if is_late or r.deadline >= dmin else r.deadline
+                if now + total + v > d:
+                    break
+                members.append(r)
+                total += v
+                dmin = d
+                blocks += nb
+                new_tokens += l_new
+            else:
+                continue
+            critical_failed = critical_failed or phase == 0
         if not members:
             urgent = min(range(len(queue)), key=lambda i: (queue[i].deadline, queue[i].arrival, i))
             return [queue[urgent]]
