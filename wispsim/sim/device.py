@@ -107,11 +107,8 @@ class Device:
         pad = ctx.stream_pad
         req_ids = ctx.request_ids
         index = self.index
-        timeout, event = env.timeout, env.event
-
-        def arrive(uplink_done: Any) -> None:  # submit(req) returns req.done (local and remote servers)
-            server.submit(uplink_done.value)
-
+        event = env.event
+        submit = server.submit  # called with the request when its uplink ends (Request.send)
         pending = self.start_offset  # time owed before the next thing the device does
         while True:
             pending = yield from self._gate(pending)
@@ -154,9 +151,9 @@ class Device:
                     prefix + committed,
                     event(),
                 )
-                # the request reaches the server when its uplink ends: the timeout's callback
-                # submits it, and the device sleeps until the verdict (one resume per round)
-                timeout(delay, req).callbacks.append(arrive)
+                # the request reaches the server when its uplink ends (it is the event of its
+                # arrival), and the device sleeps until the verdict: one resume per round
+                req.send(env, delay, submit)
                 yield req.done
                 down = link.down(header + committed * TOKEN_ID_BYTES)
                 t_end = env.now + down

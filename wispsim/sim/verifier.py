@@ -8,10 +8,11 @@ part sets everyone's finish time.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
+from simpy.events import NORMAL, Event
 
 from wispsim.model.admission import Admission
 from wispsim.model.latency import LatencyModel
@@ -20,16 +21,25 @@ from wispsim.model.schedulers.base import GpuState, Scheduler
 from wispsim.sim.records import BatchRecord
 
 
-class Request:
-    """One round's verification request, as the server and scheduler see it."""
+class Request(Event):
+    """One round's verification request, as the server and scheduler see it.
+
+    It is also the SimPy event of its own arrival: a simulated device schedules it to fire when
+    its uplink ends (:meth:`send`), with the server's ``submit`` as its callback -- one event per
+    round instead of a timeout carrying the request. ``done`` is the event of its verdict.
+    """
 
     __slots__ = (
+        "_ok",
+        "_value",
         "arrival",
         "batch",
+        "callbacks",
         "cold",
         "deadline",
         "dispatch",
         "done",
+        "env",
         "k",
         "l_cached",
         "l_new",
@@ -70,6 +80,15 @@ class Request:
         self.verify_time = 0.0
         self.batch = -1
         self.work = 0.0  # the estimator's marginal cost where it was queued (for routing)
+        self._ok = True  # as an event (its arrival), it can only succeed
+        self._value = None
+
+    def send(self, env: simpy.Environment, delay: float, submit: Callable[[Request], object]) -> None:
+        """Have ``submit(self)`` called when the request reaches the server, ``delay`` from now
+        (what ``env.timeout(delay)`` with that callback does, in one event)."""
+        self.env = env
+        self.callbacks = [submit]
+        env.schedule(self, NORMAL, delay)
 
 
 def refresh(queue: list[Any], memory: KVMemory) -> None:
