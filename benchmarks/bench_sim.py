@@ -7,10 +7,15 @@ one Event, and a server that batches everything queued, does one timeout per bat
 every member's Event -- no scheduler, no records, no numpy per event. The bare loop runs for the
 same simulated horizon, with round and batch times calibrated from the model's own records.
 
-    python benchmarks/bench_sim.py [--sweep] [--profile] [--reps 3]
+    python benchmarks/bench_sim.py [--sweep] [--profile] [--floor] [--reps 3]
 
 ``--sweep`` also times ``wispsim sweep --policy wisp --classes 2,4,6,8`` end to end (as a user
 runs it); ``--profile`` prints a cProfile of the full model (default scenario, N=100).
+``--floor`` prints what the model's fixed per-round parts cost on their own (default scenario,
+N=100): the bare loop, then the model's own event pattern (a :class:`Request` that is the event
+of its arrival, a verdict event, batches completed at once), then that plus a packed round record
+per round through the real :class:`RecordTable` -- the time left per round for the model's logic
+(drafting plan, network times, scheduler, KV accounting) at a given model/bare target.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from wispsim.config import Scenario
 from wispsim.model.profiles import load_profile
 from wispsim.sim.engine import simulate
 from wispsim.sim.inputs import load_scenario
-from wispsim.sim.records import SimResult
+from wispsim.sim.records import RecordTable, RoundRecord, SimResult
+from wispsim.sim.verifier import Request
 
 SIZES = (50, 100, 200)
 POOL = 4096  # pre-drawn round times shared by the bare devices
@@ -101,6 +107,104 @@ def bare_loop(n: int, cal: Calibration) -> int:
         env.process(device(i))
     env.run(until=cal.horizon)
     return rounds[0]
+
+
+def event_pattern(n: int, cal: Calibration, records: bool) -> int:
+    """The bare loop with the model's objects: each round a :class:`Request` scheduled as the
+    event of its arrival (the server's submit as its callback) and a verdict event the device
+    waits on; with ``records``, a 27-field round record packed into a :class:`RecordTable` and
+    converted to columns. No scheduler, no KV accounting, no drafting plan, no network model."""
+    env = simpy.Environment()
+    queue: list[Request] = []
+    wake: list[simpy.Event | None] = [None]
+    rounds = [0]
+    times, c, per_req = cal.round_times, cal.c, cal.per_request
+    table = RecordTable(RoundRecord)
+    buf, pack, chunk = table.buf, table.pack, table.chunk_bytes
+    ids = iter(range(1 << 62))
+
+    def submit(req: Request) -> None:
+        queue.append(req)
+        if wake[0] is not None:
+            wake[0].succeed()
+            wake[0] = None
+
+    def device(i: int) -> Generator[Any, Any, None]:
+        nonlocal buf
+        j = (i * 97) % POOL
+        event = env.event
+        while True:
+            now = env.now
+            delay = times[j]
+            j = (j + 1) % POOL
+            req = Request(next(ids), i, now + delay, now + delay + 1.0, 3.0, 2, 300, 303, event())
+            req.send(env, delay, submit)
+            yield req.done
+            if records:
+                buf += pack(
+                    *(i, 4.0, req.session, 0, 0, now, 0.01, 0.02, 2, 1, req.k, 2, 3, delay),
+                    *(req.arrival, 1.0, req.deadline, req.n_hat, req.dispatch, req.verify_time),
+                    *(req.batch, req.l_new, req.l_cached, req.cold, 0.01, env.now, True),
+                )
+                if len(buf) >= chunk:
+                    table.flush()
+
+    def server() -> Generator[Any, Any, None]:
+        batch_id = 0
+        while True:
+            if not queue:
+                wake[0] = env.event()
+                yield wake[0]
+            batch = queue[:]
+            queue.clear()
+            now = env.now
+            latency = c + per_req * len(batch)
+            yield env.timeout(latency)
+            for r in batch:
+                r.dispatch, r.verify_time, r.batch = now, latency, batch_id
+                r.done.succeed()
+            batch_id += 1
+            rounds[0] += len(batch)
+
+    env.process(server())
+    for i in range(n):
+        env.process(device(i))
+    env.run(until=cal.horizon)
+    if records:
+        table.close()
+    return rounds[0]
+
+
+def floor(reps: int) -> None:
+    sc = scenarios()["2,4,6,8"]
+    n = 100
+    t_model = float("inf")
+    for _ in range(reps):
+        t, res = timed(partial(simulate, sc, devices=n, seed=0))
+        t_model = min(t_model, t)
+    cal = calibrate(res)
+    rows = [("full model", len(res.rounds), t_model)]
+    for name, fn in (
+        ("bare loop", partial(bare_loop, n, cal)),
+        ("model's events", partial(event_pattern, n, cal, False)),
+        ("+ round records", partial(event_pattern, n, cal, True)),
+    ):
+        best, done = float("inf"), 0
+        for _ in range(reps):
+            t, done = timed(fn)
+            best = min(best, t)
+        rows.append((name, done, best))
+    bare_us = 1e6 * rows[1][2] / rows[1][1]
+    print(f"\nper-round floor, default scenario (classes 2,4,6,8), N={n}, best of {reps}")
+    print(f"{'loop':<16} {'rounds':>7} {'us/round':>9}")
+    for name, done, t in rows:
+        print(f"{name:<16} {done:>7} {1e6 * t / done:>9.2f}")
+    fixed = 1e6 * rows[3][2] / rows[3][1]
+    print(
+        f"at 35% of the bare loop a round may take {bare_us / 0.35:.2f} us; the events and records "
+        f"take {fixed:.2f} us of it, leaving {bare_us / 0.35 - fixed:.2f} us for the model's logic "
+        f"(it takes {1e6 * rows[0][2] / rows[0][1] - fixed:.2f} us now)"
+    )
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -192,6 +296,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="repetitions per figure (best is kept)")
     ap.add_argument("--sweep", action="store_true", help="also time the default sweep end to end")
     ap.add_argument("--profile", action="store_true", help="also profile the model at N=100")
+    ap.add_argument("--floor", action="store_true", help="also time the model's fixed per-round parts")
     args = ap.parse_args()
     if args.reps < 1:
         ap.error("--reps must be >= 1")
@@ -201,6 +306,8 @@ def main() -> None:
     if args.sweep:
         bench_sweep()
     print(f"load average after: {load()} (this script adds about 1, the sweep 2)")
+    if args.floor:
+        floor(args.reps)
     if args.profile:
         profile()
 
