@@ -141,11 +141,13 @@ def event_pattern(n: int, cal: Calibration, records: bool) -> int:
             req.send(env, delay, submit)
             yield req.done
             if records:
+                # fmt: off
                 buf += pack(
-                    *(i, 4.0, req.session, 0, 0, now, 0.01, 0.02, 2, 1, req.k, 2, 3, delay),
-                    *(req.arrival, 1.0, req.deadline, req.n_hat, req.dispatch, req.verify_time),
-                    *(req.batch, req.l_new, req.l_cached, req.cold, 0.01, env.now, True),
+                    i, 4.0, req.session, 0, 0, now, 0.01, 0.02, 2, 1, req.k, 2, 3, delay,
+                    req.arrival, 1.0, req.deadline, req.n_hat, req.dispatch, req.verify_time,
+                    req.batch, req.l_new, req.l_cached, req.cold, 0.01, env.now, True,
                 )
+                # fmt: on
                 if len(buf) >= chunk:
                     table.flush()
 
