@@ -8,30 +8,32 @@ low.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from itertools import chain, repeat
+
 import numpy as np
+
+BLOCK = 512  # factors drawn at a time
 
 
 class MeanOneLogNormal:
-    __slots__ = ("_i", "_n", "_pool", "rng", "sigma")
+    """A stream of mean-one log-normal factors; ``next()`` returns the next one.
+
+    ``next`` is the ``__next__`` of a chain over blocks of 512 factors, each block drawn from the
+    owner's generator when the previous one is used up: a call costs no Python frame (it runs
+    once per transfer or batch), and the factors are those of drawing them one by one.
+    """
+
+    __slots__ = ("next", "rng", "sigma")
 
     def __init__(self, sigma: float, rng: np.random.Generator) -> None:
         self.sigma = sigma
         self.rng = rng
-        self._pool: list[float] = []
-        self._i = self._n = 0
+        self.next: Callable[[], float] = chain.from_iterable(map(self._block, repeat(None))).__next__
 
-    def next(self) -> float:
-        i = self._i
-        if i < self._n:  # the common case, once per transfer or batch: no call, no len()
-            self._i = i + 1
-            return self._pool[i]
-        return self._refill()
-
-    def _refill(self) -> float:
+    def _block(self, _: None) -> list[float]:
         if self.sigma == 0:  # no noise: no draws from the generator
-            self._pool, self._i, self._n = [1.0] * 512, 1, 512
-            return 1.0
+            return [1.0] * BLOCK
         s = self.sigma
-        self._pool = np.exp(s * self.rng.standard_normal(512) - s * s / 2).tolist()
-        self._i, self._n = 1, len(self._pool)
-        return self._pool[0]
+        factors: list[float] = np.exp(s * self.rng.standard_normal(BLOCK) - s * s / 2).tolist()
+        return factors

@@ -12,7 +12,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.events import NORMAL, PENDING, Event
 
 from wispsim.model.admission import Admission
 from wispsim.model.latency import LatencyModel
@@ -89,6 +89,32 @@ class Request(Event):
         self.env = env
         self.callbacks = [submit]
         env.schedule(self, NORMAL, delay)
+
+
+def succeed_together(env: simpy.Environment, events: list[Event]) -> None:
+    """``event.succeed()`` for every one of ``events`` (a finished batch's verdicts), with one
+    heap entry for all of them.
+
+    SimPy would process them one right after the other anyway: they are scheduled back to back at
+    the same time and priority, and nothing scheduled by their callbacks (processes resuming at
+    this instant schedule NORMAL events) can come before the last of them. So the first one's
+    place in the heap processes each event's callbacks in order, as ``Environment.step`` does,
+    and a batch costs one heap push and pop instead of one per member."""
+    for ev in events:
+        if ev._value is not PENDING:
+            raise RuntimeError(f"{ev} has already been triggered")
+        ev._ok = True
+        ev._value = None
+    carrier = Event(env)
+    carrier.callbacks.append(lambda _: _process(events))
+    carrier.succeed()
+
+
+def _process(events: list[Event]) -> None:
+    for ev in events:
+        callbacks, ev.callbacks = ev.callbacks, None
+        for callback in callbacks:  # type: ignore[union-attr]
+            callback(ev)
 
 
 def refresh(queue: list[Any], memory: KVMemory) -> None:
@@ -214,7 +240,7 @@ class Verifier:
                 r.verify_time = latency
                 if adm is not None:
                     adm.grow(r.session, r.prefix_after)
-                r.done.succeed()
+            succeed_together(env, [r.done for r in batch])
             self.batches.append(
                 BatchRecord(
                     bid,
