@@ -29,11 +29,13 @@ class MeanOneLogNormal:
     def __init__(self, sigma: float, rng: np.random.Generator) -> None:
         self.sigma = sigma
         self.rng = rng
-        self.next: Callable[[], float] = chain.from_iterable(map(self._block, repeat(None))).__next__
+        blocks = map(_block, repeat(sigma), repeat(rng))  # (a function, not a method: no cycle)
+        self.next: Callable[[], float] = chain.from_iterable(blocks).__next__
 
-    def _block(self, _: None) -> list[float]:
-        if self.sigma == 0:  # no noise: no draws from the generator
-            return [1.0] * BLOCK
-        s = self.sigma
-        factors: list[float] = np.exp(s * self.rng.standard_normal(BLOCK) - s * s / 2).tolist()
-        return factors
+
+def _block(sigma: float, rng: np.random.Generator) -> list[float]:
+    """The next BLOCK factors of ``rng``'s stream."""
+    if sigma == 0:  # no noise: no draws from the generator
+        return [1.0] * BLOCK
+    factors: list[float] = np.exp(sigma * rng.standard_normal(BLOCK) - sigma * sigma / 2).tolist()
+    return factors

@@ -98,7 +98,10 @@ class Device:
         env = ctx.env
         ctl = ctx.controller
         server = ctx.server
+        # the link's transfer time, (latency + bytes / bandwidth) x jitter (Link.up / Link.down),
+        # is computed inline below: twice per round
         link = self.link
+        lat, up_bps, down_bps, jitter = link.latency, link.up_bps, link.down_bps, link.jitter.next
         slo = self.slo
         tau_d, tau_p = self.tau_d, self.tau_p
         header, tok_bytes = ctx.header_bytes, ctx.draft_token_bytes
@@ -132,7 +135,7 @@ class Device:
                 committed = accepted + 1 if accepted < remaining else remaining
                 draft = passes * tau_d + calls * tau_p
                 nbytes = header + k * tok_bytes + (prompt * TOKEN_ID_BYTES if rnd == 0 else 0)
-                up = link.up(nbytes)
+                up = (lat + nbytes / up_bps) * jitter()
                 now = env.now
                 t_start = now + pending
                 delay = pending + draft + up
@@ -155,7 +158,7 @@ class Device:
                 # arrival), and the device sleeps until the verdict: one resume per round
                 req.send(env, delay, submit)
                 yield req.done
-                down = link.down(header + committed * TOKEN_ID_BYTES)
+                down = (lat + (header + committed * TOKEN_ID_BYTES) / down_bps) * jitter()
                 t_end = env.now + down
                 cold_rounds += req.cold
                 record_round(
