@@ -13,9 +13,10 @@ same simulated horizon, with round and batch times calibrated from the model's o
 runs it); ``--profile`` prints a cProfile of the full model (default scenario, N=100).
 ``--floor`` prints what the model's fixed per-round parts cost on their own (default scenario,
 N=100): the bare loop, then the model's own event pattern (a :class:`Request` that is the event
-of its arrival, a verdict event, batches completed at once), then that plus a packed round record
-per round through the real :class:`RecordTable` -- the time left per round for the model's logic
-(drafting plan, network times, scheduler, KV accounting) at a given model/bare target.
+of its arrival, a verdict event, a batch's verdicts completed with one heap entry), then that
+plus a packed round record per round through the real :class:`RecordTable` -- the time left per
+round for the model's logic (drafting plan, network times, scheduler, KV accounting) at a given
+model/bare target.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from wispsim.model.profiles import load_profile
 from wispsim.sim.engine import simulate
 from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import RecordTable, RoundRecord, SimResult
-from wispsim.sim.verifier import Request
+from wispsim.sim.verifier import Request, succeed_together
 
 SIZES = (50, 100, 200)
 POOL = 4096  # pre-drawn round times shared by the bare devices
@@ -164,7 +165,7 @@ def event_pattern(n: int, cal: Calibration, records: bool) -> int:
             yield env.timeout(latency)
             for r in batch:
                 r.dispatch, r.verify_time, r.batch = now, latency, batch_id
-                r.done.succeed()
+            succeed_together(env, [r.done for r in batch])  # as the model's verifier does
             batch_id += 1
             rounds[0] += len(batch)
 

@@ -124,6 +124,7 @@ class Device:
             pending += think
             resp = ctx.open_response(t0, index, slo, prompt, output)
             measured = ctx.is_measured(resp)
+            alpha_hat = self.alpha_hat  # the device's accept-rate estimate (an EMA over rounds)
             pos = 0
             rnd = 0
             cold_rounds = 0
@@ -140,7 +141,7 @@ class Device:
                 t_start = now + pending
                 delay = pending + draft + up
                 arrival = now + delay  # the time the timeout below fires (SimPy adds the same way)
-                n_hat = self.alpha_hat * k + 1.0
+                n_hat = alpha_hat * k + 1.0
                 budget = n_hat / slo - draft - up
                 prefix = prompt + pos
                 req = Request(
@@ -180,7 +181,8 @@ class Device:
                     t_end,
                     measured,
                 )
-                self.alpha_hat += w * (accepted / k - self.alpha_hat)
+                alpha_hat += w * (accepted / k - alpha_hat)
+                self.alpha_hat = alpha_hat
                 pos += committed
                 rnd += 1
                 pending = down
