@@ -190,9 +190,20 @@ class Verifier:
 
     def submit(self, req: Request) -> simpy.Event:
         adm = self.admission
-        if adm is not None and not adm.offer(req.session, req.prefix, req.arrival, req.deadline, req):
+        # an admitted response's rounds pass straight through (checked here: once per round)
+        if (
+            adm is not None
+            and req.session not in adm.reserved
+            and not adm.offer(req.session, req.prefix, req.arrival, req.deadline, req)
+        ):
             return req.done  # waits for room; its deadline runs meanwhile
-        self._enqueue(req)
+        if self.track_work:
+            self._enqueue(req)
+            return req.done
+        self.queue.append(req)  # _enqueue, inlined
+        if self._wake is not None:
+            self._wake.succeed()
+            self._wake = None
         return req.done
 
     def _enqueue(self, req: Request) -> None:
@@ -226,7 +237,10 @@ class Verifier:
                 n_int += (l_new + l_cached) * l_new
                 n_cac += l_cached
                 totals.append((r.session, l_new + l_cached))
-            self.queue = [r for r in self.queue if r.batch != bid]
+            if len(batch) == queue_len:
+                self.queue = []  # the whole queue is dispatched (the common case)
+            else:
+                self.queue = [r for r in self.queue if r.batch != bid]
             evicted = memory.allocate(totals)
             t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(batch))
             blocks_used = memory.used
@@ -238,7 +252,8 @@ class Verifier:
             for r in batch:
                 r.dispatch = now
                 r.verify_time = latency
-                if adm is not None:
+            if adm is not None:
+                for r in batch:
                     adm.grow(r.session, r.prefix_after)
             succeed_together(env, [r.done for r in batch])
             self.batches.append(
