@@ -67,7 +67,7 @@ class RunContext:
         self.header_bytes = scenario.network.header_bytes
         self.draft_token_bytes = draft_token_bytes(scenario.network, profile.model.vocab_size)
         self.stream_pad = dr.k_max + 2
-        # records: plain tuples in the field order of RoundRecord, BatchRecord, ResponseRecord
+        # records in the field order of RoundRecord, BatchRecord, ResponseRecord (see RecordTable)
         self.rounds = RecordTable(RoundRecord, memory_rows)
         self.batches = RecordTable(BatchRecord, memory_rows)
         self.responses = RecordTable(ResponseRecord, memory_rows)

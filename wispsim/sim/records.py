@@ -140,8 +140,8 @@ def _record_dtype(cls: Any) -> np.dtype:
 def frame(records: Sequence[tuple[Any, ...]], cls: Any) -> pd.DataFrame:
     """A DataFrame with the record type's columns and dtypes.
 
-    ``records`` are tuples in the field order of ``cls`` (the simulator appends plain tuples on
-    its hot path; the named tuple class is the schema).
+    ``records`` are tuples in the field order of ``cls`` (the named tuple class is the schema;
+    a run's tables are built by :class:`RecordTable` instead).
     """
     return pd.DataFrame(_columns(records, cls))
 
