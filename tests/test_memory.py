@@ -231,3 +231,35 @@ def test_block_size_comes_from_the_profiles_engine_unless_the_scenario_sets_one(
     assert res.kv_blocks == 1000 and res.block_size == 128
     over["server"] = {**server, "block_size": 16}
     assert simulate(load_scenario(overrides=over).with_devices(4, (4.0,)), seed=0).kv_blocks == 8000
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    total=st.integers(4, 40),
+    eviction=st.sampled_from(["session", "block"]),
+    held=st.lists(st.tuples(st.integers(0, 12), st.integers(1, 120)), max_size=12),
+    finished=st.lists(st.tuples(st.integers(0, 12), st.integers(1, 200)), min_size=1, max_size=8),
+)
+def test_finish_batch_is_finish_round_for_each_member(
+    total: int, eviction: str, held: list[tuple[int, int]], finished: list[tuple[int, int]]
+) -> None:
+    """One finish_batch call leaves the cache, its LRU order, the blocks used and the eviction count
+    exactly as a finish_round per member in order does (evictions included)."""
+
+    class Member:
+        def __init__(self, session: int, prefix_after: int) -> None:
+            self.session, self.prefix_after = session, prefix_after
+
+    def filled() -> KVMemory:
+        m = KVMemory(total_blocks=total, block_size=16, prefix_cache=True, eviction=eviction)
+        for s, tokens in held:
+            if m.blocks(tokens) <= total:
+                m.finish_round(s, tokens)  # idle cached prefixes, evicted LRU-first as they come
+        return m
+
+    batch = [Member(s, p) for s, p in finished]
+    one, each = filled(), filled()
+    evicted = one.finish_batch(batch)
+    assert evicted == sum(each.finish_round(r.session, r.prefix_after) for r in batch)
+    assert list(one.cache.items()) == list(each.cache.items())
+    assert (one.used, one.evictions) == (each.used, each.evictions)

@@ -123,3 +123,36 @@ def test_records_all_stores_a_spilled_runs_rounds_and_they_travel_by_pickle(tmp_
     store_point(out, tmp_path)
     (stored,) = (tmp_path / "points").iterdir()
     pd.testing.assert_frame_equal(pd.read_parquet(stored / "rounds.parquet"), kept.rounds)
+
+
+def test_a_value_of_the_wrong_type_is_named() -> None:
+    """Packing is strict where a numpy conversion would have cast silently: the error names the
+    record type, the field and the value."""
+    from wispsim.sim.records import ResponseRecord
+
+    table = RecordTable(ResponseRecord)
+    good = (0, 2.0, 1, 0.0, 3.0, 100, 50, 20, 1, 16.7, False, True, False)
+    table.append(good)
+    with pytest.raises(TypeError, match=r"ResponseRecord\.prompt_len: expected int, got float 100\.5"):
+        table.append((0, 2.0, 1, 0.0, 3.0, 100.5, *good[6:]))
+    assert len(table) == 1
+
+
+def test_record_round_packs_the_fields_it_names_on_error() -> None:
+    """The hot path's packed row and the row its error message is built from are the same."""
+    import simpy
+
+    from wispsim.model.profiles import load_profile
+    from wispsim.sim.context import RunContext, _round_row
+    from wispsim.sim.verifier import Request
+
+    sc = load_scenario()
+    env = simpy.Environment()
+    ctx = RunContext(env, sc, 0, load_profile(sc.server.profile))
+    req = Request(1, 4, 2.0, 2.3, 2.2, 3, 300, 303, env.event())
+    args = (5, 4.0, 2, 10, 1.5, 0.03, 0.09, 3, 1, 2, 3, 0.02, 0.25, req, 0.01, 2.6, True)
+    ctx.record_round(*args)
+    assert bytes(ctx.rounds.buf) == ctx.rounds.pack(*_round_row(args))  # type: ignore[misc]
+    bad = (5, 4.0, 2.0, *args[3:])  # a float round index
+    with pytest.raises(TypeError, match=r"RoundRecord\.round: expected int, got float 2\.0"):
+        ctx.record_round(*bad)

@@ -12,6 +12,7 @@ records.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Generator
 from itertools import count
 from typing import TYPE_CHECKING, Any, Protocol
@@ -72,6 +73,7 @@ class RunContext:
         self.batches = RecordTable(BatchRecord, memory_rows)
         self.responses = RecordTable(ResponseRecord, memory_rows)
         # the open chunk of packed round rows: record_round extends it (see RecordTable)
+        assert self.rounds.pack is not None  # round records are numbers and flags only
         self._round_buf = self.rounds.buf
         self._pack_round = self.rounds.pack
         self._chunk_bytes = self.rounds.chunk_bytes
@@ -147,35 +149,40 @@ class RunContext:
         Called once per round, so it packs the row (field order of
         :class:`~wispsim.sim.records.RoundRecord`) into the open chunk and does nothing else."""
         buf = self._round_buf
-        buf += self._pack_round(
-            device,
-            slo,
-            req.session,
-            rnd,
-            position,
-            t_start,
-            tau_d,
-            draft,
-            passes,
-            calls,
-            req.k,
-            accepted,
-            committed,
-            up,
-            req.arrival,
-            budget,
-            req.deadline,
-            req.n_hat,
-            req.dispatch,
-            req.verify_time,
-            req.batch,
-            req.l_new,
-            req.l_cached,
-            req.cold,
-            down,
-            t_end,
-            measured,
-        )
+        try:
+            buf += self._pack_round(
+                device,
+                slo,
+                req.session,
+                rnd,
+                position,
+                t_start,
+                tau_d,
+                draft,
+                passes,
+                calls,
+                req.k,
+                accepted,
+                committed,
+                up,
+                req.arrival,
+                budget,
+                req.deadline,
+                req.n_hat,
+                req.dispatch,
+                req.verify_time,
+                req.batch,
+                req.l_new,
+                req.l_cached,
+                req.cold,
+                down,
+                t_end,
+                measured,
+            )
+        except struct.error:  # a field of the wrong type: say which (never on the normal path)
+            args = (device, slo, rnd, position, t_start, tau_d, draft, passes, calls)
+            more = (accepted, committed, up, budget, req, down, t_end, measured)
+            raise TypeError(self.rounds.bad_row(_round_row((*args, *more)))) from None
         if len(buf) >= self._chunk_bytes:
             self.rounds.flush()
 
@@ -239,3 +246,15 @@ class RunContext:
                 censored,
             )
         )
+
+
+def _round_row(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The row :meth:`RunContext.record_round` packs for its arguments ``args``, as a tuple (to
+    explain a bad value)."""
+    device, slo, rnd, position, t_start, tau_d, draft, passes, calls, *rest = args
+    accepted, committed, up, budget, req, down, t_end, measured = rest
+    return (
+        *(device, slo, req.session, rnd, position, t_start, tau_d, draft, passes, calls, req.k),
+        *(accepted, committed, up, req.arrival, budget, req.deadline, req.n_hat, req.dispatch),
+        *(req.verify_time, req.batch, req.l_new, req.l_cached, req.cold, down, t_end, measured),
+    )

@@ -140,7 +140,7 @@ class Device:
                 now = env.now
                 t_start = now + pending
                 delay = pending + draft + up
-                arrival = now + delay  # the time the timeout below fires (SimPy adds the same way)
+                arrival = now + delay  # when the request's arrival event fires (Request.send; same sum)
                 n_hat = alpha_hat * k + 1.0
                 budget = n_hat / slo - draft - up
                 prefix = prompt + pos

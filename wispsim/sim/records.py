@@ -106,7 +106,7 @@ class ResponseRecord(NamedTuple):
 
 
 _DTYPES = {int: "int64", float: "float64", bool: "bool", str: "object"}
-_STRUCT = {int: "q", float: "d", bool: "?"}  # the same layout in struct's codes (little-endian, packed)
+_STRUCT = {int: "q", float: "d", bool: "?"}  # the same layout in struct's codes (native order, packed)
 
 
 CHUNK_ROWS = 65_536  # rows turned into column arrays at a time (and one Parquet row group)
@@ -126,7 +126,7 @@ def _record_struct(cls: Any) -> struct.Struct | None:
     hints = typing.get_type_hints(cls)
     if any(hints[f] not in _STRUCT for f in cls._fields):
         return None
-    packed = struct.Struct("<" + "".join(_STRUCT[hints[f]] for f in cls._fields))
+    packed = struct.Struct("=" + "".join(_STRUCT[hints[f]] for f in cls._fields))
     assert packed.size == _record_dtype(cls).itemsize
     return packed
 
@@ -239,7 +239,7 @@ class RecordTable:
         self.rows: list[tuple[Any, ...]] = []
         packer = _record_struct(cls)
         self.packed = packer is not None
-        self.pack: Callable[..., bytes] = packer.pack if packer is not None else tuple
+        self.pack: Callable[..., bytes] | None = packer.pack if packer is not None else None
         self.row_bytes = packer.size if packer is not None else 0
         self.buf = bytearray()
         self.chunk_bytes = self.chunk_rows * self.row_bytes
@@ -257,8 +257,11 @@ class RecordTable:
         return len(self.buf) // self.row_bytes if self.packed else len(self.rows)
 
     def append(self, row: tuple[Any, ...]) -> None:
-        if self.packed:
-            self.buf += self.pack(*row)
+        if self.pack is not None:
+            try:
+                self.buf += self.pack(*row)
+            except struct.error:
+                raise TypeError(self.bad_row(row)) from None
             if len(self.buf) >= self.chunk_bytes:
                 self.flush()
             return
@@ -266,6 +269,19 @@ class RecordTable:
         rows.append(row)
         if len(rows) >= self.chunk_rows:
             self.flush()
+
+    def bad_row(self, row: Sequence[Any]) -> str:
+        """Why ``row`` cannot be packed: the first field whose value is not of its type."""
+        hints = typing.get_type_hints(self.cls)
+        for name, value in zip(self.cls._fields, row, strict=False):
+            try:
+                struct.pack("=" + _STRUCT[hints[name]], value)
+            except struct.error:
+                return (
+                    f"{self.cls.__name__}.{name}: expected {hints[name].__name__}, "
+                    f"got {type(value).__name__} {value!r}"
+                )
+        return f"{self.cls.__name__}: expected {len(self.cls._fields)} fields, got {len(row)}"
 
     def flush(self) -> None:
         """Turn the open chunk into column arrays (kept, or written as one row group)."""

@@ -26,7 +26,9 @@ class Request(Event):
 
     It is also the SimPy event of its own arrival: a simulated device schedules it to fire when
     its uplink ends (:meth:`send`), with the server's ``submit`` as its callback -- one event per
-    round instead of a timeout carrying the request. ``done`` is the event of its verdict.
+    round instead of a timeout carrying the request. ``done`` is the event of its verdict. A
+    request that is never sent (a replayed or remote round) is just data: its event state means
+    nothing there.
     """
 
     __slots__ = (
@@ -99,7 +101,12 @@ def succeed_together(env: simpy.Environment, events: list[Event]) -> None:
     the same time and priority, and nothing scheduled by their callbacks (processes resuming at
     this instant schedule NORMAL events) can come before the last of them. So the first one's
     place in the heap processes each event's callbacks in order, as ``Environment.step`` does,
-    and a batch costs one heap push and pop instead of one per member."""
+    and a batch costs one heap push and pop instead of one per member.
+
+    Two limits, neither reached by the simulator: a callback that schedules an URGENT event
+    (starting a process, an interrupt) would run it after the remaining events instead of
+    before; and none of ``events`` may be the ``until`` event of ``env.run`` (its stop would
+    drop the remaining callbacks)."""
     for ev in events:
         if ev._value is not PENDING:
             raise RuntimeError(f"{ev} has already been triggered")

@@ -62,7 +62,7 @@ class GpuState:
 
 class Scheduler(Protocol):
     def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> list[P]:
-        """The batch to dispatch now (a subset of ``queue``); non-empty if ``queue`` is."""
+        """The batch to dispatch now: distinct members of ``queue``, non-empty if ``queue`` is."""
         ...
 
 
