@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from wispsim.config import Scenario, ServerConfig
 from wispsim.errors import ConfigError
 
 if TYPE_CHECKING:
     from wispsim.model.profiles import Profile
+
+
+class _Finished(NamedTuple):
+    """A round that finished outside a batch (:meth:`KVMemory.finish_round`)."""
+
+    session: int
+    prefix_after: int
 
 
 class KVMemory:
@@ -115,36 +122,27 @@ class KVMemory:
         return evicted
 
     def finish_round(self, session: int, prefix: int) -> int:
-        """After a round: keep the committed prefix cached (most recently used), or free it.
+        """After a round: keep the committed prefix of ``prefix`` tokens cached (most recently
+        used), or free it; returns how many prefixes were evicted (see :meth:`finish_batch`)."""
+        return self.finish_batch((_Finished(session, prefix),))
+
+    def finish_batch(self, batch: Iterable[Any]) -> int:
+        """After a batch: for each member in order (a ``session`` and its committed length
+        ``prefix_after``), keep the committed prefix cached (most recently used), or free it.
 
         The committed prefix can be one block longer than what the batch held (it includes the
         bonus token the target sampled), so keeping it may need room: idle prefixes are evicted
         LRU-first, so ``used`` never exceeds ``total_blocks``. Returns how many were evicted.
         """
-        old = self.cache.pop(session, None)
-        if old:
-            self.used -= old[1]
-        evicted = 0
-        nb = -(-prefix // self.block_size)  # self.blocks(prefix), inlined: once per round
-        if self.prefix_cache and 0 < nb <= self.total_blocks:
-            if self.used + nb > self.total_blocks:
-                evicted = self._evict(nb)
-            self.used += nb
-            self.cache[session] = (prefix, nb)
-        return evicted
-
-    def finish_batch(self, batch: Iterable[Any]) -> int:
-        """:meth:`finish_round` for every member of a finished batch, in order (each with a
-        ``session`` and its committed length ``prefix_after``); returns how many were evicted."""
         cache, bs, total = self.cache, self.block_size, self.total_blocks
         keep = self.prefix_cache
         evicted = 0
-        for r in batch:  # finish_round, inlined: once per round
+        for r in batch:  # once per round: no calls
             session = r.session
             old = cache.pop(session, None)
             if old:
                 self.used -= old[1]
-            nb = -(-r.prefix_after // bs)
+            nb = -(-r.prefix_after // bs)  # self.blocks(prefix_after), inlined
             if keep and 0 < nb <= total:
                 if self.used + nb > total:
                     evicted += self._evict(nb)

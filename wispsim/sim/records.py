@@ -238,7 +238,6 @@ class RecordTable:
         self.chunk_rows = max(1, min(CHUNK_ROWS, memory_rows))
         self.rows: list[tuple[Any, ...]] = []
         packer = _record_struct(cls)
-        self.packed = packer is not None
         self.pack: Callable[..., bytes] | None = packer.pack if packer is not None else None
         self.row_bytes = packer.size if packer is not None else 0
         self.buf = bytearray()
@@ -249,6 +248,11 @@ class RecordTable:
         self._writer: Any = None
         self._schema: Any = None
         self._path: Path | None = None
+
+    @property
+    def packed(self) -> bool:
+        """Whether rows are packed into ``buf`` (numbers and flags only) rather than kept as tuples."""
+        return self.pack is not None
 
     def __len__(self) -> int:
         return self._kept + self._written + self._open_rows()
