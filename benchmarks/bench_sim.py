@@ -45,7 +45,7 @@ from wispsim.model.profiles import load_profile
 from wispsim.sim.engine import simulate
 from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import RecordTable, RoundRecord, SimResult
-from wispsim.sim.verifier import Request, succeed_together
+from wispsim.sim.verifier import Request, answer_together
 
 SIZES = (50, 100, 200)
 POOL = 4096  # pre-drawn round times shared by the bare devices
@@ -112,9 +112,10 @@ def bare_loop(n: int, cal: Calibration) -> int:
 
 def event_pattern(n: int, cal: Calibration, records: bool) -> int:
     """The bare loop with the model's objects: each round a :class:`Request` scheduled as the
-    event of its arrival (the server's submit as its callback) and a verdict event the device
-    waits on; with ``records``, a 27-field round record packed into a :class:`RecordTable` and
-    converted to columns. No scheduler, no KV accounting, no drafting plan, no network model."""
+    event of its arrival (the server's submit as its callback), whose verdict the server calls
+    with one heap entry per batch (a callback-driven device, as the model's); with ``records``,
+    a 27-field round record packed into a :class:`RecordTable` and converted to columns. No
+    scheduler, no KV accounting, no drafting plan, no network model."""
     env = simpy.Environment()
     queue: list[Request] = []
     wake: list[simpy.Event | None] = [None]
@@ -130,17 +131,20 @@ def event_pattern(n: int, cal: Calibration, records: bool) -> int:
             wake[0].succeed()
             wake[0] = None
 
-    def device(i: int) -> Generator[Any, Any, None]:
-        nonlocal buf
+    def device(i: int) -> None:
         j = (i * 97) % POOL
-        event = env.event
-        while True:
+        now = delay = 0.0
+
+        def send() -> None:
+            nonlocal j, now, delay
             now = env.now
             delay = times[j]
             j = (j + 1) % POOL
-            req = Request(next(ids), i, now + delay, now + delay + 1.0, 3.0, 2, 300, 303, event())
+            req = Request(next(ids), i, now + delay, now + delay + 1.0, 3.0, 2, 300, 303, verdict)
             req.send(env, delay, submit)
-            yield req.done
+
+        def verdict(req: Request) -> None:
+            nonlocal buf
             if records:
                 # fmt: off
                 buf += pack(
@@ -151,6 +155,9 @@ def event_pattern(n: int, cal: Calibration, records: bool) -> int:
                 # fmt: on
                 if len(buf) >= chunk:
                     table.flush()
+            send()
+
+        send()
 
     def server() -> Generator[Any, Any, None]:
         batch_id = 0
@@ -165,13 +172,13 @@ def event_pattern(n: int, cal: Calibration, records: bool) -> int:
             yield env.timeout(latency)
             for r in batch:
                 r.dispatch, r.verify_time, r.batch = now, latency, batch_id
-            succeed_together(env, [r.done for r in batch])  # as the model's verifier does
+            answer_together(env, batch)  # as the model's verifier does
             batch_id += 1
             rounds[0] += len(batch)
 
     env.process(server())
     for i in range(n):
-        env.process(device(i))
+        device(i)
     env.run(until=cal.horizon)
     if records:
         table.close()

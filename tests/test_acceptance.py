@@ -354,10 +354,8 @@ def test_trace_replay_with_workload_lengths_stitches_recorded_samples() -> None:
 
 
 def test_predictor_decisions_precomputed_per_trace_equal_per_response() -> None:
-    import dataclasses
-
     from wispsim.config import DraftingConfig, PredictorConfig
-    from wispsim.model.acceptance import TraceAcceptance
+    from wispsim.model.acceptance import ResponseStream, TraceAcceptance
     from wispsim.model.drafting import PredictorController
 
     model = TraceAcceptance(AcceptanceConfig(model="trace", trace="fixture-synthetic", lengths="workload"))
@@ -365,5 +363,9 @@ def test_predictor_decisions_precomputed_per_trace_equal_per_response() -> None:
     rng = np.random.default_rng(0)
     for _ in range(20):
         st = model.new_response(rng, 100, 150, 10)
-        fresh = dataclasses.replace(st, trace=None, rows=None)
+        # the features, gathered from the trace when read: its rows, then zeros for the padding
+        assert st.rows is not None and (st.rows[150:] == -1).all() and (st.rows[:150] >= 0).all()
+        assert np.array_equal(st.features[:150], model.trace.features[st.rows[:150]])
+        assert not st.features[150:].any()
+        fresh = ResponseStream(st.prompt_len, st.output_len, st.accept, st.features, st.run)
         assert ctl.prepare(st)[:150] == ctl.prepare(fresh)[:150]

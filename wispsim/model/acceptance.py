@@ -39,23 +39,47 @@ FEATURES = ("top1_prob", "entropy", "margin", "logit_std")
 TRACE_COLUMNS = ("sample_id", "position", *FEATURES, "beta", "greedy_agree", "accept")
 
 
-@dataclass(frozen=True, slots=True)
 class ResponseStream:
     """One response's acceptance along its positions, with its lengths.
 
-    ``run[t]`` is the number of consecutive accepted positions starting at t (precomputed so a
-    round's accepted length is ``min(run[t], k)``).
+    ``accept`` (bool, one per position, padded past ``output_len`` with False); ``run[t]`` is
+    the number of consecutive accepted positions starting at t (precomputed so a round's
+    accepted length is ``min(run[t], k)``); ``features`` (float, positions x ``FEATURES``) the
+    draft features the predictor sees. In trace replay ``trace`` and ``rows`` (the trace row
+    behind each position, -1 for padding) let predictor decisions be computed once per trace
+    instead of once per response, and ``features`` is gathered from the trace only when read.
     """
 
-    prompt_len: int
-    output_len: int
-    accept: np.ndarray  # bool, one per position (padded past output_len with False)
-    features: np.ndarray  # float, (positions, len(FEATURES))
-    run: np.ndarray  # int
-    # trace replay: the trace and the row of it behind each position (-1 for padding), so that
-    # predictor decisions can be computed once per trace instead of once per response
-    trace: Trace | None = None
-    rows: np.ndarray | None = None
+    __slots__ = ("_features", "accept", "output_len", "prompt_len", "rows", "run", "trace")
+
+    def __init__(
+        self,
+        prompt_len: int,
+        output_len: int,
+        accept: np.ndarray,
+        features: np.ndarray | None,
+        run: np.ndarray,
+        trace: Trace | None = None,
+        rows: np.ndarray | None = None,
+    ) -> None:
+        if features is None and (trace is None or rows is None):
+            raise ValueError("a response stream needs features, or a trace and its rows")
+        self.prompt_len = prompt_len
+        self.output_len = output_len
+        self.accept = accept
+        self._features = features
+        self.run = run
+        self.trace = trace
+        self.rows = rows
+
+    @property
+    def features(self) -> np.ndarray:
+        if self._features is None:
+            assert self.trace is not None and self.rows is not None
+            feats = self.trace.features[self.rows]
+            feats[self.rows < 0] = 0.0  # padding
+            self._features = feats
+        return self._features
 
 
 def accept_runs(accept: np.ndarray) -> np.ndarray:
@@ -68,20 +92,41 @@ def accept_runs(accept: np.ndarray) -> np.ndarray:
 
 
 def _stream(
-    prompt_len: int,
-    output_len: int,
-    accept: np.ndarray,
-    feats: np.ndarray,
-    pad: int,
-    trace: Trace | None = None,
-    rows: np.ndarray | None = None,
+    prompt_len: int, output_len: int, accept: np.ndarray, feats: np.ndarray, pad: int
 ) -> ResponseStream:
     if pad:
         accept = np.concatenate([accept, np.zeros(pad, dtype=bool)])
         feats = np.concatenate([feats, np.zeros((pad, feats.shape[1]))])
-        if rows is not None:
-            rows = np.concatenate([rows, np.full(pad, -1)])
-    return ResponseStream(prompt_len, output_len, accept, feats, accept_runs(accept), trace, rows)
+    return ResponseStream(prompt_len, output_len, accept, feats, accept_runs(accept))
+
+
+@functools.cache
+def _padding(pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """``pad`` positions of padding: rejected, behind no trace row (read-only; copied when used)."""
+    reject, rows = np.zeros(pad, dtype=bool), np.full(pad, -1)
+    reject.flags.writeable = rows.flags.writeable = False
+    return reject, rows
+
+
+def _trace_stream(
+    prompt_len: int, trace: Trace, accepts: list[np.ndarray], rows: list[np.ndarray], cut: int, pad: int
+) -> ResponseStream:
+    """A replayed response: its pieces of recorded samples (verdicts and trace rows) end to end,
+    less the last ``cut`` positions, then ``pad`` positions of padding."""
+    if cut:
+        accepts[-1] = accepts[-1][:-cut]
+        rows[-1] = rows[-1][:-cut]
+    reject, no_row = _padding(pad)
+    accept = np.concatenate([*accepts, reject])
+    return ResponseStream(
+        prompt_len,
+        len(accept) - pad,
+        accept,
+        None,
+        accept_runs(accept),
+        trace,
+        np.concatenate([*rows, no_row]),
+    )
 
 
 class AcceptanceModel(Protocol):
@@ -315,15 +360,9 @@ class TraceAcceptance:
         tr = self.trace
         if self.lengths == "trace":
             i, sl = self._sample(rng)
-            n = sl.stop - sl.start
-            return _stream(
-                int(tr.prompt_lens[i]),
-                n,
-                self._verdicts(rng, sl),
-                tr.features[sl],
-                pad,
-                tr,
-                np.arange(sl.start, sl.stop),
+            verdicts = self._verdicts(rng, sl)
+            return _trace_stream(
+                int(tr.prompt_lens[i]), tr, [verdicts], [np.arange(sl.start, sl.stop)], 0, pad
             )
         accepts, rows, have = [], [], 0
         while have < output_len:
@@ -331,9 +370,7 @@ class TraceAcceptance:
             accepts.append(self._verdicts(rng, sl))
             rows.append(np.arange(sl.start, sl.stop))
             have += sl.stop - sl.start
-        accept = np.concatenate(accepts)[:output_len]
-        idx = np.concatenate(rows)[:output_len]
-        return _stream(prompt_len, output_len, accept, tr.features[idx], pad, tr, idx)
+        return _trace_stream(prompt_len, tr, accepts, rows, have - output_len, pad)
 
 
 def make_acceptance(cfg: AcceptanceConfig) -> AcceptanceModel:
