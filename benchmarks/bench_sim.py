@@ -45,7 +45,7 @@ from wispsim.model.profiles import load_profile
 from wispsim.sim.engine import simulate
 from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import RecordTable, RoundRecord, SimResult
-from wispsim.sim.verifier import Request, answer_together
+from wispsim.sim.verifier import Request, succeed_together
 
 SIZES = (50, 100, 200)
 POOL = 4096  # pre-drawn round times shared by the bare devices
@@ -112,10 +112,9 @@ def bare_loop(n: int, cal: Calibration) -> int:
 
 def event_pattern(n: int, cal: Calibration, records: bool) -> int:
     """The bare loop with the model's objects: each round a :class:`Request` scheduled as the
-    event of its arrival (the server's submit as its callback), whose verdict the server calls
-    with one heap entry per batch (a callback-driven device, as the model's); with ``records``,
-    a 27-field round record packed into a :class:`RecordTable` and converted to columns. No
-    scheduler, no KV accounting, no drafting plan, no network model."""
+    event of its arrival (the server's submit as its callback) and a verdict event the device
+    waits on; with ``records``, a 27-field round record packed into a :class:`RecordTable` and
+    converted to columns. No scheduler, no KV accounting, no drafting plan, no network model."""
     env = simpy.Environment()
     queue: list[Request] = []
     wake: list[simpy.Event | None] = [None]
@@ -131,20 +130,17 @@ def event_pattern(n: int, cal: Calibration, records: bool) -> int:
             wake[0].succeed()
             wake[0] = None
 
-    def device(i: int) -> None:
+    def device(i: int) -> Generator[Any, Any, None]:
+        nonlocal buf
         j = (i * 97) % POOL
-        now = delay = 0.0
-
-        def send() -> None:
-            nonlocal j, now, delay
+        event = env.event
+        while True:
             now = env.now
             delay = times[j]
             j = (j + 1) % POOL
-            req = Request(next(ids), i, now + delay, now + delay + 1.0, 3.0, 2, 300, 303, verdict)
+            req = Request(next(ids), i, now + delay, now + delay + 1.0, 3.0, 2, 300, 303, event())
             req.send(env, delay, submit)
-
-        def verdict(req: Request) -> None:
-            nonlocal buf
+            yield req.done
             if records:
                 # fmt: off
                 buf += pack(
@@ -155,9 +151,6 @@ def event_pattern(n: int, cal: Calibration, records: bool) -> int:
                 # fmt: on
                 if len(buf) >= chunk:
                     table.flush()
-            send()
-
-        send()
 
     def server() -> Generator[Any, Any, None]:
         batch_id = 0
@@ -172,13 +165,13 @@ def event_pattern(n: int, cal: Calibration, records: bool) -> int:
             yield env.timeout(latency)
             for r in batch:
                 r.dispatch, r.verify_time, r.batch = now, latency, batch_id
-            answer_together(env, batch)  # as the model's verifier does
+            succeed_together(env, [r.done for r in batch])  # as the model's verifier does
             batch_id += 1
             rounds[0] += len(batch)
 
     env.process(server())
     for i in range(n):
-        device(i)
+        env.process(device(i))
     env.run(until=cal.horizon)
     if records:
         table.close()

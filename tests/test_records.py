@@ -149,7 +149,7 @@ def test_record_round_packs_the_fields_it_names_on_error() -> None:
     sc = load_scenario()
     env = simpy.Environment()
     ctx = RunContext(env, sc, 0, load_profile(sc.server.profile))
-    req = Request(1, 4, 2.0, 2.3, 2.2, 3, 300, 303, lambda r: None)
+    req = Request(1, 4, 2.0, 2.3, 2.2, 3, 300, 303, env.event())
     args = (5, 4.0, 2, 10, 1.5, 0.03, 0.09, 3, 1, 2, 3, 0.02, 0.25, req, 0.01, 2.6, True)
     ctx.record_round(*args)
     assert bytes(ctx.rounds.buf) == ctx.rounds.pack(*_round_row(args))  # type: ignore[misc]

@@ -170,11 +170,11 @@ class RemoteVerifier(_Remote):
             req.l_new = int(reply["l_new"])
             req.l_cached = int(reply["l_cached"])
             req.cold = req.l_cached == 0
-            req.done(req)  # the device's next step, in the environment's thread
+            req.done.succeed()
 
         self.env.post(finish)
 
-    def submit(self, req: Any) -> None:
+    def submit(self, req: Any) -> Any:
         self.lags.append(self.env.wall() - self.env.now)
         if req.session not in self.sessions:
             self.sessions[req.session] = self.client.spawn(self._open(req.session, req.prefix))
@@ -188,6 +188,7 @@ class RemoteVerifier(_Remote):
             "n_hat": req.n_hat,
         }
         self.client.spawn(self._round(req, body))
+        return req.done
 
     def drop(self, session: int) -> None:
         fut = self.sessions.pop(session, None)

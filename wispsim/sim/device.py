@@ -11,7 +11,7 @@ so device i draws the same workload, acceptance and jitter whatever N is and whi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,8 +20,6 @@ from wispsim.model.network import TOKEN_ID_BYTES, Link, pick_link_type
 from wispsim.sim.verifier import Request
 
 if TYPE_CHECKING:
-    import simpy
-
     from wispsim.model.fleet import DeviceSpec
     from wispsim.sim.context import RunContext
 
@@ -83,57 +81,23 @@ class Device:
             prompt, output = given
         return (0.0 if self.once else think), prompt, output
 
-    def _let_in(self, pending: float, start: Callable[[float], None]) -> None:
-        """Call ``start`` with the time still owed once the arrival process lets this device
-        begin a response: at once where it does; else after the time owed and then the gate
-        (what waiting on the gate in a process would do), with nothing owed."""
-        gate_of = self.ctx.arrivals.gate
-        index = self.index
-        first = gate_of(index)
-        if first is None:
-            start(pending)
-            return
-
-        def wait(gate: simpy.Event) -> None:
-            if gate.callbacks is None:  # processed already: on at once
-                passed(gate)
-            else:
-                gate.callbacks.append(passed)
-
-        def passed(_: object) -> None:
-            gate = gate_of(index)
-            if gate is None:
-                start(0.0)
-            else:
-                wait(gate)
-
+    def _gate(self, pending: float) -> Generator[Any, Any, float]:
+        """Wait while the arrival process keeps this device idle; returns the time still owed."""
+        gate = self.ctx.arrivals.gate(self.index)
+        if gate is None:
+            return pending
         if pending > 0:
-            self.ctx.env.timeout(pending).callbacks.append(lambda _: wait(first))
-        else:
-            wait(first)
+            yield self.ctx.env.timeout(pending)
+        while gate is not None:
+            yield gate
+            gate = self.ctx.arrivals.gate(self.index)
+        return 0.0
 
     def run_speculative(self) -> Generator[Any, Any, None]:
-        """The device's process: it starts the client loop (:meth:`speculate`) and ends; the loop
-        goes on in callbacks."""
-        self.speculate()
-        yield from ()
-
-    def speculate(self) -> None:
-        """Run the speculative client loop from now on, driven by callbacks.
-
-        A round drafts, sends its :class:`Request` (the event of its own arrival at the server)
-        and returns; the server calls the round's ``done`` -- ``verdict`` below -- when its batch
-        is verified, and the verdict records the round and sends the next one. So a round costs
-        no process resume and no verdict event, and everything happens in the order a process
-        waiting on a verdict event would give. Between responses the device waits for the arrival
-        process's gate by callbacks too (:meth:`_let_in`). The loop's state is this method's
-        closure: cell variables cost about what a generator's locals do."""
         ctx = self.ctx
         env = ctx.env
         ctl = ctx.controller
         server = ctx.server
-        new_response = ctx.acceptance.new_response
-        plan = ctl.plan
         # the link's transfer time, (latency + bytes / bandwidth) x jitter (Link.up / Link.down),
         # is computed inline below: twice per round
         link = self.link
@@ -146,150 +110,110 @@ class Device:
         pad = ctx.stream_pad
         req_ids = ctx.request_ids
         index = self.index
-        once = self.once
-        rng_accept = self.rng_accept
+        event = env.event
         submit = server.submit  # called with the request when its uplink ends (Request.send)
-
         pending = self.start_offset  # time owed before the next thing the device does
-        # the response in flight
-        prompt = output = 0
-        runs: list[int] = []  # runs[t]: accepted positions in a row from t
-        state: object = None  # the drafting controller's plan for the response
-        resp = 0
-        measured = False
-        t0 = t_end = 0.0
-        alpha_hat = self.alpha_hat  # the device's accept-rate estimate (an EMA over rounds)
-        pos = rnd = cold_rounds = 0
-        # the round in flight (sent, waiting for its verdict)
-        t_start = draft = up = budget = 0.0
-        passes = calls = accepted = committed = k = 0
-
-        def start(owed: float) -> None:
-            nonlocal pending, prompt, output, runs, state, resp, measured, t0, t_end, pos, rnd, cold_rounds
-            pending = owed
+        while True:
+            pending = yield from self._gate(pending)
             think, prompt, output = self._next_response()
-            stream = new_response(rng_accept, prompt, output, pad)
+            stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, pad)
             prompt, output = stream.prompt_len, stream.output_len
-            runs = stream.run.tolist()
+            runs: list[int] = stream.run.tolist()
             state = ctl.prepare(stream)
             t0 = env.now + pending + think
             pending += think
             resp = ctx.open_response(t0, index, slo, prompt, output)
             measured = ctx.is_measured(resp)
-            pos = rnd = cold_rounds = 0
+            alpha_hat = self.alpha_hat  # the device's accept-rate estimate (an EMA over rounds)
+            pos = 0
+            rnd = 0
+            cold_rounds = 0
             t_end = t0
-            if pos < output:
-                send()
-            else:
-                end()
-
-        def send() -> None:
-            nonlocal t_start, draft, up, budget, passes, calls, accepted, committed, k
-            remaining = output - pos
-            k, passes, calls = plan(state, pos, remaining)
-            accepted = runs[pos] if runs[pos] < k else k
-            committed = accepted + 1 if accepted < remaining else remaining
-            draft = passes * tau_d + calls * tau_p
-            nbytes = header + k * tok_bytes + (prompt * TOKEN_ID_BYTES if rnd == 0 else 0)
-            up = (lat + nbytes / up_bps) * jitter()
-            now = env.now
-            t_start = now + pending
-            delay = pending + draft + up
-            arrival = now + delay  # when the request's arrival event fires (Request.send; same sum)
-            n_hat = alpha_hat * k + 1.0
-            budget = n_hat / slo - draft - up
-            prefix = prompt + pos
-            req = Request(
-                next(req_ids),
-                resp,
-                arrival,
-                arrival + budget,
-                n_hat,
-                k,
-                prefix,
-                prefix + committed,
-                verdict,
-            )
-            # the request reaches the server when its uplink ends (it is the event of its
-            # arrival); the server calls verdict when its batch is verified
-            req.send(env, delay, submit)
-
-        def verdict(req: Request) -> None:
-            nonlocal t_end, cold_rounds, alpha_hat, pos, rnd, pending
-            down = (lat + (header + committed * TOKEN_ID_BYTES) / down_bps) * jitter()
-            t_end = env.now + down
-            cold_rounds += req.cold
-            record_round(
-                index,
-                slo,
-                rnd,
-                pos,
-                t_start,
-                tau_d,
-                draft,
-                passes,
-                calls,
-                accepted,
-                committed,
-                up,
-                budget,
-                req,
-                down,
-                t_end,
-                measured,
-            )
-            alpha_hat += w * (accepted / k - alpha_hat)
-            pos += committed
-            rnd += 1
-            pending = down
-            if pos < output:
-                send()
-            else:
-                end()
-
-        def end() -> None:
-            self.alpha_hat = alpha_hat
+            while pos < output:
+                remaining = output - pos
+                k, passes, calls = ctl.plan(state, pos, remaining)
+                accepted = runs[pos] if runs[pos] < k else k
+                committed = accepted + 1 if accepted < remaining else remaining
+                draft = passes * tau_d + calls * tau_p
+                nbytes = header + k * tok_bytes + (prompt * TOKEN_ID_BYTES if rnd == 0 else 0)
+                up = (lat + nbytes / up_bps) * jitter()
+                now = env.now
+                t_start = now + pending
+                delay = pending + draft + up
+                arrival = now + delay  # when the request's arrival event fires (Request.send; same sum)
+                n_hat = alpha_hat * k + 1.0
+                budget = n_hat / slo - draft - up
+                prefix = prompt + pos
+                req = Request(
+                    next(req_ids),
+                    resp,
+                    arrival,
+                    arrival + budget,
+                    n_hat,
+                    k,
+                    prefix,
+                    prefix + committed,
+                    event(),
+                )
+                # the request reaches the server when its uplink ends (it is the event of its
+                # arrival), and the device sleeps until the verdict: one resume per round
+                req.send(env, delay, submit)
+                yield req.done
+                down = (lat + (header + committed * TOKEN_ID_BYTES) / down_bps) * jitter()
+                t_end = env.now + down
+                cold_rounds += req.cold
+                record_round(
+                    index,
+                    slo,
+                    rnd,
+                    pos,
+                    t_start,
+                    tau_d,
+                    draft,
+                    passes,
+                    calls,
+                    accepted,
+                    committed,
+                    up,
+                    budget,
+                    req,
+                    down,
+                    t_end,
+                    measured,
+                )
+                alpha_hat += w * (accepted / k - alpha_hat)
+                self.alpha_hat = alpha_hat
+                pos += committed
+                rnd += 1
+                pending = down
             server.drop(resp)
             ctx.finish_response(resp, index, slo, t0, t_end, prompt, output, rnd, cold_rounds)
-            if not once:
-                self._let_in(pending, start)
-
-        self._let_in(pending, start)
+            if self.once:
+                return
 
     def run_centralized(self) -> Generator[Any, Any, None]:
-        """The device's process under centralized serving: it starts the client loop
-        (:meth:`centralize`) and ends; the loop goes on in callbacks."""
-        self.centralize()
-        yield from ()
-
-    def centralize(self) -> None:
-        """Send the prompt; the server generates every token and streams them back; repeat."""
+        """Send the prompt; the server generates every token and streams them back."""
         ctx = self.ctx
         env = ctx.env
         link = self.link
         header = ctx.header_bytes
-        index, slo = self.index, self.slo
-
-        def start(pending: float) -> None:
+        pending = self.start_offset
+        while True:
+            pending = yield from self._gate(pending)
             think, prompt, output = self._next_response()
             # same acceptance draws as the speculative loop, so trace lengths match across policies
             stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, 0)
             prompt, output = stream.prompt_len, stream.output_len
             t0 = env.now + pending + think
-            resp = ctx.open_response(t0, index, slo, prompt, output)
+            resp = ctx.open_response(t0, self.index, self.slo, prompt, output)
             up = link.up(header + prompt * TOKEN_ID_BYTES)
-            env.timeout(pending + think + up).callbacks.append(lambda _: send(resp, prompt, output, t0))
-
-        def send(resp: int, prompt: int, output: int, t0: float) -> None:
+            yield env.timeout(pending + think + up)
             done = env.event()
             ctx.central.submit(resp, prompt, output, done)
-            done.callbacks.append(lambda _: finish(resp, prompt, output, t0))
-
-        def finish(resp: int, prompt: int, output: int, t0: float) -> None:
+            yield done
             down = link.down(header + TOKEN_ID_BYTES)
             t_end = env.now + down
-            ctx.finish_response(resp, index, slo, t0, t_end, prompt, output, output, 1)
-            if not self.once:
-                self._let_in(down, start)
-
-        self._let_in(self.start_offset, start)
+            ctx.finish_response(resp, self.index, self.slo, t0, t_end, prompt, output, output, 1)
+            pending = down
+            if self.once:
+                return

@@ -58,16 +58,16 @@ class RoundRobin(_Router):
         super().__init__(replicas)
         self._next = count()
 
-    def submit(self, req: Request) -> None:
-        self.replicas[next(self._next) % len(self.replicas)].submit(req)
+    def submit(self, req: Request) -> simpy.Event:
+        return self.replicas[next(self._next) % len(self.replicas)].submit(req)
 
 
 @ROUTERS.register("least-work")
 class LeastWork(_Router):
     """``least-work``: each round where it would finish soonest by the estimator."""
 
-    def submit(self, req: Request) -> None:
-        self._least_work(req).submit(req)
+    def submit(self, req: Request) -> simpy.Event:
+        return self._least_work(req).submit(req)
 
 
 @ROUTERS.register("affinity")
@@ -78,11 +78,11 @@ class Affinity(_Router):
         super().__init__(replicas)
         self.home: dict[int, Verifier] = {}
 
-    def submit(self, req: Request) -> None:
+    def submit(self, req: Request) -> simpy.Event:
         v = self.home.get(req.session)
         if v is None:
             v = self.home[req.session] = self._least_work(req)
-        v.submit(req)
+        return v.submit(req)
 
     def drop(self, session: int) -> None:
         v = self.home.pop(session, None)

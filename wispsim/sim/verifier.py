@@ -26,11 +26,9 @@ class Request(Event):
 
     It is also the SimPy event of its own arrival: a simulated device schedules it to fire when
     its uplink ends (:meth:`send`), with the server's ``submit`` as its callback -- one event per
-    round instead of a timeout carrying the request. ``done`` is its verdict: a callable the
-    server calls with the request once its batch is verified (:func:`answer_together`), such as
-    the device's next step (no process resume, no event per round) or, for code that waits in a
-    process, :func:`processes` of an event. A request that is never sent (a replayed or remote
-    round) is just data: its event state means nothing there.
+    round instead of a timeout carrying the request. ``done`` is the event of its verdict. A
+    request that is never sent (a replayed or remote round) is just data: its event state means
+    nothing there.
     """
 
     __slots__ = (
@@ -66,7 +64,7 @@ class Request(Event):
         k: int,
         prefix: int,
         prefix_after: int,
-        done: Callable[[Request], object],
+        done: simpy.Event,
     ) -> None:
         self.rid = rid
         self.session = session
@@ -95,44 +93,35 @@ class Request(Event):
         env.schedule(self, NORMAL, delay)
 
 
-def answer_together(env: simpy.Environment, batch: list[Request]) -> None:
-    """Call every member's ``done`` with it, in order, from one event scheduled now (a finished
-    batch's verdicts).
+def succeed_together(env: simpy.Environment, events: list[Event]) -> None:
+    """``event.succeed()`` for every one of ``events`` (a finished batch's verdicts), with one
+    heap entry for all of them.
 
-    The server goes on first (it records the batch and may dispatch the next one at this
-    instant, as it would if each verdict were an event of its own); then, in one heap entry,
-    each member's verdict runs in batch order, as SimPy would process separate verdict events
-    scheduled back to back at the same time and priority: nothing scheduled by a verdict
-    (arrivals, a process resuming at this instant) can come before the last of them.
+    SimPy would process them one right after the other anyway: they are scheduled back to back at
+    the same time and priority, and nothing scheduled by their callbacks (processes resuming at
+    this instant schedule NORMAL events) can come before the last of them. So the first one's
+    place in the heap processes each event's callbacks in order, as ``Environment.step`` does,
+    and a batch costs one heap push and pop instead of one per member.
 
-    Two limits, neither reached by the simulator: a verdict that schedules an URGENT event
-    (starting a process, an interrupt) would run it after the remaining verdicts instead of
-    before; and the carrier event cannot be the ``until`` event of ``env.run``."""
+    Two limits, neither reached by the simulator: a callback that schedules an URGENT event
+    (starting a process, an interrupt) would run it after the remaining events instead of
+    before; and none of ``events`` may be the ``until`` event of ``env.run`` (its stop would
+    drop the remaining callbacks)."""
+    for ev in events:
+        if ev._value is not PENDING:
+            raise RuntimeError(f"{ev} has already been triggered")
+        ev._ok = True
+        ev._value = None
     carrier = Event(env)
-    carrier.callbacks.append(lambda _: _answer(batch))
+    carrier.callbacks.append(lambda _: _process(events))
     carrier.succeed()
 
 
-def _answer(batch: list[Request]) -> None:
-    for r in batch:
-        r.done(r)
-
-
-def processes(event: Event) -> Callable[[object], None]:
-    """A ``done`` for a request whose sender waits on ``event`` in a process: the verdict
-    triggers and processes ``event`` at once, in its own step (no second heap entry), so the
-    waiting process resumes where a separate verdict event would have resumed it."""
-
-    def done(_: object) -> None:
-        if event._value is not PENDING:
-            raise RuntimeError(f"{event} has already been triggered")
-        event._ok = True
-        event._value = None
-        callbacks, event.callbacks = event.callbacks, None
+def _process(events: list[Event]) -> None:
+    for ev in events:
+        callbacks, ev.callbacks = ev.callbacks, None
         for callback in callbacks:  # type: ignore[union-attr]
-            callback(event)
-
-    return done
+            callback(ev)
 
 
 def refresh(queue: list[Any], memory: KVMemory) -> None:
@@ -206,9 +195,7 @@ class Verifier:
             for req in self.admission.release(session):
                 self._enqueue(req)
 
-    def submit(self, req: Request) -> None:
-        """Queue ``req`` (under admission control, once its response is admitted); the server
-        calls ``req.done`` with it when its batch is verified."""
+    def submit(self, req: Request) -> simpy.Event:
         adm = self.admission
         # an admitted response's rounds pass straight through (checked here: once per round)
         if (
@@ -216,14 +203,15 @@ class Verifier:
             and req.session not in adm.reserved
             and not adm.offer(req.session, req.prefix, req.arrival, req.deadline, req)
         ):
-            return  # waits for room; its deadline runs meanwhile
+            return req.done  # waits for room; its deadline runs meanwhile
         if self.track_work:
             self._enqueue(req)
-            return
+            return req.done
         self.queue.append(req)  # _enqueue, inlined
         if self._wake is not None:
             self._wake.succeed()
             self._wake = None
+        return req.done
 
     def _enqueue(self, req: Request) -> None:
         if self.track_work:
@@ -274,7 +262,7 @@ class Verifier:
             if adm is not None:
                 for r in batch:
                     adm.grow(r.session, r.prefix_after)
-            answer_together(env, batch)
+            succeed_together(env, [r.done for r in batch])
             self.batches.append(
                 BatchRecord(
                     bid,

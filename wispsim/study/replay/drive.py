@@ -37,7 +37,7 @@ from wispsim.sim.context import RunContext
 from wispsim.sim.engine import simulate
 from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import SimResult
-from wispsim.sim.verifier import Request, processes
+from wispsim.sim.verifier import Request
 
 
 class _RecordedRound(NamedTuple):
@@ -202,20 +202,10 @@ def _replay_speculative(
             n_hat = alpha_hat * k + 1.0
             budget = n_hat / slo - draft - up
             prefix = prompt + pos
-            verdict = event()
             req = Request(
-                next(req_ids),
-                resp,
-                arrival,
-                arrival + budget,
-                n_hat,
-                k,
-                prefix,
-                prefix + committed,
-                processes(verdict),
+                next(req_ids), resp, arrival, arrival + budget, n_hat, k, prefix, prefix + committed, event()
             )
-            server.submit(req)
-            yield verdict
+            yield server.submit(req)
             t_end = env.now + down
             cold += req.cold
             # tau_d is drafting time per sent token, and the log does not say how many forward
