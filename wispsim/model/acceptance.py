@@ -113,20 +113,11 @@ def _trace_stream(
 ) -> ResponseStream:
     """A replayed response: its pieces of recorded samples (verdicts and trace rows) end to end,
     less the last ``cut`` positions, then ``pad`` positions of padding."""
-    if cut:
-        accepts[-1] = accepts[-1][:-cut]
-        rows[-1] = rows[-1][:-cut]
+    last = len(accepts[-1]) - cut
     reject, no_row = _padding(pad)
-    accept = np.concatenate([*accepts, reject])
-    return ResponseStream(
-        prompt_len,
-        len(accept) - pad,
-        accept,
-        None,
-        accept_runs(accept),
-        trace,
-        np.concatenate([*rows, no_row]),
-    )
+    accept = np.concatenate([*accepts[:-1], accepts[-1][:last], reject])
+    where = np.concatenate([*rows[:-1], rows[-1][:last], no_row])
+    return ResponseStream(prompt_len, len(accept) - pad, accept, None, accept_runs(accept), trace, where)
 
 
 class AcceptanceModel(Protocol):
