@@ -243,8 +243,8 @@ def test_block_size_comes_from_the_profiles_engine_unless_the_scenario_sets_one(
 def test_finish_batch_is_finish_round_for_each_member(
     total: int, eviction: str, held: list[tuple[int, int]], finished: list[tuple[int, int]]
 ) -> None:
-    """One finish_batch call leaves the cache, its LRU order, the blocks used and the eviction count
-    exactly as a finish_round per member in order does (evictions included)."""
+    """One finish_batch call over a batch leaves the cache, its LRU order, the blocks used and the
+    eviction count exactly as finishing its members one at a time, in order, does."""
 
     class Member:
         def __init__(self, session: int, prefix_after: int) -> None:

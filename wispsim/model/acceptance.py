@@ -95,7 +95,7 @@ def _stream(
     prompt_len: int, output_len: int, accept: np.ndarray, feats: np.ndarray, pad: int
 ) -> ResponseStream:
     if pad:
-        accept = np.concatenate([accept, np.zeros(pad, dtype=bool)])
+        accept = np.concatenate([accept, _padding(pad)[0]])
         feats = np.concatenate([feats, np.zeros((pad, feats.shape[1]))])
     return ResponseStream(prompt_len, output_len, accept, feats, accept_runs(accept))
 
