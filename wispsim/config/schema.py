@@ -18,9 +18,13 @@ import yaml
 from wispsim.config.dist import Dist, FieldError, require
 from wispsim.config.limits import (
     MAX_ARRIVAL_RATE,
+    MAX_BATCH_REQUESTS,
+    MAX_BATCH_TOKENS,
     MAX_BLOCK_SIZE,
     MAX_DEVICES,
     MAX_DRAFT,
+    MAX_KV_TOKENS,
+    MAX_MEMORY_GIB,
     MAX_REPLICAS,
     MAX_RESPONSES,
     MAX_SEED,
@@ -256,24 +260,43 @@ class ServerConfig:
             "gpu_memory_utilization",
             f"must be in (0, 1], got {self.gpu_memory_utilization}",
         )
-        require(self.activation_reserve_gib >= 0, "activation_reserve_gib", "must be >= 0")
+        require(
+            0 <= self.activation_reserve_gib <= MAX_MEMORY_GIB,
+            "activation_reserve_gib",
+            f"must be in [0, {MAX_MEMORY_GIB:g}] GiB per GPU, got {self.activation_reserve_gib:g}",
+        )
         require(
             self.block_size is None or 1 <= self.block_size <= MAX_BLOCK_SIZE,
             "block_size",
             f"must be in [1, {MAX_BLOCK_SIZE}] tokens or null (the profile's), got {self.block_size}",
         )
         require(
-            self.kv_capacity_tokens is None or self.kv_capacity_tokens >= 1,
+            self.kv_capacity_tokens is None or 1 <= self.kv_capacity_tokens <= MAX_KV_TOKENS,
             "kv_capacity_tokens",
-            f"must be >= 1 token or null (derived from the profile), got {self.kv_capacity_tokens}",
+            f"must be in [1, {MAX_KV_TOKENS:,}] tokens or null (derived from the profile), "
+            f"got {self.kv_capacity_tokens}",
         )
         require(0 <= self.kv_headroom < 1, "kv_headroom", f"must be in [0, 1), got {self.kv_headroom}")
-        require(self.max_batch_requests >= 1, "max_batch_requests", "must be >= 1")
-        require(self.max_batch_tokens >= 1, "max_batch_tokens", "must be >= 1")
         require(
-            0 <= self.delta_ms <= 1000 * MAX_SIM_SECONDS, "delta_ms", f"must be >= 0, got {self.delta_ms}"
+            1 <= self.max_batch_requests <= MAX_BATCH_REQUESTS,
+            "max_batch_requests",
+            f"must be in [1, {MAX_BATCH_REQUESTS:,}], got {self.max_batch_requests:,}",
         )
-        require(self.prefill_chunk_tokens >= 1, "prefill_chunk_tokens", "must be >= 1")
+        require(
+            1 <= self.max_batch_tokens <= MAX_BATCH_TOKENS,
+            "max_batch_tokens",
+            f"must be in [1, {MAX_BATCH_TOKENS:,}], got {self.max_batch_tokens:,}",
+        )
+        require(
+            0 <= self.delta_ms <= 1000 * MAX_SIM_SECONDS,
+            "delta_ms",
+            f"must be >= 0 and <= {1000 * MAX_SIM_SECONDS:g} ms, got {self.delta_ms:g}",
+        )
+        require(
+            1 <= self.prefill_chunk_tokens <= MAX_BATCH_TOKENS,
+            "prefill_chunk_tokens",
+            f"must be in [1, {MAX_BATCH_TOKENS:,}], got {self.prefill_chunk_tokens:,}",
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from wispsim.config import read_yaml
+from wispsim.config.limits import MAX_BLOCK_SIZE, MAX_MEMORY_GIB
 from wispsim.errors import ConfigError
 from wispsim.model.estimator import DEFAULT_FORM, FORMS, Estimator
 from wispsim.paths import profiles_dir, resolve_named
@@ -32,6 +33,27 @@ PROVENANCE_NEEDS = {
     "derived": ("rule", "inputs"),
 }
 NOISE_MODELS = ("lognormal",)
+#: Upper bounds on a profile's hardware and model facts, by field (docs/profiles.md lists them).
+#: Each is far above any GPU, host or model that exists, and together they keep the KV-cache
+#: arithmetic (:meth:`Profile.kv_capacity_tokens`) finite: a bigger value is a typo, refused.
+PROFILE_MAXIMA: dict[str, float] = {
+    "hardware.count": 1024,  # GPUs holding one model
+    "hardware.memory_gib": MAX_MEMORY_GIB,  # per GPU (a CPU profile: the host's memory)
+    "hardware.hbm_bandwidth_gbs": 100_000,  # GB/s per GPU
+    "hardware.bf16_tflops": 100_000,  # per GPU
+    "hardware.price_per_gpu_hour": 10_000,  # dollars
+    "model.parameters": 1e14,
+    "model.weight_bytes": 1e15,  # over all the GPUs
+    "model.layers": 10_000,
+    "model.kv_heads": 1_000_000,
+    "model.head_dim": 1_000_000,
+    "model.attention_heads": 1_000_000,
+    "model.hidden_size": 1_000_000,
+    "model.intermediate_size": 1_000_000,
+    "model.vocab_size": 10_000_000,
+    "model.kv_dtype_bytes": 8,
+    "kv_block_size": MAX_BLOCK_SIZE,  # tokens
+}
 TOP_LEVEL = (
     "name",
     "description",
@@ -136,7 +158,16 @@ class Profile:
         """Tokens of KV cache that fit: GPU memory x utilization - weights - activation reserve."""
         total = self.gpu_memory_gib * GIB * self.gpu_count * utilization
         free = total - self.model.weight_bytes - reserve_gib * GIB * self.gpu_count
-        return max(0, int(free // self.model.kv_bytes_per_token))
+        tokens = free // self.model.kv_bytes_per_token
+        if not math.isfinite(tokens):  # PROFILE_MAXIMA and the scenario's limits rule this out
+            raise ConfigError(
+                f"profile '{self.name}' ({self.source})",
+                "hardware.memory_gib",
+                f"the KV cache (hardware.memory_gib x hardware.count x utilization {utilization:g} - "
+                f"model.weight_bytes - activation reserve {reserve_gib:g} GiB x hardware.count) "
+                "is not a finite number of bytes",
+            )
+        return max(0, int(tokens))
 
     @property
     def kind(self) -> str:
@@ -152,13 +183,23 @@ class Profile:
         return p if p.is_absolute() else Path(self.source).parent / p
 
 
-def _num(d: dict[str, Any], key: str, source: str, path: str, *, minimum: float | None = None) -> float:
+def _num(
+    d: dict[str, Any],
+    key: str,
+    source: str,
+    path: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> float:
     if key not in d:
         raise ConfigError(source, f"{path}{key}", "is missing")
-    return _value(d[key], source, f"{path}{key}", minimum=minimum)
+    return _value(d[key], source, f"{path}{key}", minimum=minimum, maximum=maximum)
 
 
-def _value(v: Any, source: str, where: str, *, minimum: float | None = None) -> float:
+def _value(
+    v: Any, source: str, where: str, *, minimum: float | None = None, maximum: float | None = None
+) -> float:
     if isinstance(v, str):
         try:
             v = float(v)
@@ -176,22 +217,32 @@ def _value(v: Any, source: str, where: str, *, minimum: float | None = None) -> 
         raise ConfigError(source, where, f"must be a finite number, got {v}")
     if minimum is not None and v < minimum:
         raise ConfigError(source, where, f"must be >= {minimum:g}, got {v:g}")
+    if maximum is not None and v > maximum:
+        raise ConfigError(source, where, f"must be <= {maximum:g}, got {v:g}")
     return v
 
 
-def _int(d: dict[str, Any], key: str, source: str, path: str, *, minimum: int = 1) -> int:
-    v = _num(d, key, source, path, minimum=minimum)
+def _int(
+    d: dict[str, Any], key: str, source: str, path: str, *, minimum: int = 1, maximum: float | None = None
+) -> int:
+    v = _num(d, key, source, path, minimum=minimum, maximum=maximum)
     if v != int(v):
         raise ConfigError(source, f"{path}{key}", f"must be a whole number, got {v:g}")
     return int(v)
 
 
 def _opt_int(d: dict[str, Any], key: str, source: str, path: str) -> int | None:
-    return _int(d, key, source, path) if d.get(key) is not None else None
+    return _bounded_int(d, key, source, path) if d.get(key) is not None else None
 
 
 def _opt_num(d: dict[str, Any], key: str, source: str, path: str) -> float | None:
-    return _num(d, key, source, path, minimum=0.0) if d.get(key) is not None else None
+    maximum = PROFILE_MAXIMA.get(f"{path}{key}")
+    return _num(d, key, source, path, minimum=0.0, maximum=maximum) if d.get(key) is not None else None
+
+
+def _bounded_int(d: dict[str, Any], key: str, source: str, path: str) -> int:
+    """A whole number >= 1 and within its :data:`PROFILE_MAXIMA` bound."""
+    return _int(d, key, source, path, maximum=PROFILE_MAXIMA[f"{path}{key}"])
 
 
 def _section(d: dict[str, Any], key: str, source: str) -> dict[str, Any]:
@@ -263,7 +314,7 @@ def _forms(
 def _model(data: dict[str, Any], src: str) -> ModelFacts:
     m = _section(data, "model", src)
     if "kv_dtype_bytes" in m:
-        kv_bytes = _int(m, "kv_dtype_bytes", src, "model.")
+        kv_bytes = _bounded_int(m, "kv_dtype_bytes", src, "model.")
     elif "kv_dtype" in m:
         kv_bytes = DTYPE_BYTES.get(str(m["kv_dtype"]).lower(), 0)
         if not kv_bytes:
@@ -277,13 +328,17 @@ def _model(data: dict[str, Any], src: str) -> ModelFacts:
         )
     facts = ModelFacts(
         name=str(m.get("name", "?")),
-        parameters=_num(m, "parameters", src, "model.", minimum=1),
-        layers=_int(m, "layers", src, "model."),
-        kv_heads=_int(m, "kv_heads", src, "model."),
-        head_dim=_int(m, "head_dim", src, "model."),
+        parameters=_num(
+            m, "parameters", src, "model.", minimum=1, maximum=PROFILE_MAXIMA["model.parameters"]
+        ),
+        layers=_bounded_int(m, "layers", src, "model."),
+        kv_heads=_bounded_int(m, "kv_heads", src, "model."),
+        head_dim=_bounded_int(m, "head_dim", src, "model."),
         kv_dtype_bytes=kv_bytes,
-        weight_bytes=_num(m, "weight_bytes", src, "model.", minimum=0),
-        vocab_size=_int(m, "vocab_size", src, "model.") if "vocab_size" in m else 151936,
+        weight_bytes=_num(
+            m, "weight_bytes", src, "model.", minimum=0, maximum=PROFILE_MAXIMA["model.weight_bytes"]
+        ),
+        vocab_size=_bounded_int(m, "vocab_size", src, "model.") if "vocab_size" in m else 151936,
         arch=str(m["arch"]) if m.get("arch") else None,
         attention_heads=_opt_int(m, "attention_heads", src, "model."),
         hidden_size=_opt_int(m, "hidden_size", src, "model."),
@@ -365,8 +420,10 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         ci95=ci95,
         noise_sigma=sigma,
         gpu=str(hw.get("gpu", "?")),
-        gpu_count=_int(hw, "count", src, "hardware."),
-        gpu_memory_gib=_num(hw, "memory_gib", src, "hardware.", minimum=1e-3),
+        gpu_count=_bounded_int(hw, "count", src, "hardware."),
+        gpu_memory_gib=_num(
+            hw, "memory_gib", src, "hardware.", minimum=1e-3, maximum=PROFILE_MAXIMA["hardware.memory_gib"]
+        ),
         engine=str(data.get("engine", "?")),
         precision=str(data.get("precision", "?")),
         model=model,
