@@ -18,7 +18,7 @@ from support import deterministic_overrides, profile_dict
 from typer.testing import CliRunner
 
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.measure.profile.archs import load_arch
+from wispsim.model.archs import load_arch
 from wispsim.measure.profile.derive import SHIPPED, derive_named
 from wispsim.measure.profile.fit import fit, metrics
 from wispsim.measure.profile.fit_report import fit_command

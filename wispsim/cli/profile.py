@@ -331,7 +331,7 @@ def derive_cmd(
 @profile_app.command("archs")
 def archs_cmd() -> None:
     """List the named architectures with the facts profiles use."""
-    from wispsim.measure.profile.archs import available_archs, load_arch
+    from wispsim.model.archs import available_archs, load_arch
 
     rows = []
     for n in available_archs():

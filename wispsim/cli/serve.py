@@ -61,7 +61,7 @@ def _source(model: str | None, arch: str | None, dtype: str, seed: int = 0) -> A
     if dtype not in DTYPES:
         raise ConfigError("--dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     if arch is not None:
-        from wispsim.measure.profile.archs import available_archs
+        from wispsim.model.archs import available_archs
 
         if arch not in available_archs() and not Path(arch).is_file():
             raise ConfigError("--arch", arch, f"unknown architecture; known: {', '.join(available_archs())}")

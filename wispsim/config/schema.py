@@ -227,7 +227,7 @@ class ServerConfig:
     kv_growth: Literal["mean", "max", "none"] = "mean"  # output tokens reserved per admitted response
     kv_admission_order: Literal["fcfs", "deadline"] = "fcfs"
     latency_model: str = "linear"
-    estimator_form: str = "additive"
+    estimator_form: str | None = None  # None: the profile's own (``estimator:``; additive if it says none)
     noise: bool = True
     gpu_memory_utilization: float = 0.9
     activation_reserve_gib: float = 1.5

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from wispsim.model.roofline import Roofline
 from wispsim.registry import Registry
 
 
@@ -30,13 +31,22 @@ class Estimator:
     c: float
     d: float = 0.0  # seconds per request in the batch (``per-request`` form; 0 in the paper's)
     form: str = "additive"
+    additive: bool = True  # T_hat is c plus a sum of per-request costs (the scheduler's fast path)
 
     def marginal(self, l_new: int, l_cached: int) -> float:
         """One request's cost without the batch constant: ``v_i`` of SPEC 3.1."""
         return l_new * (self.a + self.b_compute * (l_new + l_cached)) + self.b_read * l_cached + self.d
 
-    def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0) -> float:
-        """``T_hat`` from the three aggregates (and the number of requests, for ``d``)."""
+    def batch(
+        self,
+        n_linear: float,
+        n_interactions: float,
+        n_cached: float,
+        n_requests: float = 0,
+        n_arrivals: float = 0,
+    ) -> float:
+        """``T_hat`` from the three aggregates (and the number of requests, for ``d``; these forms
+        have no arrival term)."""
         return (
             self.a * n_linear
             + self.b_compute * n_interactions
@@ -48,6 +58,15 @@ class Estimator:
     def of(self, requests: Iterable[tuple[int, int]]) -> float:
         """``T_hat`` of a batch given its (L_new, L_cached) pairs."""
         return self.c + sum(self.marginal(n, c) for n, c in requests)
+
+    def alone(self, l_new: int, l_cached: int) -> float:
+        """``T_hat`` of a batch holding only this request."""
+        return self.c + self.marginal(l_new, l_cached)
+
+    @property
+    def fastest(self) -> float:
+        """The cheapest pass there is: the batch constant (the paper's form has nothing else)."""
+        return self.c
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +97,20 @@ FORMS.register("per-request")(
         "the additive form plus d per request in the batch (a serving engine's per-request work)",
     )
 )
+FORMS.register("roofline")(
+    Form(
+        "roofline",
+        ("bandwidth", "compute", "attention", "step", "request", "arrival", "allreduce"),
+        (),
+        "physical: weights once per pass, KV per cached token, FLOPs at fitted fractions of the "
+        "GPU's peaks, TP all-reduces, per-step/request/arrival overheads (wispsim.model.roofline)",
+    )
+)
 DEFAULT_FORM = "additive"
+LINEAR_FORMS = ("additive", "per-request")  # fitted by least squares on a measurement table
+
+# what prices a pass wherever the estimator is: a linear form, or the physical one
+Cost = Estimator | Roofline
 
 
 def aggregates(requests: Iterable[tuple[int, int]]) -> tuple[int, int, int]:

@@ -1,6 +1,7 @@
 """Latency models: how long a batch really takes on the GPU (SPEC 2.3, 4 and 5).
 
-``linear`` is the additive estimator times a mean-one log-normal noise factor whose sigma comes
+``linear`` is the profile's estimator (any form: the additive one, or the physical
+``roofline``) times a mean-one log-normal noise factor whose sigma comes
 from the profile's residuals, so the scheduler's estimate and the simulated time differ the way
 they do on a real system. With ``server.noise: false`` the batch time equals the estimate.
 
@@ -31,9 +32,10 @@ from wispsim.registry import Registry
 
 class LatencyModel(Protocol):
     def batch_time(
-        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0
+        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0, n_arrivals: int = 0
     ) -> tuple[float, float]:
-        """(estimate, simulated true latency) in seconds."""
+        """(estimate, simulated true latency) in seconds; ``n_arrivals`` of the ``n_requests``
+        arrive anew (every verification round; a sequence's first prefill chunk)."""
         ...
 
 
@@ -47,9 +49,9 @@ class LinearLatency:
         self.noise = MeanOneLogNormal(profile.noise_sigma if cfg.noise else 0.0, rng)
 
     def batch_time(
-        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0
+        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0, n_arrivals: int = 0
     ) -> tuple[float, float]:
-        t_hat = self.est.batch(n_linear, n_interactions, n_cached, n_requests)
+        t_hat = self.est.batch(n_linear, n_interactions, n_cached, n_requests, n_arrivals)
         return t_hat, t_hat * self.noise.next()
 
 
@@ -74,9 +76,9 @@ class _MeasuredBase:
         self._near: dict[tuple[int, int, int, int], tuple[int, float]] = {}
 
     def batch_time(
-        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0
+        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0, n_arrivals: int = 0
     ) -> tuple[float, float]:
-        t_hat = self.est.batch(n_linear, n_interactions, n_cached, n_requests)
+        t_hat = self.est.batch(n_linear, n_interactions, n_cached, n_requests, n_arrivals)
         key = (n_linear, n_interactions, n_cached, n_requests)
         hit = self._near.get(key)
         if hit is None:

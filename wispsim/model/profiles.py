@@ -20,7 +20,9 @@ from typing import Any
 from wispsim.config import read_yaml
 from wispsim.config.limits import MAX_BLOCK_SIZE, MAX_MEMORY_GIB
 from wispsim.errors import ConfigError
-from wispsim.model.estimator import DEFAULT_FORM, FORMS, Estimator
+from wispsim.model.archs import DTYPE_BYTES, dtype_bytes, load_arch
+from wispsim.model.estimator import DEFAULT_FORM, FORMS, Cost, Estimator
+from wispsim.model.roofline import ALLREDUCE_LATENCY_S, EFFICIENCIES, OVERHEADS, Roofline
 from wispsim.paths import profiles_dir, resolve_named
 
 GIB = 1024**3
@@ -63,31 +65,13 @@ TOP_LEVEL = (
     "model",
     "coefficients",
     "kv_block_size",
+    "estimator",
+    "roofline",
     "forms",
     "fit",
     "noise",
     "provenance",
 )
-
-
-DTYPE_BYTES = {
-    "float32": 4,
-    "fp32": 4,
-    "bfloat16": 2,
-    "bf16": 2,
-    "float16": 2,
-    "fp16": 2,
-    "float8": 1,
-    "fp8": 1,
-    "int8": 1,
-}
-
-
-def dtype_bytes(dtype: str, source: str = "dtype") -> int:
-    try:
-        return DTYPE_BYTES[dtype.lower()]
-    except KeyError:
-        raise ConfigError(source, "", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +104,7 @@ class Profile:
 
     name: str
     source: str
-    estimator: Estimator
+    estimator: Cost
     ci95: dict[str, tuple[float, float]]
     noise_sigma: float
     gpu: str
@@ -135,22 +119,27 @@ class Profile:
     noise_model: str = "lognormal"
     hbm_bandwidth_gbs: float | None = None
     bf16_tflops: float | None = None
+    fp8_tflops: float | None = None
+    nvlink_gbs: float | None = None
     price_per_gpu_hour: float | None = None  # hardware.price_per_gpu_hour, for `wispsim plan`
     # every estimator form the profile carries, by name (``coefficients`` is ``additive``)
-    forms: dict[str, Estimator] = field(default_factory=dict)
+    forms: dict[str, Cost] = field(default_factory=dict)
     form_fits: dict[str, dict[str, Any]] = field(default_factory=dict)
     kv_block_size: int | None = None  # tokens per KV block of the engine it was measured on
 
-    def with_form(self, form: str, source: str = "scenario", where: str = "server.estimator_form") -> Profile:
-        """This profile with the estimator of ``form`` (one-line error if it does not carry it)."""
-        if form == self.estimator.form:
+    def with_form(
+        self, form: str | None, source: str = "scenario", where: str = "server.estimator_form"
+    ) -> Profile:
+        """This profile with the estimator of ``form`` (one-line error if it does not carry it);
+        None keeps the profile's own."""
+        if form is None or form == self.estimator.form:
             return self
         if form not in self.forms:
             raise ConfigError(
                 source,
                 where,
                 f"profile '{self.name}' carries no {form!r} estimator; it has: {', '.join(self.forms)} "
-                "(fit one with `wispsim profile fit`, which fits every form)",
+                "(fit a linear form with `wispsim profile fit`; a roofline with `wispsim profile derive`)",
             )
         return replace(self, estimator=self.forms[form])
 
@@ -311,6 +300,83 @@ def _forms(
     return forms, fits
 
 
+# roofline parameters: allowed ranges (efficiencies are fractions of a datasheet peak)
+ROOFLINE_EFFICIENCY_RANGE = (0.01, 1.0)
+ROOFLINE_OVERHEAD_MAX_MS = 1000.0
+
+
+def _roofline(data: dict[str, Any], src: str, hw: dict[str, Any], model: ModelFacts, precision: str) -> Roofline | None:
+    """The ``roofline`` section: the physical form's fitted parameters, on the hardware and the
+    architecture the profile names (``model.arch``, ``hardware.*``; wispsim.model.roofline)."""
+    sec = data.get("roofline")
+    if sec is None:
+        return None
+    if not isinstance(sec, dict):
+        raise ConfigError(src, "roofline", "must be a mapping with efficiency, overhead_ms (and fit)")
+    extra = sorted(set(sec) - {"efficiency", "overhead_ms", "fit"})
+    if extra:
+        raise ConfigError(src, f"roofline.{extra[0]}", "unknown field; allowed: efficiency, overhead_ms, fit")
+    eff = sec.get("efficiency") or {}
+    over = sec.get("overhead_ms") or {}
+    for key, part, allowed in (("efficiency", eff, EFFICIENCIES), ("overhead_ms", over, OVERHEADS)):
+        if not isinstance(part, dict):
+            raise ConfigError(src, f"roofline.{key}", f"must be a mapping of {', '.join(allowed)}")
+        bad = sorted(set(part) - set(allowed))
+        if bad:
+            raise ConfigError(src, f"roofline.{key}.{bad[0]}", f"unknown parameter; allowed: {', '.join(allowed)}")
+    lo, hi = ROOFLINE_EFFICIENCY_RANGE
+    e = {k: _num(eff, k, src, "roofline.efficiency.", minimum=lo) for k in EFFICIENCIES if k in eff}
+    for k, v in e.items():
+        if v > hi:
+            raise ConfigError(src, f"roofline.efficiency.{k}", f"is a fraction of the GPU's peak: must be <= 1, got {v:g}")
+    for k in ("bandwidth", "compute"):
+        if k not in e:
+            raise ConfigError(src, f"roofline.efficiency.{k}", "is missing")
+    o = {k: _num(over, k, src, "roofline.overhead_ms.", minimum=0.0) for k in OVERHEADS if k in over}
+    for k, v in o.items():
+        if v > ROOFLINE_OVERHEAD_MAX_MS:
+            raise ConfigError(src, f"roofline.overhead_ms.{k}", f"must be <= {ROOFLINE_OVERHEAD_MAX_MS:g}, got {v:g}")
+    if not model.arch:
+        raise ConfigError(src, "model.arch", "a roofline profile must name its architecture (wispsim/data/archs)")
+    try:
+        arch = load_arch(model.arch)
+    except ConfigError as err:
+        raise ConfigError(src, "model.arch", err.problem) from None
+    weight_bytes = dtype_bytes(precision, f"{src} precision")
+    flops_key = "fp8_tflops" if weight_bytes == 1 else "bf16_tflops"
+    for key in ("hbm_bandwidth_gbs", flops_key):
+        if hw.get(key) is None:
+            raise ConfigError(src, f"hardware.{key}", f"is needed by the roofline form at precision {precision}")
+    count = int(hw.get("count", 1))
+    link = hw.get("nvlink_gbs")
+    if count > 1 and link is None:
+        raise ConfigError(src, "hardware.nvlink_gbs", "is needed by the roofline form with tensor parallelism (count > 1)")
+    expected = arch.weight_bytes(weight_bytes)
+    if abs(model.weight_bytes - expected) > 0.05 * expected:
+        raise ConfigError(
+            src,
+            "model.weight_bytes",
+            f"{model.weight_bytes:.4g} disagrees with {arch.name} at {precision} ({expected:.4g} bytes): "
+            "latency and memory must describe one deployment",
+        )
+    return Roofline(
+        arch=arch,
+        tp=count,
+        weight_dtype_bytes=weight_bytes,
+        kv_dtype_bytes=model.kv_dtype_bytes,
+        bandwidth=_value(hw["hbm_bandwidth_gbs"], src, "hardware.hbm_bandwidth_gbs", minimum=1e-3) * 1e9,
+        peak_flops=_value(hw[flops_key], src, f"hardware.{flops_key}", minimum=1e-3) * 1e12,
+        link_bandwidth=_value(link, src, "hardware.nvlink_gbs", minimum=1e-3) * 1e9 if link is not None else math.inf,
+        bandwidth_eff=e["bandwidth"],
+        compute_eff=e["compute"],
+        attention_eff=e.get("attention", e["compute"]),
+        step=o.get("step", 0.0) / 1e3,
+        request=o.get("request", 0.0) / 1e3,
+        arrival=o.get("arrival", 0.0) / 1e3,
+        allreduce=o.get("allreduce", ALLREDUCE_LATENCY_S * 1e3) / 1e3,
+    )
+
+
 def _model(data: dict[str, Any], src: str) -> ModelFacts:
     m = _section(data, "model", src)
     if "kv_dtype_bytes" in m:
@@ -407,11 +473,25 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
     unknown = sorted(set(data) - set(TOP_LEVEL))
     if unknown:
         raise ConfigError(src, unknown[0], f"unknown field; allowed: {', '.join(TOP_LEVEL)}")
-    values, ci95 = _coefficients(data, src)
-    estimator = _estimator(values, DEFAULT_FORM)
-    forms, form_fits = _forms(data, src, estimator)
     hw = _section(data, "hardware", src)
     model = _model(data, src)
+    precision = str(data.get("precision", "bf16"))
+    roofline = _roofline(data, src, hw, model, precision)
+    if "coefficients" in data or roofline is None:
+        values, ci95 = _coefficients(data, src)
+        estimator: Cost = _estimator(values, DEFAULT_FORM)
+        forms, form_fits = _forms(data, src, estimator)
+    else:
+        ci95, forms, form_fits = {}, {}, {}
+        if data.get("forms"):
+            raise ConfigError(src, "forms", "needs the additive form's coefficients too")
+    if roofline is not None:
+        forms["roofline"] = roofline
+        form_fits["roofline"] = dict((data.get("roofline") or {}).get("fit") or {})
+    own = str(data.get("estimator") or ("roofline" if "coefficients" not in data else DEFAULT_FORM))
+    if own not in forms:
+        raise ConfigError(src, "estimator", f"names {own!r}, which the profile does not carry; it has: {', '.join(forms)}")
+    estimator = forms[own]
     noise_model, sigma = _noise(data, src)
     profile = Profile(
         name=name,
@@ -426,6 +506,8 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         ),
         engine=str(data.get("engine", "?")),
         precision=str(data.get("precision", "?")),
+        fp8_tflops=_opt_num(hw, "fp8_tflops", src, "hardware."),
+        nvlink_gbs=_opt_num(hw, "nvlink_gbs", src, "hardware."),
         model=model,
         provenance=_provenance(data, src, source),
         fit=_fit(data, src),

@@ -90,7 +90,7 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
     and its facts (block size, KV capacity)."""
     from wispsim.engines.base import EngineSpec
     from wispsim.engines.vllm import VLLMEngine
-    from wispsim.measure.profile.archs import load_arch
+    from wispsim.model.archs import load_arch
 
     srv = sc.server
     # vLLM's engine core runs in the server's process unless the environment says otherwise: on a

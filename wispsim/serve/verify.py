@@ -273,7 +273,7 @@ class VerifyServer:
         n_lin = sum(n for n, _ in plan)
         n_int = sum((n + c) * n for n, c in plan)
         n_cac = sum(c for _, c in plan)
-        t_hat = self.gpu.estimator.batch(n_lin, n_int, n_cac, len(batch))
+        t_hat = self.gpu.estimator.batch(n_lin, n_int, n_cac, len(batch), len(batch))
         blocks_used = memory.used
         seqs = [self.sessions[r.session].tokens + r.draft for r in batch]
         ended, self._ended = self._ended, []

@@ -136,7 +136,8 @@ def check_references(scenario: Scenario, source: str) -> None:
     CONTROLLERS.get(scenario.drafting.controller, source, "drafting.controller")
     PREDICTORS.get(scenario.drafting.predictor.name, source, "drafting.predictor.name")
     LATENCY.get(sv.latency_model, source, "server.latency_model")
-    FORMS.get(sv.estimator_form, source, "server.estimator_form")
+    if sv.estimator_form is not None:
+        FORMS.get(sv.estimator_form, source, "server.estimator_form")
     if sv.mode == "speculative":
         SCHEDULERS.get(sv.scheduler, source, "server.scheduler")
     elif sv.scheduler != CENTRAL_SCHEDULER and sv.scheduler not in SCHEDULERS:
@@ -256,11 +257,12 @@ def _check_reachable(scenario: Scenario, profiles: list[Profile], source: str) -
     dev, dr, sv = scenario.devices, scenario.drafting, scenario.server
     # the fastest verification any replica can do: the batch constant, on a lucky (4-sigma) draw
     fastest = min(
-        p.estimator.c * math.exp(-4 * p.noise_sigma) if sv.noise else p.estimator.c for p in profiles
+        p.estimator.fastest * math.exp(-4 * p.noise_sigma) if sv.noise else p.estimator.fastest
+        for p in profiles
     )
     if sv.mode == "centralized":
         step = min(
-            (p.estimator.c + p.estimator.a) * (math.exp(-4 * p.noise_sigma) if sv.noise else 1.0)
+            p.estimator.alone(1, 0) * (math.exp(-4 * p.noise_sigma) if sv.noise else 1.0)
             for p in profiles
         )
         bound, why = 1.0 / step if step > 0 else math.inf, f"one decode step takes >= {step * 1e3:.3g} ms"

@@ -249,7 +249,8 @@ class Verifier:
             else:
                 self.queue = [r for r in self.queue if r.batch != bid]
             evicted = memory.allocate(totals)
-            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(batch))
+            # every verification round is a request arriving anew, re-submitted with its prefix
+            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(batch), len(batch))
             blocks_used = memory.used
             if self.track_work:
                 self.queued_work = max(self.queued_work - sum(r.work for r in batch), 0.0)

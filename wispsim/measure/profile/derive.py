@@ -18,7 +18,7 @@ the rule's. The noise sigma is the source's. Tensor parallelism over ``count`` G
 divide compute and memory traffic ideally; its all-reduce cost is not modelled, so multi-GPU
 derived profiles are optimistic. Peak-ratio scaling between GPU generations is optimistic too
 (real kernels reach a smaller fraction of a newer GPU's peak). Architecture numbers come from
-:mod:`wispsim.measure.profile.archs` (the models' config.json values), GPU numbers from datasheets
+:mod:`wispsim.model.archs` (the models' config.json values), GPU numbers from datasheets
 (``wispsim/data/gpus.yaml``). See ``docs/profiles.md``.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from wispsim.errors import WispsimError
-from wispsim.measure.profile.archs import GPU, Arch, load_arch, load_gpu
+from wispsim.model.archs import GPU, Arch, load_arch, load_gpu
 from wispsim.model.profiles import COEFFICIENTS, Profile, dtype_bytes
 
 C_RULES = ("weights", "keep")

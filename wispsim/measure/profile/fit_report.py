@@ -18,7 +18,7 @@ from typing import Any
 
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.measure.profile.fit import FitResult, fit
-from wispsim.model.estimator import DEFAULT_FORM, FORMS
+from wispsim.model.estimator import DEFAULT_FORM, FORMS, LINEAR_FORMS
 from wispsim.model.measured import read_measurements
 from wispsim.plots.profile_fit import plot_fit
 from wispsim.tabular import read_json
@@ -331,9 +331,13 @@ def fit_command(
     from wispsim.model.profiles import parse_profile
 
     df = read_measurements(data)
-    names = list(FORMS.names()) if forms is None else list(dict.fromkeys(forms))
+    names = list(LINEAR_FORMS) if forms is None else list(dict.fromkeys(forms))
     for f in names:
         FORMS.get(f, "--forms", "forms")
+        if f not in LINEAR_FORMS:
+            raise ConfigError(
+                "--forms", f, f"is not fitted from a measurement table here; allowed: {', '.join(LINEAR_FORMS)}"
+            )
     res = fit(df, method, bootstrap, folds, seed)
     n_train = int((df.split == "train").sum())
     # a form with more coefficients than the training rows can pin is left out (the additive one,

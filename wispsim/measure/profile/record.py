@@ -10,7 +10,7 @@ exceeds ``max_cv`` the timed runs are repeated (``retries`` times) and the stead
 The engines themselves live in :mod:`wispsim.engines`; this module is the method around them.
 With ``hf`` (transformers, what the test suite exercises) the model is a real HF checkpoint
 (``--model``) or a random-weight model of a named architecture (``--arch``,
-:mod:`~wispsim.measure.profile.archs`): the work of a forward pass does not depend on the weights'
+:mod:`~wispsim.model.archs`): the work of a forward pass does not depend on the weights'
 values, only on the shapes. The batch is packed as vLLM packs it, and its prefixes really live in
 the KV cache; ``--attention loop`` runs attention once per request (any device), ``varlen`` (CUDA
 only) one variable-length flash-attention call per layer, checked against ``loop`` before use.
@@ -44,7 +44,7 @@ import numpy as np
 
 from wispsim.engines import DTYPES, ENGINES, Batch, Engine, EngineSpec, make_engine, random_batch
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.measure.profile.archs import arch_from_dict, load_arch
+from wispsim.model.archs import arch_from_dict, load_arch
 from wispsim.measure.profile.plan import Configuration, join_ints, read_plan
 from wispsim.model.estimator import aggregates
 from wispsim.model.measured import DATA_COLUMNS

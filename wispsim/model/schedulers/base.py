@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from wispsim.model.estimator import Estimator
+from wispsim.model.estimator import Cost
 from wispsim.registry import Registry
 
 
@@ -49,7 +49,7 @@ class GpuState:
     everything else held in memory is idle prefix cache that the server may evict (LRU).
     """
 
-    estimator: Estimator
+    estimator: Cost
     total_blocks: int
     block_size: int = 16
     max_requests: int = 256

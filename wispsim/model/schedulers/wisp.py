@@ -3,6 +3,9 @@
 At a dispatch epoch t each pending request i has value g_i = N_hat_i (expected committed tokens),
 marginal cost v_i = a*L_new + b_compute*L_new*L_total + b_read*L_cached, utility U_i = g_i / v_i
 and latest start time LST_i = d_i - (v_i + c) - delta. Requests with t >= LST_i are critical.
+With the physical ``roofline`` form, v_i is what the request adds to a large batch
+(:meth:`~wispsim.model.roofline.Roofline.marginal`), v_i + c becomes T_hat of the request alone,
+and FeasibleAdd prices B + {i} as a whole from its aggregates (the weights are read once).
 
 The batch grows in three phases; each phase stops at its first request that fails FeasibleAdd:
 
@@ -33,25 +36,37 @@ class WispScheduler:
         if not queue:
             return []
         est = gpu.estimator
-        a, b_c, b_r, c = est.a, est.b_compute, est.b_read, est.c
+        additive = est.additive
+        if additive:  # the linear forms: T_hat = c + sum of v_i (the fast path, inlined)
+            a, b_c, b_r, c = est.a, est.b_compute, est.b_read, est.c
+        else:  # the roofline: T_hat from the batch's aggregates (weights once per pass)
+            alone, batch_cost = est.alone, est.batch
+            c = 0.0
         delta = gpu.delta
         critical: list[tuple[float, float, int, float]] = []
         late: list[tuple[float, int, int, float]] = []  # (arrival, 0, index, v): oldest first
         other: list[tuple[float, float, int, float]] = []
         for idx, r in enumerate(queue):
             l_new, l_cached = r.l_new, r.l_cached
-            v = l_new * (a + b_c * (l_new + l_cached)) + b_r * l_cached  # est.marginal, inlined
-            if now + v + c > r.deadline:
+            if additive:
+                v = l_new * (a + b_c * (l_new + l_cached)) + b_r * l_cached  # est.marginal, inlined
+                single = v + c
+            else:
+                v = est.marginal(l_new, l_cached)
+                single = alone(l_new, l_cached)
+            if now + single > r.deadline:
                 late.append((r.arrival, 0, idx, v))
-            elif now >= r.deadline - (v + c) - delta:
+            elif now >= r.deadline - single - delta:
                 critical.append((r.deadline, r.arrival, idx, v))
             else:
                 utility = r.n_hat / v if v > 0 else math.inf
                 other.append((-utility, r.arrival, idx, v))
 
         # the growing batch: members, T_hat so far, earliest non-late deadline, memory, limits
+        # (and its aggregates, for a form that prices the batch as a whole)
         members: list[P] = []
         total = c
+        n_lin = n_int = n_cac = 0
         dmin = math.inf
         blocks = new_tokens = 0
         bs, max_blocks = gpu.block_size, gpu.total_blocks
@@ -71,10 +86,22 @@ class WispScheduler:
                 if len(members) >= max_req or new_tokens + l_new > max_new or blocks + nb > max_blocks:
                     break
                 d = dmin if is_late or r.deadline >= dmin else r.deadline
-                if now + total + v > d:
+                if additive:
+                    t_next = total + v
+                else:
+                    l_cached = r.l_cached
+                    n = len(members) + 1
+                    t_next = batch_cost(
+                        n_lin + l_new, n_int + (l_new + l_cached) * l_new, n_cac + l_cached, n, n
+                    )
+                if now + t_next > d:
                     break
                 members.append(r)
-                total += v
+                total = t_next
+                if not additive:
+                    n_lin += l_new
+                    n_int += (l_new + l_cached) * l_new
+                    n_cac += l_cached
                 dmin = d
                 blocks += nb
                 new_tokens += l_new

@@ -27,10 +27,29 @@ from typing import Any
 import yaml
 
 from wispsim.errors import ConfigError
-from wispsim.model.profiles import dtype_bytes
 from wispsim.paths import data_dir
 
 _DATA = data_dir()
+
+DTYPE_BYTES = {
+    "float32": 4,
+    "fp32": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "float8": 1,
+    "fp8": 1,
+    "int8": 1,
+}
+
+
+def dtype_bytes(dtype: str, source: str = "dtype") -> int:
+    try:
+        return DTYPE_BYTES[dtype.lower()]
+    except KeyError:
+        raise ConfigError(source, "", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
+
 _META_KEYS = ("name", "hf_name", "description", "source")
 
 
@@ -52,21 +71,46 @@ class Arch:
     attention_bias: bool
     hf: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    experts: int = 1  # mixture of experts: MLP experts per layer (``num_local_experts``)
+    experts_per_token: int = 1  # experts each token passes through (``num_experts_per_tok``)
 
     @property
     def qkv_bias(self) -> bool:
         """Qwen2 has biases on q, k, v (not o); Llama and Qwen3 follow ``attention_bias``."""
         return self.model_type == "qwen2" or self.attention_bias
 
-    def _per_layer_matmul(self) -> int:
+    def _attention_matmul(self) -> int:
         h, q, kv = self.hidden_size, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        attention = h * q + 2 * h * kv + q * h
-        mlp = 3 * h * self.intermediate_size  # gate, up, down (SwiGLU)
-        return attention + mlp
+        return h * q + 2 * h * kv + q * h
+
+    @property
+    def expert_params(self) -> int:
+        """One MLP (one expert of a mixture): gate, up and down projections (SwiGLU)."""
+        return 3 * self.hidden_size * self.intermediate_size
+
+    def _router(self) -> int:
+        return self.hidden_size * self.experts if self.experts > 1 else 0
+
+    def _per_layer_matmul(self) -> int:
+        """Every matmul weight of one layer (all experts of a mixture)."""
+        return self._attention_matmul() + self.experts * self.expert_params + self._router()
 
     def matmul_params_per_token(self) -> int:
-        """Weights a token is multiplied with: every layer's projections and MLP, and the LM head."""
-        return self.layers * self._per_layer_matmul() + self.vocab_size * self.hidden_size
+        """Weights a token is multiplied with: every layer's projections and the MLP experts it is
+        routed to, and the LM head."""
+        per_layer = self._attention_matmul() + self.experts_per_token * self.expert_params + self._router()
+        return self.layers * per_layer + self.vocab_size * self.hidden_size
+
+    def matmul_weights_read(self, tokens: float) -> float:
+        """Matmul weights a forward pass over ``tokens`` tokens reads (once each): all of a dense
+        model; of a mixture, the experts its tokens are routed to, in expectation under uniform
+        routing: ``E * (1 - (1 - k/E)^tokens)`` experts per layer."""
+        dense = self.layers * (self._attention_matmul() + self._router()) + self.vocab_size * self.hidden_size
+        if self.experts <= 1:
+            return float(dense + self.layers * self.expert_params)
+        e, k = self.experts, self.experts_per_token
+        touched = e * (1.0 - (1.0 - k / e) ** max(tokens, 1.0))
+        return float(dense + self.layers * touched * self.expert_params)
 
     @property
     def parameters(self) -> int:
@@ -156,7 +200,16 @@ def arch_from_dict(data: dict[str, Any], source: str) -> Arch:
         attention_bias=bool(data.get("attention_bias", False)),
         hf=hf,
         source=str(data.get("source", source)),
+        experts=_count(data, "num_local_experts", source),
+        experts_per_token=_count(data, "num_experts_per_tok", source),
     )
+
+
+def _count(data: dict[str, Any], key: str, source: str) -> int:
+    v = data.get(key, 1)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(source, key, f"must be an integer >= 1, got {v!r}")
+    return v
 
 
 def available_archs() -> list[str]:
@@ -189,6 +242,8 @@ class GPU:
     hbm_bandwidth_gbs: float
     bf16_tflops: float
     source: str = ""
+    nvlink_gbs: float | None = None  # per GPU, one direction: what tensor-parallel all-reduces use
+    fp8_tflops: float | None = None  # dense; None where the GPU has no fp8 tensor cores
 
 
 def available_gpus() -> list[str]:
@@ -214,4 +269,6 @@ def load_gpu(key: str) -> GPU:
         hbm_bandwidth_gbs=float(d["hbm_bandwidth_gbs"]),
         bf16_tflops=float(d["bf16_tflops"]),
         source=str(d.get("source", "")),
+        nvlink_gbs=float(d["nvlink_gbs"]) if d.get("nvlink_gbs") is not None else None,
+        fp8_tflops=float(d["fp8_tflops"]) if d.get("fp8_tflops") is not None else None,
     )

@@ -1,0 +1,184 @@
+"""The physical cost model (wispsim.model.roofline): never below the hardware's floor, its parts
+where physics puts them, and roofline profiles checked like every other profile."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wispsim.errors import ConfigError
+from wispsim.model.archs import available_archs, available_gpus, load_arch, load_gpu
+from wispsim.model.physical import physical_profile
+from wispsim.model.profiles import parse_profile
+from wispsim.model.roofline import Roofline
+from wispsim.model.schedulers.base import GpuState, Pending
+from wispsim.model.schedulers.wisp import WispScheduler
+
+GPUS = available_gpus()
+ARCHS = available_archs()
+
+
+def roofline(arch: str, gpu: str, tp: int = 1, **kw: float) -> Roofline:
+    g = load_gpu(gpu)
+    return Roofline(
+        arch=load_arch(arch),
+        tp=tp,
+        weight_dtype_bytes=2,
+        kv_dtype_bytes=2,
+        bandwidth=g.hbm_bandwidth_gbs * 1e9,
+        peak_flops=g.bf16_tflops * 1e12,
+        link_bandwidth=(g.nvlink_gbs or 64.0) * 1e9,
+        **kw,
+    )
+
+
+batches = st.lists(
+    st.tuples(st.integers(1, 4096), st.integers(0, 32768)), min_size=1, max_size=64
+)
+efficiency = st.floats(0.01, 1.0)
+overhead = st.floats(0.0, 0.05)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    arch=st.sampled_from(ARCHS),
+    gpu=st.sampled_from(GPUS),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    batch=batches,
+    bw=efficiency,
+    fl=efficiency,
+    att=efficiency,
+    step=overhead,
+    req=overhead,
+    arr=overhead,
+)
+def test_never_below_the_physical_floor(
+    arch: str, gpu: str, tp: int, batch: list[tuple[int, int]], bw: float, fl: float, att: float,
+    step: float, req: float, arr: float,
+) -> None:
+    """Any batch, any shipped GPU and architecture, any allowed parameters: T >= max(bytes at
+    peak bandwidth, FLOPs at peak), and T grows with every request added."""
+    r = roofline(arch, gpu, tp, bandwidth_eff=bw, compute_eff=fl, attention_eff=att, step=step, request=req, arrival=arr)
+    n_lin = sum(n for n, _ in batch)
+    n_int = sum((n + c) * n for n, c in batch)
+    n_cac = sum(c for _, c in batch)
+    t = r.batch(n_lin, n_int, n_cac, len(batch), len(batch))
+    assert t >= r.floor(n_lin, n_int, n_cac) * (1 - 1e-12)
+    assert r.of(batch) == pytest.approx(t)
+    assert r.of(batch[:-1]) <= t or len(batch) == 1
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_shipped_calibration_respects_the_floor(arch: str, gpu: str) -> None:
+    """The calibrated parameters on every shipped GPU x architecture: a decode step and a
+    verification batch cost at least their floor."""
+    a, g = load_arch(arch), load_gpu(gpu)
+    count = 1
+    while a.weight_bytes(2) > 0.8 * g.memory_gib * 2**30 * count:  # as many GPUs as the weights need
+        count *= 2
+    if count > 1 and g.nvlink_gbs is None:
+        pytest.skip(f"{gpu} has no NVLink figure for tensor parallelism")
+    prof = parse_profile(physical_profile(a, g, count=count), "test")
+    est = prof.estimator
+    assert isinstance(est, Roofline)
+    for batch in ([(1, 250)], [(1, 250)] * 64, [(6, 300)] * 40, [(2048, 0)], [(177, 0)] * 8):
+        n_lin = sum(n for n, _ in batch)
+        n_int = sum((n + c) * n for n, c in batch)
+        n_cac = sum(c for _, c in batch)
+        assert est.batch(n_lin, n_int, n_cac, len(batch), 0) >= est.floor(n_lin, n_int, n_cac)
+
+
+def test_the_floors_of_the_issue() -> None:
+    """Qwen3-32B in bf16 reads ~64 GB of matmul weights per pass: >= 31 ms on an A100 80GB,
+    >= 19 ms on an H100 SXM; its KV is 256 KiB per token."""
+    a100 = roofline("qwen3-32b", "a100-80gb")
+    h100 = roofline("qwen3-32b", "h100-80gb")
+    assert a100.kv_bytes == 256 * 1024
+    assert a100.floor(1, 251, 250) == pytest.approx(63.97e9 / 2039e9 + 251 * 262144 / 2039e9, rel=1e-3)
+    assert 0.0313 < a100.floor(1, 251, 250) < 0.0320
+    assert 0.0190 < h100.floor(1, 251, 250) < 0.0195
+    # a prefill of 8192 tokens is compute-bound: 2 x 32B x 8192 FLOPs at 989 TFLOP/s is > 0.5 s
+    assert h100.floor(8192, 8192 * 8192, 0) > 0.5
+
+
+def test_tensor_parallelism_splits_the_work_and_pays_all_reduces() -> None:
+    one = roofline("llama-3.1-70b", "a100-80gb", 1, step=0.0)
+    two = roofline("llama-3.1-70b", "a100-80gb", 2, step=0.0)
+    decode = (64, 64 * 300, 64 * 299)
+    assert two.floor(*decode) == pytest.approx(one.floor(*decode) / 2, rel=1e-9)
+    # two all-reduces per layer, each at least its latency
+    assert two.allreduce_time(64) >= 2 * 80 * two.allreduce
+    assert two.batch(*decode) > one.batch(*decode) / 2
+
+
+def test_a_mixture_reads_the_experts_its_tokens_are_routed_to() -> None:
+    if "mixtral-8x7b" not in ARCHS:
+        pytest.skip("no mixtral architecture shipped")
+    moe = load_arch("mixtral-8x7b")
+    one, many = moe.matmul_weights_read(1), moe.matmul_weights_read(512)
+    assert one < many <= moe.matmul_params_per_token() * 4  # 2 of 8 experts per token
+    assert many == pytest.approx(moe.parameters - moe.vocab_size * moe.hidden_size, rel=0.01)
+
+
+def test_weight_read_is_once_per_pass_not_per_token() -> None:
+    r = roofline("qwen3-32b", "h100-80gb", 1, bandwidth_eff=0.6, compute_eff=0.6)
+    one = r.batch(1, 251, 250, 1, 0)
+    many = r.batch(32, 32 * 251, 32 * 250, 32, 0)
+    assert many < 2 * one  # weight-bound: 32 decodes cost far less than 32 x one
+
+
+def _profile(tmp: Path, **changes: object) -> dict[str, object]:
+    data = physical_profile(load_arch("qwen3-32b"), load_gpu("h100-80gb"))
+    for path, value in changes.items():
+        node = data
+        keys = path.split("__")
+        for k in keys[:-1]:
+            node = node[k]  # type: ignore[index]
+        node[keys[-1]] = value  # type: ignore[index]
+    return data
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"roofline__efficiency__bandwidth": 1.5}, "roofline.efficiency.bandwidth"),
+        ({"roofline__efficiency__compute": 0}, "roofline.efficiency.compute"),
+        ({"roofline__overhead_ms__step": -1}, "roofline.overhead_ms.step"),
+        ({"roofline__overhead_ms__warp": 1}, "roofline.overhead_ms.warp"),
+        ({"model__weight_bytes": 30e9}, "model.weight_bytes"),
+        ({"model__arch": "no-such-model"}, "model.arch"),
+        ({"estimator": "additive"}, "estimator"),
+        ({"hardware__count": 2, "hardware__nvlink_gbs": None}, "hardware.nvlink_gbs"),
+    ],
+)
+def test_roofline_profile_errors_name_the_field(tmp_path: Path, change: dict[str, object], field: str) -> None:
+    data = _profile(tmp_path, **change)
+    if data["hardware"].get("nvlink_gbs", 0) is None:  # type: ignore[union-attr]
+        del data["hardware"]["nvlink_gbs"]  # type: ignore[union-attr]
+    with pytest.raises(ConfigError) as err:
+        parse_profile(yaml.safe_load(yaml.safe_dump(data)), "p.yaml")
+    assert err.value.field == field
+    assert "\n" not in str(err.value)
+
+
+def test_wisp_scheduler_prices_the_batch_as_a_whole() -> None:
+    """With the roofline, FeasibleAdd prices B + {i} from its aggregates: the weight read is paid
+    once, so many small rounds fit where their per-request sum would not."""
+    prof = parse_profile(physical_profile(load_arch("qwen3-32b"), load_gpu("h100-80gb")), "t")
+    est = prof.estimator
+    gpu = GpuState(estimator=est, total_blocks=100_000, block_size=16)
+    alone = est.alone(6, 300)
+    # every deadline allows about 3 lone passes: the sum of lone costs would fit only 3
+    queue = [Pending(i, 0.0, deadline=3 * alone + 0.01, n_hat=4.0, l_new=6, l_cached=300) for i in range(40)]
+    batch = WispScheduler().select(queue, 0.0, gpu)
+    assert len(batch) > 3
+    n = len(batch)
+    t = est.batch(6 * n, 306 * 6 * n, 300 * n, n, n)
+    assert t <= 3 * alone + 0.01
+    assert math.isfinite(t)

@@ -1,0 +1,165 @@
+"""The physical cost of a forward pass: the ``roofline`` estimator form (SPEC 4, "physics first").
+
+A pass over a batch (one verification batch, one decode step, one prefill chunk, or a mix) on one
+replica of ``tp`` GPUs (tensor parallel: each GPU holds 1/tp of every weight, KV head and FLOP)
+costs, per GPU::
+
+    T = step                                                   per-step overhead
+      + max(W(n) / (B * e_bw),  F_lin * N_linear / (P * e_flop))     linear layers
+      + max(kv * (N_cached + N_linear) / (B * e_bw),  F_att * N_interactions / (P * e_att))
+      + TP all-reduces: 2 x layers x (latency + bytes of N_linear activations / link)
+      + request * N_requests + arrival * N_arrivals
+
+- ``W(n)``: the matmul weights the pass reads, once (all of a dense model; of a mixture of
+  experts, the experts its n tokens are routed to), at the weights' dtype;
+- ``F_lin``: 2 x the matmul weights one token passes through; ``F_att``: 4 x layers x heads x
+  head_dim per query-key pair (QK^T and AV); ``kv``: 2 x layers x KV heads x head_dim x KV bytes;
+- ``B``, ``P``: the GPU's datasheet HBM bandwidth and dense tensor-core peak at the precision;
+  ``e_bw``, ``e_flop``, ``e_att`` (<= 1): the fractions of them real kernels reach (fitted);
+- ``step``: what the engine spends per step besides the GPU's work (scheduling, input
+  preparation, kernel launches not hidden by CUDA graphs, sampling); ``request``: per request in
+  the pass (its input rows, sampling, streaming its output); ``arrival``: per request *arriving
+  anew* (HTTP, tokenization, admission, prefix-cache lookup): every verification round of edge
+  drafting is a new request re-submitted with its prefix, a running sequence's next decode step
+  is not. All three are fitted.
+
+Each part is a sum of maxima of (bytes / bandwidth, FLOPs / peak) with efficiencies <= 1 and
+non-negative overheads, so a pass is never priced below its physical floor
+``max(total bytes / B, total FLOPs / P)`` (:meth:`Roofline.floor`; property-tested over every
+shipped GPU and architecture). What is not modelled is written down in docs/model.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from wispsim.model.archs import Arch
+
+# parameters a roofline profile fits, with their documented defaults and allowed ranges
+EFFICIENCIES = ("bandwidth", "compute", "attention")
+OVERHEADS = ("step", "request", "arrival", "allreduce")  # seconds; ``allreduce`` per all-reduce
+ALLREDUCE_LATENCY_S = 8e-6  # one small-message all-reduce over NVLink (order of vLLM's custom all-reduce)
+
+
+@dataclass(frozen=True, slots=True)
+class Roofline:
+    """The ``roofline`` form, built from an architecture, a GPU and a few fitted parameters
+    (module docstring). Per-GPU quantities: the replica's ``tp`` GPUs share the work evenly."""
+
+    arch: Arch
+    tp: int
+    weight_dtype_bytes: int
+    kv_dtype_bytes: int
+    bandwidth: float  # B/s per GPU (datasheet peak)
+    peak_flops: float  # FLOP/s per GPU (datasheet dense peak at the precision)
+    link_bandwidth: float  # B/s per GPU, one direction (all-reduces); inf for tp = 1
+    bandwidth_eff: float = 0.8
+    compute_eff: float = 0.6
+    attention_eff: float = 0.6
+    step: float = 0.0
+    request: float = 0.0
+    arrival: float = 0.0
+    allreduce: float = ALLREDUCE_LATENCY_S
+    activation_bytes: int = 2  # all-reduced activations are bf16
+    form: str = "roofline"
+    additive: bool = False  # T is not a sum of per-request costs (the weights are read once)
+
+    # --- what the hardware allows ---------------------------------------------------------
+    def weight_bytes_read(self, n_linear: float) -> float:
+        """Bytes of weights one GPU reads in a pass over ``n_linear`` tokens."""
+        return self.arch.matmul_weights_read(n_linear) * self.weight_dtype_bytes / self.tp
+
+    @property
+    def linear_flops(self) -> float:
+        """FLOPs per new token through the linear layers, per GPU."""
+        return self.arch.linear_flops_per_token / self.tp
+
+    @property
+    def attention_flops(self) -> float:
+        """FLOPs per query-key interaction, per GPU."""
+        return self.arch.attention_flops_per_interaction / self.tp
+
+    @property
+    def kv_bytes(self) -> float:
+        """KV bytes per cached token, per GPU."""
+        return self.arch.kv_bytes_per_token(self.kv_dtype_bytes) / self.tp
+
+    def floor(self, n_linear: float, n_interactions: float, n_cached: float) -> float:
+        """The physical floor of a pass: its bytes at peak bandwidth or its FLOPs at peak,
+        whichever is slower (weights once, KV of every token attended to)."""
+        if n_linear <= 0:
+            return 0.0
+        byts = self.weight_bytes_read(n_linear) + self.kv_bytes * (n_cached + n_linear)
+        flops = self.linear_flops * n_linear + self.attention_flops * n_interactions
+        return max(byts / self.bandwidth, flops / self.peak_flops)
+
+    # --- the estimator interface (see wispsim.model.estimator) ----------------------------
+    def batch(
+        self,
+        n_linear: float,
+        n_interactions: float,
+        n_cached: float,
+        n_requests: float = 0,
+        n_arrivals: float = 0,
+    ) -> float:
+        """``T_hat`` of a pass from the batch's aggregates (module docstring)."""
+        bw = self.bandwidth * self.bandwidth_eff
+        linear = max(self.weight_bytes_read(n_linear) / bw, self.linear_flops * n_linear / (self.peak_flops * self.compute_eff))
+        attention = max(
+            self.kv_bytes * (n_cached + n_linear) / bw,
+            self.attention_flops * n_interactions / (self.peak_flops * self.attention_eff),
+        )
+        return (
+            self.step
+            + linear
+            + attention
+            + self.allreduce_time(n_linear)
+            + self.request * n_requests
+            + self.arrival * n_arrivals
+        )
+
+    def allreduce_time(self, n_linear: float) -> float:
+        """Two all-reduces per layer (after attention and after the MLP) of the pass's
+        activations, ring algorithm: each GPU sends and receives 2 (tp - 1) / tp of them."""
+        if self.tp <= 1:
+            return 0.0
+        per_token = self.arch.hidden_size * self.activation_bytes * 2 * (self.tp - 1) / self.tp
+        return 2 * self.arch.layers * (self.allreduce + per_token * n_linear / self.link_bandwidth)
+
+    def marginal(self, l_new: int, l_cached: int) -> float:
+        """What one request adds to a large batch (the scheduler's ``v_i``): its tokens through
+        the linear layers at the compute rate, its attention, its share of the all-reduces, and
+        the per-request and arrival overheads. The weight read is the batch's, not the request's."""
+        bw = self.bandwidth * self.bandwidth_eff
+        attention = max(
+            self.kv_bytes * (l_cached + l_new) / bw,
+            self.attention_flops * l_new * (l_new + l_cached) / (self.peak_flops * self.attention_eff),
+        )
+        allreduce = self.allreduce_time(l_new) - self.allreduce_time(0) if self.tp > 1 else 0.0
+        return (
+            self.linear_flops * l_new / (self.peak_flops * self.compute_eff)
+            + attention
+            + allreduce
+            + self.request
+            + self.arrival
+        )
+
+    def alone(self, l_new: int, l_cached: int) -> float:
+        """``T_hat`` of a batch holding only this request (arriving anew)."""
+        return self.batch(l_new, (l_new + l_cached) * l_new, l_cached, 1, 1)
+
+    def of(self, requests: Iterable[tuple[int, int]]) -> float:
+        """``T_hat`` of a verification batch given its (L_new, L_cached) pairs (all arriving anew)."""
+        n_lin = n_int = n_cac = n = 0
+        for l_new, l_cached in requests:
+            n_lin += l_new
+            n_int += (l_new + l_cached) * l_new
+            n_cac += l_cached
+            n += 1
+        return self.batch(n_lin, n_int, n_cac, n, n)
+
+    @property
+    def fastest(self) -> float:
+        """The cheapest pass there is: one new token, nothing cached, one running request."""
+        return self.batch(1, 1, 0, 1, 0)

@@ -1,0 +1,223 @@
+"""Public GPU measurements: calibrate the roofline on some, check it on the runs the fit never saw.
+
+``experiments/data/public/runs.csv`` holds real ``vllm bench serve`` (and inference-perf) runs on
+H100 GPUs, each with its server settings, workload and figures (README.md there says where each
+comes from). :func:`simulate_run` simulates one run as it ran (:mod:`wispsim.study.bench`: the
+centralized server with the run's ``max_num_seqs``, ``max_num_batched_tokens`` and KV capacity,
+its arrival rate and concurrency, its lengths) on the physical profile of its architecture, GPU,
+tensor parallelism and precision (:func:`wispsim.model.physical.physical_profile`);
+:func:`calibrate` fits the engine's efficiencies and overheads on the calibration runs (least
+squares on log errors of TPOT, TTFT and throughput) and :func:`compare` puts simulated and real
+side by side for every run, calibration and held-out apart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from wispsim.model.archs import load_arch, load_gpu
+from wispsim.model.physical import physical_profile
+from wispsim.model.profiles import Profile, parse_profile
+from wispsim.study.bench import BenchRun, bench
+
+# figures compared, real column -> what the simulator reports under the same name
+METRICS = (
+    "ttft_mean_ms",
+    "ttft_median_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "tpot_median_ms",
+    "itl_mean_ms",
+    "e2e_mean_ms",
+    "e2e_p99_ms",
+    "output_throughput_tok_s",
+)
+# the issue's four headline metrics: each a family of the columns above
+FAMILIES = {
+    "TPOT/ITL": ("tpot_median_ms", "tpot_mean_ms", "itl_mean_ms"),
+    "throughput": ("output_throughput_tok_s",),
+    "TTFT": ("ttft_median_ms", "ttft_mean_ms", "ttft_p99_ms"),
+    "E2E": ("e2e_mean_ms", "e2e_p99_ms"),
+}
+# fitted parameters: (section, key, lower, upper); everything else is a datasheet or config fact
+FITTED = (
+    ("efficiency", "bandwidth", 0.3, 1.0),
+    ("efficiency", "compute", 0.2, 1.0),
+    ("overhead_ms", "step", 0.0, 20.0),
+    ("overhead_ms", "request", 0.0, 1.0),
+    ("overhead_ms", "arrival", 0.0, 100.0),
+)
+MAX_PROMPTS = 3000  # long open-loop runs are simulated on their first prompts (steady state)
+
+
+def data_dir(root: Path | None = None) -> Path:
+    from wispsim.study.experiments.spec import experiments_dir
+
+    return (root or experiments_dir()) / "data" / "public"
+
+
+@cache
+def load_runs(folder: str) -> pd.DataFrame:
+    return pd.read_csv(Path(folder) / "runs.csv")
+
+
+@cache
+def _memory(folder: str) -> dict[str, int]:
+    mem = pd.read_csv(Path(folder) / "memory.csv")
+    out: dict[str, int] = {}
+    for row in mem.itertuples():
+        if isinstance(row.kv_tokens, int | float) and math.isfinite(row.kv_tokens):
+            out.setdefault(str(row.group), int(row.kv_tokens))
+    return out
+
+
+@cache
+def _lengths(folder: str, group: str) -> pd.DataFrame | None:
+    p = Path(folder) / "lengths" / f"{group}.csv"
+    return pd.read_csv(p) if p.is_file() else None
+
+
+def _f(row: pd.Series, key: str) -> float | None:
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return float(v)
+
+
+def bench_run(row: pd.Series, folder: str) -> BenchRun:
+    """The benchmark as the row says it ran."""
+    lengths = _lengths(folder, str(row["group"]))
+    mine = lengths[lengths.run_id == row["run_id"]] if lengths is not None else None
+    if mine is not None and len(mine):
+        ins, outs = mine.input_len.to_numpy(int), mine.output_len.to_numpy(int)
+    else:  # only the means are published: every request at the mean (the runs fix max tokens)
+        ins = np.array([round(_f(row, "input_len_mean") or 1)])
+        outs = np.array([max(round(_f(row, "output_len_mean") or 1), 1)])
+    conc, rate = _f(row, "concurrency"), _f(row, "request_rate")
+    kv = _memory(folder).get(str(row["group"]))
+    return BenchRun(
+        num_prompts=min(int(_f(row, "num_prompts") or len(ins)), MAX_PROMPTS),
+        input_lens=ins.tolist(),
+        output_lens=outs.tolist(),
+        concurrency=int(conc) if conc else None,
+        request_rate=rate if rate and math.isfinite(rate) else None,
+        max_num_seqs=int(_f(row, "max_num_seqs") or 256),
+        max_num_batched_tokens=int(_f(row, "max_num_batched_tokens") or 8192),
+        kv_tokens=kv,
+        block_size=int(_f(row, "block_size") or 16),
+        gpu_memory_utilization=_f(row, "gpu_memory_utilization") or 0.9,
+    )
+
+
+def profile_for(row: pd.Series, params: dict[str, Any] | None = None) -> Profile:
+    """The physical profile of the row's deployment (``params``: efficiencies and overheads)."""
+    precision = "fp8" if str(row.get("dtype", "")).lower() in ("fp8", "float8") else "bf16"
+    data = physical_profile(
+        load_arch(str(row["arch"])),
+        load_gpu(str(row["gpu"])),
+        count=int(_f(row, "tp") or 1),
+        precision=precision,
+        params=params,
+        noise_sigma=0.0,
+    )
+    return parse_profile(data, f"public run {row['run_id']}")
+
+
+def simulate_run(row: pd.Series, folder: str, params: dict[str, Any] | None = None) -> dict[str, float]:
+    return bench(profile_for(row, params), bench_run(row, folder)).figures()
+
+
+def _params(x: Sequence[float], base: dict[str, Any]) -> dict[str, Any]:
+    out = {k: dict(v) for k, v in base.items()}
+    for (sec, key, _, _), v in zip(FITTED, x, strict=True):
+        out[sec][key] = float(v)
+    out["efficiency"]["attention"] = out["efficiency"]["compute"]
+    return out
+
+
+@dataclass(frozen=True)
+class Calibration:
+    params: dict[str, Any]
+    runs: list[str]
+    cost: float
+    evaluations: int
+
+
+def calibrate(
+    runs: pd.DataFrame,
+    folder: str,
+    base: dict[str, Any],
+    progress: Callable[[int, float], None] | None = None,
+) -> Calibration:
+    """Fit :data:`FITTED` on ``runs``: least squares on log(simulated / real) of median TPOT,
+    median TTFT and output throughput (each run weighs the same)."""
+    from scipy.optimize import least_squares
+
+    targets = ("tpot_median_ms", "ttft_median_ms", "output_throughput_tok_s")
+    n_eval = 0
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        nonlocal n_eval
+        params = _params(x, base)
+        res = []
+        for _, row in runs.iterrows():
+            sim = simulate_run(row, folder, params)
+            for m in targets:
+                real = _f(row, m)
+                if real and real > 0:
+                    res.append(math.log(max(sim[m], 1e-9) / real))
+        n_eval += 1
+        r = np.asarray(res)
+        if progress is not None:
+            progress(n_eval, float(np.sum(r**2)))
+        return r
+
+    x0 = np.array([base[sec][key] for sec, key, _, _ in FITTED], dtype=float)
+    lo = np.array([b[2] for b in FITTED])
+    hi = np.array([b[3] for b in FITTED])
+    fit = least_squares(residuals, np.clip(x0, lo, hi), bounds=(lo, hi), diff_step=0.05, max_nfev=60)
+    return Calibration(_params(fit.x, base), list(runs.run_id), float(2 * fit.cost), n_eval)
+
+
+def compare(runs: pd.DataFrame, folder: str, params: dict[str, Any], calibration_runs: Sequence[str]) -> pd.DataFrame:
+    """Simulated and real side by side, one row per run and metric, with the absolute
+    percentage error and whether the fit saw the run."""
+    rows = []
+    seen = set(calibration_runs)
+    for _, row in runs.iterrows():
+        sim = simulate_run(row, folder, params)
+        for m in METRICS:
+            real = _f(row, m)
+            if real is None or real <= 0:
+                continue
+            rows.append(
+                {
+                    "run_id": row["run_id"],
+                    "group": row["group"],
+                    "set": "calibration" if row["run_id"] in seen else "held-out",
+                    "metric": m,
+                    "real": real,
+                    "simulated": sim[m],
+                    "ape_pct": abs(sim[m] - real) / real * 100,
+                    "concurrency": _f(row, "concurrency"),
+                    "request_rate": _f(row, "request_rate"),
+                    "preemptions": sim["preemptions"],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def summary(errors: pd.DataFrame) -> pd.DataFrame:
+    """Median and mean APE per metric family, set and group (the issue's MAPE table)."""
+    fam = {m: f for f, ms in FAMILIES.items() for m in ms}
+    e = errors.assign(family=errors.metric.map(fam))
+    by = e.groupby(["set", "family"]).ape_pct.agg(["median", "mean", "count"]).round(1)
+    return by.reset_index()
