@@ -131,10 +131,10 @@ def test_a_value_of_the_wrong_type_is_named() -> None:
     from wispsim.sim.records import ResponseRecord
 
     table = RecordTable(ResponseRecord)
-    good = (0, 2.0, 1, 0.0, 3.0, 100, 50, 20, 1, 16.7, False, True, False)
+    good = (0, 2.0, 1, 0.0, 3.0, 0.5, 100, 50, 20, 1, 16.7, False, True, False)
     table.append(good)
     with pytest.raises(TypeError, match=r"ResponseRecord\.prompt_len: expected int, got float 100\.5"):
-        table.append((0, 2.0, 1, 0.0, 3.0, 100.5, *good[6:]))
+        table.append((0, 2.0, 1, 0.0, 3.0, 0.5, 100.5, *good[7:]))
     assert len(table) == 1
 
 

@@ -14,6 +14,9 @@
 - ``gpu_utilization``: busy time of the GPU inside the window / window length; ``mean_batch_size``
   and ``evictions`` over batches dispatched inside the window; ``prefix_hit_rate``: share of
   non-first rounds whose prefix was still cached.
+- ``ttft_*_ms``, ``tpot_*_ms``, ``itl_*_ms``, ``e2e_*_ms`` (mean, median, p99) and
+  ``output_throughput_tps``: token latencies as ``vllm bench serve`` reports them, over measured
+  finished responses (:mod:`wispsim.analysis.token_latency`, which says how ITL is approximated).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wispsim.analysis.token_latency import TOKEN_LATENCY_COLUMNS, output_throughput, token_latency
 from wispsim.model.fleet import device_specs, fleet_classes, fleet_size
 from wispsim.sim.records import SimResult
 
@@ -53,6 +57,7 @@ SUMMARY_COLUMNS = [
     "mean_batch_size",
     "batches",
     "evictions",
+    *TOKEN_LATENCY_COLUMNS,
 ]
 
 
@@ -98,8 +103,7 @@ def _class_row(
     if ended is not None:
         goodput = float(ended.committed.sum()) / span
     else:
-        done = all_resp[(all_resp.t_end >= w0) & (all_resp.t_end < w1)]
-        goodput = float(done.output_len.sum()) / span
+        goodput = output_throughput(all_resp, window)
     k = rounds.k.to_numpy(float) if len(rounds) else np.empty(0)
     acc = rounds.accepted.to_numpy(float) if len(rounds) else np.empty(0)
     waste = np.maximum(0.0, k - acc)
@@ -131,6 +135,7 @@ def _class_row(
         "verify_p95_ms": _q(rounds.verify_time, 0.95, 1000) if len(rounds) else float("nan"),
         "verify_p99_ms": _q(rounds.verify_time, 0.99, 1000) if len(rounds) else float("nan"),
         "prefix_hit_rate": 1.0 - _mean(later) if len(later) else float("nan"),
+        **token_latency(all_resp, window),
     }
 
 

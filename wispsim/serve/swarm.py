@@ -19,7 +19,9 @@ round trip.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -218,6 +220,7 @@ class RemoteCentral(_Remote):
         import json
 
         body = {"prompt": self.tokens(0, rid, prompt), "output_tokens": output}
+        first = math.nan  # when the line with the first token arrived (done's value, as in the simulator)
         try:
             async with self.client.http.stream("POST", "/generate", json=body) as r:
                 if r.status_code >= 400:
@@ -227,11 +230,14 @@ class RemoteCentral(_Remote):
                     if line.strip():
                         item = json.loads(line)
                         now = time.monotonic() - self.env.origin
-                        self.arrivals.append((rid, int(item["tokens"]), now, self.local(float(item["t"]))))
+                        tokens = int(item["tokens"])
+                        if tokens > 0 and math.isnan(first):
+                            first = now
+                        self.arrivals.append((rid, tokens, now, self.local(float(item["t"]))))
         except BaseException as e:
             self.fail(e)
             return
-        self.env.post(done.succeed)
+        self.env.post(functools.partial(done.succeed, first))
 
     def submit(self, rid: int, prompt: int, output: int, done: Any) -> None:
         self.lags.append(self.env.wall() - self.env.now)

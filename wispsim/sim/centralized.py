@@ -4,8 +4,10 @@ vLLM-style iteration-level scheduling. Each step decodes one token for every run
 whose prompt is processed, and spends the rest of a per-step token budget
 (``server.prefill_chunk_tokens``) on prefill chunks of responses still being prefilled, oldest
 first (chunked prefill). A response whose last prefill chunk runs in a step gets its first token
-from that step. Step latency comes from the same estimator: a decode is (L_new = 1, L_cached =
-context), a chunk is (L_new = chunk, L_cached = tokens already prefilled).
+from that step; the response's ``done`` event succeeds with that step's end time (the device adds
+the downlink time to get its first-token time). Step latency comes from the same estimator: a
+decode is (L_new = 1, L_cached = context), a chunk is (L_new = chunk, L_cached = tokens already
+prefilled).
 
 KV memory: a waiting response is admitted (oldest first, at most ``max_batch_requests`` running)
 when free blocks cover its whole context; each decode grows the context by one token. When a
@@ -28,7 +30,7 @@ from wispsim.sim.records import BatchRecord
 
 
 class _Seq:
-    __slots__ = ("blocks", "context", "done", "generated", "output", "prefilled", "prompt", "rid")
+    __slots__ = ("blocks", "context", "done", "first", "generated", "output", "prefilled", "prompt", "rid")
 
     def __init__(self, rid: int, prompt: int, output: int, done: simpy.Event) -> None:
         self.rid = rid
@@ -36,6 +38,7 @@ class _Seq:
         self.output = output
         self.done = done
         self.generated = 0
+        self.first = 0.0  # when the step that gave the first token ended (done's value)
         self.prefilled = 0  # tokens of prompt + generated-so-far whose KV is computed
         self.context = prompt  # tokens that must be in KV before decoding
         self.blocks = 0
@@ -162,13 +165,15 @@ class CentralizedServer:
                 else:
                     s.prefilled += new
                     if s.prefilled >= s.context:  # prefill completed: first token comes out
+                        if not s.generated:  # (not a recompute after preemption)
+                            s.first = env.now
                         s.generated += 1
                 if s.generated >= s.output:
                     finished.append(s)
             for s in finished:
                 self.running.remove(s)
                 self.free += s.blocks
-                s.done.succeed()
+                s.done.succeed(s.first)
             self.batches.append(
                 BatchRecord(
                     bid,

@@ -83,6 +83,8 @@ class RunContext:
         # measured responses not yet decided: id -> (t0, SLO deadline, device, slo, prompt, output)
         self.outstanding: dict[int, tuple[float, float, int, float, int, int]] = {}
         self._measured: set[int] = set()
+        # when the first token of an undecided measured response reached its device (first_token)
+        self._first: dict[int, float] = {}
         self.done = env.event()
         self.server: Any  # a Verifier, or a router in front of several
         self.central: Any  # a CentralizedServer, or a CentralRouter
@@ -104,8 +106,16 @@ class RunContext:
     def close_response(self, rid: int) -> bool:
         """A response finished; False if it had already been recorded as censored."""
         if rid in self._measured:
+            self._first.pop(rid, None)
             return self.outstanding.pop(rid, None) is not None
         return True
+
+    def first_token(self, rid: int, t: float) -> None:
+        """Response ``rid``'s first token reaches its device at ``t`` (possibly later than now):
+        kept only while the response is measured and undecided, so the watchdog can record it if
+        it censors the response (:meth:`finish_response` is handed it again)."""
+        if rid in self.outstanding:
+            self._first[rid] = t
 
     def watchdog(self) -> Generator[Any, Any, None]:
         """Ends the run once every measured response is decided (the window: :mod:`wispsim.sim.engine`)."""
@@ -193,21 +203,27 @@ class RunContext:
         slo: float,
         t0: float,
         t_end: float,
+        t_first: float,
         prompt: int,
         output: int,
         rounds: int,
         cold_rounds: int,
     ) -> None:
         """Record response ``rid`` as finished at ``t_end`` (its last verdict or token is back at
-        the device), unless the watchdog has already recorded it as censored."""
+        the device; its first one was at ``t_first``), unless the watchdog has already recorded it
+        as censored. ``rounds``: the chunks the output reached the device in."""
         if self.close_response(rid):
             self._record_response(
-                rid, device, slo, t0, t_end, t_end - t0, prompt, output, rounds, cold_rounds
+                rid, device, slo, t0, t_end, t_first, t_end - t0, prompt, output, rounds, cold_rounds
             )
 
     def _censor(self, rid: int, now: float) -> None:
         t0, _, dev, slo, prompt, output = self.outstanding.pop(rid)
-        self._record_response(rid, dev, slo, t0, math.nan, now - t0, prompt, output, 0, 0, censored=True)
+        first = self._first.pop(rid, math.nan)
+        first = first if first <= now else math.nan  # still on its way down
+        self._record_response(
+            rid, dev, slo, t0, math.nan, first, now - t0, prompt, output, 0, 0, censored=True
+        )
 
     def _record_response(
         self,
@@ -216,6 +232,7 @@ class RunContext:
         slo: float,
         t0: float,
         t_end: float,
+        t_first: float,
         wall: float,
         prompt: int,
         output: int,
@@ -236,6 +253,7 @@ class RunContext:
                 rid,
                 t0,
                 t_end,
+                t_first,
                 prompt,
                 output,
                 rounds,

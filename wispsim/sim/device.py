@@ -107,6 +107,7 @@ class Device:
         header, tok_bytes = ctx.header_bytes, ctx.draft_token_bytes
         w = ctx.alpha_ema
         record_round = ctx.record_round
+        first_token = ctx.first_token
         pad = ctx.stream_pad
         req_ids = ctx.request_ids
         index = self.index
@@ -128,7 +129,7 @@ class Device:
             pos = 0
             rnd = 0
             cold_rounds = 0
-            t_end = t0
+            t_end = t_first = t0
             while pos < output:
                 remaining = output - pos
                 k, passes, calls = ctl.plan(state, pos, remaining)
@@ -161,6 +162,9 @@ class Device:
                 yield req.done
                 down = (lat + (header + committed * TOKEN_ID_BYTES) / down_bps) * jitter()
                 t_end = env.now + down
+                if rnd == 0:  # the first round's verdict brings the first token
+                    t_first = t_end
+                    first_token(resp, t_end)
                 cold_rounds += req.cold
                 record_round(
                     index,
@@ -187,7 +191,7 @@ class Device:
                 rnd += 1
                 pending = down
             server.drop(resp)
-            ctx.finish_response(resp, index, slo, t0, t_end, prompt, output, rnd, cold_rounds)
+            ctx.finish_response(resp, index, slo, t0, t_end, t_first, prompt, output, rnd, cold_rounds)
             if self.once:
                 return
 
@@ -210,10 +214,12 @@ class Device:
             yield env.timeout(pending + think + up)
             done = env.event()
             ctx.central.submit(resp, prompt, output, done)
-            yield done
+            first = yield done  # when the step that gave the first token ended
+            # one downlink time (one jitter draw) for every token: the first and the last alike
             down = link.down(header + TOKEN_ID_BYTES)
             t_end = env.now + down
-            ctx.finish_response(resp, self.index, self.slo, t0, t_end, prompt, output, output, 1)
+            t_first = first + down
+            ctx.finish_response(resp, self.index, self.slo, t0, t_end, t_first, prompt, output, output, 1)
             pending = down
             if self.once:
                 return

@@ -95,9 +95,12 @@ class ResponseRecord(NamedTuple):
     response: int
     t_start: float
     t_end: float
+    # the first output token is at the device (NaN: none yet when censored, or unknown); with
+    # t_end it gives TTFT, TPOT and ITL (wispsim.analysis.token_latency)
+    t_first: float
     prompt_len: int
     output_len: int
-    rounds: int
+    rounds: int  # chunks streamed to the device: verification rounds; centralized: output_len
     cold_rounds: int
     speed: float  # output tokens / wall time (an upper bound if censored)
     violated: bool

@@ -22,6 +22,7 @@ further (a faster server), the outcome is unknown and the response is left out (
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -192,6 +193,7 @@ def _replay_speculative(
         notes.ids[resp] = r.log_id
         measured = ctx.is_measured(resp)
         t_end = t0
+        t_first = math.nan  # no round recorded: no token came out
         cold = 0
         for rnd, (lead, draft, up, down, k, accepted, committed, pos) in enumerate(r.rounds):
             if lead:
@@ -207,6 +209,9 @@ def _replay_speculative(
             )
             yield server.submit(req)
             t_end = env.now + down
+            if rnd == 0:  # the first verdict brings the first token
+                t_first = t_end
+                ctx.first_token(resp, t_end)
             cold += req.cold
             # tau_d is drafting time per sent token, and the log does not say how many forward
             # passes and predictor calls it took (-1)
@@ -233,7 +238,7 @@ def _replay_speculative(
             pending = down
         if r.finished:
             server.drop(resp)
-            ctx.finish_response(resp, dev, slo, t0, t_end, prompt, r.output, len(r.rounds), cold)
+            ctx.finish_response(resp, dev, slo, t0, t_end, t_first, prompt, r.output, len(r.rounds), cold)
         else:
             _recording_stopped(ctx, r, resp, t_end - t0, notes)
 
@@ -242,8 +247,8 @@ def _replay_centralized(
     ctx: RunContext, dev: int, responses: list[_RecordedResponse], notes: _ReplayNotes
 ) -> Generator[Any, Any, None]:
     """One recorded device under centralized serving (mirrors ``Device.run_centralized``): the
-    prompt goes up in the first round's uplink time, the output comes back in the last round's
-    downlink time."""
+    prompt goes up in the first round's uplink time, the output (its first token as its last) comes
+    back in the last round's downlink time."""
     env = ctx.env
     pending = 0.0
     for r in responses:
@@ -257,9 +262,11 @@ def _replay_centralized(
         yield env.timeout(pending + r.rounds[0].lead + r.rounds[0].up)
         done = env.event()
         ctx.central.submit(resp, r.prompt, r.output, done)
-        yield done
+        first = yield done  # the end of the step that gave the first token
         down = r.rounds[-1].down
-        ctx.finish_response(resp, dev, r.slo, t0, env.now + down, r.prompt, r.output, r.output, 1)
+        ctx.finish_response(
+            resp, dev, r.slo, t0, env.now + down, first + down, r.prompt, r.output, r.output, 1
+        )
         pending = down
 
 
