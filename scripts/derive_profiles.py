@@ -1,4 +1,5 @@
-"""Regenerate the shipped derived profiles from the published A100 Qwen3-32B profile.
+"""Regenerate the shipped derived profiles: those scaled from the published A100 Qwen3-32B profile,
+and the physical (roofline) ones with the calibrated vLLM parameters (wispsim/data/roofline.yaml).
 
     python scripts/derive_profiles.py            # writes profiles/<name>.yaml for each
     python scripts/derive_profiles.py --check    # exits 1 if a shipped file is out of date
@@ -13,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from wispsim.measure.profile.derive import SHIPPED, derive_named, render
+from wispsim.measure.profile.derive import GROUNDED, SHIPPED, derive_named, render, roofline_named
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     stale = []
-    for name, args in SHIPPED.items():
-        text = render(derive_named(name=name, **args))
+    made = [(n, derive_named(name=n, **a)) for n, a in SHIPPED.items()]
+    made += [(n, roofline_named(name=n, **a)) for n, a in GROUNDED.items()]
+    for name, prof in made:
+        text = render(prof)
         path = ROOT / "profiles" / f"{name}.yaml"
         if check:
             if not path.is_file() or path.read_text() != text:

@@ -20,7 +20,7 @@ class FakeLatency:
         self.calls: list[tuple[int, int, int]] = []
 
     def batch_time(
-        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0
+        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0, n_arrivals: int = 0
     ) -> tuple[float, float]:
         self.calls.append((n_linear, n_interactions, n_cached))
         t = 0.010 + 0.001 * n_linear

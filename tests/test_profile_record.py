@@ -14,10 +14,10 @@ pytest.importorskip("transformers")
 
 from wispsim.engines.hf import HFEngine, build_hf_model, check_packed_attention  # noqa: E402
 from wispsim.errors import WispsimError  # noqa: E402
-from wispsim.model.archs import arch_from_dict, load_arch  # noqa: E402
 from wispsim.measure.profile.fit_report import fit_command  # noqa: E402
 from wispsim.measure.profile.plan import Configuration, PlanOptions, make_plan, write_plan  # noqa: E402
 from wispsim.measure.profile.record import make_batch, record_profile  # noqa: E402
+from wispsim.model.archs import arch_from_dict, load_arch  # noqa: E402
 from wispsim.model.measured import read_measurements  # noqa: E402
 from wispsim.model.profiles import load_profile  # noqa: E402
 

@@ -18,7 +18,6 @@ from support import deterministic_overrides, profile_dict
 from typer.testing import CliRunner
 
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.model.archs import load_arch
 from wispsim.measure.profile.derive import SHIPPED, derive_named
 from wispsim.measure.profile.fit import fit, metrics
 from wispsim.measure.profile.fit_report import fit_command
@@ -32,6 +31,7 @@ from wispsim.measure.profile.plan import (
     read_plan,
     write_plan,
 )
+from wispsim.model.archs import load_arch
 from wispsim.model.estimator import Estimator
 from wispsim.model.latency import LATENCY
 from wispsim.model.measured import MeasuredTable, read_measurements

@@ -37,9 +37,7 @@ def roofline(arch: str, gpu: str, tp: int = 1, **kw: float) -> Roofline:
     )
 
 
-batches = st.lists(
-    st.tuples(st.integers(1, 4096), st.integers(0, 32768)), min_size=1, max_size=64
-)
+batches = st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 32768)), min_size=1, max_size=64)
 efficiency = st.floats(0.01, 1.0)
 overhead = st.floats(0.0, 0.05)
 
@@ -58,12 +56,30 @@ overhead = st.floats(0.0, 0.05)
     arr=overhead,
 )
 def test_never_below_the_physical_floor(
-    arch: str, gpu: str, tp: int, batch: list[tuple[int, int]], bw: float, fl: float, att: float,
-    step: float, req: float, arr: float,
+    arch: str,
+    gpu: str,
+    tp: int,
+    batch: list[tuple[int, int]],
+    bw: float,
+    fl: float,
+    att: float,
+    step: float,
+    req: float,
+    arr: float,
 ) -> None:
     """Any batch, any shipped GPU and architecture, any allowed parameters: T >= max(bytes at
     peak bandwidth, FLOPs at peak), and T grows with every request added."""
-    r = roofline(arch, gpu, tp, bandwidth_eff=bw, compute_eff=fl, attention_eff=att, step=step, request=req, arrival=arr)
+    r = roofline(
+        arch,
+        gpu,
+        tp,
+        bandwidth_eff=bw,
+        compute_eff=fl,
+        attention_eff=att,
+        step=step,
+        request=req,
+        arrival=arr,
+    )
     n_lin = sum(n for n, _ in batch)
     n_int = sum((n + c) * n for n, c in batch)
     n_cac = sum(c for _, c in batch)
@@ -157,7 +173,9 @@ def _profile(tmp: Path, **changes: object) -> dict[str, object]:
         ({"hardware__count": 2, "hardware__nvlink_gbs": None}, "hardware.nvlink_gbs"),
     ],
 )
-def test_roofline_profile_errors_name_the_field(tmp_path: Path, change: dict[str, object], field: str) -> None:
+def test_roofline_profile_errors_name_the_field(
+    tmp_path: Path, change: dict[str, object], field: str
+) -> None:
     data = _profile(tmp_path, **change)
     if data["hardware"].get("nvlink_gbs", 0) is None:  # type: ignore[union-attr]
         del data["hardware"]["nvlink_gbs"]  # type: ignore[union-attr]

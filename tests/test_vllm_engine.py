@@ -19,8 +19,8 @@ from support import cli
 
 from wispsim.engines import EngineSpec, make_engine, random_batch
 from wispsim.engines.vllm import VLLMEngine
-from wispsim.model.archs import load_arch
 from wispsim.measure.profile.plan import PlanOptions, make_plan, split_ints, write_plan
+from wispsim.model.archs import load_arch
 from wispsim.model.measured import read_measurements
 
 ARCH = load_arch("tiny-vllm")

@@ -307,23 +307,41 @@ def derive_cmd(
     c_rule: Annotated[str, typer.Option(help="weights (scale c by weight-read time) or keep.")] = "weights",
     dtype: Annotated[str, typer.Option(help="Weights and KV dtype of the target.")] = "bfloat16",
     name: Annotated[str | None, typer.Option(help="Profile name (default: the file's stem).")] = None,
+    form: Annotated[
+        str,
+        typer.Option(
+            help="roofline (physics: the architecture on the GPU with the calibrated vLLM parameters; "
+            "--source is not used) or additive (scale --source's coefficients)."
+        ),
+    ] = "roofline",
+    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype (roofline): bf16 or fp8.")] = "bf16",
 ) -> None:
-    """Derive a profile for another model or GPU by the documented scaling rule (docs/profiles.md)."""
+    """Derive a profile for any architecture and GPU (docs/profiles.md): by default the physical
+    roofline with the calibrated engine parameters; --form additive scales a profile's coefficients."""
     import yaml
 
     from wispsim.measure.profile.derive import derive_named, render
     from wispsim.model.profiles import parse_profile
 
     check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
-    prof = derive_named(source, arch, gpu=gpu, count=count, name=name or out.stem, c_rule=c_rule, dtype=dtype)
+    if form not in ("roofline", "additive"):
+        raise ConfigError("--form", form, "allowed: roofline, additive")
+    if form == "roofline":
+        from wispsim.measure.profile.derive import roofline_named
+
+        prof = roofline_named(arch, gpu or "a100-80gb", count or 1, dtype, kv_dtype, name or out.stem)
+    else:
+        prof = derive_named(
+            source, arch, gpu=gpu, count=count, name=name or out.stem, c_rule=c_rule, dtype=dtype
+        )
     text = render(prof)
     p = parse_profile(yaml.safe_load(text), str(out))
     with writing("--out", out):
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
-    e = p.estimator
+    what = _form_line(p)
     console.print(
-        f"{out}: a={e.a:.4g} b_compute={e.b_compute:.4g} b_read={e.b_read:.4g} c={e.c:.4g}; "
+        f"{out}: {what}; "
         f"KV cache at 0.9 utilization, 1.5 GiB reserve/GPU: {p.kv_capacity_tokens(0.9, 1.5)} tokens"
     )
 
@@ -358,9 +376,12 @@ def profile_show(
     from wispsim.model.profiles import load_profile
 
     p = load_profile(name)
-    coef = {k: getattr(p.estimator, k) for k in ("a", "b_compute", "b_read", "c")}
-    title = f"profile {p.name} ({p.provenance.get('kind')})"
-    console.print(table(_coefficients(coef, p.ci95), title, left=("coefficient",)))
+    title = f"profile {p.name} ({p.provenance.get('kind')}, {p.estimator.form} form)"
+    if p.estimator.additive:
+        coef = {k: getattr(p.estimator, k) for k in ("a", "b_compute", "b_read", "c")}
+        console.print(table(_coefficients(coef, p.ci95), title, left=("coefficient",)))
+    else:
+        console.print(f"{title}: {_form_line(p)}")
     m = p.model
     console.print(
         f"hardware: {p.gpu_count}x {p.gpu} ({p.gpu_memory_gib:g} GiB), engine {p.engine}, {p.precision}\n"
@@ -379,6 +400,21 @@ def profile_list() -> None:
 
     for name in available_profiles():
         typer.echo(name)
+
+
+def _form_line(p: Any) -> str:
+    """The estimator in one line: the coefficients, or the roofline's parameters and two passes."""
+    e = p.estimator
+    if e.additive:
+        return f"a={e.a:.4g} b_compute={e.b_compute:.4g} b_read={e.b_read:.4g} c={e.c:.4g}"
+    decode = e.batch(1, 501, 500, 1, 0) * 1e3
+    floor = e.floor(1, 501, 500) * 1e3
+    return (
+        f"roofline: efficiency bandwidth {e.bandwidth_eff:.3g}, compute {e.compute_eff:.3g}; overheads step "
+        f"{e.step * 1e3:.3g} ms, request {e.request * 1e3:.3g} ms, arrival {e.arrival * 1e3:.3g} ms, "
+        f"front end {e.frontend * 1e3:.3g} ms; one decode over 500 cached tokens {decode:.1f} ms "
+        f"(physical floor {floor:.1f} ms)"
+    )
 
 
 def _coefficients(coef: dict[str, float], ci95: dict[str, Any]) -> pd.DataFrame:

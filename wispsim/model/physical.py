@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from wispsim.errors import ConfigError
-from wispsim.model.archs import Arch, GPU, dtype_bytes
+from wispsim.model.archs import GPU, Arch, dtype_bytes
 from wispsim.paths import data_dir
 
 PRECISIONS = ("bf16", "fp8")  # weights (and activations) at 16 or 8 bits; fp8 needs fp8 tensor cores
@@ -62,11 +62,14 @@ def physical_profile(
     if precision == "fp8" and gpu.fp8_tflops is None:
         raise ConfigError("--dtype", precision, f"{gpu.name} has no fp8 tensor cores; allowed: bf16")
     if count > 1 and gpu.nvlink_gbs is None:
-        raise ConfigError("--count", str(count), f"{gpu.key}: gpus.yaml gives no nvlink_gbs for tensor parallelism")
+        raise ConfigError(
+            "--count", str(count), f"{gpu.key}: gpus.yaml gives no nvlink_gbs for tensor parallelism"
+        )
     cal = calibration(calibration_name)
     chosen = params if params is not None else {k: cal[k] for k in ("efficiency", "overhead_ms")}
     wbytes = dtype_bytes(precision)
-    name = name or f"{'' if count == 1 else f'{count}x'}{gpu.key}-{arch.name}{'' if precision == 'bf16' else '-' + precision}"
+    tp = "" if count == 1 else f"{count}x"
+    name = name or f"{tp}{gpu.key}-{arch.name}{'' if precision == 'bf16' else '-' + precision}"
     hardware: dict[str, Any] = {
         "gpu": gpu.name,
         "gpu_key": gpu.key,

@@ -305,7 +305,9 @@ ROOFLINE_EFFICIENCY_RANGE = (0.01, 1.0)
 ROOFLINE_OVERHEAD_MAX_MS = 1000.0
 
 
-def _roofline(data: dict[str, Any], src: str, hw: dict[str, Any], model: ModelFacts, precision: str) -> Roofline | None:
+def _roofline(
+    data: dict[str, Any], src: str, hw: dict[str, Any], model: ModelFacts, precision: str
+) -> Roofline | None:
     """The ``roofline`` section: the physical form's fitted parameters, on the hardware and the
     architecture the profile names (``model.arch``, ``hardware.*``; wispsim.model.roofline)."""
     sec = data.get("roofline")
@@ -323,21 +325,29 @@ def _roofline(data: dict[str, Any], src: str, hw: dict[str, Any], model: ModelFa
             raise ConfigError(src, f"roofline.{key}", f"must be a mapping of {', '.join(allowed)}")
         bad = sorted(set(part) - set(allowed))
         if bad:
-            raise ConfigError(src, f"roofline.{key}.{bad[0]}", f"unknown parameter; allowed: {', '.join(allowed)}")
+            raise ConfigError(
+                src, f"roofline.{key}.{bad[0]}", f"unknown parameter; allowed: {', '.join(allowed)}"
+            )
     lo, hi = ROOFLINE_EFFICIENCY_RANGE
     e = {k: _num(eff, k, src, "roofline.efficiency.", minimum=lo) for k in EFFICIENCIES if k in eff}
     for k, v in e.items():
         if v > hi:
-            raise ConfigError(src, f"roofline.efficiency.{k}", f"is a fraction of the GPU's peak: must be <= 1, got {v:g}")
+            raise ConfigError(
+                src, f"roofline.efficiency.{k}", f"is a fraction of the GPU's peak: must be <= 1, got {v:g}"
+            )
     for k in ("bandwidth", "compute"):
         if k not in e:
             raise ConfigError(src, f"roofline.efficiency.{k}", "is missing")
     o = {k: _num(over, k, src, "roofline.overhead_ms.", minimum=0.0) for k in OVERHEADS if k in over}
     for k, v in o.items():
         if v > ROOFLINE_OVERHEAD_MAX_MS:
-            raise ConfigError(src, f"roofline.overhead_ms.{k}", f"must be <= {ROOFLINE_OVERHEAD_MAX_MS:g}, got {v:g}")
+            raise ConfigError(
+                src, f"roofline.overhead_ms.{k}", f"must be <= {ROOFLINE_OVERHEAD_MAX_MS:g}, got {v:g}"
+            )
     if not model.arch:
-        raise ConfigError(src, "model.arch", "a roofline profile must name its architecture (wispsim/data/archs)")
+        raise ConfigError(
+            src, "model.arch", "a roofline profile must name its architecture (wispsim/data/archs)"
+        )
     try:
         arch = load_arch(model.arch)
     except ConfigError as err:
@@ -346,11 +356,15 @@ def _roofline(data: dict[str, Any], src: str, hw: dict[str, Any], model: ModelFa
     flops_key = "fp8_tflops" if weight_bytes == 1 else "bf16_tflops"
     for key in ("hbm_bandwidth_gbs", flops_key):
         if hw.get(key) is None:
-            raise ConfigError(src, f"hardware.{key}", f"is needed by the roofline form at precision {precision}")
+            raise ConfigError(
+                src, f"hardware.{key}", f"is needed by the roofline form at precision {precision}"
+            )
     count = int(hw.get("count", 1))
     link = hw.get("nvlink_gbs")
     if count > 1 and link is None:
-        raise ConfigError(src, "hardware.nvlink_gbs", "is needed by the roofline form with tensor parallelism (count > 1)")
+        raise ConfigError(
+            src, "hardware.nvlink_gbs", "is needed by the roofline form with tensor parallelism (count > 1)"
+        )
     expected = arch.weight_bytes(weight_bytes)
     if abs(model.weight_bytes - expected) > 0.05 * expected:
         raise ConfigError(
@@ -366,7 +380,9 @@ def _roofline(data: dict[str, Any], src: str, hw: dict[str, Any], model: ModelFa
         kv_dtype_bytes=model.kv_dtype_bytes,
         bandwidth=_value(hw["hbm_bandwidth_gbs"], src, "hardware.hbm_bandwidth_gbs", minimum=1e-3) * 1e9,
         peak_flops=_value(hw[flops_key], src, f"hardware.{flops_key}", minimum=1e-3) * 1e12,
-        link_bandwidth=_value(link, src, "hardware.nvlink_gbs", minimum=1e-3) * 1e9 if link is not None else math.inf,
+        link_bandwidth=_value(link, src, "hardware.nvlink_gbs", minimum=1e-3) * 1e9
+        if link is not None
+        else math.inf,
         bandwidth_eff=e["bandwidth"],
         compute_eff=e["compute"],
         attention_eff=e.get("attention", e["compute"]),
@@ -374,6 +390,8 @@ def _roofline(data: dict[str, Any], src: str, hw: dict[str, Any], model: ModelFa
         request=o.get("request", 0.0) / 1e3,
         arrival=o.get("arrival", 0.0) / 1e3,
         allreduce=o.get("allreduce", ALLREDUCE_LATENCY_S * 1e3) / 1e3,
+        frontend=o.get("frontend", 0.0) / 1e3,
+        mixed=o.get("mixed", 0.0) / 1e3,
     )
 
 
@@ -490,7 +508,9 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         form_fits["roofline"] = dict((data.get("roofline") or {}).get("fit") or {})
     own = str(data.get("estimator") or ("roofline" if "coefficients" not in data else DEFAULT_FORM))
     if own not in forms:
-        raise ConfigError(src, "estimator", f"names {own!r}, which the profile does not carry; it has: {', '.join(forms)}")
+        raise ConfigError(
+            src, "estimator", f"names {own!r}, which the profile does not carry; it has: {', '.join(forms)}"
+        )
     estimator = forms[own]
     noise_model, sigma = _noise(data, src)
     profile = Profile(

@@ -18,10 +18,15 @@ costs, per GPU::
   ``e_bw``, ``e_flop``, ``e_att`` (<= 1): the fractions of them real kernels reach (fitted);
 - ``step``: what the engine spends per step besides the GPU's work (scheduling, input
   preparation, kernel launches not hidden by CUDA graphs, sampling); ``request``: per request in
-  the pass (its input rows, sampling, streaming its output); ``arrival``: per request *arriving
-  anew* (HTTP, tokenization, admission, prefix-cache lookup): every verification round of edge
-  drafting is a new request re-submitted with its prefix, a running sequence's next decode step
-  is not. All three are fitted.
+  the pass (its input rows, sampling, streaming its output); ``arrival``: engine work per request
+  *arriving anew* (admission, block allocation, prefix-cache lookup, adding it to the persistent
+  batch): every verification round of edge drafting is a new request re-submitted with its
+  prefix, a running sequence's next decode step is not; ``mixed``: once per pass holding any
+  such request (a step with new prefill work, which vLLM runs without its full decode CUDA
+  graph). Fitted.
+- ``frontend`` is not GPU time: the latency a request spends in the API server (HTTP, tokenization)
+  before the engine sees it, in parallel with the engine's steps. It delays that request only
+  (its TTFT), never the batch; fitted on TTFT at low load.
 
 Each part is a sum of maxima of (bytes / bandwidth, FLOPs / peak) with efficiencies <= 1 and
 non-negative overheads, so a pass is never priced below its physical floor
@@ -38,7 +43,8 @@ from wispsim.model.archs import Arch
 
 # parameters a roofline profile fits, with their documented defaults and allowed ranges
 EFFICIENCIES = ("bandwidth", "compute", "attention")
-OVERHEADS = ("step", "request", "arrival", "allreduce")  # seconds; ``allreduce`` per all-reduce
+# seconds; ``allreduce`` per all-reduce; ``frontend`` is latency, not GPU time (module docstring)
+OVERHEADS = ("step", "request", "arrival", "mixed", "allreduce", "frontend")
 ALLREDUCE_LATENCY_S = 8e-6  # one small-message all-reduce over NVLink (order of vLLM's custom all-reduce)
 
 
@@ -61,6 +67,8 @@ class Roofline:
     request: float = 0.0
     arrival: float = 0.0
     allreduce: float = ALLREDUCE_LATENCY_S
+    frontend: float = 0.0  # latency of a request through the API server before the engine sees it
+    mixed: float = 0.0  # once per pass holding any request arriving anew (a step with new prefill work)
     activation_bytes: int = 2  # all-reduced activations are bf16
     form: str = "roofline"
     additive: bool = False  # T is not a sum of per-request costs (the weights are read once)
@@ -105,7 +113,10 @@ class Roofline:
     ) -> float:
         """``T_hat`` of a pass from the batch's aggregates (module docstring)."""
         bw = self.bandwidth * self.bandwidth_eff
-        linear = max(self.weight_bytes_read(n_linear) / bw, self.linear_flops * n_linear / (self.peak_flops * self.compute_eff))
+        linear = max(
+            self.weight_bytes_read(n_linear) / bw,
+            self.linear_flops * n_linear / (self.peak_flops * self.compute_eff),
+        )
         attention = max(
             self.kv_bytes * (n_cached + n_linear) / bw,
             self.attention_flops * n_interactions / (self.peak_flops * self.attention_eff),
@@ -117,6 +128,7 @@ class Roofline:
             + self.allreduce_time(n_linear)
             + self.request * n_requests
             + self.arrival * n_arrivals
+            + (self.mixed if n_arrivals > 0 else 0.0)
         )
 
     def allreduce_time(self, n_linear: float) -> float:

@@ -58,8 +58,13 @@ class CentralizedServer:
         batches: list[Any],
         batch_ids: count[int],
         replica: int = 0,
+        async_scheduling: bool = False,
     ) -> None:
         self.env = env
+        # vLLM's async scheduling forms step n+1 while step n runs: a request arriving during a
+        # step can join only the step after next (unless the engine is idle)
+        self.async_scheduling = async_scheduling
+        self._known = 0  # waiting requests that arrived before the running step began
         self.total_blocks = total_blocks
         self.block_size = block_size
         self.max_running = max_running
@@ -90,8 +95,9 @@ class CentralizedServer:
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
-    def _admit(self) -> None:
-        while self.waiting and len(self.running) < self.max_running:
+    def _admit(self, limit: int) -> None:
+        while self.waiting and len(self.running) < self.max_running and limit > 0:
+            limit -= 1
             s = self.waiting[0]
             need = self._blocks(s.context + 1)
             if need > self.free:
@@ -108,15 +114,17 @@ class CentralizedServer:
         s.prefilled = 0
         s.context = s.prompt + s.generated
         self.waiting.appendleft(s)
+        self._known += 1
         self.preemptions += 1
 
     def loop(self) -> Generator[Any, Any, None]:
         env = self.env
         while True:
-            if not self.running and not self.waiting:
+            idle = not self.running
+            if idle and not self.waiting:
                 self._wake = env.event()
                 yield self._wake
-            self._admit()
+            self._admit(self._known if self.async_scheduling and not idle else len(self.waiting))
             if not self.running:  # the head of the queue can never fit: a config error upstream
                 raise RuntimeError("a centralized request does not fit in KV memory")
             # grow decodes by one token each, preempting the newest when memory runs out
@@ -135,7 +143,7 @@ class CentralizedServer:
                 i += 1
             budget = self.step_tokens
             work: list[tuple[_Seq, int]] = []
-            n_lin = n_int = n_cac = 0
+            n_lin = n_int = n_cac = arrivals = 0
             for s in self.running:
                 if s.prefilled >= s.context:
                     new, cached = 1, s.context
@@ -144,6 +152,8 @@ class CentralizedServer:
                         continue
                     new = min(s.context - s.prefilled, budget)
                     cached = s.prefilled
+                    if cached == 0 and s.generated == 0:  # its first chunk: the request arrives anew
+                        arrivals += 1
                 budget -= new
                 work.append((s, new))
                 n_lin += new
@@ -151,10 +161,11 @@ class CentralizedServer:
                 n_cac += cached
             if not work:
                 continue
-            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(work))
+            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(work), arrivals)
             start = env.now
             bid = next(self._ids)
             used = self.total_blocks - self.free
+            self._known = len(self.waiting)  # what the step scheduled during this one can see
             yield env.timeout(latency)
             finished = []
             for s, new in work:

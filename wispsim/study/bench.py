@@ -44,6 +44,7 @@ class BenchRun:
     kv_tokens: int | None = None  # the engine's KV capacity (tokens); None: from the profile
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
+    async_scheduling: bool = False  # vLLM's --async-scheduling (the next step formed during this one)
     seed: int = 0
     noise: bool = False
 
@@ -89,7 +90,11 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
     rng = np.random.default_rng(run.seed)
     cfg = ServerConfig(profile=profile.name, noise=run.noise)
     latency = LinearLatency(profile, cfg, rng)
-    kv = run.kv_tokens if run.kv_tokens is not None else profile.kv_capacity_tokens(run.gpu_memory_utilization, 0.0)
+    kv = (
+        run.kv_tokens
+        if run.kv_tokens is not None
+        else profile.kv_capacity_tokens(run.gpu_memory_utilization, 0.0)
+    )
     batches: list[Any] = []
     server = CentralizedServer(
         env,
@@ -100,6 +105,7 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         latency=latency,
         batches=batches,
         batch_ids=count(),
+        async_scheduling=run.async_scheduling,
     )
     n = run.num_prompts
     ins = [int(run.input_lens[i % len(run.input_lens)]) for i in range(n)]
@@ -108,8 +114,12 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
     e2e = np.zeros(n)
     start = np.zeros(n)
 
+    frontend = float(getattr(profile.estimator, "frontend", 0.0))  # API-server latency (not GPU time)
+
     def request(i: int) -> Generator[Any, Any, None]:
         start[i] = env.now
+        if frontend > 0:
+            yield env.timeout(frontend)
         done = env.event()
         server.submit(i, ins[i], outs[i], done)
         first = yield done

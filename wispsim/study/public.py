@@ -53,7 +53,8 @@ FITTED = (
     ("efficiency", "compute", 0.2, 1.0),
     ("overhead_ms", "step", 0.0, 20.0),
     ("overhead_ms", "request", 0.0, 1.0),
-    ("overhead_ms", "arrival", 0.0, 100.0),
+    ("overhead_ms", "arrival", 0.0, 20.0),
+    ("overhead_ms", "frontend", 0.0, 100.0),
 )
 MAX_PROMPTS = 3000  # long open-loop runs are simulated on their first prompts (steady state)
 
@@ -114,6 +115,7 @@ def bench_run(row: pd.Series, folder: str) -> BenchRun:
         kv_tokens=kv,
         block_size=int(_f(row, "block_size") or 16),
         gpu_memory_utilization=_f(row, "gpu_memory_utilization") or 0.9,
+        async_scheduling="async_scheduling=True" in str(row.get("notes", "")),
     )
 
 
@@ -187,7 +189,9 @@ def calibrate(
     return Calibration(_params(fit.x, base), list(runs.run_id), float(2 * fit.cost), n_eval)
 
 
-def compare(runs: pd.DataFrame, folder: str, params: dict[str, Any], calibration_runs: Sequence[str]) -> pd.DataFrame:
+def compare(
+    runs: pd.DataFrame, folder: str, params: dict[str, Any], calibration_runs: Sequence[str]
+) -> pd.DataFrame:
     """Simulated and real side by side, one row per run and metric, with the absolute
     percentage error and whether the fit saw the run."""
     rows = []

@@ -238,3 +238,32 @@ SHIPPED: dict[str, dict[str, Any]] = {
         "count": 1,
     },
 }
+
+
+def roofline_named(
+    arch: str, gpu: str, count: int, dtype: str = "bf16", kv_dtype: str = "bf16", name: str | None = None
+) -> dict[str, Any]:
+    """A physical (roofline) profile of ``arch`` on ``count`` x ``gpu`` with the calibrated vLLM
+    parameters (:func:`wispsim.model.physical.physical_profile`), recording its command."""
+    from wispsim.model.physical import physical_profile
+
+    precision = {"bfloat16": "bf16", "float8": "fp8"}.get(dtype, dtype)
+    kv = {"bfloat16": "bf16", "float8": "fp8"}.get(kv_dtype, kv_dtype)
+    cmd = (
+        f"wispsim profile derive --form roofline --arch {arch} --gpu {gpu} --count {count} "
+        f"--dtype {precision} --kv-dtype {kv} --out profiles/{name}.yaml"
+    )
+    return physical_profile(
+        load_arch(arch), load_gpu(gpu), count=count, precision=precision, kv_dtype=kv, name=name, command=cmd
+    )
+
+
+# the shipped grounded profiles: the headline targets on A100 and H100 (scripts/derive_profiles.py)
+GROUNDED: dict[str, dict[str, Any]] = {
+    "a100-qwen3-32b-physical": {"arch": "qwen3-32b", "gpu": "a100-80gb", "count": 1},
+    "h100-qwen3-32b-physical": {"arch": "qwen3-32b", "gpu": "h100-80gb", "count": 1},
+    "h100-qwen3-32b-fp8-physical": {"arch": "qwen3-32b", "gpu": "h100-80gb", "count": 1, "dtype": "fp8"},
+    "a100-qwen3-14b-physical": {"arch": "qwen3-14b", "gpu": "a100-80gb", "count": 1},
+    "h100-qwen3-14b-physical": {"arch": "qwen3-14b", "gpu": "h100-80gb", "count": 1},
+    "2xa100-llama-3.1-70b-physical": {"arch": "llama-3.1-70b", "gpu": "a100-80gb", "count": 2},
+}

@@ -336,7 +336,7 @@ def fit_command(
         FORMS.get(f, "--forms", "forms")
         if f not in LINEAR_FORMS:
             raise ConfigError(
-                "--forms", f, f"is not fitted from a measurement table here; allowed: {', '.join(LINEAR_FORMS)}"
+                "--forms", f, f"is not fitted from a table here; allowed: {', '.join(LINEAR_FORMS)}"
             )
     res = fit(df, method, bootstrap, folds, seed)
     n_train = int((df.split == "train").sum())

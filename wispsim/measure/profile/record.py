@@ -44,8 +44,8 @@ import numpy as np
 
 from wispsim.engines import DTYPES, ENGINES, Batch, Engine, EngineSpec, make_engine, random_batch
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.model.archs import arch_from_dict, load_arch
 from wispsim.measure.profile.plan import Configuration, join_ints, read_plan
+from wispsim.model.archs import arch_from_dict, load_arch
 from wispsim.model.estimator import aggregates
 from wispsim.model.measured import DATA_COLUMNS
 from wispsim.model.profiles import dtype_bytes
