@@ -80,6 +80,9 @@ COLUMNS = [
     "per_token_note",
     "num_failed",
     "notes",
+    "shared_prefix_tokens",
+    "prompt_groups",
+    "prompts_per_group",
 ]
 
 ARCH = {  # HF name -> wispsim/data/archs key
@@ -492,7 +495,13 @@ def isim_rows(gd: str, out: Path) -> tuple[list[dict], list[dict]]:
                     max_num_batched_tokens=int(cfg["max_num_batched_tokens"]),
                     max_num_seqs=int(cfg["max_num_seqs"]),
                     chunked_prefill=None,
-                    prefix_caching=None,
+                    # vLLM V1 caches prefixes by default; inference-perf's shared_prefix data is
+                    # groups x users fixed prompts (a system prompt shared by the group's users,
+                    # then the user's question), cycled through request after request
+                    prefix_caching=True,
+                    shared_prefix_tokens=profile["data"]["shared_prefix"]["system_prompt_len"],
+                    prompt_groups=profile["data"]["shared_prefix"]["num_unique_system_prompts"],
+                    prompts_per_group=profile["data"]["shared_prefix"]["num_users_per_system_prompt"],
                     block_size=replay["config"]["block_size"],
                     max_model_len=int(cfg["max_model_len"]),
                     dataset=f"inference-perf shared_prefix ({wl})",
@@ -585,6 +594,8 @@ def main() -> None:
         )
     rows2, mem2 = isim_rows(a.isim_git_dir, out)
     runs = pd.DataFrame(rows + rows2).reindex(columns=COLUMNS)
+    for col in ("shared_prefix_tokens", "prompt_groups", "prompts_per_group"):
+        runs[col] = runs[col].fillna(0).astype(int)
     assert runs.run_id.is_unique, runs.run_id[runs.run_id.duplicated()].tolist()
     runs.sort_values(
         ["source", "group", "num_spec_tokens", "dataset", "concurrency", "request_rate", "run_id"],

@@ -126,7 +126,7 @@ def test_compare_writes_speedups(tmp_path: Path) -> None:
             ["run"],
             "server:\n  profile: no-such-gpu\n",
             "no profile 'no-such-gpu'; shipped profiles: 2xa100-llama-3.1-70b, "
-            "2xa100-llama-3.1-70b-physical, a100-qwen3-14b",
+            "2xa100-llama-3.1-70b-paper, a100-qwen3-14b",
         ),
         (
             ["run"],
@@ -159,9 +159,11 @@ def test_bad_input_is_one_line_with_exit_code_2(tmp_path: Path, args, yaml_text,
 
 def test_scenario_show_and_profile_show() -> None:
     p = wispsim("scenario", "show")
-    assert p.returncode == 0 and "profile: a100-qwen3-32b" in p.stdout
-    q = wispsim("profile", "show", "a100-qwen3-32b")
+    assert p.returncode == 0 and "profile: a100-qwen3-32b\n" in p.stdout
+    q = wispsim("profile", "show", "a100-qwen3-32b-paper")
     assert q.returncode == 0 and "3.314e-05" in q.stdout and "published" in q.stdout
+    r = wispsim("profile", "show")  # the default: physics, never below its floor
+    assert r.returncode == 0 and "roofline" in r.stdout and "physical floor" in r.stdout
 
 
 def test_a_piped_summary_keeps_every_column_and_number(tmp_path: Path) -> None:

@@ -185,7 +185,7 @@ def test_unknown_plugin_name_names_the_file(tmp_path: Path, section: str, field:
 def test_unknown_profile_names_the_file(tmp_path: Path) -> None:
     p = write(tmp_path, "server: {profile: h100-nope}\n")
     msg = assert_one_line_naming(load_error(p), p, "server.profile")
-    assert "a100-qwen3-32b" in msg
+    assert "a100-qwen3-32b-paper" in msg
 
 
 @pytest.mark.parametrize(("section", "value"), [("prompt_tokens", 8), ("output_tokens", 5000)])

@@ -72,7 +72,7 @@ def test_adding_a_request_never_makes_a_batch_faster(
 
 
 def test_shipped_profile_has_the_published_coefficients() -> None:
-    p = load_profile("a100-qwen3-32b")
+    p = load_profile("a100-qwen3-32b-paper")
     assert p.estimator == QWEN
     assert p.ci95["a"] == pytest.approx((3.12e-5, 3.49e-5))
     assert p.ci95["c"] == pytest.approx((1.30e-2, 1.69e-2))
@@ -80,7 +80,7 @@ def test_shipped_profile_has_the_published_coefficients() -> None:
 
 
 def test_shipped_profile_kv_capacity_by_hand() -> None:
-    p = load_profile("a100-qwen3-32b")
+    p = load_profile("a100-qwen3-32b-paper")
     # bytes per token: 2 x 64 layers x 8 KV heads x 128 head dim x 2 bytes = 262144
     assert p.model.kv_bytes_per_token == 262_144
     # 80 GiB x 0.9 = 77309411328 B; - 65.6e9 B weights = 11709411328; - 1.5 GiB (1610612736)
@@ -101,5 +101,5 @@ def test_profile_with_negative_coefficient_names_profile_and_field(tmp_path: Pat
 
 
 def test_unknown_profile_lists_shipped_ones() -> None:
-    with pytest.raises(ConfigError, match="a100-qwen3-32b"):
+    with pytest.raises(ConfigError, match="a100-qwen3-32b-paper"):
         load_profile("h100-nonexistent")

@@ -192,7 +192,7 @@ def test_point_key_follows_the_contents_of_the_files_it_reads(tmp_path: Path) ->
     from wispsim.study.points import Point
 
     prof = tmp_path / "mine.yaml"
-    sh.copy(find_profile("a100-qwen3-32b"), prof)
+    sh.copy(find_profile("a100-qwen3-32b-paper"), prof)
     sc = load_scenario(None)
     sc = sc.replace(server=dataclasses.replace(sc.server, profile=str(prof)))
     before = Point(sc, 10, 0).key

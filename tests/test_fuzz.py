@@ -405,7 +405,7 @@ def test_shipped_scenarios_load(name: str) -> None:
 
 def test_replica_profiles_unknown_names_the_field(work: Path) -> None:
     f = fresh(work, "s.yaml")
-    f.write_text("server:\n  replicas: 2\n  replica_profiles: [a100-qwen3-32b, nope]\n")
+    f.write_text("server:\n  replicas: 2\n  replica_profiles: [a100-qwen3-32b-paper, nope]\n")
     with pytest.raises(WispsimError, match=r"server\.replica_profiles"):
         load_with(f)
 

@@ -24,7 +24,7 @@ REEXPORTS = {
     "summarize": "wispsim.analysis.metrics",
 }
 # the only CLI modules other CLI modules may import
-CLI_SHARED = {"wispsim.cli.common"}
+CLI_SHARED = {"wispsim.cli.common", "wispsim.cli.options"}
 # heavy or front-end libraries and the only places that may import them (prefixes of module names)
 EDGES = {
     "matplotlib": ("plots",),

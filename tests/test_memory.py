@@ -172,7 +172,7 @@ def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
 
     over = {
         "policy": "wisp-lru",
-        "server": {"gpu_memory_utilization": 0.85, "eviction": "block"},
+        "server": {"gpu_memory_utilization": 0.85, "eviction": "block", "profile": "a100-qwen3-32b-paper"},
         "workload": {"warmup_s": 2, "duration_s": 6},
         "acceptance": {"model": "latent"},
         "drafting": {"predictor": {"name": "confidence"}},
@@ -224,7 +224,7 @@ def test_block_size_comes_from_the_profiles_engine_unless_the_scenario_sets_one(
     prof = load_profile(str(path))
     assert prof.kv_block_size == 128
     assert block_size(None, prof) == 128 and block_size(16, prof) == 16
-    assert block_size(None, load_profile("a100-qwen3-32b")) == 16
+    assert block_size(None, load_profile("a100-qwen3-32b-paper")) == 16
     server = {"profile": str(path), "gpu_memory_utilization": 1.0, "activation_reserve_gib": 0.0}
     over = {"server": server, "workload": {"warmup_s": 0, "duration_s": 2}}
     res = simulate(load_scenario(overrides=over).with_devices(4, (4.0,)), seed=0)

@@ -140,14 +140,14 @@ def test_sane_values_still_load(tmp_path: Path, capsys: Cap, monkeypatch: pytest
     path.write_text(yaml.safe_dump({"server": server}))
     code, out, err = cli(capsys, monkeypatch, "scenario", "validate", str(path))
     assert code == 0 and out.startswith("ok:"), (out, err)
-    code, out, err = cli(capsys, monkeypatch, "profile", "show", "a100-qwen3-32b")
+    code, out, err = cli(capsys, monkeypatch, "profile", "show", "a100-qwen3-32b-paper")
     assert code == 0 and "KV cache" in out, (out, err)
 
 
 def test_kv_capacity_never_raises_a_bare_error_on_finite_inputs() -> None:
     """The bounds keep it finite; a Profile built past them in code gets a ConfigError naming the
     fields, not ``ValueError: cannot convert float NaN to integer``."""
-    profile = load_profile("a100-qwen3-32b")
+    profile = load_profile("a100-qwen3-32b-paper")
     assert profile.kv_capacity_tokens(0.9, 1.5) > 0
     huge_memory = dataclasses.replace(profile, gpu_memory_gib=HUGE)
     for p, reserve in ((huge_memory, 0.0), (huge_memory, HUGE), (profile, HUGE)):

@@ -88,7 +88,7 @@ def test_share_scenario_carries_the_mix_and_a_poisson_share_of_the_rate() -> Non
         ({"server": {"router": "round-robin"}}, "server.router is 'round-robin'"),
         ({"arrivals": {"process": "trace", "trace": "bursty"}}, "arrivals.process is 'trace'"),
         (
-            {"server": {"replicas": 2, "replica_profiles": ["a100-qwen3-32b", "a100-qwen3-14b"]}},
+            {"server": {"replicas": 2, "replica_profiles": ["a100-qwen3-32b-paper", "a100-qwen3-14b-paper"]}},
             "server.replica_profiles",
         ),
     ],

@@ -416,7 +416,7 @@ def test_shipped_derived_profiles_validate_and_are_up_to_date() -> None:
     for name in SHIPPED:
         p = load_profile(name)
         assert p.kind == "derived" and p.provenance["inputs"] and p.provenance["rule"]
-        assert p.provenance["source"] == "a100-qwen3-32b"
+        assert p.provenance["source"] == "a100-qwen3-32b-paper"
     p = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "derive_profiles.py"), "--check"],
         capture_output=True,
@@ -456,24 +456,24 @@ def test_shipped_cpu_profile_is_reproduced_by_refitting(tmp_path: Path) -> None:
 
 
 def test_derived_factors_by_hand() -> None:
-    src = load_profile("a100-qwen3-32b")
-    q14 = load_profile("a100-qwen3-14b").estimator
+    src = load_profile("a100-qwen3-32b-paper")
+    q14 = load_profile("a100-qwen3-14b-paper").estimator
     # same GPU; attention FLOPs per interaction 4*40*40*128 vs 4*64*64*128 -> 1600/4096
     assert q14.b_compute == pytest.approx(src.estimator.b_compute * 1600 / 4096, rel=1e-5)
     # KV bytes per token 2*40*8*128*2 = 163840 vs 262144 -> 0.625
     assert q14.b_read == pytest.approx(src.estimator.b_read * 0.625, rel=1e-5)
     # H100 from A100, same model: compute 312/989, bandwidth 2039/3350
-    h100 = load_profile("h100-qwen3-32b-derived").estimator
+    h100 = load_profile("h100-qwen3-32b-paper").estimator
     assert h100.a == pytest.approx(src.estimator.a * 312 / 989, rel=1e-5)
     assert h100.b_read == pytest.approx(src.estimator.b_read * 2039 / 3350, rel=1e-5)
     # 70B on two A100s: KV bytes 327680/262144 = 1.25, over twice the bandwidth -> 0.625
-    l70 = load_profile("2xa100-llama-3.1-70b")
+    l70 = load_profile("2xa100-llama-3.1-70b-paper")
     assert l70.gpu_count == 2
     assert l70.estimator.b_read == pytest.approx(src.estimator.b_read * 0.625, rel=1e-5)
 
 
 def test_70b_needs_both_gpus() -> None:
-    p = load_profile("2xa100-llama-3.1-70b")
+    p = load_profile("2xa100-llama-3.1-70b-paper")
     weights = 70_553_706_496 * 2
     assert p.model.weight_bytes == weights and p.model.kv_bytes_per_token == 327_680
     # 2 x 80 GiB x 0.9 - 141.1 GB weights - 2 x 1.5 GiB reserve, over 327680 bytes per token
@@ -486,13 +486,13 @@ def test_70b_needs_both_gpus() -> None:
 
 
 def test_derive_keep_rule_keeps_c_and_says_so() -> None:
-    d = derive_named("a100-qwen3-32b", "qwen3-14b", name="x", c_rule="keep")
+    d = derive_named("a100-qwen3-32b-paper", "qwen3-14b", name="x", c_rule="keep")
     assert d["coefficients"]["c"]["value"] == pytest.approx(1.486e-2)
     assert "kept" in d["provenance"]["rule"] and d["provenance"]["c_rule"] == "keep"
     with pytest.raises(WispsimError, match="--c-rule"):
-        derive_named("a100-qwen3-32b", "qwen3-14b", name="x", c_rule="guess")
+        derive_named("a100-qwen3-32b-paper", "qwen3-14b", name="x", c_rule="guess")
     with pytest.raises(ConfigError, match="unknown GPU"):
-        derive_named("a100-qwen3-32b", "qwen3-14b", name="x", gpu="tpu")
+        derive_named("a100-qwen3-32b-paper", "qwen3-14b", name="x", gpu="tpu")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,9 +37,11 @@ def _outputs(res) -> bytes:  # type: ignore[no-untyped-def]
     ids=["wisp", "sled-2-replicas", "least-work-3-replicas", "centralized"],
 )
 def test_spilled_records_give_the_same_records_and_summaries(over: dict, devices: int) -> None:
-    sc = load_scenario(overrides={**over, "workload": {"warmup_s": 5, "duration_s": 20}}).with_devices(
-        devices, CLASSES
-    )
+    # the paper's profile: loads sized for its speeds (a record test, not a profile test)
+    server = {"profile": "a100-qwen3-32b-paper", **over.get("server", {})}
+    sc = load_scenario(
+        overrides={**over, "server": server, "workload": {"warmup_s": 5, "duration_s": 20}}
+    ).with_devices(devices, CLASSES)
     kept = simulate(sc)
     spilled = simulate(sc, memory_rows=500)  # chunks of 500 rows, on disk past the first 500
     if len(kept.round_records):

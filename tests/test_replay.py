@@ -27,8 +27,8 @@ from wispsim.study.replay.log import COLUMN_NAMES, REQUIRED, meta_path, write_lo
 from wispsim.study.replay.read import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
-SHORT = {"workload": {"warmup_s": 5, "duration_s": 30}}
-# 100 devices on the default A100 verifier with WISP on vLLM's LRU prefix cache: past its memory
+SHORT = {"workload": {"warmup_s": 5, "duration_s": 30}, "server": {"profile": "a100-qwen3-32b-paper"}}
+# 100 devices on the paper's A100 verifier with WISP on vLLM's LRU prefix cache: past its memory
 # cliff, so about a third of the responses violate (neither 0 nor 1: a rate that cannot match by
 # accident; with KV admission control, wisp's default, the rate at this N is a few percent)
 DEVICES, SEED = 100, 1

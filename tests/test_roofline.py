@@ -54,6 +54,7 @@ overhead = st.floats(0.0, 0.05)
     step=overhead,
     req=overhead,
     arr=overhead,
+    ov=st.one_of(st.just(math.inf), st.floats(1.0, 64.0)),
 )
 def test_never_below_the_physical_floor(
     arch: str,
@@ -66,6 +67,7 @@ def test_never_below_the_physical_floor(
     step: float,
     req: float,
     arr: float,
+    ov: float,
 ) -> None:
     """Any batch, any shipped GPU and architecture, any allowed parameters: T >= max(bytes at
     peak bandwidth, FLOPs at peak), and T grows with every request added."""
@@ -76,6 +78,7 @@ def test_never_below_the_physical_floor(
         bandwidth_eff=bw,
         compute_eff=fl,
         attention_eff=att,
+        overlap=ov,
         step=step,
         request=req,
         arrival=arr,
@@ -200,3 +203,28 @@ def test_wisp_scheduler_prices_the_batch_as_a_whole() -> None:
     t = est.batch(6 * n, 306 * 6 * n, 300 * n, n, n)
     assert t <= 3 * alone + 0.01
     assert math.isfinite(t)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    memory=st.floats(0.0, 1.0),
+    math_=st.floats(0.0, 1.0),
+    p=st.floats(1.0, 64.0),
+)
+def test_overlap_lies_between_the_max_and_the_sum(memory: float, math_: float, p: float) -> None:
+    """``x (+) y`` with p in [1, 64]: at least the slower of the two (the roofline), at most their
+    sum (no overlap at all); p = 1 is the sum, p = inf the max."""
+    from wispsim.model.roofline import combine
+
+    t = combine(memory, math_, p)
+    assert max(memory, math_) * (1 - 1e-12) <= t <= (memory + math_) * (1 + 1e-12)
+    assert combine(memory, math_, 1.0) == pytest.approx(memory + math_)
+    assert combine(memory, math_, math.inf) == max(memory, math_)
+
+
+def test_overlap_out_of_range_is_one_line() -> None:
+    data = physical_profile(load_arch("qwen3-32b"), load_gpu("h100-80gb"))
+    data["roofline"]["overlap"] = 0.5
+    with pytest.raises(ConfigError) as err:
+        parse_profile(data, "p.yaml")
+    assert err.value.field == "roofline.overlap" and "must be >= 1" in str(err.value)

@@ -104,7 +104,7 @@ def test_style_guide_example_with_the_published_profile(det_scenario) -> None:
     # rounds finish at t=0.0612". Same scenario on the shipped Qwen3-32B/A100 profile:
     #   T = 36 x 3.314e-5 + 648 x 3.45e-8 + 0 + 1.486e-2 = 0.00119304 + 0.000022356 + 0.01486
     #     = 0.016075396 -> the batch ends at 0.045144 + 0.016075396 = 0.061219396
-    res = simulate(det_scenario(server={"profile": "a100-qwen3-32b"}))
+    res = simulate(det_scenario(server={"profile": "a100-qwen3-32b-paper"}))
     b = res.batches.iloc[0]
     assert b["size"] == 2
     assert b["t_dispatch"] == approx(0.045144)

@@ -16,7 +16,7 @@ from wispsim.study.runners import LocalRunner
 # a short window, and less KV memory so that even WISP reaches its knee below 64 devices
 QUICK = {
     "workload": {"warmup_s": 2, "duration_s": 8},
-    "server": {"gpu_memory_utilization": 0.85},
+    "server": {"gpu_memory_utilization": 0.85, "profile": "a100-qwen3-32b-paper"},  # sized for its speeds
 }
 
 

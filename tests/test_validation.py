@@ -140,7 +140,8 @@ def test_an_unreachable_class_is_an_error_with_the_bound() -> None:
 
 def test_an_unknown_replica_profile_names_its_entry() -> None:
     refuse(
-        ["server.replicas=2", "server.replica_profiles=[a100-qwen3-32b, nope]"], "server.replica_profiles[1]"
+        ["server.replicas=2", "server.replica_profiles=[a100-qwen3-32b-paper, nope]"],
+        "server.replica_profiles[1]",
     )
 
 

@@ -10,16 +10,8 @@ from typing import Annotated
 import pandas as pd
 import typer
 
-from wispsim.cli.common import (
-    NON_NEGATIVE,
-    SECONDS,
-    SEED,
-    TAIL_SECONDS,
-    check_series_step,
-    console,
-    real,
-    table,
-)
+from wispsim.cli.common import console, table
+from wispsim.cli.options import NON_NEGATIVE, SECONDS, SEED, TAIL_SECONDS, check_series_step, real
 from wispsim.config.limits import MAX_DEVICES, MAX_SIM_SECONDS, finite
 from wispsim.errors import ConfigError
 from wispsim.paths import check_output_file, writing

@@ -13,6 +13,16 @@ from typing import Annotated, Any
 import typer
 
 from wispsim.cli.common import (
+    checked,
+    console,
+    out_dir,
+    out_path,
+    output,
+    progress,
+    resolve_scenario,
+    table,
+)
+from wispsim.cli.options import (
     JOBS,
     SEEDS,
     EpsilonOpt,
@@ -23,16 +33,8 @@ from wispsim.cli.common import (
     check_backend,
     check_seeds,
     check_start,
-    checked,
-    console,
-    out_dir,
-    out_path,
-    output,
     parse_classes,
     parse_devices,
-    progress,
-    resolve_scenario,
-    table,
 )
 from wispsim.errors import ConfigError
 from wispsim.provenance import write_manifest

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from wispsim.cli.common import JOBS, check_backend, console, err_console
+from wispsim.cli.common import console, err_console
+from wispsim.cli.options import JOBS, check_backend
 from wispsim.errors import ConfigError
 from wispsim.paths import check_output_dir
 

@@ -16,6 +16,16 @@ from typing import Annotated, Any
 import typer
 
 from wispsim.cli.common import (
+    checked,
+    console,
+    out_dir,
+    out_path,
+    output,
+    progress,
+    resolve_scenario,
+    table,
+)
+from wispsim.cli.options import (
     FRACTION_OPEN,
     NON_NEGATIVE,
     REPLICAS,
@@ -33,15 +43,7 @@ from wispsim.cli.common import (
     check_backend,
     check_seeds,
     check_start,
-    checked,
-    console,
-    out_dir,
-    out_path,
-    output,
     parse_fleet,
-    progress,
-    resolve_scenario,
-    table,
     whole,
 )
 from wispsim.config.limits import MAX_DEVICES, MAX_REPLICAS

@@ -13,7 +13,8 @@ from typing import Annotated
 
 import typer
 
-from wispsim.cli.common import FRACTION_OPEN, POSITIVE, console, whole
+from wispsim.cli.common import console
+from wispsim.cli.options import FRACTION_OPEN, POSITIVE, whole
 from wispsim.config.limits import MAX_INT
 from wispsim.errors import ConfigError
 from wispsim.paths import check_output_file

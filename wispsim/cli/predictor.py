@@ -18,16 +18,8 @@ import pandas as pd
 import typer
 import yaml
 
-from wispsim.cli.common import (
-    FRACTION,
-    MAX_REPEATS,
-    SEED,
-    console,
-    err_console,
-    markdown_table,
-    table,
-    whole,
-)
+from wispsim.cli.common import console, err_console, markdown_table, table
+from wispsim.cli.options import FRACTION, MAX_REPEATS, SEED, whole
 from wispsim.config.limits import MAX_DRAFT
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.paths import check_output_file, writing

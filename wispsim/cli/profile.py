@@ -14,7 +14,8 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
-from wispsim.cli.common import MAX_JOBS, MAX_REPEATS, POSITIVE, SEED, console, progress, real, table, whole
+from wispsim.cli.common import console, progress, table
+from wispsim.cli.options import MAX_JOBS, MAX_REPEATS, POSITIVE, SEED, real, whole
 from wispsim.config.limits import MAX_TOKENS
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.paths import check_output_file, writing
@@ -296,7 +297,7 @@ def _deployment_data(folder: Path, out: Path, seed: int, kind: str) -> Path:
 def derive_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Profile YAML to write.")],
     arch: Annotated[str, typer.Option(help="Target architecture (see `wispsim profile archs`).")],
-    source: Annotated[str, typer.Option(help="Profile to scale from.")] = "a100-qwen3-32b",
+    source: Annotated[str, typer.Option(help="Profile to scale from.")] = "a100-qwen3-32b-paper",
     gpu: Annotated[
         str | None,
         typer.Option(help="Target GPU: a100-80gb, a100-40gb, h100-80gb, h200, l40s (default: source's)."),

@@ -16,11 +16,22 @@ import pandas as pd
 import typer
 
 from wispsim.cli.common import (
+    SUMMARY_COLUMNS,
+    checked,
+    console,
+    describe_load,
+    err_console,
+    out_dir,
+    out_path,
+    output,
+    resolve_scenario,
+    table,
+)
+from wispsim.cli.options import (
     DEVICES,
     REPLICAS,
     SECONDS,
     SEED,
-    SUMMARY_COLUMNS,
     TAIL_SECONDS,
     OutOpt,
     PolicyOpt,
@@ -30,16 +41,7 @@ from wispsim.cli.common import (
     applying,
     check_poisson_rate,
     check_series_step,
-    checked,
-    console,
-    describe_load,
-    err_console,
-    out_dir,
-    out_path,
-    output,
     parse_classes,
-    resolve_scenario,
-    table,
 )
 from wispsim.config import POLICY_NAMES, parse_set
 from wispsim.paths import check_output_file, writing

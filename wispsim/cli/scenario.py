@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import typer
 
-from wispsim.cli.common import ScenarioArg, SetOpt, resolve_scenario
+from wispsim.cli.common import resolve_scenario
+from wispsim.cli.options import ScenarioArg, SetOpt
 
 scenario_app = typer.Typer(help="Show or check a scenario.", no_args_is_help=True)
 

@@ -15,25 +15,27 @@ from typing import Annotated, Any
 import typer
 
 from wispsim.cli.common import (
-    DEVICES,
-    FRACTION_OPEN,
-    SEED,
     SUMMARY_COLUMNS,
-    OutOpt,
-    PolicyOpt,
-    ScenarioArg,
-    SetOpt,
     checked,
     console,
     err_console,
     out_dir,
     out_path,
     output,
-    parse_devices,
-    parse_policies,
     progress,
     resolve_scenario,
     table,
+)
+from wispsim.cli.options import (
+    DEVICES,
+    FRACTION_OPEN,
+    SEED,
+    OutOpt,
+    PolicyOpt,
+    ScenarioArg,
+    SetOpt,
+    parse_devices,
+    parse_policies,
     whole,
 )
 from wispsim.errors import ConfigError

@@ -16,6 +16,16 @@ from typing import Annotated
 import typer
 
 from wispsim.cli.common import (
+    checked,
+    console,
+    out_dir,
+    out_path,
+    output,
+    progress,
+    resolve_scenario,
+    table,
+)
+from wispsim.cli.options import (
     FRACTION_OPEN,
     SEED,
     SEEDS,
@@ -34,17 +44,9 @@ from wispsim.cli.common import (
     check_backend,
     check_seeds,
     check_start,
-    checked,
-    console,
-    out_dir,
-    out_path,
-    output,
     parse_classes,
     parse_devices,
     parse_policies,
-    progress,
-    resolve_scenario,
-    table,
 )
 from wispsim.config import POLICY_NAMES
 from wispsim.errors import ConfigError

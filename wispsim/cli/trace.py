@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from wispsim.cli.common import NON_NEGATIVE, SEED, console, progress, whole
+from wispsim.cli.common import console, progress
+from wispsim.cli.options import NON_NEGATIVE, SEED, whole
 from wispsim.config.limits import MAX_DRAFT, MAX_TOKENS
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.paths import check_output_file, writing

@@ -18,19 +18,14 @@ import yaml
 from wispsim.config.dist import Dist, FieldError, require
 from wispsim.config.limits import (
     MAX_ARRIVAL_RATE,
-    MAX_BATCH_REQUESTS,
-    MAX_BATCH_TOKENS,
-    MAX_BLOCK_SIZE,
     MAX_DEVICES,
     MAX_DRAFT,
-    MAX_KV_TOKENS,
-    MAX_MEMORY_GIB,
-    MAX_REPLICAS,
     MAX_RESPONSES,
     MAX_SEED,
     MAX_SIM_SECONDS,
     MAX_TOKENS,
 )
+from wispsim.config.server import ServerConfig
 from wispsim.errors import ConfigError
 
 # --------------------------------------------------------------------------------------------
@@ -210,96 +205,6 @@ class NetworkConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ServerConfig:
-    """The verification server (SPEC 2.3 and 3)."""
-
-    profile: str = "a100-qwen3-32b"
-    mode: Literal["speculative", "centralized"] = "speculative"
-    scheduler: str = "wisp"
-    prefix_cache: bool = True
-    eviction: Literal["session", "block"] = "session"
-    prefix_reuse: Literal["token", "block"] = "token"
-    # KV policy of a speculative server (wispsim.model.admission): "lru" starts every response at
-    # once and evicts idle prefixes LRU-first; "admission" admits a response only when its KV
-    # reservation fits and keeps admitted prefixes cached until they end
-    kv_policy: Literal["lru", "admission"] = "lru"
-    kv_headroom: float = 0.0  # fraction of the KV cache admission control keeps unreserved
-    kv_growth: Literal["mean", "max", "none"] = "mean"  # output tokens reserved per admitted response
-    kv_admission_order: Literal["fcfs", "deadline"] = "fcfs"
-    latency_model: str = "linear"
-    estimator_form: str | None = None  # None: the profile's own (``estimator:``; additive if it says none)
-    noise: bool = True
-    gpu_memory_utilization: float = 0.9
-    activation_reserve_gib: float = 1.5
-    block_size: int | None = None  # tokens per KV block; None: the profile's engine's (16 if it does not say)
-    # tokens of KV cache per replica; None: derived from the profile's GPU memory (a real engine's
-    # measured capacity goes here, and `wispsim serve` sizes its engine's cache to it)
-    kv_capacity_tokens: int | None = None
-    max_batch_requests: int = 256
-    max_batch_tokens: int = 16384
-    delta_ms: float = 5.0
-    prefill_chunk_tokens: int = 2048
-    replicas: int = 1
-    router: str = "affinity"
-    replica_profiles: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        require(
-            1 <= self.replicas <= MAX_REPLICAS,
-            "replicas",
-            f"must be in [1, {MAX_REPLICAS}], got {self.replicas:,}",
-        )
-        require(
-            not self.replica_profiles or len(self.replica_profiles) == self.replicas,
-            "replica_profiles",
-            f"gives {len(self.replica_profiles)} profiles for {self.replicas} replicas; "
-            "give one per replica, or none to use server.profile for all",
-        )
-        require(
-            0 < self.gpu_memory_utilization <= 1,
-            "gpu_memory_utilization",
-            f"must be in (0, 1], got {self.gpu_memory_utilization}",
-        )
-        require(
-            0 <= self.activation_reserve_gib <= MAX_MEMORY_GIB,
-            "activation_reserve_gib",
-            f"must be in [0, {MAX_MEMORY_GIB:g}] GiB per GPU, got {self.activation_reserve_gib:g}",
-        )
-        require(
-            self.block_size is None or 1 <= self.block_size <= MAX_BLOCK_SIZE,
-            "block_size",
-            f"must be in [1, {MAX_BLOCK_SIZE}] tokens or null (the profile's), got {self.block_size}",
-        )
-        require(
-            self.kv_capacity_tokens is None or 1 <= self.kv_capacity_tokens <= MAX_KV_TOKENS,
-            "kv_capacity_tokens",
-            f"must be in [1, {MAX_KV_TOKENS:,}] tokens or null (derived from the profile), "
-            f"got {self.kv_capacity_tokens}",
-        )
-        require(0 <= self.kv_headroom < 1, "kv_headroom", f"must be in [0, 1), got {self.kv_headroom}")
-        require(
-            1 <= self.max_batch_requests <= MAX_BATCH_REQUESTS,
-            "max_batch_requests",
-            f"must be in [1, {MAX_BATCH_REQUESTS:,}], got {self.max_batch_requests:,}",
-        )
-        require(
-            1 <= self.max_batch_tokens <= MAX_BATCH_TOKENS,
-            "max_batch_tokens",
-            f"must be in [1, {MAX_BATCH_TOKENS:,}], got {self.max_batch_tokens:,}",
-        )
-        require(
-            0 <= self.delta_ms <= 1000 * MAX_SIM_SECONDS,
-            "delta_ms",
-            f"must be >= 0 and <= {1000 * MAX_SIM_SECONDS:g} ms, got {self.delta_ms:g}",
-        )
-        require(
-            1 <= self.prefill_chunk_tokens <= MAX_BATCH_TOKENS,
-            "prefill_chunk_tokens",
-            f"must be in [1, {MAX_BATCH_TOKENS:,}], got {self.prefill_chunk_tokens:,}",
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class WorkloadConfig:
     """What devices ask for and how long the simulation measures (SPEC 2.1)."""
 
@@ -418,7 +323,7 @@ class Scenario:
     drafting: DraftingConfig = DraftingConfig()
     acceptance: AcceptanceConfig = AcceptanceConfig()
     network: NetworkConfig = NetworkConfig()
-    server: ServerConfig = ServerConfig()
+    server: ServerConfig = ServerConfig()  # noqa: RUF009 (frozen: a shared default is safe)
     workload: WorkloadConfig = WorkloadConfig()
     arrivals: ArrivalsConfig = ArrivalsConfig()
 

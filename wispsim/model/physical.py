@@ -7,18 +7,21 @@ calibration (``wispsim/data/roofline.yaml``: fitted on public measurements of re
 deployments, see experiments/REPORT.md "public GPU measurements"). :func:`physical_profile` builds
 the profile mapping (the same YAML ``wispsim profile derive --form roofline`` writes), so latency
 and memory describe one deployment: the weights the roofline reads are the weights the KV model
-subtracts from the GPU's memory.
+subtracts from the GPU's memory. :func:`parse_roofline` reads a profile's ``roofline`` section.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import yaml
 
 from wispsim.errors import ConfigError
-from wispsim.model.archs import GPU, Arch, dtype_bytes
+from wispsim.model.archs import GPU, Arch, dtype_bytes, load_arch
+from wispsim.model.profile_fields import PROFILE_MAXIMA, bounded_whole, number, value
+from wispsim.model.roofline import ALLREDUCE_LATENCY_S, EFFICIENCIES, OVERHEADS, OVERLAP_RANGE, Roofline
 from wispsim.paths import data_dir
 
 PRECISIONS = ("bf16", "fp8")  # weights (and activations) at 16 or 8 bits; fp8 needs fp8 tensor cores
@@ -36,7 +39,8 @@ def calibration(name: str = "vllm") -> dict[str, Any]:
     return entry
 
 
-def _g(v: float) -> float:
+def sig6(v: float) -> float:
+    """Six significant digits: stable YAML, more precision than any input has."""
     return float(f"{v:.6g}")
 
 
@@ -66,7 +70,11 @@ def physical_profile(
             "--count", str(count), f"{gpu.key}: gpus.yaml gives no nvlink_gbs for tensor parallelism"
         )
     cal = calibration(calibration_name)
-    chosen = params if params is not None else {k: cal[k] for k in ("efficiency", "overhead_ms")}
+    chosen = (
+        params
+        if params is not None
+        else {k: cal[k] for k in ("efficiency", "overhead_ms", "overlap") if k in cal}
+    )
     wbytes = dtype_bytes(precision)
     tp = "" if count == 1 else f"{count}x"
     name = name or f"{tp}{gpu.key}-{arch.name}{'' if precision == 'bf16' else '-' + precision}"
@@ -99,8 +107,9 @@ def physical_profile(
         "model": model,
         "estimator": "roofline",
         "roofline": {
-            "efficiency": {k: _g(v) for k, v in chosen["efficiency"].items()},
-            "overhead_ms": {k: _g(v) for k, v in chosen["overhead_ms"].items()},
+            "efficiency": {k: sig6(v) for k, v in chosen["efficiency"].items()},
+            "overhead_ms": {k: sig6(v) for k, v in chosen["overhead_ms"].items()},
+            **({"overlap": sig6(chosen["overlap"])} if chosen.get("overlap") is not None else {}),
             "fit": dict(cal.get("fit", {})),
         },
         "noise": {"model": "lognormal", "sigma": sigma, "basis": cal.get("noise_basis", "")},
@@ -124,3 +133,112 @@ def physical_profile(
             },
         },
     }
+
+
+# roofline parameters: allowed ranges (efficiencies are fractions of a datasheet peak)
+ROOFLINE_EFFICIENCY_RANGE = (0.01, 1.0)
+ROOFLINE_OVERHEAD_MAX_MS = 1000.0
+
+
+def parse_roofline(
+    sec: Any,
+    src: str,
+    hw: dict[str, Any],
+    arch_name: str | None,
+    weight_bytes_total: float,
+    kv_dtype_bytes: int,
+    precision: str,
+) -> Roofline | None:
+    """A profile's ``roofline`` section: the physical form's fitted parameters, on the hardware
+    and the architecture the profile names (``model.arch``, ``hardware.*``), or None without one.
+    The profile's weight bytes must be the architecture's at the precision."""
+    if sec is None:
+        return None
+    if not isinstance(sec, dict):
+        raise ConfigError(src, "roofline", "must be a mapping with efficiency, overhead_ms (and fit)")
+    if not isinstance(sec.get("fit") or {}, dict):
+        raise ConfigError(src, "roofline.fit", "must be a mapping of fit facts")
+    extra = sorted(set(sec) - {"efficiency", "overhead_ms", "overlap", "fit"})
+    if extra:
+        raise ConfigError(
+            src, f"roofline.{extra[0]}", "unknown field; allowed: efficiency, overhead_ms, overlap, fit"
+        )
+    lo_p, hi_p = OVERLAP_RANGE
+    overlap = math.inf  # absent: the ideal roofline (the slower of memory and math)
+    if sec.get("overlap") is not None:
+        overlap = value(sec["overlap"], src, "roofline.overlap", minimum=lo_p, maximum=hi_p)
+    eff = sec.get("efficiency") or {}
+    over = sec.get("overhead_ms") or {}
+    for key, part, allowed in (("efficiency", eff, EFFICIENCIES), ("overhead_ms", over, OVERHEADS)):
+        if not isinstance(part, dict):
+            raise ConfigError(src, f"roofline.{key}", f"must be a mapping of {', '.join(allowed)}")
+        bad = sorted(set(part) - set(allowed))
+        if bad:
+            raise ConfigError(
+                src, f"roofline.{key}.{bad[0]}", f"unknown parameter; allowed: {', '.join(allowed)}"
+            )
+    lo, hi = ROOFLINE_EFFICIENCY_RANGE
+    e = {
+        k: number(eff, k, src, "roofline.efficiency.", minimum=lo, maximum=hi)
+        for k in EFFICIENCIES
+        if k in eff
+    }
+    for k in ("bandwidth", "compute"):
+        if k not in e:
+            raise ConfigError(src, f"roofline.efficiency.{k}", "is missing")
+    o = {
+        k: number(over, k, src, "roofline.overhead_ms.", minimum=0.0, maximum=ROOFLINE_OVERHEAD_MAX_MS)
+        for k in OVERHEADS
+        if k in over
+    }
+    if not arch_name:
+        raise ConfigError(
+            src, "model.arch", "a roofline profile must name its architecture (wispsim/data/archs)"
+        )
+    try:
+        arch = load_arch(arch_name)
+    except ConfigError as err:
+        raise ConfigError(src, "model.arch", err.problem) from None
+    weight_bytes = dtype_bytes(precision, f"{src} precision")
+    flops_key = "fp8_tflops" if weight_bytes == 1 else "bf16_tflops"
+    facts: dict[str, float] = {}
+    for key in ("hbm_bandwidth_gbs", flops_key, "nvlink_gbs"):
+        if hw.get(key) is not None:
+            facts[key] = number(
+                hw, key, src, "hardware.", minimum=1e-3, maximum=PROFILE_MAXIMA[f"hardware.{key}"]
+            )
+        elif key != "nvlink_gbs":
+            raise ConfigError(
+                src, f"hardware.{key}", f"is needed by the roofline form at precision {precision}"
+            )
+    count = bounded_whole(hw, "count", src, "hardware.")
+    if count > 1 and "nvlink_gbs" not in facts:
+        raise ConfigError(
+            src, "hardware.nvlink_gbs", "is needed by the roofline form with tensor parallelism (count > 1)"
+        )
+    expected = arch.weight_bytes(weight_bytes)
+    if abs(weight_bytes_total - expected) > 0.05 * expected:
+        raise ConfigError(
+            src,
+            "model.weight_bytes",
+            f"{weight_bytes_total:.4g} disagrees with {arch.name} at {precision} ({expected:.4g} bytes): "
+            "latency and memory must describe one deployment",
+        )
+    return Roofline(
+        arch=arch,
+        tp=count,
+        weight_dtype_bytes=weight_bytes,
+        kv_dtype_bytes=kv_dtype_bytes,
+        bandwidth=facts["hbm_bandwidth_gbs"] * 1e9,
+        peak_flops=facts[flops_key] * 1e12,
+        link_bandwidth=facts["nvlink_gbs"] * 1e9 if "nvlink_gbs" in facts else math.inf,
+        bandwidth_eff=e["bandwidth"],
+        compute_eff=e["compute"],
+        attention_eff=e.get("attention", e["compute"]),
+        overlap=overlap,
+        step=o.get("step", 0.0) / 1e3,
+        request=o.get("request", 0.0) / 1e3,
+        arrival=o.get("arrival", 0.0) / 1e3,
+        allreduce=o.get("allreduce", ALLREDUCE_LATENCY_S * 1e3) / 1e3,
+        frontend=o.get("frontend", 0.0) / 1e3,
+    )

@@ -5,8 +5,8 @@ replica of ``tp`` GPUs (tensor parallel: each GPU holds 1/tp of every weight, KV
 costs, per GPU::
 
     T = step                                                   per-step overhead
-      + max(W(n) / (B * e_bw),  F_lin * N_linear / (P * e_flop))     linear layers
-      + max(kv * (N_cached + N_linear) / (B * e_bw),  F_att * N_interactions / (P * e_att))
+      + W(n) / (B * e_bw)  (+)  F_lin * N_linear / (P * e_flop)       linear layers
+      + kv * (N_cached + N_linear) / (B * e_bw)  (+)  F_att * N_interactions / (P * e_att)
       + TP all-reduces: 2 x layers x (latency + bytes of N_linear activations / link)
       + request * N_requests + arrival * N_arrivals
 
@@ -16,42 +16,60 @@ costs, per GPU::
   head_dim per query-key pair (QK^T and AV); ``kv``: 2 x layers x KV heads x head_dim x KV bytes;
 - ``B``, ``P``: the GPU's datasheet HBM bandwidth and dense tensor-core peak at the precision;
   ``e_bw``, ``e_flop``, ``e_att`` (<= 1): the fractions of them real kernels reach (fitted);
+- ``x (+) y = (x^p + y^p)^(1/p)``: how far a kernel overlaps its memory traffic with its math,
+  ``p = overlap`` >= 1 (fitted). The ideal roofline is ``p = inf`` (the slower of the two); real
+  GEMMs at a few hundred tokens are slower than either alone, so a prefill mixed into a
+  weight-bound decode step is not free;
 - ``step``: what the engine spends per step besides the GPU's work (scheduling, input
   preparation, kernel launches not hidden by CUDA graphs, sampling); ``request``: per request in
   the pass (its input rows, sampling, streaming its output); ``arrival``: engine work per request
   *arriving anew* (admission, block allocation, prefix-cache lookup, adding it to the persistent
   batch): every verification round of edge drafting is a new request re-submitted with its
-  prefix, a running sequence's next decode step is not; ``mixed``: once per pass holding any
-  such request (a step with new prefill work, which vLLM runs without its full decode CUDA
-  graph). Fitted.
+  prefix, a running sequence's next decode step is not. Fitted.
 - ``frontend`` is not GPU time: the latency a request spends in the API server (HTTP, tokenization)
   before the engine sees it, in parallel with the engine's steps. It delays that request only
   (its TTFT), never the batch; fitted on TTFT at low load.
 
-Each part is a sum of maxima of (bytes / bandwidth, FLOPs / peak) with efficiencies <= 1 and
-non-negative overheads, so a pass is never priced below its physical floor
+Each part is at least the larger of (bytes / bandwidth, FLOPs / peak) (``x (+) y >= max(x, y)``
+for ``p >= 1``), with efficiencies <= 1 and non-negative overheads, so a pass is never priced
+below its physical floor
 ``max(total bytes / B, total FLOPs / P)`` (:meth:`Roofline.floor`; property-tested over every
 shipped GPU and architecture). What is not modelled is written down in docs/model.md.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from wispsim.model.archs import Arch
 
 # parameters a roofline profile fits, with their documented defaults and allowed ranges
 EFFICIENCIES = ("bandwidth", "compute", "attention")
 # seconds; ``allreduce`` per all-reduce; ``frontend`` is latency, not GPU time (module docstring)
-OVERHEADS = ("step", "request", "arrival", "mixed", "allreduce", "frontend")
+OVERHEADS = ("step", "request", "arrival", "allreduce", "frontend")
 ALLREDUCE_LATENCY_S = 8e-6  # one small-message all-reduce over NVLink (order of vLLM's custom all-reduce)
+OVERLAP_RANGE = (1.0, 64.0)  # ``overlap``: 1 = memory and math add up; beyond 64 it is the max
+
+
+def combine(memory: float, math_: float, p: float) -> float:
+    """``memory (+) math``: the p-norm of the two times (module docstring); the max for p = inf."""
+    if p == math.inf:
+        return memory if memory >= math_ else math_
+    hi = memory if memory >= math_ else math_
+    if hi <= 0.0:
+        return 0.0
+    lo = (memory + math_ - hi) / hi
+    return hi * (1.0 + lo**p) ** (1.0 / p)
 
 
 @dataclass(frozen=True, slots=True)
 class Roofline:
     """The ``roofline`` form, built from an architecture, a GPU and a few fitted parameters
-    (module docstring). Per-GPU quantities: the replica's ``tp`` GPUs share the work evenly."""
+    (module docstring). Per-GPU quantities: the replica's ``tp`` GPUs share the work evenly.
+    The per-unit times are computed once (``__post_init__``): the scheduler prices a batch per
+    candidate request."""
 
     arch: Arch
     tp: int
@@ -63,15 +81,37 @@ class Roofline:
     bandwidth_eff: float = 0.8
     compute_eff: float = 0.6
     attention_eff: float = 0.6
+    overlap: float = math.inf
     step: float = 0.0
     request: float = 0.0
     arrival: float = 0.0
     allreduce: float = ALLREDUCE_LATENCY_S
     frontend: float = 0.0  # latency of a request through the API server before the engine sees it
-    mixed: float = 0.0  # once per pass holding any request arriving anew (a step with new prefill work)
     activation_bytes: int = 2  # all-reduced activations are bf16
     form: str = "roofline"
     additive: bool = False  # T is not a sum of per-request costs (the weights are read once)
+    # seconds per unit, derived in __post_init__
+    _weights_s: float = field(init=False, repr=False, compare=False)  # dense weight read (0: a mixture)
+    _token_s: float = field(init=False, repr=False, compare=False)  # linear FLOPs of one token
+    _kv_s: float = field(init=False, repr=False, compare=False)  # KV of one token
+    _pair_s: float = field(init=False, repr=False, compare=False)  # one query-key interaction
+    _ar_fixed_s: float = field(init=False, repr=False, compare=False)  # all-reduce latencies per pass
+    _ar_token_s: float = field(init=False, repr=False, compare=False)  # all-reduce bytes of one token
+
+    def __post_init__(self) -> None:
+        bw = self.bandwidth * self.bandwidth_eff
+        dense = self.arch.experts <= 1
+        per_token = self.arch.hidden_size * self.activation_bytes * 2 * (self.tp - 1) / self.tp
+        values = {
+            "_weights_s": self.weight_bytes_read(1) / bw if dense else 0.0,
+            "_token_s": self.linear_flops / (self.peak_flops * self.compute_eff),
+            "_kv_s": self.kv_bytes / bw,
+            "_pair_s": self.attention_flops / (self.peak_flops * self.attention_eff),
+            "_ar_fixed_s": 2 * self.arch.layers * self.allreduce if self.tp > 1 else 0.0,
+            "_ar_token_s": 2 * self.arch.layers * per_token / self.link_bandwidth if self.tp > 1 else 0.0,
+        }
+        for k, v in values.items():
+            object.__setattr__(self, k, v)
 
     # --- what the hardware allows ---------------------------------------------------------
     def weight_bytes_read(self, n_linear: float) -> float:
@@ -112,50 +152,31 @@ class Roofline:
         n_arrivals: float = 0,
     ) -> float:
         """``T_hat`` of a pass from the batch's aggregates (module docstring)."""
-        bw = self.bandwidth * self.bandwidth_eff
-        linear = max(
-            self.weight_bytes_read(n_linear) / bw,
-            self.linear_flops * n_linear / (self.peak_flops * self.compute_eff),
-        )
-        attention = max(
-            self.kv_bytes * (n_cached + n_linear) / bw,
-            self.attention_flops * n_interactions / (self.peak_flops * self.attention_eff),
-        )
+        weights = self._weights_s or self.weight_bytes_read(n_linear) / (self.bandwidth * self.bandwidth_eff)
+        p = self.overlap
         return (
             self.step
-            + linear
-            + attention
-            + self.allreduce_time(n_linear)
+            + combine(weights, self._token_s * n_linear, p)
+            + combine(self._kv_s * (n_cached + n_linear), self._pair_s * n_interactions, p)
+            + self._ar_fixed_s
+            + self._ar_token_s * n_linear
             + self.request * n_requests
             + self.arrival * n_arrivals
-            + (self.mixed if n_arrivals > 0 else 0.0)
         )
 
     def allreduce_time(self, n_linear: float) -> float:
         """Two all-reduces per layer (after attention and after the MLP) of the pass's
         activations, ring algorithm: each GPU sends and receives 2 (tp - 1) / tp of them."""
-        if self.tp <= 1:
-            return 0.0
-        per_token = self.arch.hidden_size * self.activation_bytes * 2 * (self.tp - 1) / self.tp
-        return 2 * self.arch.layers * (self.allreduce + per_token * n_linear / self.link_bandwidth)
+        return self._ar_fixed_s + self._ar_token_s * n_linear
 
     def marginal(self, l_new: int, l_cached: int) -> float:
         """What one request adds to a large batch (the scheduler's ``v_i``): its tokens through
         the linear layers at the compute rate, its attention, its share of the all-reduces, and
         the per-request and arrival overheads. The weight read is the batch's, not the request's."""
-        bw = self.bandwidth * self.bandwidth_eff
-        attention = max(
-            self.kv_bytes * (l_cached + l_new) / bw,
-            self.attention_flops * l_new * (l_new + l_cached) / (self.peak_flops * self.attention_eff),
+        attention = combine(
+            self._kv_s * (l_cached + l_new), self._pair_s * l_new * (l_new + l_cached), self.overlap
         )
-        allreduce = self.allreduce_time(l_new) - self.allreduce_time(0) if self.tp > 1 else 0.0
-        return (
-            self.linear_flops * l_new / (self.peak_flops * self.compute_eff)
-            + attention
-            + allreduce
-            + self.request
-            + self.arrival
-        )
+        return (self._token_s + self._ar_token_s) * l_new + attention + self.request + self.arrival
 
     def alone(self, l_new: int, l_cached: int) -> float:
         """``T_hat`` of a batch holding only this request (arriving anew)."""

@@ -30,16 +30,30 @@ from wispsim.sim.records import BatchRecord
 
 
 class _Seq:
-    __slots__ = ("blocks", "context", "done", "first", "generated", "output", "prefilled", "prompt", "rid")
+    __slots__ = (
+        "blocks",
+        "context",
+        "done",
+        "first",
+        "generated",
+        "hit",
+        "new",
+        "output",
+        "prefilled",
+        "prompt",
+        "rid",
+    )
 
-    def __init__(self, rid: int, prompt: int, output: int, done: simpy.Event) -> None:
+    def __init__(self, rid: int, prompt: int, output: int, done: simpy.Event, hit: int = 0) -> None:
         self.rid = rid
         self.prompt = prompt
         self.output = output
         self.done = done
         self.generated = 0
         self.first = 0.0  # when the step that gave the first token ended (done's value)
-        self.prefilled = 0  # tokens of prompt + generated-so-far whose KV is computed
+        self.hit = min(hit, prompt - 1)  # prompt tokens the prefix cache holds (a shared system prompt)
+        self.prefilled = self.hit  # tokens of prompt + generated-so-far whose KV is computed
+        self.new = True  # not yet scheduled: its first chunk is a request arriving anew
         self.context = prompt  # tokens that must be in KV before decoding
         self.blocks = 0
 
@@ -86,8 +100,9 @@ class CentralizedServer:
             s.prompt - min(s.prefilled, s.prompt) + s.output - s.generated for s in self.running
         ) + sum(s.prompt + s.output - s.generated for s in self.waiting)
 
-    def submit(self, rid: int, prompt: int, output: int, done: simpy.Event) -> None:
-        self.waiting.append(_Seq(rid, prompt, output, done))
+    def submit(self, rid: int, prompt: int, output: int, done: simpy.Event, hit: int = 0) -> None:
+        """Queue a response; ``hit`` of its prompt tokens are in the prefix cache already."""
+        self.waiting.append(_Seq(rid, prompt, output, done, hit))
         if self._wake is not None:
             self._wake.succeed()
             self._wake = None
@@ -111,7 +126,7 @@ class CentralizedServer:
         s = self.running.pop()
         self.free += s.blocks
         s.blocks = 0
-        s.prefilled = 0
+        s.prefilled = s.hit  # the prefix cache still holds the shared prompt
         s.context = s.prompt + s.generated
         self.waiting.appendleft(s)
         self._known += 1
@@ -152,7 +167,8 @@ class CentralizedServer:
                         continue
                     new = min(s.context - s.prefilled, budget)
                     cached = s.prefilled
-                    if cached == 0 and s.generated == 0:  # its first chunk: the request arrives anew
+                    if s.new:  # its first chunk: the request arrives anew
+                        s.new = False
                         arrivals += 1
                 budget -= new
                 work.append((s, new))

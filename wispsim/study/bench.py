@@ -6,12 +6,13 @@ Public measurements of real GPU deployments (``experiments/data/public``) are be
 is sent), and reports per request TTFT, TPOT = (E2E - TTFT) / (output - 1) and the
 gaps between streamed tokens (ITL), and the run's output throughput (output tokens / duration).
 
-:func:`bench` runs exactly that against the simulator's :class:`~wispsim.sim.centralized.CentralizedServer`
-(vLLM-style continuous batching with chunked prefill, paged KV with recompute preemption), priced
-by a profile's estimator, with the run's server settings (``max_num_seqs``, ``max_num_batched_tokens``,
-the KV capacity its engine reported), and measures the same figures the same way. There is no
-network: the benchmark client runs beside the server. The simulator has no per-token times, so
-ITL is pooled from each request's mean gap (identical to TPOT's mean for one token per step).
+:func:`bench` runs exactly that against the simulator's centralized server
+(:class:`~wispsim.sim.centralized.CentralizedServer`: vLLM-style continuous batching with chunked
+prefill, paged KV with recompute preemption, async scheduling when the run had it), priced by a
+profile's estimator, with the run's server settings (``max_num_seqs``, ``max_num_batched_tokens``,
+the KV capacity its engine reported) and its prompts' prefix-cache hits, and measures the same
+figures the same way (:mod:`wispsim.analysis.token_latency`). There is no network: the benchmark
+client runs beside the server, and the API server's latency is the profile's ``frontend``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from itertools import count
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import simpy
 
+from wispsim.analysis.token_latency import token_latency
 from wispsim.config import ServerConfig
 from wispsim.model.latency import LinearLatency
 from wispsim.model.profiles import Profile
@@ -44,6 +47,13 @@ class BenchRun:
     kv_tokens: int | None = None  # the engine's KV capacity (tokens); None: from the profile
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
+    # prompts repeat (inference-perf's shared_prefix data): ``prompt_groups`` x ``prompts_per_group``
+    # fixed prompts, cycled; a group's prompts open with the same ``shared_prefix_tokens``. 0: every
+    # prompt is new. With prefix caching on, a repeated prompt or a seen prefix is read from cache.
+    prefix_caching: bool = False
+    prompt_groups: int = 0
+    prompts_per_group: int = 0
+    shared_prefix_tokens: int = 0
     async_scheduling: bool = False  # vLLM's --async-scheduling (the next step formed during this one)
     seed: int = 0
     noise: bool = False
@@ -51,37 +61,47 @@ class BenchRun:
 
 @dataclass(frozen=True, slots=True)
 class BenchResult:
-    ttft: np.ndarray  # seconds, per request
-    e2e: np.ndarray
-    output_lens: np.ndarray
-    duration: float
+    responses: pd.DataFrame  # t_start, t_first, t_end, output_len, rounds (one chunk per token), ...
+    duration: float  # from the first request sent to the last token (the benchmark's duration)
     steps: int
     preemptions: int
     mean_batch: float
 
     def figures(self) -> dict[str, float]:
-        """The figures ``vllm bench serve`` reports (ms, tok/s)."""
-        ms = 1e3
-        multi = self.output_lens > 1
-        tpot = (self.e2e[multi] - self.ttft[multi]) / (self.output_lens[multi] - 1)
+        """The figures ``vllm bench serve`` reports (ms, tok/s): the latencies of every request
+        (:func:`~wispsim.analysis.token_latency.token_latency`), and its throughputs over the
+        whole benchmark."""
+        lat = token_latency(self.responses, (0.0, self.duration))
+        lat.pop("output_throughput_tps")  # the benchmark's: all output over its duration
         return {
-            "ttft_mean_ms": float(np.mean(self.ttft) * ms),
-            "ttft_median_ms": float(np.median(self.ttft) * ms),
-            "ttft_p99_ms": float(np.percentile(self.ttft, 99) * ms),
-            "tpot_mean_ms": float(np.mean(tpot) * ms),
-            "tpot_median_ms": float(np.median(tpot) * ms),
-            "tpot_p99_ms": float(np.percentile(tpot, 99) * ms),
-            # one token per step: the gaps' mean, weighted by tokens (the simulator keeps no per-token times)
-            "itl_mean_ms": float(np.sum(self.e2e - self.ttft) / max(np.sum(self.output_lens - 1), 1) * ms),
-            "e2e_mean_ms": float(np.mean(self.e2e) * ms),
-            "e2e_median_ms": float(np.median(self.e2e) * ms),
-            "e2e_p99_ms": float(np.percentile(self.e2e, 99) * ms),
-            "output_throughput_tok_s": float(np.sum(self.output_lens) / self.duration),
-            "request_throughput": float(len(self.e2e) / self.duration),
+            **lat,
+            "output_throughput_tok_s": float(self.responses.output_len.sum() / self.duration),
+            "request_throughput": float(len(self.responses) / self.duration),
             "duration_s": self.duration,
             "preemptions": float(self.preemptions),
             "mean_batch": self.mean_batch,
         }
+
+
+def prefix_hits(run: BenchRun, prompt_of: Sequence[int], lengths: Sequence[int]) -> list[int]:
+    """Prompt tokens each request finds in vLLM's prefix cache, in submission order: whole KV
+    blocks only, and at least the last token is computed; a prompt seen before is cached whole,
+    one whose group's shared prefix was seen has that prefix. Nothing is evicted (the public
+    runs' caches hold their few dozen distinct prompts many times over)."""
+    if not run.prefix_caching:
+        return [0] * len(prompt_of)
+    bs = run.block_size
+    seen: set[int] = set()
+    groups: set[int] = set()
+    hits = []
+    for p, length in zip(prompt_of, lengths, strict=True):
+        group = p // run.prompts_per_group if run.prompts_per_group else -1
+        cached = length if p in seen else run.shared_prefix_tokens if group in groups else 0
+        hits.append(min(cached, length - 1) // bs * bs)
+        seen.add(p)
+        if group >= 0:
+            groups.add(group)
+    return hits
 
 
 def bench(profile: Profile, run: BenchRun) -> BenchResult:
@@ -108,11 +128,14 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         async_scheduling=run.async_scheduling,
     )
     n = run.num_prompts
-    ins = [int(run.input_lens[i % len(run.input_lens)]) for i in range(n)]
-    outs = [int(run.output_lens[i % len(run.output_lens)]) for i in range(n)]
-    ttft = np.zeros(n)
-    e2e = np.zeros(n)
+    distinct = run.prompt_groups * run.prompts_per_group
+    prompt_of = [i % distinct if distinct else i for i in range(n)]
+    ins = [int(run.input_lens[p % len(run.input_lens)]) for p in prompt_of]
+    outs = [int(run.output_lens[p % len(run.output_lens)]) for p in prompt_of]
+    hit = prefix_hits(run, prompt_of, ins)
     start = np.zeros(n)
+    first_token = np.zeros(n)
+    end = np.zeros(n)
 
     frontend = float(getattr(profile.estimator, "frontend", 0.0))  # API-server latency (not GPU time)
 
@@ -121,10 +144,9 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         if frontend > 0:
             yield env.timeout(frontend)
         done = env.event()
-        server.submit(i, ins[i], outs[i], done)
-        first = yield done
-        ttft[i] = first - start[i]
-        e2e[i] = env.now - start[i]
+        server.submit(i, ins[i], outs[i], done, hit[i])
+        first_token[i] = yield done
+        end[i] = env.now
 
     rate = run.request_rate if run.request_rate is not None and np.isfinite(run.request_rate) else None
     slots = simpy.Resource(env, capacity=min(run.concurrency or n, n))
@@ -144,4 +166,15 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
     env.run()
     steps = len(batches)
     mean_batch = float(np.mean([b.size for b in batches])) if batches else 0.0
-    return BenchResult(ttft, e2e, np.asarray(outs), float(env.now), steps, server.preemptions, mean_batch)
+    responses = pd.DataFrame(
+        {
+            "t_start": start,
+            "t_first": first_token,
+            "t_end": end,
+            "output_len": outs,
+            "rounds": outs,  # one streamed chunk per token
+            "measured": True,
+            "censored": False,
+        }
+    )
+    return BenchResult(responses, float(env.now), steps, server.preemptions, mean_batch)

@@ -51,6 +51,7 @@ FAMILIES = {
 FITTED = (
     ("efficiency", "bandwidth", 0.3, 1.0),
     ("efficiency", "compute", 0.2, 1.0),
+    ("roofline", "overlap", 1.0, 64.0),
     ("overhead_ms", "step", 0.0, 20.0),
     ("overhead_ms", "request", 0.0, 1.0),
     ("overhead_ms", "arrival", 0.0, 20.0),
@@ -116,6 +117,10 @@ def bench_run(row: pd.Series, folder: str) -> BenchRun:
         block_size=int(_f(row, "block_size") or 16),
         gpu_memory_utilization=_f(row, "gpu_memory_utilization") or 0.9,
         async_scheduling="async_scheduling=True" in str(row.get("notes", "")),
+        prefix_caching=str(row.get("prefix_caching")).lower() == "true",
+        prompt_groups=int(_f(row, "prompt_groups") or 0),
+        prompts_per_group=int(_f(row, "prompts_per_group") or 0),
+        shared_prefix_tokens=int(_f(row, "shared_prefix_tokens") or 0),
     )
 
 
@@ -137,10 +142,20 @@ def simulate_run(row: pd.Series, folder: str, params: dict[str, Any] | None = No
     return bench(profile_for(row, params), bench_run(row, folder)).figures()
 
 
-def _params(x: Sequence[float], base: dict[str, Any]) -> dict[str, Any]:
-    out = {k: dict(v) for k, v in base.items()}
-    for (sec, key, _, _), v in zip(FITTED, x, strict=True):
-        out[sec][key] = float(v)
+def _get(params: dict[str, Any], sec: str, key: str) -> float:
+    return float(params[key] if sec == "roofline" else params[sec][key])
+
+
+def _params(
+    x: Sequence[float], base: dict[str, Any], fitted: Sequence[tuple[str, str, float, float]]
+) -> dict[str, Any]:
+    """``base`` with the fitted parameters set to ``x`` (``roofline`` names a top-level one)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for (sec, key, _, _), v in zip(fitted, x, strict=True):
+        if sec == "roofline":
+            out[key] = float(v)
+        else:
+            out[sec][key] = float(v)
     out["efficiency"]["attention"] = out["efficiency"]["compute"]
     return out
 
@@ -158,6 +173,7 @@ def calibrate(
     folder: str,
     base: dict[str, Any],
     progress: Callable[[int, float], None] | None = None,
+    fitted: Sequence[tuple[str, str, float, float]] = FITTED,
 ) -> Calibration:
     """Fit :data:`FITTED` on ``runs``: least squares on log(simulated / real) of median TPOT,
     median TTFT and output throughput (each run weighs the same)."""
@@ -168,7 +184,7 @@ def calibrate(
 
     def residuals(x: np.ndarray) -> np.ndarray:
         nonlocal n_eval
-        params = _params(x, base)
+        params = _params(x, base, fitted)
         res = []
         for _, row in runs.iterrows():
             sim = simulate_run(row, folder, params)
@@ -182,11 +198,11 @@ def calibrate(
             progress(n_eval, float(np.sum(r**2)))
         return r
 
-    x0 = np.array([base[sec][key] for sec, key, _, _ in FITTED], dtype=float)
-    lo = np.array([b[2] for b in FITTED])
-    hi = np.array([b[3] for b in FITTED])
-    fit = least_squares(residuals, np.clip(x0, lo, hi), bounds=(lo, hi), diff_step=0.05, max_nfev=60)
-    return Calibration(_params(fit.x, base), list(runs.run_id), float(2 * fit.cost), n_eval)
+    x0 = np.array([_get(base, sec, key) for sec, key, _, _ in fitted], dtype=float)
+    lo = np.array([b[2] for b in fitted])
+    hi = np.array([b[3] for b in fitted])
+    fit = least_squares(residuals, np.clip(x0, lo, hi), bounds=(lo, hi), diff_step=0.05, max_nfev=80)
+    return Calibration(_params(fit.x, base, fitted), list(runs.run_id), float(2 * fit.cost), n_eval)
 
 
 def compare(

@@ -29,8 +29,9 @@ from typing import Any
 import yaml
 
 from wispsim.errors import WispsimError
-from wispsim.model.archs import GPU, Arch, load_arch, load_gpu
-from wispsim.model.profiles import COEFFICIENTS, Profile, dtype_bytes
+from wispsim.model.archs import GPU, Arch, dtype_bytes, load_arch, load_gpu
+from wispsim.model.physical import sig6
+from wispsim.model.profiles import COEFFICIENTS, Profile
 
 C_RULES = ("weights", "keep")
 RULE = (
@@ -60,11 +61,6 @@ def _source_hardware(src: Profile) -> dict[str, Any]:
         "hbm_bandwidth_gbs": src.hbm_bandwidth_gbs,
     }
     return hw
-
-
-def _g(v: float) -> float:
-    """Six significant digits: stable YAML, more precision than any input has."""
-    return float(f"{v:.6g}")
 
 
 def derive(
@@ -127,10 +123,10 @@ def derive(
     coefficients: dict[str, Any] = {}
     for k in COEFFICIENTS:
         v = getattr(src.estimator, k)
-        entry: dict[str, Any] = {"value": _g(v * factors[k])}
+        entry: dict[str, Any] = {"value": sig6(v * factors[k])}
         if k in src.ci95:
             lo, hi = src.ci95[k]
-            entry["ci95"] = [_g(lo * factors[k]), _g(hi * factors[k])]
+            entry["ci95"] = [sig6(lo * factors[k]), sig6(hi * factors[k])]
         coefficients[k] = entry
     facts = target.model_facts(dtype)
     return {
@@ -172,9 +168,9 @@ def derive(
                 "target_hardware": t_hw,
                 "dtype_bytes": {"source": src_kv, "target": nbytes},
                 **{k: {"source": float(s), "target": float(t)} for k, (s, t) in work.items()},
-                "compute_speed_ratio": _g(compute),
-                "bandwidth_ratio": _g(bandwidth),
-                "factors": {k: _g(v) for k, v in factors.items()},
+                "compute_speed_ratio": sig6(compute),
+                "bandwidth_ratio": sig6(bandwidth),
+                "factors": {k: sig6(v) for k, v in factors.items()},
             },
         },
     }
@@ -224,15 +220,20 @@ def derive_named(
 
 # The derived profiles shipped in profiles/ (scripts/derive_profiles.py writes them).
 SHIPPED: dict[str, dict[str, Any]] = {
-    "a100-qwen3-14b": {"source": "a100-qwen3-32b", "arch": "qwen3-14b", "gpu": "a100-80gb", "count": 1},
-    "2xa100-llama-3.1-70b": {
-        "source": "a100-qwen3-32b",
+    "a100-qwen3-14b-paper": {
+        "source": "a100-qwen3-32b-paper",
+        "arch": "qwen3-14b",
+        "gpu": "a100-80gb",
+        "count": 1,
+    },
+    "2xa100-llama-3.1-70b-paper": {
+        "source": "a100-qwen3-32b-paper",
         "arch": "llama-3.1-70b",
         "gpu": "a100-80gb",
         "count": 2,
     },
-    "h100-qwen3-32b-derived": {
-        "source": "a100-qwen3-32b",
+    "h100-qwen3-32b-paper": {
+        "source": "a100-qwen3-32b-paper",
         "arch": "qwen3-32b",
         "gpu": "h100-80gb",
         "count": 1,
@@ -260,10 +261,10 @@ def roofline_named(
 
 # the shipped grounded profiles: the headline targets on A100 and H100 (scripts/derive_profiles.py)
 GROUNDED: dict[str, dict[str, Any]] = {
-    "a100-qwen3-32b-physical": {"arch": "qwen3-32b", "gpu": "a100-80gb", "count": 1},
-    "h100-qwen3-32b-physical": {"arch": "qwen3-32b", "gpu": "h100-80gb", "count": 1},
-    "h100-qwen3-32b-fp8-physical": {"arch": "qwen3-32b", "gpu": "h100-80gb", "count": 1, "dtype": "fp8"},
-    "a100-qwen3-14b-physical": {"arch": "qwen3-14b", "gpu": "a100-80gb", "count": 1},
-    "h100-qwen3-14b-physical": {"arch": "qwen3-14b", "gpu": "h100-80gb", "count": 1},
-    "2xa100-llama-3.1-70b-physical": {"arch": "llama-3.1-70b", "gpu": "a100-80gb", "count": 2},
+    "a100-qwen3-32b": {"arch": "qwen3-32b", "gpu": "a100-80gb", "count": 1},
+    "h100-qwen3-32b": {"arch": "qwen3-32b", "gpu": "h100-80gb", "count": 1},
+    "h100-qwen3-32b-fp8": {"arch": "qwen3-32b", "gpu": "h100-80gb", "count": 1, "dtype": "fp8"},
+    "a100-qwen3-14b": {"arch": "qwen3-14b", "gpu": "a100-80gb", "count": 1},
+    "h100-qwen3-14b": {"arch": "qwen3-14b", "gpu": "h100-80gb", "count": 1},
+    "2xa100-llama-3.1-70b": {"arch": "llama-3.1-70b", "gpu": "a100-80gb", "count": 2},
 }

@@ -45,10 +45,9 @@ import numpy as np
 from wispsim.engines import DTYPES, ENGINES, Batch, Engine, EngineSpec, make_engine, random_batch
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.measure.profile.plan import Configuration, join_ints, read_plan
-from wispsim.model.archs import arch_from_dict, load_arch
+from wispsim.model.archs import arch_from_dict, dtype_bytes, load_arch
 from wispsim.model.estimator import aggregates
 from wispsim.model.measured import DATA_COLUMNS
-from wispsim.model.profiles import dtype_bytes
 from wispsim.provenance import file_sha256, module_versions
 from wispsim.tabular import read_json, read_table
 

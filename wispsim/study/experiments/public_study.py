@@ -5,8 +5,10 @@ It fits the engine's efficiencies and overheads on the spec's ``calibration`` ru
 ran with those parameters, and reports simulated against real (TTFT, TPOT/ITL, throughput, E2E),
 calibration and held-out runs apart, with a figure of median TPOT. ``write_calibration: true``
 writes the fitted parameters to ``wispsim/data/roofline.yaml``, which every grounded profile
-(:mod:`wispsim.model.physical`) reads. The quick size skips the fit and checks the shipped
-parameters on a few runs.
+(:mod:`wispsim.model.physical`) reads. ``alternatives`` refit the form with some parameters held
+fixed (no per-arrival engine cost, the ideal roofline without overlap), to show what each term is
+worth on the same runs. The quick size skips the fits and checks the shipped parameters on a few
+runs.
 """
 
 from __future__ import annotations
@@ -52,6 +54,93 @@ def _selected(runs: pd.DataFrame, spec: dict[str, Any]) -> pd.DataFrame:
     return keep[keep.run_id.isin(only)] if only else keep
 
 
+PARAMETER_KEYS = ("efficiency", "overlap", "overhead_ms")
+
+
+def _rounded(params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters at 4 significant digits, in the calibration file's layout."""
+    out: dict[str, Any] = {}
+    for key in PARAMETER_KEYS:
+        v = params.get(key)
+        if isinstance(v, dict):
+            out[key] = {k: float(f"{x:.4g}") for k, x in v.items()}
+        elif v is not None:
+            out[key] = float(f"{v:.4g}")
+    return out
+
+
+def _fit(
+    ctx: Context,
+    runs: pd.DataFrame,
+    folder: str,
+    base: dict[str, Any],
+    cal_ids: list[str],
+    fixed: dict[str, Any],
+) -> dict[str, Any]:
+    """Calibrate on ``cal_ids`` with the parameters in ``fixed`` (``section.key`` or ``overlap``)
+    held at their given values."""
+    start = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    held = set()
+    for path, value in fixed.items():
+        sec, _, key = str(path).rpartition(".")
+        if sec:
+            start[sec][key] = float(value)
+        else:
+            start[key] = float(value)
+        held.add((sec or "roofline", key))
+    fitted = tuple(f for f in public.FITTED if (f[0], f[1]) not in held)
+    cal_runs = runs[runs.run_id.isin(cal_ids)]
+    ctx.progress(f"public: calibrating {len(fitted)} parameters on {len(cal_runs)} runs")
+    fit = public.calibrate(
+        cal_runs, folder, start, lambda n, c: ctx.progress(f"public: fit {n}, cost {c:.4f}"), fitted
+    )
+    return fit.params
+
+
+def _write_calibration(
+    spec: dict[str, Any],
+    shipped: dict[str, Any],
+    params: dict[str, Any],
+    summary: pd.DataFrame,
+    cal_ids: list[str],
+) -> None:
+    table = yaml.safe_load((package_data() / "roofline.yaml").read_text())
+    fam = summary.set_index(["set", "family"])["median"]
+    table[str(spec.get("engine", "vllm"))] = {
+        **_rounded(params),
+        "noise_sigma": shipped.get("noise_sigma", 0.05),
+        "noise_basis": shipped.get("noise_basis", ""),
+        "calibrated_on": ", ".join(cal_ids),
+        "fit": {
+            "study": "experiments/public.yaml (experiments/REPORT.md, public GPU measurements)",
+            "date": f"{_dt.date.today():%Y-%m-%d}",
+            **{
+                f"{split.replace('-', '_')}_median_ape_pct": {
+                    f: float(fam.get((split, f), float("nan"))) for f in public.FAMILIES
+                }
+                for split in ("calibration", "held-out")
+            },
+        },
+    }
+    header = (
+        "# Calibrated engine parameters of the roofline form (wispsim.model.roofline), by engine.\n"
+        "# Written by `wispsim experiment run public` (experiments/public.yaml); do not edit by hand.\n"
+    )
+    (package_data() / "roofline.yaml").write_text(header + yaml.safe_dump(table, sort_keys=False))
+
+
+def _by_group(errors: pd.DataFrame) -> pd.DataFrame:
+    fam = {m: f for f, ms in public.FAMILIES.items() for m in ms}
+    return (
+        errors.assign(family=errors.metric.map(fam))
+        .groupby(["set", "group", "family"])
+        .ape_pct.median()
+        .unstack("family")
+        .round(1)
+        .reset_index()
+    )
+
+
 @STUDIES.register("public")
 def study_public(ctx: Context) -> Section:
     spec = ctx.spec
@@ -59,88 +148,61 @@ def study_public(ctx: Context) -> Section:
     runs = _selected(public.load_runs(folder), spec)
     cal_ids = [str(x) for x in spec.get("calibration", [])]
     shipped = calibration(str(spec.get("engine", "vllm")))
-    base = {k: dict(shipped[k]) for k in ("efficiency", "overhead_ms")}
-    if spec.get("fit", True):
-        cal_runs = runs[runs.run_id.isin(cal_ids)]
-        ctx.progress(f"public: calibrating on {len(cal_runs)} runs")
-        fit = public.calibrate(
-            cal_runs, folder, base, lambda n, c: ctx.progress(f"public: fit {n}, cost {c:.4f}")
-        )
-        params = fit.params
-    else:
-        params = base
+    base = {k: shipped[k] for k in PARAMETER_KEYS if k in shipped}
+    base.setdefault("overlap", 4.0)  # a start for the fit
+    params = _fit(ctx, runs, folder, base, cal_ids, {}) if spec.get("fit", True) else base
     ctx.progress(f"public: simulating {len(runs)} runs")
     errors = public.compare(runs, folder, params, cal_ids)
     ctx.simulated += len(runs)
     errors.to_csv(ctx.out / "errors.csv", index=False)
     summary = public.summary(errors)
     summary.to_csv(ctx.out / "summary.csv", index=False)
-    by_group = (
-        errors.assign(family=errors.metric.map({m: f for f, ms in public.FAMILIES.items() for m in ms}))
-        .groupby(["set", "group", "family"])
-        .ape_pct.median()
-        .unstack("family")
-        .round(1)
-        .reset_index()
-    )
-    params_out = {
-        "efficiency": {k: float(f"{v:.4g}") for k, v in params["efficiency"].items()},
-        "overhead_ms": {k: float(f"{v:.4g}") for k, v in params["overhead_ms"].items()},
-    }
-    (ctx.out / "calibration.yaml").write_text(yaml.safe_dump(params_out, sort_keys=False))
+    (ctx.out / "calibration.yaml").write_text(yaml.safe_dump(_rounded(params), sort_keys=False))
     if spec.get("write_calibration") and not ctx.quick:
-        table = yaml.safe_load((package_data() / "roofline.yaml").read_text())
-        fam = summary.set_index(["set", "family"])["median"]
-        table[str(spec.get("engine", "vllm"))] = {
-            **params_out,
-            "noise_sigma": shipped.get("noise_sigma", 0.05),
-            "noise_basis": shipped.get("noise_basis", ""),
-            "calibrated_on": ", ".join(cal_ids),
-            "fit": {
-                "study": "experiments/public.yaml (experiments/REPORT.md, public GPU measurements)",
-                "date": f"{_dt.date.today():%Y-%m-%d}",
-                "held_out_median_ape_pct": {
-                    f: float(fam.get(("held-out", f), float("nan"))) for f in public.FAMILIES
-                },
-                "calibration_median_ape_pct": {
-                    f: float(fam.get(("calibration", f), float("nan"))) for f in public.FAMILIES
-                },
-            },
-        }
-        header = "# Calibrated engine parameters of the roofline form (wispsim.model.roofline), by engine.\n"
-        header += (
-            "# Written by `wispsim experiment run public` (experiments/public.yaml); do not edit by hand.\n"
-        )
-        (package_data() / "roofline.yaml").write_text(header + yaml.safe_dump(table, sort_keys=False))
+        _write_calibration(spec, shipped, params, summary, cal_ids)
+    # the same fit with terms held fixed: what each is worth
+    variants = [("all parameters fitted (shipped)", params, summary)]
+    for alt in spec.get("alternatives", []) if spec.get("fit", True) else []:
+        alt_params = _fit(ctx, runs, folder, base, cal_ids, dict(alt.get("fix", {})))
+        alt_errors = public.compare(runs, folder, alt_params, cal_ids)
+        ctx.simulated += len(runs)
+        alt_errors.to_csv(ctx.out / f"errors-{alt['name'].replace(' ', '-')}.csv", index=False)
+        variants.append((str(alt["name"]), alt_params, public.summary(alt_errors)))
     fig = public_tpot(errors, ctx.out / "public_tpot.png")
+
     sec = Section(spec.get("title", "Public GPU measurements"))
     sec.body += [
         f"{len(runs)} public runs ({runs.group.nunique()} deployments; data and provenance: "
         "`experiments/data/public/README.md`), each simulated as it ran on the physical profile of its "
         f"architecture, GPU, TP and precision. Calibration runs ({len(cal_ids)}): "
         + ", ".join(f"`{r}`" for r in cal_ids)
-        + ". Fitted parameters:",
+        + ". Fitted parameters (efficiencies: fractions of the datasheet peaks; overlap: the p-norm "
+        "exponent; overheads in ms):",
         "",
     ]
-    sec.body += md_table(
-        pd.DataFrame(
-            [
-                {
-                    **{f"eff {k}": v for k, v in params_out["efficiency"].items()},
-                    **{f"{k} ms": v for k, v in params_out["overhead_ms"].items()},
-                }
-            ]
-        ),
-        "{:.4g}",
-    )
+    rows = []
+    for name, p, summ in variants:
+        r = _rounded(p)
+        fam = summ.set_index(["set", "family"])["median"]
+        rows.append(
+            {
+                "variant": name,
+                **{f"eff {k}": v for k, v in r["efficiency"].items() if k != "attention"},
+                "overlap": r.get("overlap", float("inf")),
+                **{k: v for k, v in r["overhead_ms"].items() if k != "allreduce"},
+                **{f"held-out {f}": fam.get(("held-out", f), float("nan")) for f in public.FAMILIES},
+            }
+        )
+    sec.body += md_table(pd.DataFrame(rows), "{:.4g}")
     sec.body += [
         "",
-        "Absolute percentage error per metric family (median, mean over runs and metrics of the family):",
+        "Absolute percentage error per metric family, shipped parameters (median and mean over runs "
+        "and the family's metrics):",
         "",
     ]
     sec.body += md_table(summary)
     sec.body += ["", "Median APE per deployment:", ""]
-    sec.body += md_table(by_group)
+    sec.body += md_table(_by_group(errors))
     sec.body += ["", f"![median TPOT, simulated vs real]({ctx.rel(fig)})"]
-    sec.facts.update({"parameters": params_out, "runs": len(runs)})
+    sec.facts.update({"parameters": _rounded(params), "runs": len(runs)})
     return sec

@@ -1,0 +1,92 @@
+"""The ``vllm bench serve`` driver (wispsim.study.bench) and the public-runs study around it:
+exact figures on a one-request benchmark, vLLM's async scheduling, prefix-cache hits of repeated
+prompts, and one-line errors for a bad study spec."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from wispsim.errors import ConfigError
+from wispsim.model.archs import load_arch, load_gpu
+from wispsim.model.physical import physical_profile
+from wispsim.model.profiles import parse_profile
+from wispsim.study import public
+from wispsim.study.bench import BenchRun, bench, prefix_hits
+
+PARAMS = {
+    "efficiency": {"bandwidth": 0.8, "compute": 0.7, "attention": 0.7},
+    "overhead_ms": {"step": 0.5, "request": 0.01, "arrival": 2.0, "allreduce": 0.008, "frontend": 10.0},
+}
+
+
+@pytest.fixture(scope="module")
+def profile():  # type: ignore[no-untyped-def]
+    data = physical_profile(load_arch("qwen3-32b"), load_gpu("h100-80gb"), params=PARAMS, noise_sigma=0.0)
+    return parse_profile(data, "test")
+
+
+def test_one_request_alone_has_exact_figures(profile) -> None:  # type: ignore[no-untyped-def]
+    """Concurrency 1, one prompt: TTFT is the front end plus the prefill step, TPOT the mean of
+    the decode steps that follow, throughput the output over the benchmark's duration."""
+    est = profile.estimator
+    res = bench(profile, BenchRun(num_prompts=1, input_lens=[100], output_lens=[5], concurrency=1))
+    f = res.figures()
+    prefill = est.batch(100, 100 * 100, 0, 1, 1)
+    decodes = [est.batch(1, 100 + k + 1, 100 + k, 1, 0) for k in range(4)]
+    assert f["ttft_median_ms"] == pytest.approx((0.010 + prefill) * 1e3)
+    assert f["tpot_median_ms"] == pytest.approx(sum(decodes) / 4 * 1e3)
+    assert f["e2e_median_ms"] == pytest.approx((0.010 + prefill + sum(decodes)) * 1e3)
+    assert f["output_throughput_tok_s"] == pytest.approx(5 / (0.010 + prefill + sum(decodes)))
+
+
+def test_async_scheduling_makes_a_request_arriving_mid_step_wait_a_step_longer(profile) -> None:  # type: ignore[no-untyped-def]
+    """With async scheduling the step after the running one is already formed: a request that
+    arrives while the engine is busy joins the step after next; an idle engine takes it at once."""
+    run = BenchRun(num_prompts=2, input_lens=[100], output_lens=[50], concurrency=2, request_rate=50.0)
+    sync = bench(profile, run).responses
+    from dataclasses import replace
+
+    asyn = bench(profile, replace(run, async_scheduling=True)).responses
+    first = lambda r: (r.t_first - r.t_start).to_numpy()  # noqa: E731
+    assert first(asyn)[0] == pytest.approx(first(sync)[0])  # engine idle: no difference
+    assert first(asyn)[1] > first(sync)[1]  # arrived mid-step: one more step
+
+
+def test_prefix_hits_are_whole_blocks_of_repeated_prompts() -> None:
+    run = BenchRun(
+        num_prompts=5,
+        input_lens=[80],
+        output_lens=[8],
+        prefix_caching=True,
+        prompt_groups=2,
+        prompts_per_group=2,
+        shared_prefix_tokens=40,
+        block_size=16,
+    )
+    # prompts 0,1 (group 0), 2,3 (group 1), then 0 again
+    assert prefix_hits(run, [0, 1, 2, 3, 0], [80] * 5) == [0, 32, 0, 32, 64]
+    off = BenchRun(num_prompts=2, input_lens=[80], output_lens=[8])
+    assert prefix_hits(off, [0, 0], [80, 80]) == [0, 0]
+
+
+def test_a_public_run_simulates_its_figures() -> None:
+    folder = str(public.data_dir())
+    runs = public.load_runs(folder)
+    row = runs[runs.run_id == "ruiz-qwen3-32b-nospec-c1"].iloc[0]
+    sim = public.simulate_run(row, folder)
+    assert set(public.METRICS) <= set(sim)
+    # physics: a decode step of a 64 GB model on a 2.4 TB/s part costs at least 26.7 ms
+    assert sim["tpot_median_ms"] > 64e9 / 2400e9 * 1e3
+    table = public.compare(runs[runs.run_id == row.run_id], folder, None, [row.run_id])
+    assert set(table.set) == {"calibration"} and (table.ape_pct >= 0).all()
+    assert list(public.summary(table).columns) == ["set", "family", "median", "mean", "count"]
+
+
+def test_a_study_spec_naming_an_unknown_run_is_one_line() -> None:
+    from wispsim.study.experiments.public_study import _selected
+
+    runs = pd.DataFrame({"run_id": ["a"], "gpu": ["h100-80gb"], "spec_method": ["none"], "group": ["g"]})
+    with pytest.raises(ConfigError, match="calibration: unknown run 'b'") as err:
+        _selected(runs, {"name": "public", "calibration": ["b"]})
+    assert "\n" not in str(err.value)
