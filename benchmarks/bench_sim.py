@@ -66,7 +66,7 @@ def calibrate(res: SimResult) -> Calibration:
     r, b = res.rounds, res.batches
     device_side = (r.draft_time + r.uplink_time + r.downlink_time).to_numpy()
     rng = np.random.default_rng(0)
-    c = load_profile(res.scenario.server.profile).estimator.c
+    c = load_profile(res.scenario.server.profile).estimator.fastest  # the fixed part of a pass
     per_request = float((b.latency.sum() - c * len(b)) / max(int(b["size"].sum()), 1))
     return Calibration(res.sim_end, rng.choice(device_side, POOL).tolist(), c, max(per_request, 0.0))
 

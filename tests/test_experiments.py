@@ -49,7 +49,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_every_study_writes_its_section_and_figures(quick_run: Path) -> None:
     names = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
-    assert len(names) == 12
+    assert len(names) == 13
     for name in names:
         sec = (quick_run / name / "section.md").read_text()
         assert (

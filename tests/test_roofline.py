@@ -228,3 +228,43 @@ def test_overlap_out_of_range_is_one_line() -> None:
     with pytest.raises(ConfigError) as err:
         parse_profile(data, "p.yaml")
     assert err.value.field == "roofline.overlap" and "must be >= 1" in str(err.value)
+
+
+def test_profile_derive_prices_any_architecture_on_any_gpu(tmp_path: Path) -> None:
+    """`wispsim profile derive` writes a physical profile that loads, prints its parameters and
+    its floor; a precision the GPU lacks is one line and exit 2."""
+    from typer.testing import CliRunner
+
+    from wispsim.cli.main import app
+    from wispsim.model.profiles import load_profile
+
+    out = tmp_path / "mixtral.yaml"
+    r = CliRunner().invoke(
+        app,
+        [
+            "profile",
+            "derive",
+            "--arch",
+            "mixtral-8x7b",
+            "--gpu",
+            "h100-80gb",
+            "--count",
+            "2",
+            "--out",
+            str(out),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    assert "roofline" in r.output and "physical floor" in r.output
+    prof = load_profile(str(out))
+    assert isinstance(prof.estimator, Roofline) and prof.gpu_count == 2
+    assert prof.provenance["inputs"]["gpu"] == "h100-80gb"
+    import subprocess
+    import sys
+
+    args = ["profile", "derive", "--arch", "qwen3-32b", "--gpu", "a100-80gb", "--dtype", "fp8"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "wispsim.cli", *args, "--out", str(out)], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "no fp8 tensor cores" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1

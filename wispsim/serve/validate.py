@@ -17,14 +17,8 @@ which every N keeps the violation rate within epsilon).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +31,8 @@ from wispsim.analysis.metrics import server_stats, summarize
 from wispsim.config import POLICY_NAMES, Scenario, parse_set
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.serve.app import ModelSource
-from wispsim.serve.swarm import Client, SwarmRun, health, run_swarm
+from wispsim.serve.process import ServerProcess
+from wispsim.serve.swarm import SwarmRun, run_swarm
 from wispsim.sim.engine import simulate
 from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import SimResult
@@ -123,85 +118,6 @@ def point_metrics(res: SimResult) -> dict[str, float]:
         "cold_round_share": cold,
         "cached_prefix_share": cached_share,
     }
-
-
-class ServerProcess:
-    """``wispsim serve`` in a child process (its own process group), stopped on exit."""
-
-    def __init__(
-        self, scenario_file: Path, policy: str, source: ModelSource, port: int, log_file: Path
-    ) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "wispsim.cli",
-            "serve",
-            str(scenario_file),
-            "--policy",
-            policy,
-            "--port",
-            str(port),
-        ]
-        cmd += ["--model", source.model] if source.model else ["--arch", str(source.arch)]
-        cmd += ["--dtype", source.dtype]
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_file = log_file
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_file, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def wait_ready(self, timeout: float = 600.0) -> dict[str, Any]:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            if self.proc.poll() is not None:
-                tail = [ln for ln in self.log_file.read_text(errors="replace").splitlines() if ln.strip()][
-                    -1:
-                ]
-                raise WispsimError(
-                    f"wispsim serve exited with {self.proc.returncode} before it was ready: "
-                    f"{tail[0] if tail else '(no output)'} (log: {self.log_file})"
-                )
-            try:
-                client = Client(self.url, 1)
-                try:
-                    facts, _ = health(client, samples=1)
-                finally:
-                    client.close()
-                return facts
-            except WispsimError:
-                time.sleep(1.0)
-        raise WispsimError(f"wispsim serve was not ready within {timeout:.0f} s (log: {self.log_file})")
-
-    def reset(self, timeout: float = 120.0) -> None:
-        """Empty the server between points (it refuses while rounds are still in flight)."""
-        client = Client(self.url, 1)
-        try:
-            t0 = time.monotonic()
-            while True:
-                try:
-                    client.call(client.request("POST", "/reset"))
-                    return
-                except WispsimError:
-                    if time.monotonic() - t0 > timeout:
-                        raise
-                    time.sleep(0.5)
-        finally:
-            client.close()
-
-    def stop(self) -> None:
-        """SIGTERM to the server's process group (uvicorn shuts down, the engine is closed), then
-        SIGKILL to whatever of the group is left: vLLM's engine processes outlive a parent that
-        did not close them."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=30)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-        self._log.close()
 
 
 def point_folder(out: Path, regime: str, policy: str, n: int) -> Path:

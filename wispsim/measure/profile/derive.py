@@ -78,6 +78,11 @@ def derive(
     """The derived profile as a mapping for ``profiles/NAME.yaml``."""
     if c_rule not in C_RULES:
         raise WispsimError(f"--c-rule: got {c_rule!r}; allowed: {', '.join(C_RULES)}")
+    if not src.estimator.additive:
+        raise WispsimError(
+            f"--source: profile {src.name!r} is a {src.estimator.form} profile; --form additive scales "
+            "coefficients (e.g. --source a100-qwen3-32b-paper); for physics use --form roofline"
+        )
     if src.model.arch is None and source_arch is None:
         raise WispsimError(f"profile {src.name!r} has no model.arch: give --source-arch")
     s_arch = source_arch or load_arch(str(src.model.arch))

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from wispsim.analysis.tables import is_saturated, saturated_mask
 from wispsim.config import Scenario
 from wispsim.model.acceptance import make_acceptance
-from wispsim.model.profiles import available_profiles, load_profile
+from wispsim.model.profiles import available_profiles, find_profile, load_profile, parse_profile
 from wispsim.plots import acceptance_bars, capacity_bars, violation_curves
 from wispsim.study.capacity import SweepResult, capacity_sweep, groups_for, speedups
 from wispsim.study.experiments.run import Context, Section, md_table
@@ -62,6 +63,32 @@ def _sweep(
     return res
 
 
+def _target(ctx: Context, target: Any) -> tuple[str, str]:
+    """(name, profile) of a ``targets`` entry: a profile's name, or a variant
+    ``{name, profile, roofline}`` whose roofline parameters (``efficiency``, ``overlap``,
+    ``overhead_ms``) replace the profile's; the variant's profile is written to the study's
+    folder (its provenance says what changed) and checked like any other."""
+    if not isinstance(target, dict):
+        return str(target), str(target)
+    base = yaml.safe_load(find_profile(str(target["profile"])).read_text())
+    roof = base.get("roofline") or {}
+    for key, value in (target.get("roofline") or {}).items():
+        roof[key] = {**roof.get(key, {}), **value} if isinstance(value, dict) else value
+    name = str(target["name"])
+    base.update(name=name, roofline=roof)
+    base["provenance"] = {
+        **base.get("provenance", {}),
+        "kind": "derived",
+        "rule": f"{target['profile']} with roofline {target.get('roofline')} (a sensitivity variant)",
+        "inputs": {"profile": str(target["profile"]), "roofline": target.get("roofline") or {}},
+    }
+    path = ctx.out / "profiles" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(base, sort_keys=False))
+    parse_profile(base, str(path))  # a bad variant fails here, in one line
+    return name, str(path)
+
+
 def _with_profile(sc: Scenario, profile: str) -> Scenario:
     """``sc`` with its verifier's latency profile set to ``profile`` (a name or a path)."""
     return sc.replace(server=dataclasses.replace(sc.server, profile=profile))
@@ -89,9 +116,10 @@ def study_capacity(ctx: Context) -> Section:
     targets = list(spec.get("targets", ["a100-qwen3-32b"]))
     sec = Section(spec.get("title", "Capacity table"))
     goodput_rows = []
-    for target in targets:
+    for entry in targets:
+        target, profile = _target(ctx, entry)
         ctx.progress(f"capacity: {target}")
-        base = {p: _with_profile(ctx.scenario(), target).with_policy(p) for p in policies}
+        base = {p: _with_profile(ctx.scenario(), profile).with_policy(p) for p in policies}
         folder = ctx.out / target
         t0 = time.perf_counter()
         res = _sweep(ctx, folder, base, classes, "separate")

@@ -155,6 +155,20 @@ def _check_spec(spec: dict[str, Any]) -> None:
         if not isinstance(spec["targets"], list) or not spec["targets"]:
             raise ConfigError(src, "targets", "must be a non-empty list of profile names")
         for t in spec["targets"]:
+            if isinstance(
+                t, dict
+            ):  # a variant: {name, profile, roofline: {...}} (a roofline profile's parameters changed)
+                if set(t) - {"name", "profile", "roofline"} or not t.get("name") or not t.get("profile"):
+                    raise ConfigError(
+                        src,
+                        "targets",
+                        f"a variant is {{name, profile, roofline}}, got {' '.join(repr(t).split())[:80]}",
+                    )
+                if not isinstance(t.get("roofline", {}), dict):
+                    raise ConfigError(
+                        src, "targets", f"{t['name']}: roofline must be a mapping of parameters"
+                    )
+                t = t["profile"]
             try:
                 find_profile(str(t))
             except WispsimError:
