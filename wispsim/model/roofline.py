@@ -151,13 +151,23 @@ class Roofline:
         n_requests: float = 0,
         n_arrivals: float = 0,
     ) -> float:
-        """``T_hat`` of a pass from the batch's aggregates (module docstring)."""
-        weights = self._weights_s or self.weight_bytes_read(n_linear) / (self.bandwidth * self.bandwidth_eff)
+        """``T_hat`` of a pass from the batch's aggregates (module docstring). The two
+        :func:`combine` calls are written out: the scheduler prices a batch per candidate."""
         p = self.overlap
+        w = self._weights_s or self.weight_bytes_read(n_linear) / (self.bandwidth * self.bandwidth_eff)
+        f = self._token_s * n_linear
+        hi = w if w >= f else f
+        if p != math.inf and hi > 0.0:
+            hi = hi * (1.0 + ((w + f - hi) / hi) ** p) ** (1.0 / p)
+        k = self._kv_s * (n_cached + n_linear)
+        q = self._pair_s * n_interactions
+        a_hi = k if k >= q else q
+        if p != math.inf and a_hi > 0.0:
+            a_hi = a_hi * (1.0 + ((k + q - a_hi) / a_hi) ** p) ** (1.0 / p)
         return (
             self.step
-            + combine(weights, self._token_s * n_linear, p)
-            + combine(self._kv_s * (n_cached + n_linear), self._pair_s * n_interactions, p)
+            + hi
+            + a_hi
             + self._ar_fixed_s
             + self._ar_token_s * n_linear
             + self.request * n_requests
@@ -181,6 +191,11 @@ class Roofline:
     def alone(self, l_new: int, l_cached: int) -> float:
         """``T_hat`` of a batch holding only this request (arriving anew)."""
         return self.batch(l_new, (l_new + l_cached) * l_new, l_cached, 1, 1)
+
+    def price(self, l_new: int, l_cached: int) -> tuple[float, float]:
+        """(:meth:`marginal`, :meth:`alone`) of one request, in one call (the scheduler asks
+        both of every queued request at every dispatch epoch)."""
+        return self.marginal(l_new, l_cached), self.batch(l_new, (l_new + l_cached) * l_new, l_cached, 1, 1)
 
     def of(self, requests: Iterable[tuple[int, int]]) -> float:
         """``T_hat`` of a verification batch given its (L_new, L_cached) pairs (all arriving anew)."""

@@ -40,7 +40,7 @@ class WispScheduler:
         if additive:  # the linear forms: T_hat = c + sum of v_i (the fast path, inlined)
             a, b_c, b_r, c = est.a, est.b_compute, est.b_read, est.c
         else:  # the roofline: T_hat from the batch's aggregates (weights once per pass)
-            alone, batch_cost = est.alone, est.batch
+            price, batch_cost = est.price, est.batch
             c = 0.0
         delta = gpu.delta
         critical: list[tuple[float, float, int, float]] = []
@@ -52,8 +52,7 @@ class WispScheduler:
                 v = l_new * (a + b_c * (l_new + l_cached)) + b_r * l_cached  # est.marginal, inlined
                 single = v + c
             else:
-                v = est.marginal(l_new, l_cached)
-                single = alone(l_new, l_cached)
+                v, single = price(l_new, l_cached)
             if now + single > r.deadline:
                 late.append((r.arrival, 0, idx, v))
             elif now >= r.deadline - single - delta:
