@@ -235,6 +235,48 @@ def compare(
     return pd.DataFrame(rows)
 
 
+GIB = 1024**3
+
+
+def memory_check(folder: str) -> pd.DataFrame:
+    """wispsim's memory facts against what the public runs' servers logged, per deployment without
+    speculation: weight GiB per GPU, KV bytes per token per GPU (logged: KV GiB over KV tokens;
+    inference-sim logs KV blocks, not weights), and the activation reserve the engine kept
+    (GPU memory x utilization - weights - KV), which ``server.activation_reserve_gib`` stands for."""
+    mem = pd.read_csv(Path(folder) / "memory.csv")
+    runs = load_runs(folder)
+    rows = []
+    for group, g in mem.groupby("group", sort=False):
+        r = g.iloc[0]
+        if pd.isna(r.gpu):  # the GPU was not recorded: nothing to hold the memory against
+            continue
+        run = runs[runs.group == group].iloc[0]
+        if run.spec_method != "none":  # a draft model's weights and KV share the GPU (next issue)
+            continue
+        tp = int(r.tp)
+        arch = load_arch(str(run["arch"]))
+        weights = arch.weight_bytes(2)
+        gpu = load_gpu(str(r.gpu))
+        logged_w = float(r.weights_gib) if pd.notna(r.weights_gib) else math.nan
+        kv_gib = float(r.kv_cache_gib)
+        util = float(r.gpu_memory_utilization) if pd.notna(r.gpu_memory_utilization) else 0.9
+        rows.append(
+            {
+                "group": group,
+                "gpu": r.gpu,
+                "tp": tp,
+                "weights GiB/GPU logged": logged_w,
+                "weights GiB/GPU wispsim": weights / tp / GIB,
+                "KV B/token/GPU logged": kv_gib * GIB / float(r.kv_tokens),
+                "KV B/token/GPU wispsim": arch.kv_bytes_per_token(2) / tp,
+                "reserve GiB/GPU implied": gpu.memory_gib * util
+                - (weights / tp / GIB if math.isnan(logged_w) else logged_w)
+                - kv_gib,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def summary(errors: pd.DataFrame) -> pd.DataFrame:
     """Median and mean APE per metric family, set and group (the issue's MAPE table)."""
     fam = {m: f for f, ms in FAMILIES.items() for m in ms}

@@ -148,8 +148,9 @@ def study_public(ctx: Context) -> Section:
     runs = _selected(public.load_runs(folder), spec)
     cal_ids = [str(x) for x in spec.get("calibration", [])]
     shipped = calibration(str(spec.get("engine", "vllm")))
-    base = {k: shipped[k] for k in PARAMETER_KEYS if k in shipped}
-    base.setdefault("overlap", 4.0)  # a start for the fit
+    # the fit starts from the spec's ``fit_start`` (so a rerun reproduces it) or the shipped values
+    base = dict(spec.get("fit_start") or {k: shipped[k] for k in PARAMETER_KEYS if k in shipped})
+    base.setdefault("overlap", 4.0)
     params = _fit(ctx, runs, folder, base, cal_ids, {}) if spec.get("fit", True) else base
     ctx.progress(f"public: simulating {len(runs)} runs")
     errors = public.compare(runs, folder, params, cal_ids)
@@ -203,6 +204,14 @@ def study_public(ctx: Context) -> Section:
     sec.body += md_table(summary)
     sec.body += ["", "Median APE per deployment:", ""]
     sec.body += md_table(_by_group(errors))
-    sec.body += ["", f"![median TPOT, simulated vs real]({ctx.rel(fig)})"]
+    sec.body += ["", f"![median TPOT, simulated vs real]({ctx.rel(fig)})", ""]
+    memory = public.memory_check(folder)
+    memory.to_csv(ctx.out / "memory_check.csv", index=False)
+    sec.body += [
+        "The memory facts against what the servers logged (per GPU; the reserve is GPU memory x "
+        "utilization - weights - KV, what `server.activation_reserve_gib` stands for):",
+        "",
+    ]
+    sec.body += md_table(memory, "{:.4g}")
     sec.facts.update({"parameters": _rounded(params), "runs": len(runs)})
     return sec
