@@ -473,3 +473,24 @@ def test_class_labels_are_matched_as_numbers_and_the_figure_goes_where_it_says(
     assert f"wrote {tmp_path / 'bars.svg'}" in text and (tmp_path / "bars.svg").read_text().startswith(
         "<?xml"
     )
+
+
+def test_capacity_bars_of_one_class_raise_no_warning() -> None:
+    """One class: matplotlib's error bars once turned 1-element arrays into scalars (a NumPy
+    deprecation, a future error); with warnings as errors the figure still draws."""
+    import warnings
+
+    cap = pd.DataFrame(
+        {
+            "policy": ["wisp", "sled"],
+            "class": ["8", "8"],
+            "capacity": [46, 1],
+            "ci_low": [40, 1],
+            "ci_high": [63, 3],
+            "saturated": [False, False],
+        }
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = capacity_bars_figure(cap)
+    assert len(fig.axes[0].patches) == 2

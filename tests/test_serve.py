@@ -13,8 +13,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.support import cli
-from wispsim.sim.inputs import load_scenario
+# the serve extra (fastapi, uvicorn, httpx): without it these tests skip, and the commands say
+# what to install (tests/test_extras.py)
+for _module in ("fastapi", "uvicorn", "httpx"):
+    pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
+
+from tests.support import cli  # noqa: E402
+from wispsim.sim.inputs import load_scenario  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "validation-cpu.yaml"

@@ -376,7 +376,7 @@ def profile_show(
     """Print a profile's coefficients, memory facts and provenance."""
     from wispsim.model.profiles import load_profile
 
-    p = load_profile(name)
+    p = load_profile(name, "wispsim profile show", "NAME")
     title = f"profile {p.name} ({p.provenance.get('kind')}, {p.estimator.form} form)"
     if p.estimator.additive:
         coef = {k: getattr(p.estimator, k) for k in ("a", "b_compute", "b_read", "c")}

@@ -41,6 +41,7 @@ from wispsim.cli.options import (
 from wispsim.errors import ConfigError
 from wispsim.paths import check_output_file, writing
 from wispsim.provenance import write_manifest
+from wispsim.serve import require_serve
 
 PORT = whole(1, 65535, "a TCP port")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -97,6 +98,7 @@ def serve(
     estimator of the scenario's profile; centralized hands whole responses to vLLM's continuous
     batching and streams the tokens. API: docs/serve.md.
     """
+    require_serve("wispsim serve")
     from wispsim.serve.app import serve as run_server
 
     source = _source(model, arch, dtype)
@@ -131,6 +133,7 @@ def swarm(
     The devices are the simulator's own on the wall clock (same acceptance trace, drafting,
     link delays); the server's queue and verify times, batches and cached tokens are its reports.
     """
+    require_serve("wispsim swarm")
     from wispsim.analysis.metrics import summarize
     from wispsim.serve.swarm import probe, run_swarm
 
@@ -212,6 +215,7 @@ def validate(
     scenario, replays the real log; writes comparison.csv, capacity.csv and validation.png.
     Resumable: points already in --out are kept.
     """
+    require_serve("wispsim validate")
     from wispsim.plots import validation_plot
     from wispsim.serve.validate import capacities, replays
     from wispsim.serve.validate import validate as run_validation

@@ -372,18 +372,18 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
     return profile
 
 
-def find_profile(name_or_path: str) -> Path:
+def find_profile(name_or_path: str, source: str = "scenario", where: str = "server.profile") -> Path:
+    """A profile's file by name or path; a one-line error naming ``source`` and ``where`` (the
+    scenario field, or the option that named it) and the shipped profiles if there is none."""
     path = resolve_named(name_or_path, profiles_dir(), (".yaml", ".yml"))
     if path is None:
         known = ", ".join(available_profiles()) or "none"
-        raise ConfigError(
-            "scenario", "server.profile", f"no profile {name_or_path!r}; shipped profiles: {known}"
-        )
+        raise ConfigError(source, where, f"no profile {name_or_path!r}; shipped profiles: {known}")
     return path
 
 
-def load_profile(name_or_path: str) -> Profile:
-    path = find_profile(name_or_path)
+def load_profile(name_or_path: str, source: str = "scenario", where: str = "server.profile") -> Profile:
+    path = find_profile(name_or_path, source, where)
     try:
         st = path.stat()
     except OSError:

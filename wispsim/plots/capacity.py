@@ -262,7 +262,11 @@ def capacity_bars_figure(capacity: pd.DataFrame | Path | str, title: str | None 
         hi = np.clip(d.ci_high.to_numpy(float) - val, 0, None)
         sat = saturated_mask(d).to_numpy()
         pos = x + width * (i - (len(policies) - 1) / 2)
-        bars = ax.bar(pos, val, width, color=f"C{i % 10}", label=pol, yerr=[lo, hi], capsize=3)
+        # intervals as lists: with one class, matplotlib would convert 1-element arrays to scalars
+        # (a NumPy deprecation, a future error)
+        bars = ax.bar(
+            pos, val, width, color=f"C{i % 10}", label=pol, yerr=[lo.tolist(), hi.tolist()], capsize=3
+        )
         if bars.errorbar is not None:
             for coll in bars.errorbar.lines[2]:
                 coll.set_gid(f"capacity-interval|{pol}")

@@ -232,6 +232,13 @@ def read_log(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     src = str(p)
     df = _read_table(p, src)
     missing = [c for c in REQUIRED if c not in df.columns]
+    if len(missing) == len(REQUIRED):  # nothing of a log: another table (a summary, records)
+        raise ConfigError(
+            src,
+            "",
+            "not a replay log (none of its columns); write one with `wispsim run --log` or "
+            "`wispsim swarm --log`",
+        )
     if missing:
         raise ConfigError(
             src,
