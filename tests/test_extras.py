@@ -42,3 +42,125 @@ def test_replay_of_a_table_that_is_no_log_says_so(capsys, monkeypatch, tmp_path)
     code, _, err = cli(capsys, monkeypatch, "replay", str(table))
     assert code == 2 and "not a replay log" in err and "run --log" in err
     assert err.count("device") <= 1  # the columns are not listed twice
+
+
+def test_shipped_scenarios_resolve_by_name_from_any_folder(capsys, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)  # not the checkout: scenarios/ is not here
+    code, out, err = cli(capsys, monkeypatch, "scenario", "show", "fleet-2000")
+    assert code == 0, err
+    assert "name: fleet-2000" in out
+    code, out, _ = cli(capsys, monkeypatch, "scenario", "list")
+    assert code == 0 and "fleet-2000" in out and "quick" in out
+    code, _, err = cli(capsys, monkeypatch, "scenario", "show", "fleet-2001")
+    assert code == 2 and "no shipped scenario of that name" in err and "fleet-2000" in err
+
+
+def test_the_notebook_picks_the_newest_folder_it_can_plot(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An `estimator compare` folder has a capacity.csv but no curves: the violation-curves
+    notebook's default choice skips it; with nothing to plot it says what it needs in one line."""
+    import os
+
+    from wispsim.analysis.tables import newest_curves_folder
+    from wispsim.errors import WispsimError
+
+    results = tmp_path / "results"
+    sweep, other = results / "compare-a", results / "estimator-compare-b"
+    for folder, files in ((sweep, ("capacity.csv", "curve_pooled.csv")), (other, ("capacity.csv",))):
+        folder.mkdir(parents=True)
+        for f in files:
+            (folder / f).write_text("x\n")
+    os.utime(other / "capacity.csv", (2e9, 2e9))  # the newer one
+    assert newest_curves_folder(results) == sweep
+    (sweep / "curve_pooled.csv").unlink()
+    with pytest.raises(WispsimError, match=r"no folder with capacity\.csv and curve_pooled\.csv"):
+        newest_curves_folder(results)
+
+
+def test_profile_fit_without_held_out_rows_says_so(capsys, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+    from pathlib import Path
+
+    import pandas as pd
+
+    data = Path(__file__).resolve().parents[1] / "profiles" / "data" / "cpu-qwen2.5-0.5b.csv"
+    rows = pd.read_csv(data)
+    train = tmp_path / "train-only.csv"
+    rows[rows.split == "train"].to_csv(train, index=False)
+    shutil.copy(str(data) + ".meta.json", str(train) + ".meta.json")
+    args = [
+        "profile",
+        "fit",
+        str(train),
+        "--out",
+        str(tmp_path / "p.yaml"),
+        "--bootstrap",
+        "10",
+        "--no-plots",
+    ]
+    code, out, err = cli(capsys, monkeypatch, *args, "--folds", "2")
+    assert code == 0, err
+    assert "test: none (the recording has no held-out rows" in " ".join(out.split())
+    assert "nan" not in out.lower().replace("nan-", "")
+
+
+def test_progress_logs_plain_lines_when_stderr_is_not_a_terminal(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    from rich.console import Console
+
+    from wispsim.cli import common
+
+    buf = io.StringIO()
+    monkeypatch.setattr(common, "err_console", Console(file=buf, force_terminal=False, width=100))
+    monkeypatch.setattr(common, "LOG_EVERY_S", 0.0)
+    with common.progress() as prog:
+        task = prog.add_task("profile record", total=3)
+        for _ in range(3):
+            prog.advance(task)
+    lines = [ln for ln in buf.getvalue().splitlines() if ln.startswith("profile record:")]
+    assert lines[0].startswith("profile record: 0/3") and lines[-1].startswith("profile record: 3/3")
+    assert sum(ln.startswith("profile record: 3/3") for ln in lines) == 1  # its end, once
+
+
+def test_plan_prints_the_violation_that_fails_epsilon_with_its_digits() -> None:
+    import pandas as pd
+
+    from wispsim.cli.common import table
+    from wispsim.cli.plan import _violation_digits
+
+    tried = pd.DataFrame({"replicas": [27], "max_violation": [0.0505], "ok": [False]})
+    from io import StringIO
+
+    from rich.console import Console
+
+    buf = StringIO()
+    Console(file=buf, width=120).print(table(_violation_digits(tried), "plan"))
+    assert "0.0505" in buf.getvalue() and "0.050 " not in buf.getvalue()
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+@pytest.mark.parametrize("n_cols", [3, 12, 40])
+@pytest.mark.parametrize("n_rows", [5, 30])
+def test_tables_never_cut_a_value(width: int, n_cols: int, n_rows: int) -> None:
+    """At any terminal width a printed table shows every value whole: as is, transposed, or in
+    groups of columns."""
+    from io import StringIO
+
+    import pandas as pd
+    from rich.console import Console
+
+    from wispsim.cli.common import table
+
+    df = pd.DataFrame(
+        {
+            "class": ["2", "4", "6", "8", "all"],
+            **{f"violation_rate_{i}": [0.0123 + i, 23.4567, 1e-3, 0.5, 99.9] for i in range(n_cols)},
+        }
+    )
+    buf = StringIO()
+    Console(file=buf, width=width, force_terminal=True, color_system=None).print(table(df, "summary"))
+    text = buf.getvalue()
+    assert "…" not in text
+    for i in range(n_cols):
+        assert f"{0.0123 + i:.3f}" in text
+    assert all(len(line) <= width for line in text.splitlines())

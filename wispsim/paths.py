@@ -39,6 +39,11 @@ def profiles_dir() -> Path:
     return _first_existing(_PKG.parent / "profiles", _PKG / "_profiles")
 
 
+def scenarios_dir() -> Path:
+    """The shipped scenarios (``scenarios/`` in a checkout, ``wispsim/_scenarios`` in the wheel)."""
+    return _first_existing(_PKG.parent / "scenarios", _PKG / "_scenarios")
+
+
 def traces_dir() -> Path:
     return _first_existing(_PKG.parent / "traces", _PKG / "_traces")
 

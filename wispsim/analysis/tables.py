@@ -136,6 +136,25 @@ def check_unique(df: pd.DataFrame, keys: Sequence[str], what: str, known: Iterab
     raise WispsimError(f"{what}: {key} appears in {len(same)} rows{hint}")
 
 
+CURVE_FILES = ("capacity.csv", "curve_pooled.csv")  # what violation curves are drawn from
+
+
+def newest_curves_folder(root: Path | str) -> Path:
+    """The newest folder under ``root`` (a ``results/``) holding what violation curves are drawn
+    from (:data:`CURVE_FILES`: a sweep or a compare; an ``estimator compare`` folder has a
+    capacity.csv but no curves), or a one-line error saying what is needed."""
+    base = Path(root)
+    found = (
+        [p for p in base.iterdir() if all((p / f).is_file() for f in CURVE_FILES)] if base.is_dir() else []
+    )
+    if not found:
+        raise WispsimError(
+            f"{base}: no folder with {' and '.join(CURVE_FILES)} (run `wispsim sweep` or `wispsim compare`, "
+            "or name a folder)"
+        )
+    return max(found, key=lambda p: (p / CURVE_FILES[0]).stat().st_mtime)
+
+
 def folder_meta(folder: Path | str) -> dict[str, Any]:
     """What was run: manifest.json merged over the scenario's policy, seed, epsilon, profile, trace.
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from collections.abc import Collection
+import time
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,16 +133,67 @@ def fmt(v: Any) -> str:
 
 def table(
     df: pd.DataFrame, title: str, columns: list[str] | None = None, left: Collection[str] = ()
-) -> Table:
-    """A rich table of ``df`` (or of its ``columns``), cells by :func:`fmt`, right-aligned except
-    the ``left`` columns."""
-    t = Table(title=title)
+) -> FitTable:
+    """A table of ``df`` (or of its ``columns``), cells by :func:`fmt`, right-aligned except the
+    ``left`` columns, that never cuts a value: too wide for the terminal, it is transposed, or
+    split into groups of columns (:class:`FitTable`)."""
     cols = columns or list(df.columns)
-    for c in cols:
-        t.add_column(str(c), justify="left" if c in left else "right")
-    for row in df[cols].itertuples(index=False):  # itertuples keeps each column's type
-        t.add_row(*(fmt(v) for v in row))
-    return t
+    rows = [[fmt(v) for v in row] for row in df[cols].itertuples(index=False)]  # keeps each column's type
+    return FitTable([str(c) for c in cols], rows, title, {str(c) for c in left})
+
+
+class FitTable:
+    """Rendered at the console's width: as is when every value fits whole, else transposed (a
+    row per column), else in groups of columns that fit, each repeating the first (key) column.
+    A header may wrap between words; a value is never cut."""
+
+    def __init__(self, headers: list[str], rows: list[list[str]], title: str, left: set[str]) -> None:
+        self.headers, self.rows, self.title, self.left = headers, rows, title, left
+
+    @staticmethod
+    def _width(headers: list[str], rows: list[list[str]]) -> int:
+        """Columns needed with every cell whole (headers may wrap between words): rich's box
+        draws 1 border per column plus 1, and pads each cell by 1 on each side."""
+        widths = [
+            max([max(len(w) for w in h.split()) if h.strip() else 1] + [len(r[i]) for r in rows])
+            for i, h in enumerate(headers)
+        ]
+        return sum(widths) + 3 * len(widths) + 1
+
+    def _table(self, headers: list[str], rows: list[list[str]], title: str, left: set[str]) -> Table:
+        t = Table(title=title)
+        for h in headers:
+            t.add_column(h, justify="left" if h in left else "right", overflow="fold")
+        for r in rows:
+            t.add_row(*r)
+        return t
+
+    def __rich_console__(self, console: Console, options: Any) -> Iterator[Table]:
+        width = options.max_width
+        if self._width(self.headers, self.rows) <= width or not self.rows:
+            yield self._table(self.headers, self.rows, self.title, self.left)
+            return
+        key = self.headers[0]
+        flipped_headers = [key] + [r[0] for r in self.rows]
+        flipped = [[h] + [r[i] for r in self.rows] for i, h in enumerate(self.headers) if i]
+        if self._width(flipped_headers, flipped) <= width:
+            yield self._table(flipped_headers, flipped, f"{self.title} (one row per column)", {key})
+            return
+        groups: list[list[int]] = []
+        for i in range(1, len(self.headers)):
+            grown = [*groups[-1], i] if groups else [i]
+            cells = [[r[0]] + [r[j] for j in grown] for r in self.rows]
+            if groups and self._width([key] + [self.headers[j] for j in grown], cells) <= width:
+                groups[-1] = grown
+            else:
+                groups.append([i])
+        for n, group in enumerate(groups, 1):
+            yield self._table(
+                [key] + [self.headers[j] for j in group],
+                [[r[0]] + [r[j] for j in group] for r in self.rows],
+                f"{self.title} ({n}/{len(groups)})",
+                self.left,
+            )
 
 
 def markdown_table(df: pd.DataFrame) -> str:
@@ -151,9 +203,56 @@ def markdown_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+class LoggedProgress(Progress):
+    """A progress bar that, when stderr is not a terminal (a log file, CI), prints a plain line
+    per task instead: when it starts, at most every :data:`LOG_EVERY_S` seconds while it runs,
+    and when it ends, so a long command piped to a log is never silent."""
+
+    def __init__(self, *columns: Any, **kw: Any) -> None:
+        super().__init__(*columns, **kw)
+        self._logged: dict[Any, float] = {}
+
+    def _log(self, task_id: Any, force: bool = False) -> None:
+        if self.console.is_terminal:
+            return
+        task = self._tasks.get(task_id)
+        if task is None:
+            return
+        now = time.monotonic()
+        last = self._logged.get(task_id)
+        done = task.total is not None and task.completed >= task.total
+        if not force and not done and last is not None and now - last < LOG_EVERY_S:
+            return
+        if done and last == -1.0:
+            return  # its end is logged once
+        self._logged[task_id] = -1.0 if done else now
+        total = f"/{task.total:g}" if task.total is not None else ""
+        self.console.print(
+            f"{task.description}: {task.completed:g}{total} after {task.elapsed or 0.0:.0f} s",
+            markup=False,
+            highlight=False,
+        )
+
+    def add_task(self, *args: Any, **kw: Any) -> Any:
+        task_id = super().add_task(*args, **kw)
+        self._log(task_id, force=True)
+        return task_id
+
+    def update(self, task_id: Any, *args: Any, **kw: Any) -> None:
+        super().update(task_id, *args, **kw)
+        self._log(task_id)
+
+    def advance(self, task_id: Any, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        self._log(task_id)
+
+
+LOG_EVERY_S = 30.0  # a progress line at most this often when stderr is not a terminal
+
+
 def progress(eta: bool = False) -> Progress:
     """A progress bar on stderr: the task's description, bar, done/total, elapsed (and the
-    estimated time left with ``eta``)."""
+    estimated time left with ``eta``); plain lines when stderr is not a terminal."""
     columns: list[ProgressColumn] = [
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -162,7 +261,7 @@ def progress(eta: bool = False) -> Progress:
     ]
     if eta:
         columns.append(TimeRemainingColumn())
-    return Progress(*columns, console=err_console)
+    return LoggedProgress(*columns, console=err_console)
 
 
 # the summary columns `run` and `swarm` print (summary.csv keeps them all)

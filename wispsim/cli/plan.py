@@ -171,14 +171,14 @@ def plan(
     title = f"{sc.policy}, {n} devices, {sc.server.profile}, router {sc.server.router}"
     if res.method == "decomposed":
         title = f"one replica's share of {n} devices: {sc.policy}, {sc.server.profile}"
-    console.print(table(res.tried, title))
+    console.print(table(_violation_digits(res.tried), title))
     if res.share is not None and res.decomposed is not None:
         console.print(
             f"decomposed: one replica serves {res.share} devices of the mix; "
             f"R = ceil({n} / {res.share}) = {res.decomposed}"
         )
     if res.confirm is not None:
-        console.print(table(res.confirm, f"confirmation: {res.confirmation}"))
+        console.print(table(_violation_digits(res.confirm), f"confirmation: {res.confirmation}"))
         verdicts = ", ".join(
             (
                 f"R={r.replicas}"
@@ -248,3 +248,11 @@ def plan(
 def register(app: typer.Typer) -> None:
     """Mount ``plan`` on the root app."""
     app.command("plan")(plan)
+
+
+def _violation_digits(df: Any) -> Any:
+    """The table with ``max_violation`` printed to 4 decimals: 0.0505 fails epsilon 0.05, and
+    the 3 decimals of other cells would show it as 0.050 beside ``ok False``."""
+    if "max_violation" not in df:
+        return df
+    return df.assign(max_violation=[f"{v:.4f}" for v in df.max_violation.to_numpy(float)])

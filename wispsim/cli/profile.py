@@ -248,17 +248,27 @@ def fit_cmd(
         )
     console.print(table(_coefficients(res.coef, res.ci95), f"profile {prof['name']} ({res.method})"))
     tr, te = res.train, res.test
+    tested = _finite(te.get("r2"))
+    held_out = (
+        f"test {te['r2']:.4f}"
+        if tested
+        else "test: none (the recording has no held-out rows: an interrupted `profile record`? "
+        "nothing checks this fit)"
+    )
+    mape = f", test {te['mape_pct']:.2f}%" if _finite(te.get("mape_pct")) else ""
     console.print(
-        f"R^2 train {tr['r2']:.4f}, test {te.get('r2', float('nan')):.4f}; MAPE train {tr['mape_pct']:.2f}%, "
-        f"test {te.get('mape_pct', float('nan')):.2f}%; {res.cv['folds']}-fold CV R^2 {res.cv['r2_mean']:.4f}"
+        f"R^2 train {tr['r2']:.4f}, {held_out}; MAPE train {tr['mape_pct']:.2f}%{mape}; "
+        f"{res.cv['folds']}-fold CV R^2 {res.cv['r2_mean']:.4f}"
     )
     if res.note:
         console.print(f"note: {res.note}")
     for name, section in (prof.get("forms") or {}).items():
         f = section["fit"]
+        r2, mape_t = f["r2"]["test"], f["mape_pct"]["test"]
+        scores = f"R^2 test {r2}, MAPE test {mape_t}%" if _finite(r2) else "no held-out rows to score it"
         console.print(
-            f"form {name}: R^2 test {f['r2']['test']}, MAPE test {f['mape_pct']['test']}% "
-            f"(in the profile under forms.{name}; scenarios pick it with server.estimator_form)"
+            f"form {name}: {scores} (in the profile under forms.{name}; scenarios pick it with "
+            "server.estimator_form)"
         )
     console.print(f"profile: {out}; report: {out.with_name(out.stem + '.report.md')}")
 
@@ -401,6 +411,11 @@ def profile_list() -> None:
 
     for name in available_profiles():
         typer.echo(name)
+
+
+def _finite(v: Any) -> bool:
+    """A number that is not NaN (a fit metric of an empty split is None or NaN)."""
+    return isinstance(v, int | float) and v == v
 
 
 def _form_line(p: Any) -> str:

@@ -1,4 +1,5 @@
-"""``wispsim scenario show|validate``: a scenario as a run would see it, and a check without a run.
+"""``wispsim scenario list|show|validate``: the shipped scenarios, a scenario as a run would see
+it, and a check without a run. A scenario is a file, or a shipped scenario by name (``fleet-2000``).
 
 ``show`` prints the resolved YAML (defaults filled in, policy preset and ``--set`` applied), the
 same text every results folder keeps as ``scenario.yaml``; ``validate`` also loads the profile
@@ -12,7 +13,24 @@ import typer
 from wispsim.cli.common import resolve_scenario
 from wispsim.cli.options import ScenarioArg, SetOpt
 
-scenario_app = typer.Typer(help="Show or check a scenario.", no_args_is_help=True)
+scenario_app = typer.Typer(help="List, show or check a scenario.", no_args_is_help=True)
+
+
+@scenario_app.command("list")
+def scenario_list() -> None:
+    """List the shipped scenarios (give one by name to any command: `wispsim run fleet-2000`)."""
+    from wispsim.sim.inputs import available_scenarios, find_scenario
+
+    for name in available_scenarios():
+        about = next(
+            (
+                ln.lstrip("# ").strip()
+                for ln in find_scenario(name).read_text().splitlines()
+                if ln.startswith("#")
+            ),
+            "",
+        )
+        typer.echo(f"{name:<16} {about}")
 
 
 @scenario_app.command("show")

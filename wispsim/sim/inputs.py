@@ -25,6 +25,7 @@ from wispsim.model.memory import check_memory, kv_capacity
 from wispsim.model.predictor import PREDICTORS, find_predictor
 from wispsim.model.profiles import Profile, load_profile
 from wispsim.model.schedulers import SCHEDULERS
+from wispsim.paths import resolve_named, scenarios_dir
 from wispsim.sim.arrivals import ARRIVALS, load_arrival_trace, load_request_trace
 from wispsim.sim.router import ROUTERS
 
@@ -38,6 +39,27 @@ PRESET_FIELDS = {
     ("server", "prefix_cache"): "cache",
     ("server", "kv_policy"): "kv",
 }
+
+
+def available_scenarios() -> list[str]:
+    """The shipped scenarios' names (``wispsim scenario list``)."""
+    d = scenarios_dir()
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def find_scenario(path: str | Path) -> Path:
+    """A scenario file as given, or a shipped scenario by name (``fleet-2000``); a one-line
+    error naming the shipped ones when it is neither."""
+    found = resolve_named(str(path), scenarios_dir(), (".yaml", ".yml"))
+    if found is not None:
+        return found
+    p = Path(path)
+    if p.exists():  # a folder, say: read_yaml says what is wrong with it
+        return p
+    known = ", ".join(available_scenarios()) or "none"
+    raise ConfigError(
+        str(path), "", f"file not found, and no shipped scenario of that name; shipped: {known}"
+    )
 
 
 def load_scenario(
@@ -64,6 +86,7 @@ def load_scenario(
         data = deep_merge(data, base)
     written: dict[str, Any] = {}
     if path is not None:
+        path = find_scenario(path)
         label = str(path)
         written = read_yaml(Path(path))
         data = deep_merge(data, written)
@@ -262,8 +285,7 @@ def _check_reachable(scenario: Scenario, profiles: list[Profile], source: str) -
     )
     if sv.mode == "centralized":
         step = min(
-            p.estimator.alone(1, 0) * (math.exp(-4 * p.noise_sigma) if sv.noise else 1.0)
-            for p in profiles
+            p.estimator.alone(1, 0) * (math.exp(-4 * p.noise_sigma) if sv.noise else 1.0) for p in profiles
         )
         bound, why = 1.0 / step if step > 0 else math.inf, f"one decode step takes >= {step * 1e3:.3g} ms"
         pairs = [("devices.classes", c, bound, why) for c in dev.classes]
