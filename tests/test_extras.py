@@ -164,3 +164,27 @@ def test_tables_never_cut_a_value(width: int, n_cols: int, n_rows: int) -> None:
     for i in range(n_cols):
         assert f"{0.0123 + i:.3f}" in text
     assert all(len(line) <= width for line in text.splitlines())
+
+
+def test_a_model_is_a_folder_or_a_hub_id_and_an_unreachable_hub_is_one_line(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("huggingface_hub")
+    import huggingface_hub
+
+    from wispsim.errors import WispsimError
+    from wispsim.measure.trace.record import resolve_model
+
+    assert resolve_model(str(tmp_path)) == str(tmp_path)  # a local folder, as given
+
+    def offline(repo_id: str, **kw: object) -> str:
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(WispsimError) as err:
+        resolve_model("Qwen/Qwen2.5-Coder-0.5B-Instruct")
+    msg = str(err.value)
+    assert "\n" not in msg and "model hub could not give it" in msg and "fetch_models.py" in msg
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kw: str(tmp_path))
+    assert resolve_model("Qwen/Qwen2.5-Coder-0.5B-Instruct") == str(tmp_path)
+    with pytest.raises(WispsimError, match="model not found"):
+        resolve_model("no such model")

@@ -494,3 +494,38 @@ def test_capacity_bars_of_one_class_raise_no_warning() -> None:
         warnings.simplefilter("error")
         fig = capacity_bars_figure(cap)
     assert len(fig.axes[0].patches) == 2
+
+
+def test_every_figure_fits_its_titles_and_counts_in_whole_ticks(
+    compare_dir: Path, bursty_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The figures the CLI and the studies write, at their default sizes, after the tidying every
+    figure gets on its way to a file: no title runs off the figure, no axis of devices, replicas or
+    concurrency shows a fractional tick."""
+    from wispsim.plots import validation_figure
+    from wispsim.plots.figure import figure_problems, pyplot, tidy
+    from wispsim.plots.public import public_tpot
+
+    root = Path(__file__).resolve().parents[1]
+    cap = labels_as_str(compare_dir / "capacity.csv")
+    pooled = labels_as_str(compare_dir / "curve_pooled.csv")
+    first = cap["class"].iloc[0]
+    validation = pd.read_csv(root / "experiments/data/validation/comparison-shipped.csv")
+    figures = {
+        "curves": violation_curves_figure(compare_dir),
+        "curves, one class": violation_curves_figure(
+            (cap[cap["class"] == first], pooled[pooled.group == first])
+        ),
+        "capacity": capacity_bars_figure(compare_dir),
+        "capacity, one class": capacity_bars_figure(cap[cap["class"] == first]),
+        "bursty": bursty_compare_figure(bursty_runs, classes=["2"]),
+        "validation": validation_figure(validation),
+        "validation, N = 2 and 4": validation_figure(validation[validation.devices.isin([2, 4])]),
+    }
+    for name, fig in figures.items():
+        tidy(fig)
+        assert figure_problems(fig) == [], name
+        pyplot().close(fig)
+    # a figure written straight to a file goes through the same tidying
+    out = public_tpot(pd.read_csv(root / "experiments/data/public/errors.csv"), tmp_path / "p.png")
+    assert is_png(out)

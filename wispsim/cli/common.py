@@ -161,7 +161,10 @@ class FitTable:
         return sum(widths) + 3 * len(widths) + 1
 
     def _table(self, headers: list[str], rows: list[list[str]], title: str, left: set[str]) -> Table:
-        t = Table(title=title)
+        # a title longer than the table would wrap mid-phrase above it: it goes in the table's
+        # full width instead (rich centres a title within the table, wrapping it to fit)
+        wide = len(title) > self._width(headers, rows) - 2
+        t = Table(title=title, min_width=len(title) + 4 if wide else None)
         for h in headers:
             t.add_column(h, justify="left" if h in left else "right", overflow="fold")
         for r in rows:

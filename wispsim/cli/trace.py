@@ -20,8 +20,12 @@ trace_app = typer.Typer(help="Record and inspect per-position acceptance traces.
 
 @trace_app.command("record")
 def record(
-    draft: Annotated[str, typer.Option(help="Draft model: an HF folder or a .gguf file.")],
-    target: Annotated[str, typer.Option(help="Target model: an HF folder or a .gguf file.")],
+    draft: Annotated[
+        str, typer.Option(help="Draft model: an HF folder, a .gguf file, or a model hub id (org/name).")
+    ],
+    target: Annotated[
+        str, typer.Option(help="Target model: an HF folder, a .gguf file, or a model hub id (org/name).")
+    ],
     prompts: Annotated[Path, typer.Option(help="Prompts: .jsonl with id, family, prompt (or .txt lines).")],
     out: Annotated[Path, typer.Option(help="Trace to write, e.g. traces/NAME.parquet.")],
     temperature: Annotated[

@@ -41,10 +41,84 @@ def figure_path(path: Path | str, default_name: str) -> Path:
     return out
 
 
+INTEGER_AXIS_WORDS = ("devices", "replicas", "concurrency", "peak")  # axis labels of counts
+
+
+def tidy(fig: Any) -> None:
+    """What every figure gets before it is written: log axes labelled with plain numbers (``60``,
+    not ``6x10^1``), axes that count things (devices, replicas, concurrency) with whole ticks,
+    and titles wrapped to fit the figure's width instead of running off its edges."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+    for ax in fig.axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                axis.set_major_formatter(plain)
+                axis.set_minor_formatter(NullFormatter())
+            elif scale == "linear" and any(w in axis.get_label_text().lower() for w in INTEGER_AXIS_WORDS):
+                axis.set_major_locator(MaxNLocator(integer=True))
+    _fit_titles(fig)
+
+
+def _fit_titles(fig: Any) -> None:
+    """Wrap the suptitle and each axes title that is wider than the figure (or its axes)."""
+    import textwrap
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    fig_width = fig.bbox.width
+    texts = [(fig._suptitle, fig_width)] if getattr(fig, "_suptitle", None) is not None else []
+    texts += [(ax.title, max(ax.bbox.width, fig_width / 2)) for ax in fig.axes if ax.get_title()]
+    for text, room in texts:
+        for _ in range(4):
+            width = text.get_window_extent(renderer).width
+            if width <= room * 0.98:
+                break
+            lines = text.get_text().split("\n")
+            chars = max(len(ln) for ln in lines)
+            keep = max(12, int(chars * room * 0.95 / width))
+            text.set_text("\n".join(textwrap.fill(ln, keep) for ln in lines))
+            fig.canvas.draw()
+    sup = getattr(fig, "_suptitle", None)
+    if sup is not None and fig.axes:  # a wrapped suptitle grows down: keep it off the axes
+        box = sup.get_window_extent(renderer)
+        tops = [ax.get_tightbbox(renderer).y1 for ax in fig.axes if ax.get_visible()]
+        if tops and max(tops) > box.y0:
+            shift = (max(tops) - box.y0 + 6) / fig.bbox.height
+            fig.subplots_adjust(top=max(0.4, fig.subplotpars.top - shift))
+            fig.canvas.draw()
+
+
+def figure_problems(fig: Any) -> list[str]:
+    """What a reader would trip over in ``fig`` as drawn: a title wider than the figure, and
+    fractional ticks on an axis that counts things (the checks :func:`tidy` is there to pass)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems = []
+    titles = [fig._suptitle] if getattr(fig, "_suptitle", None) is not None else []
+    titles += [ax.title for ax in fig.axes if ax.get_title()]
+    for t in titles:
+        box = t.get_window_extent(renderer)
+        if box.x0 < -1 or box.x1 > fig.bbox.width + 1:
+            problems.append(f"title {t.get_text()[:40]!r} runs off the figure")
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() == "linear" and any(
+                w in axis.get_label_text().lower() for w in INTEGER_AXIS_WORDS
+            ):
+                lo, hi = sorted(axis.get_view_interval())
+                bad = [v for v in axis.get_ticklocs() if lo <= v <= hi and abs(v - round(v)) > 1e-9]
+                if bad:
+                    problems.append(f"{axis.get_label_text()!r} has fractional ticks {bad[:3]}")
+    return problems
+
+
 def save(fig: Any, path: Path | str, default_name: str) -> Path:
     """Write ``fig`` to :func:`figure_path` and close it; the path written, or a one-line error."""
     plt = pyplot()
     try:
+        tidy(fig)
         out = figure_path(path, default_name)
         if out.parent.exists() and not out.parent.is_dir():
             raise WispsimError(f"{out}: cannot write the figure: {out.parent} is a file, not a folder")

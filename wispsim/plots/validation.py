@@ -52,6 +52,7 @@ def validation_figure(table: pd.DataFrame) -> Any:
                 ax.set_ylabel("violation rate")
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.suptitle("Violation rate against devices N: real (vLLM) and simulated", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +73,30 @@ def read_prompts(path: Path) -> list[Prompt]:
     if not out:
         raise WispsimError(f"{path}: no prompts")
     return out
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # org/name, as a model hub names a model
+
+
+def resolve_model(path: str) -> str:
+    """A local folder or ``.gguf`` file as given, or a model hub id (``Qwen/Qwen2.5-Coder-0.5B-Instruct``)
+    fetched into the hub's cache (when the hub is reachable) and returned as that local folder,
+    so the recording hashes and records the files it read. Otherwise a one-line error: the
+    offline fallback is ``scripts/fetch_models.py`` (README)."""
+    if Path(path).exists():
+        return path
+    if not HUB_ID.match(path):
+        raise WispsimError(f"{path}: model not found (a local folder, a .gguf file, or a hub id org/name)")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return str(snapshot_download(repo_id=path))
+    except Exception as e:  # no network, no such model, no access: say which, in one line
+        why = " ".join(str(e).split())[:160] or type(e).__name__
+        raise WispsimError(
+            f"{path}: not a local folder and the model hub could not give it ({why}); offline, "
+            "see scripts/fetch_models.py (README)"
+        ) from None
 
 
 def load_model(path: str, device: str, dtype: str = "float32") -> tuple[Any, Any]:
@@ -310,6 +335,7 @@ def record_trace(
         raise WispsimError(f"--max-new-tokens: must be >= 1, got {max_new_tokens}")
     torch = require_torch("trace record")
     prompts = read_prompts(prompts_path)[: limit or None]
+    draft_path, target_path = resolve_model(draft_path), resolve_model(target_path)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     target, tok = load_model(target_path, device)
     draft, dtok = load_model(draft_path, device)

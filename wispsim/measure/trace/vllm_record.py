@@ -43,6 +43,7 @@ from wispsim.measure.trace.record import (
     load_tokenizer,
     parts_folder,
     read_prompts,
+    resolve_model,
     stop_ids,
     write_sample,
     write_trace,
@@ -141,9 +142,8 @@ def record_trace_vllm(
     if dtype not in DTYPES:
         raise WispsimError(f"--vllm-dtype: got {dtype!r}; allowed: {', '.join(DTYPES)}")
     vllm = import_vllm()
+    draft_path, target_path = resolve_model(draft_path), resolve_model(target_path)  # or hub ids
     for flag, path in (("--draft", draft_path), ("--target", target_path)):
-        if not Path(path).exists():
-            raise WispsimError(f"{path}: model not found (see scripts/fetch_models.py)")
         if not Path(path, "config.json").is_file():
             raise WispsimError(f"{flag}: {path}: --engine vllm needs a model folder in HF format")
     prompts = read_prompts(prompts_path)[: limit or None]
