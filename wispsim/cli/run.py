@@ -195,6 +195,12 @@ def replay_cmd(
         sc = log_scenario(meta, str(meta_path(log)), parse_set(set_ or []))
     if policy is not None:
         sc = sc.with_policy(policy)
+    if scenario is None and not any(s.startswith("server.profile=") for s in set_ or []):
+        # the recorded server's profile: it must be one measured in that server's engine layout
+        from wispsim.model.profiles import load_profile
+
+        served = (meta.get("server") or {}).get("engine_in_process")
+        load_profile(sc.server.profile).check_layout(served, str(meta_path(log)))
     folder = out_dir(folder, "replay")
     devices = frame.device.nunique()
     err_console.print(f"replay: {describe(sc, meta)}", highlight=False)

@@ -50,6 +50,7 @@ def dtype_bytes(dtype: str, source: str = "dtype") -> int:
     except KeyError:
         raise ConfigError(source, "", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
 
+
 _META_KEYS = ("name", "hf_name", "description", "source")
 
 

@@ -52,6 +52,7 @@ TOP_LEVEL = (
     "model",
     "coefficients",
     "kv_block_size",
+    "engine_layout",
     "estimator",
     "roofline",
     "forms",
@@ -113,6 +114,25 @@ class Profile:
     forms: dict[str, Cost] = field(default_factory=dict)
     form_fits: dict[str, dict[str, Any]] = field(default_factory=dict)
     kv_block_size: int | None = None  # tokens per KV block of the engine it was measured on
+    # where vLLM's engine core ran when it was measured: "in-process" (the server's process) or
+    # "multiprocess" (its own): about 2x apart per batch on a small host (REPORT.md, KV section)
+    engine_layout: str | None = None
+
+    def check_layout(self, in_process: bool | None, source: str, where: str = "server.profile") -> None:
+        """A one-line error when a real server's engine layout (``in_process``; None: unknown) is
+        not the one this profile was measured in: its times would not be that server's."""
+        if self.engine_layout is None or in_process is None:
+            return
+        served = "in-process" if in_process else "multiprocess"
+        if served != self.engine_layout:
+            text = {"in-process": "in the server's process", "multiprocess": "in a process of its own"}
+            match = ", ".join(n for n in available_profiles() if _layout_of(n) == served) or "none shipped"
+            raise ConfigError(
+                source,
+                where,
+                f"profile '{self.name}' was measured with vLLM's engine core {text[self.engine_layout]}, "
+                f"but the server ran it {text[served]}; use a profile measured so ({match})",
+            )
 
     def with_form(
         self, form: str | None, source: str = "scenario", where: str = "server.estimator_form"
@@ -364,12 +384,32 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         forms=forms,
         form_fits=form_fits,
         kv_block_size=opt_whole(data, "kv_block_size", src, ""),
+        engine_layout=_engine_layout(data, src),
     )
     if profile.kv_capacity_tokens(1.0, 0.0) <= 0:
         raise ConfigError(
             src, "model.weight_bytes", "the weights do not fit in the GPUs' memory (hardware.count)"
         )
     return profile
+
+
+ENGINE_LAYOUTS = ("in-process", "multiprocess")
+
+
+def _engine_layout(data: dict[str, Any], src: str) -> str | None:
+    v = data.get("engine_layout")
+    if v is None:
+        return None
+    if v not in ENGINE_LAYOUTS:
+        raise ConfigError(src, "engine_layout", f"got {v!r}; allowed: {', '.join(ENGINE_LAYOUTS)}")
+    return str(v)
+
+
+def _layout_of(name: str) -> str | None:
+    try:
+        return load_profile(name).engine_layout
+    except ConfigError:
+        return None
 
 
 def find_profile(name_or_path: str, source: str = "scenario", where: str = "server.profile") -> Path:

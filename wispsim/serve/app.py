@@ -104,6 +104,7 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
             "blocks in vLLM's engine core, which must run in the server's process; unset it or set 0"
         )
     profile = load_profile(srv.profile)
+    profile.check_layout(layout == "0", "wispsim serve")  # its estimates must be this engine's
     bs = block_size(srv.block_size, profile)
     max_len = longest_sequence(sc)
     blocks = None if srv.kv_capacity_tokens is None else -(-srv.kv_capacity_tokens // bs)

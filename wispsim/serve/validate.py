@@ -30,6 +30,7 @@ import pandas as pd
 from wispsim.analysis.metrics import server_stats, summarize
 from wispsim.config import POLICY_NAMES, Scenario, parse_set
 from wispsim.errors import ConfigError, WispsimError
+from wispsim.model.profiles import load_profile
 from wispsim.serve.app import ModelSource
 from wispsim.serve.process import ServerProcess
 from wispsim.serve.swarm import SwarmRun, run_swarm
@@ -192,7 +193,10 @@ def simulated_scenario(sc: Scenario, facts: Mapping[str, Any], sim_sets: list[st
     cap = facts.get("kv_capacity_tokens")
     if cap:
         data = {**data, "server": {**data["server"], "kv_capacity_tokens": int(cap)}}
-    return load_scenario(None, parse_set(sim_sets), base=data, source="--sim-set")
+    sim = load_scenario(None, parse_set(sim_sets), base=data, source="--sim-set")
+    if not any(s.startswith("server.profile=") for s in sim_sets):  # a --sim-set profile is chosen on purpose
+        load_profile(sim.server.profile).check_layout(facts.get("engine_in_process"), "scenario")
+    return sim
 
 
 def store_sim(folder: Path, sc: Scenario, sim_sets: list[str]) -> dict[str, Any]:

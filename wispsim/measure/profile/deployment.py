@@ -159,7 +159,11 @@ def write_deployment_data(
         "prefix_caching": server.get("prefix_caching", base_meta.get("prefix_caching", True)),
         "engine_facts": {
             **(base_meta.get("engine_facts") or {}),
-            **{k: server[k] for k in ("block_size", "kv_capacity_tokens", "device") if k in server},
+            **{
+                k: server[k]
+                for k in ("block_size", "kv_capacity_tokens", "device", "engine_in_process")
+                if k in server
+            },
         },
         "command": command,
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

@@ -84,6 +84,18 @@ def _by_category(res: FitResult) -> dict[str, Any]:
     }
 
 
+def engine_layout(meta: dict[str, Any]) -> str | None:
+    """Where vLLM's engine core ran for a recording: what a deployment's server reported
+    (``engine_in_process``), else the recorder's ``VLLM_ENABLE_V1_MULTIPROCESSING`` (vLLM's
+    default, unset, is a process of its own); None for other engines."""
+    if "vllm" not in str(meta.get("engine", "")).lower():
+        return None
+    in_process = (meta.get("engine_facts") or {}).get("engine_in_process")
+    if in_process is None:
+        in_process = (meta.get("vllm_env") or {}).get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+    return "in-process" if in_process else "multiprocess"
+
+
 def profile_dict(
     res: FitResult,
     data: Path,
@@ -165,6 +177,7 @@ def profile_dict(
             if (block := (meta.get("engine_facts") or {}).get("block_size"))
             else {}
         ),
+        **({"engine_layout": layout} if (layout := engine_layout(meta)) else {}),
         "coefficients": _coefficients(res),
         **({"forms": forms} if forms else {}),
         "fit": {
