@@ -14,6 +14,7 @@ runs.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from typing import Any
 
 import pandas as pd
@@ -167,7 +168,8 @@ def study_public(ctx: Context) -> Section:
         alt_params = _fit(ctx, runs, folder, base, cal_ids, dict(alt.get("fix", {})))
         alt_errors = public.compare(runs, folder, alt_params, cal_ids)
         ctx.simulated += len(runs)
-        alt_errors.to_csv(ctx.out / f"errors-{alt['name'].replace(' ', '-')}.csv", index=False)
+        slug = re.sub(r"[^a-z0-9]+", "-", str(alt["name"]).lower()).strip("-")
+        alt_errors.to_csv(ctx.out / f"errors-{slug}.csv", index=False)
         variants.append((str(alt["name"]), alt_params, public.summary(alt_errors)))
     fig = public_tpot(errors, ctx.out / "public_tpot.png")
 
