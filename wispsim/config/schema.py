@@ -293,6 +293,16 @@ POLICIES: dict[str, dict[str, Any]] = {
         "cache": True,
         "kv": "lru",
     },
+    # centralized serving whose GPU drafts for itself (server.speculation: a draft model unless
+    # the scenario names another method)
+    "centralized-sd": {
+        "controller": "none",
+        "mode": "centralized",
+        "scheduler": "continuous",
+        "cache": True,
+        "kv": "lru",
+        "spec": True,
+    },
     "fcfs": {
         "controller": "predictor",
         "mode": "speculative",
@@ -372,12 +382,18 @@ class Scenario:
             )
         p = POLICIES[policy]
         drafting = dataclasses.replace(self.drafting, controller=p["controller"])
+        spec = self.server.speculation
+        if not p.get("spec"):
+            spec = dataclasses.replace(spec, method="none", draft=None)
+        elif spec.method == "none":
+            spec = dataclasses.replace(spec, method="draft")
         server = dataclasses.replace(
             self.server,
             mode=p["mode"],
             scheduler=p["scheduler"],
             prefix_cache=p["cache"],
             kv_policy=p["kv"],
+            speculation=spec,
         )
         return self.replace(policy=policy, drafting=drafting, server=server)
 

@@ -12,11 +12,48 @@ from wispsim.config.limits import (
     MAX_BATCH_REQUESTS,
     MAX_BATCH_TOKENS,
     MAX_BLOCK_SIZE,
+    MAX_DRAFT,
     MAX_KV_TOKENS,
     MAX_MEMORY_GIB,
     MAX_REPLICAS,
     MAX_SIM_SECONDS,
 )
+
+SPEC_METHODS = ("none", "draft", "eagle", "ngram")
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationConfig:
+    """Server-side speculative decoding of centralized serving (policy ``centralized-sd``;
+    :mod:`wispsim.model.speculation`): every step drafts ``k`` tokens per running response on the
+    server's own GPU and verifies them with the target in the same pass."""
+
+    # none: plain centralized serving; draft: a small model of the target's vocabulary drafts
+    # (k passes); eagle: an EAGLE-style head on the target's hidden states (k passes of one
+    # layer); ngram: prompt lookup on the CPU (no GPU pass)
+    method: Literal["none", "draft", "eagle", "ngram"] = "none"
+    # the draft's architecture (wispsim/data/archs); null: qwen3-1.7b for ``draft``,
+    # ``<target arch>-eagle3`` for ``eagle``
+    draft: str | None = None
+    k: int = 3  # tokens drafted per step (vLLM's num_speculative_tokens)
+    # mean tokens a step commits (accepted + 1, vLLM's "mean acceptance length"); null: each
+    # position's acceptance from the scenario's acceptance model (the traces WISP replays)
+    acceptance_length: float | None = None
+
+    def __post_init__(self) -> None:
+        require(1 <= self.k <= MAX_DRAFT, "k", f"must be in [1, {MAX_DRAFT}], got {self.k}")
+        if self.acceptance_length is not None:
+            require(
+                1.0 <= self.acceptance_length <= self.k + 1,
+                "acceptance_length",
+                f"must be in [1, k + 1 = {self.k + 1}] tokens per step, got {self.acceptance_length:g}",
+            )
+        require(
+            self.method in ("draft", "eagle") or self.draft is None,
+            "draft",
+            f"names a draft architecture, which method {self.method!r} has none of; "
+            "allowed: null, or method draft or eagle",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +89,7 @@ class ServerConfig:
     replicas: int = 1
     router: str = "affinity"
     replica_profiles: tuple[str, ...] = ()
+    speculation: SpeculationConfig = SpeculationConfig()
 
     def __post_init__(self) -> None:
         require(

@@ -51,7 +51,7 @@ def dtype_bytes(dtype: str, source: str = "dtype") -> int:
         raise ConfigError(source, "", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
 
 
-_META_KEYS = ("name", "hf_name", "description", "source")
+_META_KEYS = ("name", "hf_name", "description", "source", "extra_matmul_params")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,15 @@ class Arch:
     source: str = ""
     experts: int = 1  # mixture of experts: MLP experts per layer (``num_local_experts``)
     experts_per_token: int = 1  # experts each token passes through (``num_experts_per_tok``)
+    # an EAGLE-3 head: its LM head covers a smaller draft vocabulary (``draft_vocab_size``) than its
+    # embedding, and it has matmul weights outside its layers (the fusion of three target layers'
+    # hidden states, its first layer's wider QKV input: ``extra_matmul_params``)
+    lm_head_vocab: int | None = None
+    extra_matmul_params: int = 0
+
+    @property
+    def head_vocab(self) -> int:
+        return self.lm_head_vocab or self.vocab_size
 
     @property
     def qkv_bias(self) -> bool:
@@ -100,13 +109,17 @@ class Arch:
         """Weights a token is multiplied with: every layer's projections and the MLP experts it is
         routed to, and the LM head."""
         per_layer = self._attention_matmul() + self.experts_per_token * self.expert_params + self._router()
-        return self.layers * per_layer + self.vocab_size * self.hidden_size
+        return self.layers * per_layer + self.head_vocab * self.hidden_size + self.extra_matmul_params
 
     def matmul_weights_read(self, tokens: float) -> float:
         """Matmul weights a forward pass over ``tokens`` tokens reads (once each): all of a dense
         model; of a mixture, the experts its tokens are routed to, in expectation under uniform
         routing: ``E * (1 - (1 - k/E)^tokens)`` experts per layer."""
-        dense = self.layers * (self._attention_matmul() + self._router()) + self.vocab_size * self.hidden_size
+        dense = (
+            self.layers * (self._attention_matmul() + self._router())
+            + self.head_vocab * self.hidden_size
+            + self.extra_matmul_params
+        )
         if self.experts <= 1:
             return float(dense + self.layers * self.expert_params)
         e, k = self.experts, self.experts_per_token
@@ -125,8 +138,8 @@ class Arch:
         if self.model_type == "qwen3":
             per_layer += 2 * self.head_dim  # q_norm and k_norm
         embed = self.vocab_size * h
-        head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return self.layers * per_layer + embed + head + h  # + final norm
+        head = 0 if self.tie_word_embeddings else self.head_vocab * h
+        return self.layers * per_layer + embed + head + self.extra_matmul_params + h  # + final norm
 
     @property
     def linear_flops_per_token(self) -> int:
@@ -203,6 +216,10 @@ def arch_from_dict(data: dict[str, Any], source: str) -> Arch:
         source=str(data.get("source", source)),
         experts=_count(data, "num_local_experts", source),
         experts_per_token=_count(data, "num_experts_per_tok", source),
+        lm_head_vocab=_count(data, "draft_vocab_size", source) if "draft_vocab_size" in data else None,
+        extra_matmul_params=_count(data, "extra_matmul_params", source)
+        if "extra_matmul_params" in data
+        else 0,
     )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from wispsim.config import Scenario, ServerConfig
 from wispsim.errors import ConfigError
+from wispsim.model.speculation import memory_extra
 
 if TYPE_CHECKING:
     from wispsim.model.profiles import Profile
@@ -170,10 +171,14 @@ def block_size(configured: int | None, profile: Profile) -> int:
 
 def kv_capacity(server: ServerConfig, profile: Profile) -> int:
     """Tokens of KV cache per replica: the scenario's ``server.kv_capacity_tokens`` if it sets one
-    (a real engine's measured capacity), else what the profile's GPU memory leaves."""
+    (a real engine's measured capacity), else what the profile's GPU memory leaves (after a
+    server-side draft model's weights, its KV sharing every token's bytes)."""
     if server.kv_capacity_tokens is not None:
         return server.kv_capacity_tokens
-    return profile.kv_capacity_tokens(server.gpu_memory_utilization, server.activation_reserve_gib)
+    weights, kv = memory_extra(server, profile)
+    return profile.kv_capacity_tokens(
+        server.gpu_memory_utilization, server.activation_reserve_gib, weights, kv
+    )
 
 
 def check_memory(

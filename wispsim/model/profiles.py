@@ -150,11 +150,15 @@ class Profile:
             )
         return replace(self, estimator=self.forms[form])
 
-    def kv_capacity_tokens(self, utilization: float, reserve_gib: float) -> int:
-        """Tokens of KV cache that fit: GPU memory x utilization - weights - activation reserve."""
+    def kv_capacity_tokens(
+        self, utilization: float, reserve_gib: float, draft_weights: float = 0.0, draft_kv: int = 0
+    ) -> int:
+        """Tokens of KV cache that fit: GPU memory x utilization - weights - activation reserve,
+        over the KV bytes per token; a server-side draft model's weights and KV per token
+        (``draft_weights``, ``draft_kv``) share the memory."""
         total = self.gpu_memory_gib * GIB * self.gpu_count * utilization
-        free = total - self.model.weight_bytes - reserve_gib * GIB * self.gpu_count
-        tokens = free // self.model.kv_bytes_per_token
+        free = total - self.model.weight_bytes - draft_weights - reserve_gib * GIB * self.gpu_count
+        tokens = free // (self.model.kv_bytes_per_token + draft_kv)
         if not math.isfinite(tokens):  # PROFILE_MAXIMA and the scenario's limits rule this out
             raise ConfigError(
                 f"profile '{self.name}' ({self.source})",

@@ -24,7 +24,7 @@ from wispsim.plots.capacity import (
     violation_curves_figure,
 )
 from wispsim.plots.figure import figure_path
-from wispsim.plots.public import public_tpot
+from wispsim.plots.public import public_speculative, public_tpot
 from wispsim.plots.studies import (
     ablation_bars,
     ablation_bars_figure,
@@ -48,6 +48,7 @@ __all__ = [
     "compliance_figure",
     "figure_path",
     "plot_timeseries",
+    "public_speculative",
     "public_tpot",
     "validation_figure",
     "validation_plot",

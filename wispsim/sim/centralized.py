@@ -14,6 +14,12 @@ when free blocks cover its whole context; each decode grows the context by one t
 decode needs a block and none is free, the most recently admitted response is preempted: its
 blocks are freed and it goes back to the front of the queue to be recomputed (vLLM's recompute
 preemption).
+
+With server-side speculation (``spec``, :mod:`wispsim.model.speculation`) a decoding response's
+step verifies ``k + 1`` tokens (L_new = k + 1), holds KV for them (vLLM's lookahead slots), and
+commits the accepted run of its drafts plus one token; the drafter's passes follow the target's
+in the same step. Its ``done`` event then succeeds with (first-token time, chunks): a step's
+tokens reach the device as one chunk.
 """
 
 from __future__ import annotations
@@ -26,12 +32,14 @@ from typing import Any
 import simpy
 
 from wispsim.model.latency import LatencyModel
+from wispsim.model.speculation import Speculation
 from wispsim.sim.records import BatchRecord
 
 
 class _Seq:
     __slots__ = (
         "blocks",
+        "chunks",
         "context",
         "done",
         "first",
@@ -42,9 +50,18 @@ class _Seq:
         "prefilled",
         "prompt",
         "rid",
+        "runs",
     )
 
-    def __init__(self, rid: int, prompt: int, output: int, done: simpy.Event, hit: int = 0) -> None:
+    def __init__(
+        self,
+        rid: int,
+        prompt: int,
+        output: int,
+        done: simpy.Event,
+        hit: int = 0,
+        runs: list[int] | None = None,
+    ) -> None:
         self.rid = rid
         self.prompt = prompt
         self.output = output
@@ -56,6 +73,8 @@ class _Seq:
         self.new = True  # not yet scheduled: its first chunk is a request arriving anew
         self.context = prompt  # tokens that must be in KV before decoding
         self.blocks = 0
+        self.chunks = 0  # steps that gave it tokens (one streamed chunk each)
+        self.runs = runs  # speculation: drafts accepted in a row from each output position
 
 
 class CentralizedServer:
@@ -73,8 +92,11 @@ class CentralizedServer:
         batch_ids: count[int],
         replica: int = 0,
         async_scheduling: bool = False,
+        spec: Speculation | None = None,
     ) -> None:
         self.env = env
+        self.spec = spec
+        self.lookahead = spec.k + 1 if spec is not None else 1  # KV slots a decode step writes
         # vLLM's async scheduling forms step n+1 while step n runs: a request arriving during a
         # step can join only the step after next (unless the engine is idle)
         self.async_scheduling = async_scheduling
@@ -100,9 +122,20 @@ class CentralizedServer:
             s.prompt - min(s.prefilled, s.prompt) + s.output - s.generated for s in self.running
         ) + sum(s.prompt + s.output - s.generated for s in self.waiting)
 
-    def submit(self, rid: int, prompt: int, output: int, done: simpy.Event, hit: int = 0) -> None:
-        """Queue a response; ``hit`` of its prompt tokens are in the prefix cache already."""
-        self.waiting.append(_Seq(rid, prompt, output, done, hit))
+    def submit(
+        self,
+        rid: int,
+        prompt: int,
+        output: int,
+        done: simpy.Event,
+        hit: int = 0,
+        runs: list[int] | None = None,
+    ) -> None:
+        """Queue a response; ``hit`` of its prompt tokens are in the prefix cache already;
+        ``runs`` (speculation only): drafts accepted in a row from each output position."""
+        if self.spec is not None and runs is None:
+            raise ValueError("a speculating server needs each response's acceptance runs")
+        self.waiting.append(_Seq(rid, prompt, output, done, hit, runs))
         if self._wake is not None:
             self._wake.succeed()
             self._wake = None
@@ -114,7 +147,7 @@ class CentralizedServer:
         while self.waiting and len(self.running) < self.max_running and limit > 0:
             limit -= 1
             s = self.waiting[0]
-            need = self._blocks(s.context + 1)
+            need = self._blocks(s.context + self.lookahead)
             if need > self.free:
                 break
             self.waiting.popleft()
@@ -147,7 +180,7 @@ class CentralizedServer:
             while i < len(self.running):
                 s = self.running[i]
                 if s.prefilled >= s.context:
-                    need = self._blocks(s.context + 1) - s.blocks
+                    need = self._blocks(s.context + self.lookahead) - s.blocks
                     while need > self.free and self.running[-1] is not s:
                         self._preempt_last()
                     if need > self.free:  # s itself is the newest: preempt it
@@ -158,10 +191,12 @@ class CentralizedServer:
                 i += 1
             budget = self.step_tokens
             work: list[tuple[_Seq, int]] = []
-            n_lin = n_int = n_cac = arrivals = 0
+            n_lin = n_int = n_cac = arrivals = decoding = decoded_context = 0
             for s in self.running:
                 if s.prefilled >= s.context:
-                    new, cached = 1, s.context
+                    new, cached = self.lookahead, s.context
+                    decoding += 1
+                    decoded_context += cached
                 else:
                     if budget <= 0:
                         continue
@@ -178,6 +213,10 @@ class CentralizedServer:
             if not work:
                 continue
             t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(work), arrivals)
+            if self.spec is not None:  # the drafter's passes, with the step's noise draw
+                drafting = self.spec.draft_time(n_lin, n_int, n_cac, decoding, decoded_context)
+                latency += drafting * (latency / t_hat if t_hat > 0 else 1.0)
+                t_hat += drafting
             start = env.now
             bid = next(self._ids)
             used = self.total_blocks - self.free
@@ -186,21 +225,28 @@ class CentralizedServer:
             finished = []
             for s, new in work:
                 if s.prefilled >= s.context:  # decode step
-                    s.context += 1
-                    s.prefilled += 1
-                    s.generated += 1
+                    step = 1
+                    if s.runs is not None:  # the accepted drafts and the target's own token
+                        k = self.lookahead - 1
+                        run = s.runs[s.generated] if s.generated < len(s.runs) else 0
+                        step = min((run if run < k else k) + 1, s.output - s.generated)
+                    s.context += step
+                    s.prefilled += step
+                    s.generated += step
+                    s.chunks += 1
                 else:
                     s.prefilled += new
                     if s.prefilled >= s.context:  # prefill completed: first token comes out
                         if not s.generated:  # (not a recompute after preemption)
                             s.first = env.now
                         s.generated += 1
+                        s.chunks += 1
                 if s.generated >= s.output:
                     finished.append(s)
             for s in finished:
                 self.running.remove(s)
                 self.free += s.blocks
-                s.done.succeed(s.first)
+                s.done.succeed(s.first if s.runs is None else (s.first, s.chunks))
             self.batches.append(
                 BatchRecord(
                     bid,
@@ -219,3 +265,11 @@ class CentralizedServer:
                     0,
                 )
             )
+
+
+def first_and_chunks(value: float | tuple[float, int], output: int) -> tuple[float, int]:
+    """A response's ``done`` value as (first-token time, chunks it streamed in): plain serving
+    streams one token per chunk."""
+    if isinstance(value, tuple):
+        return float(value[0]), int(value[1])
+    return float(value), output

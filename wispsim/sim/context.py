@@ -24,6 +24,7 @@ from wispsim.model.acceptance import AcceptanceModel, expected_accept_ratio, mak
 from wispsim.model.drafting import Controller, make_controller
 from wispsim.model.network import draft_token_bytes
 from wispsim.model.profiles import Profile
+from wispsim.model.speculation import Speculation
 from wispsim.sim.records import MEMORY_ROWS, BatchRecord, RecordTable, ResponseRecord, RoundRecord
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ class RunContext:
         self.done = env.event()
         self.server: Any  # a Verifier, or a router in front of several
         self.central: Any  # a CentralizedServer, or a CentralRouter
+        self.speculation: Speculation | None = None  # server-side drafting (centralized-sd)
         self.arrivals: ArrivalProcess
         self.devices_started = 0
 

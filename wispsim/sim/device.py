@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wispsim.model.network import TOKEN_ID_BYTES, Link, pick_link_type
+from wispsim.sim.centralized import first_and_chunks
 from wispsim.sim.verifier import Request
 
 if TYPE_CHECKING:
@@ -213,13 +214,18 @@ class Device:
             up = link.up(header + prompt * TOKEN_ID_BYTES)
             yield env.timeout(pending + think + up)
             done = env.event()
-            ctx.central.submit(resp, prompt, output, done)
-            first = yield done  # when the step that gave the first token ended
+            if ctx.speculation is None:
+                ctx.central.submit(resp, prompt, output, done)
+            else:  # the server drafts for itself: which of its drafts the target accepts
+                runs = ctx.speculation.runs(stream.run, output, self.rng_accept)
+                ctx.central.submit(resp, prompt, output, done, 0, runs)
+            # when the step that gave the first token ended; the chunks the tokens came in
+            first, chunks = first_and_chunks((yield done), output)
             # one downlink time (one jitter draw) for every token: the first and the last alike
             down = link.down(header + TOKEN_ID_BYTES)
             t_end = env.now + down
             t_first = first + down
-            ctx.finish_response(resp, self.index, self.slo, t0, t_end, t_first, prompt, output, output, 1)
+            ctx.finish_response(resp, self.index, self.slo, t0, t_end, t_first, prompt, output, chunks, 1)
             pending = down
             if self.once:
                 return

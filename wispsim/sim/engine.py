@@ -29,6 +29,7 @@ from wispsim.model.latency import make_latency
 from wispsim.model.memory import KVMemory, block_size, check_memory, kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.model.schedulers import SCHEDULERS, GpuState
+from wispsim.model.speculation import resolve as resolve_speculation
 from wispsim.sim.arrivals import Arrivals, Closed, RequestTrace, load_request_trace, make_arrivals
 from wispsim.sim.centralized import CentralizedServer
 from wispsim.sim.context import RunContext
@@ -127,6 +128,8 @@ def simulate(
     if remote is not None:
         remote(ctx)
     elif centralized:
+        specs = [resolve_speculation(srv, prof) for prof in profiles]
+        ctx.speculation = specs[0]
         servers = [
             CentralizedServer(
                 env,
@@ -138,8 +141,9 @@ def simulate(
                 ctx.batches,
                 ctx.batch_ids,
                 replica=r,
+                spec=spec,
             )
-            for r, (prof, cap, bs) in enumerate(zip(profiles, capacities, sizes, strict=True))
+            for r, (prof, cap, bs, spec) in enumerate(zip(profiles, capacities, sizes, specs, strict=True))
         ]
         ctx.central = CentralRouter(servers, srv.router) if routed else servers[0]
     else:

@@ -149,6 +149,36 @@ def _check_preset(
                     "set policy: custom to choose it yourself",
                 )
             break  # the later layer wins; an agreeing value there is fine
+    _check_spec_preset(scenario, preset, written, overrides, source)
+
+
+def _check_spec_preset(
+    scenario: Scenario,
+    preset: Mapping[str, Any],
+    written: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    source: str,
+) -> None:
+    """``server.speculation.method`` given explicitly must agree with the policy: centralized-sd
+    speculates (any method but none), every other preset does not."""
+    for layer, where in ((overrides, "--set"), (written, source)):
+        spec = (
+            (layer.get("server") or {}).get("speculation")
+            if isinstance(layer.get("server"), Mapping)
+            else None
+        )
+        if not isinstance(spec, Mapping) or "method" not in spec:
+            continue
+        method = scenario.server.speculation.method
+        if bool(preset.get("spec")) != (method != "none"):
+            want = "draft, eagle or ngram" if preset.get("spec") else "none"
+            raise ConfigError(
+                where,
+                "server.speculation.method",
+                f"{method} conflicts with policy {scenario.policy}, which sets {want}; "
+                "set policy: custom to choose it yourself",
+            )
+        return
 
 
 def check_references(scenario: Scenario, source: str) -> None:
@@ -161,6 +191,13 @@ def check_references(scenario: Scenario, source: str) -> None:
     LATENCY.get(sv.latency_model, source, "server.latency_model")
     if sv.estimator_form is not None:
         FORMS.get(sv.estimator_form, source, "server.estimator_form")
+    if sv.speculation.method != "none" and sv.mode != "centralized":
+        raise ConfigError(
+            source,
+            "server.speculation.method",
+            f"server-side speculation is centralized serving's (policy centralized-sd); a {sv.mode} "
+            "server verifies the devices' drafts; allowed here: none",
+        )
     if sv.mode == "speculative":
         SCHEDULERS.get(sv.scheduler, source, "server.scheduler")
     elif sv.scheduler != CENTRAL_SCHEDULER and sv.scheduler not in SCHEDULERS:
@@ -287,7 +324,9 @@ def _check_reachable(scenario: Scenario, profiles: list[Profile], source: str) -
         step = min(
             p.estimator.alone(1, 0) * (math.exp(-4 * p.noise_sigma) if sv.noise else 1.0) for p in profiles
         )
-        bound, why = 1.0 / step if step > 0 else math.inf, f"one decode step takes >= {step * 1e3:.3g} ms"
+        per_step = sv.speculation.k + 1 if sv.speculation.method != "none" else 1  # tokens a step may commit
+        bound = per_step / step if step > 0 else math.inf
+        why = f"one decode step takes >= {step * 1e3:.3g} ms and commits <= {per_step} tokens"
         pairs = [("devices.classes", c, bound, why) for c in dev.classes]
         pairs += [(f"devices.groups[{i}].slo", g.slo, bound, why) for i, g in enumerate(dev.groups)]
     else:

@@ -98,12 +98,12 @@ class CentralRouter:
         self.round_robin = router == "round-robin"
         self._next = count()
 
-    def submit(self, rid: int, prompt: int, output: int, done: simpy.Event) -> None:
+    def submit(self, rid: int, prompt: int, output: int, done: simpy.Event, *rest: Any) -> None:
         if self.round_robin:
             target = self.replicas[next(self._next) % len(self.replicas)]
         else:
             target = min(self.replicas, key=lambda s: s.outstanding_tokens())
-        target.submit(rid, prompt, output, done)
+        target.submit(rid, prompt, output, done, *rest)
 
     @property
     def preemptions(self) -> int:

@@ -28,9 +28,11 @@ import simpy
 
 from wispsim.analysis.token_latency import token_latency
 from wispsim.config import ServerConfig
+from wispsim.config.server import SpeculationConfig
 from wispsim.model.latency import LinearLatency
 from wispsim.model.profiles import Profile
-from wispsim.sim.centralized import CentralizedServer
+from wispsim.model.speculation import resolve
+from wispsim.sim.centralized import CentralizedServer, first_and_chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,13 @@ class BenchRun:
     prompts_per_group: int = 0
     shared_prefix_tokens: int = 0
     async_scheduling: bool = False  # vLLM's --async-scheduling (the next step formed during this one)
+    # server-side speculative decoding (wispsim.model.speculation): none | draft | eagle | ngram,
+    # the draft's architecture (None: the method's default), k, and the mean acceptance length
+    spec_method: str = "none"
+    draft_arch: str | None = None
+    num_spec_tokens: int = 3
+    acceptance_length: float | None = None
+    draft_overheads: dict[str, float] | None = None  # None: wispsim/data/speculation.yaml's
     seed: int = 0
     noise: bool = False
 
@@ -108,8 +117,20 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
     """Simulate one benchmark run (module docstring) and measure it."""
     env = simpy.Environment()
     rng = np.random.default_rng(run.seed)
-    cfg = ServerConfig(profile=profile.name, noise=run.noise)
+    cfg = ServerConfig(
+        profile=profile.name,
+        noise=run.noise,
+        mode="centralized",
+        speculation=SpeculationConfig(
+            method=run.spec_method,  # type: ignore[arg-type]
+            draft=run.draft_arch,
+            k=run.num_spec_tokens,
+            acceptance_length=run.acceptance_length,
+        ),
+    )
     latency = LinearLatency(profile, cfg, rng)
+    spec = resolve(cfg, profile, "public run", run.draft_overheads)
+    accept_rng = np.random.default_rng([run.seed, 1])
     kv = (
         run.kv_tokens
         if run.kv_tokens is not None
@@ -126,6 +147,7 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         batches=batches,
         batch_ids=count(),
         async_scheduling=run.async_scheduling,
+        spec=spec,
     )
     n = run.num_prompts
     distinct = run.prompt_groups * run.prompts_per_group
@@ -136,6 +158,8 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
     start = np.zeros(n)
     first_token = np.zeros(n)
     end = np.zeros(n)
+    chunks = np.array(outs)
+    nothing = np.zeros(0, dtype=int)
 
     frontend = float(getattr(profile.estimator, "frontend", 0.0))  # API-server latency (not GPU time)
 
@@ -144,8 +168,9 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         if frontend > 0:
             yield env.timeout(frontend)
         done = env.event()
-        server.submit(i, ins[i], outs[i], done, hit[i])
-        first_token[i] = yield done
+        runs = None if spec is None else spec.runs(nothing, outs[i], accept_rng)
+        server.submit(i, ins[i], outs[i], done, hit[i], runs)
+        first_token[i], chunks[i] = first_and_chunks((yield done), outs[i])
         end[i] = env.now
 
     rate = run.request_rate if run.request_rate is not None and np.isfinite(run.request_rate) else None
@@ -172,7 +197,7 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
             "t_first": first_token,
             "t_end": end,
             "output_len": outs,
-            "rounds": outs,  # one streamed chunk per token
+            "rounds": chunks,  # streamed chunks: one per token, or per step under speculation
             "measured": True,
             "censored": False,
         }

@@ -13,6 +13,7 @@ side by side for every run, calibration and held-out apart.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -121,7 +122,27 @@ def bench_run(row: pd.Series, folder: str) -> BenchRun:
         prompt_groups=int(_f(row, "prompt_groups") or 0),
         prompts_per_group=int(_f(row, "prompts_per_group") or 0),
         shared_prefix_tokens=int(_f(row, "shared_prefix_tokens") or 0),
+        **_speculation(row),
     )
+
+
+# the public runs' speculative methods -> server.speculation.method (EAGLE-3 heads are ``eagle``)
+SPEC_METHODS = {"none": "none", "draft": "draft", "eagle": "eagle", "eagle3": "eagle", "ngram": "ngram"}
+
+
+def _speculation(row: pd.Series) -> dict[str, Any]:
+    """The run's server-side speculation as it ran: method, draft, k and the acceptance length
+    the server reported (the simulator draws each step's accepted run from it)."""
+    method = SPEC_METHODS[str(row.get("spec_method") or "none")]
+    if method == "none":
+        return {}
+    draft = row.get("draft_arch")
+    return {
+        "spec_method": method,
+        "draft_arch": str(draft) if method == "draft" and isinstance(draft, str) else None,
+        "num_spec_tokens": int(_f(row, "num_spec_tokens") or 1),
+        "acceptance_length": _f(row, "acceptance_length"),
+    }
 
 
 def profile_for(row: pd.Series, params: dict[str, Any] | None = None) -> Profile:
@@ -138,8 +159,18 @@ def profile_for(row: pd.Series, params: dict[str, Any] | None = None) -> Profile
     return parse_profile(data, f"public run {row['run_id']}")
 
 
-def simulate_run(row: pd.Series, folder: str, params: dict[str, Any] | None = None) -> dict[str, float]:
-    return bench(profile_for(row, params), bench_run(row, folder)).figures()
+def simulate_run(
+    row: pd.Series,
+    folder: str,
+    params: dict[str, Any] | None = None,
+    draft: dict[str, float] | None = None,
+) -> dict[str, float]:
+    """Simulate one run as it ran; ``draft``: the draft-pass costs of a speculative run
+    (``draft_pass_ms``, ``draft_layer_us``; None: the shipped calibration's)."""
+    run = bench_run(row, folder)
+    if draft is not None:
+        run = dataclasses.replace(run, draft_overheads=draft)
+    return bench(profile_for(row, params), run).figures()
 
 
 def _get(params: dict[str, Any], sec: str, key: str) -> float:
@@ -206,14 +237,18 @@ def calibrate(
 
 
 def compare(
-    runs: pd.DataFrame, folder: str, params: dict[str, Any], calibration_runs: Sequence[str]
+    runs: pd.DataFrame,
+    folder: str,
+    params: dict[str, Any] | None,
+    calibration_runs: Sequence[str],
+    draft: dict[str, float] | None = None,
 ) -> pd.DataFrame:
     """Simulated and real side by side, one row per run and metric, with the absolute
     percentage error and whether the fit saw the run."""
     rows = []
     seen = set(calibration_runs)
     for _, row in runs.iterrows():
-        sim = simulate_run(row, folder, params)
+        sim = simulate_run(row, folder, params, draft)
         for m in METRICS:
             real = _f(row, m)
             if real is None or real <= 0:
