@@ -90,6 +90,9 @@ def serve(
     dtype: DtypeOpt = "float32",
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.", parser=PORT)] = 8011,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show all of vLLM's startup messages (docs/serve.md).")
+    ] = False,
     set_: SetOpt = None,
 ) -> None:
     """Serve the scenario's policy on a real vLLM engine over HTTP, until interrupted.
@@ -103,8 +106,15 @@ def serve(
 
     source = _source(model, arch, dtype)
     sc = _scenario(scenario, policy, set_)
+    quiet = None
+    if not verbose:
+        from wispsim.engines.vllm_quiet import hide_known_harmless
+
+        quiet = hide_known_harmless()
 
     def ready(facts: dict[str, Any]) -> None:
+        if quiet is not None:
+            err_console.print(quiet.note())
         err_console.print(
             f"serving {sc.policy} ({sc.server.mode}) on http://{host}:{port}: vLLM on {facts['device']}, "
             f"{source.describe()}, KV cache {facts['kv_capacity_tokens']} tokens in blocks of "
