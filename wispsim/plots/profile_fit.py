@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wispsim.plots.figure import pyplot
+from wispsim.plots.figure import pyplot, tidy
 
 # the fit figures have always been written at 120 dpi (figure.DPI, used elsewhere, is 110)
 FIT_DPI = 120
@@ -23,6 +23,7 @@ FIT_DPI = 120
 def _save(fig: Any, path: Path) -> Path:
     plt = pyplot()
     try:
+        tidy(fig)
         fig.savefig(path, dpi=FIT_DPI)
     finally:
         plt.close(fig)

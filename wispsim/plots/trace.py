@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from wispsim.model.acceptance import Trace
-from wispsim.plots.figure import DPI, pyplot
+from wispsim.plots.figure import DPI, pyplot, tidy
 
 
 def plot_report_figure(r: dict[str, Any]) -> Any:
@@ -49,6 +49,7 @@ def plot_report(r: dict[str, Any], trace: Trace, out: Path) -> Path:
     suffix gets ``.png``). ``trace`` is the trace ``r`` was computed from (kept for callers)."""
     fig = plot_report_figure(r)
     try:
+        tidy(fig)
         fig.savefig(out, dpi=DPI)
     finally:
         pyplot().close(fig)
