@@ -82,7 +82,7 @@ def synthetic_data(
         "command": "synthetic",
         "date": "2026-01-01",
         "model_facts": FACTS,
-        "host": {"cpu": "test CPU", "memory_gib": 16.0, "torch_threads": 1},
+        "host": {"cpu": "test CPU", "cpu_count": 2, "isa": "avx2", "memory_gib": 16.0, "torch_threads": 1},
     }
     Path(str(path) + ".meta.json").write_text(json.dumps(meta))
     return path
@@ -297,6 +297,8 @@ def test_fitted_profile_loads_with_report_and_plots(measured: tuple[Path, Path])
     assert p.kind == "measured"
     assert p.data_path is not None and p.data_path.resolve() == data.resolve()
     assert p.provenance["command"] and p.provenance["date"]
+    # the host that measured it, so a run on another CPU can say so (wispsim.host)
+    assert p.provenance["host"] == {"cpu": "test CPU", "cpu_count": 2, "isa": "avx2"}
     assert p.fit["configurations"] == {"train": 123, "test": 50}
     assert p.model.kv_bytes_per_token == 2 * 2 * 2 * 16 * 2
     assert p.gpu.startswith("CPU: test CPU") and p.gpu_memory_gib == 16

@@ -253,6 +253,19 @@ class LoggedProgress(Progress):
 LOG_EVERY_S = 30.0  # a progress line at most this often when stderr is not a terminal
 
 
+def say_host_note(profile: str, here: dict[str, Any] | None = None) -> None:
+    """Print one line when ``profile`` (a name or a path) was measured on a CPU host unlike
+    ``here`` (this host when None): :func:`wispsim.host.host_note`."""
+    from wispsim.host import cpu_facts, host_note
+    from wispsim.model.profiles import load_profile
+
+    prof = load_profile(profile)
+    measured = prof.provenance.get("host")
+    note = host_note(prof.name, measured if isinstance(measured, dict) else None, here or cpu_facts())
+    if note:
+        err_console.print(note, markup=False, highlight=False)
+
+
 def progress(eta: bool = False) -> Progress:
     """A progress bar on stderr: the task's description, bar, done/total, elapsed (and the
     estimated time left with ``eta``); plain lines when stderr is not a terminal."""

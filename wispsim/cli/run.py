@@ -25,6 +25,7 @@ from wispsim.cli.common import (
     out_path,
     output,
     resolve_scenario,
+    say_host_note,
     table,
 )
 from wispsim.cli.options import (
@@ -201,6 +202,9 @@ def replay_cmd(
 
         served = (meta.get("server") or {}).get("engine_in_process")
         load_profile(sc.server.profile).check_layout(served, str(meta_path(log)))
+    server_host = (meta.get("server") or {}).get("host")
+    if isinstance(server_host, dict) and server_host:  # the host the recorded timings come from
+        say_host_note(sc.server.profile, server_host)
     folder = out_dir(folder, "replay")
     devices = frame.device.nunique()
     err_console.print(f"replay: {describe(sc, meta)}", highlight=False)

@@ -24,6 +24,7 @@ from wispsim.cli.common import (
     output,
     progress,
     resolve_scenario,
+    say_host_note,
     table,
 )
 from wispsim.cli.options import (
@@ -121,6 +122,7 @@ def serve(
             f"{facts['block_size']}, prefix caching {'on' if facts['prefix_caching'] else 'off'}"
         )
 
+    say_host_note(sc.server.profile)  # vLLM runs here: the profile should be this host's
     err_console.print(f"starting vLLM for {sc.policy} ({source.describe()}) ...")
     with contextlib.suppress(KeyboardInterrupt):
         run_server(sc, source, host, port, ready)
@@ -252,6 +254,8 @@ def validate(
         for p in pols:
             _scenario_checked(r, scenario, set_ or [], p, sim_set or [])
     base = resolve_scenario(scenario, set_)
+    if real_from is None:  # the servers run here: the profile should be this host's
+        say_host_note(base.server.profile)
     eps = base.epsilon if epsilon is None else epsilon
     folder = out_dir(folder, "validate")
     with progress() as bar:

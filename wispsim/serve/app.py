@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field
 
 from wispsim.config import Scenario
 from wispsim.errors import WispsimError
+from wispsim.host import cpu_facts
 from wispsim.model.admission import make_admission
 from wispsim.model.memory import KVMemory, block_size, kv_capacity
 from wispsim.model.profiles import load_profile
@@ -144,6 +145,7 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
         "dtype": source.dtype,
         "kv_policy": srv.kv_policy if srv.mode == "speculative" else "engine",
         "engine_in_process": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0",
+        "host": cpu_facts(),  # the CPU the real timings come from (wispsim.host)
     }
     return eng, facts
 

@@ -148,7 +148,8 @@ def write_deployment_data(
     kind: str = "verify",
 ) -> Path:
     """Write the measurement CSV of :func:`deployment_measurements` and its sidecar, which keeps
-    ``base_meta``'s model and host facts (the recording of the profile the server ran with)."""
+    ``base_meta``'s model facts (the recording of the profile the server ran with) and the host
+    facts of the server where it reported them (else ``base_meta``'s)."""
     df, info = deployment_measurements(roots, seed=seed, kind=kind)
     out_csv.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_csv, index=False)
@@ -166,6 +167,8 @@ def write_deployment_data(
                 if k in server
             },
         },
+        # the server's host (it timed the batches); older folders: the recording's
+        "host": {**(base_meta.get("host") or {}), **(server.get("host") or {})},
         "command": command,
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "deployment": {"batch_logs": info["sources"], "batches": len(df), "kind": kind, "split_seed": seed},

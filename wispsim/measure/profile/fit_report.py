@@ -206,7 +206,7 @@ def profile_dict(
             "plan": meta.get("plan"),
             "plan_command": (meta.get("plan_meta") or {}).get("command"),
             "random_weights": bool(facts.get("random_weights", False)),
-            "host": {k: host[k] for k in ("cpu", "cpu_count", "gpu", "platform") if k in host},
+            "host": {k: host[k] for k in ("cpu", "cpu_count", "isa", "gpu", "platform") if k in host},
             "versions": meta.get("versions"),
         },
     }

@@ -44,6 +44,7 @@ import numpy as np
 
 from wispsim.engines import DTYPES, ENGINES, Batch, Engine, EngineSpec, make_engine, random_batch
 from wispsim.errors import ConfigError, WispsimError
+from wispsim.host import cpu_facts
 from wispsim.measure.profile.plan import Configuration, join_ints, read_plan
 from wispsim.model.archs import arch_from_dict, dtype_bytes, load_arch
 from wispsim.model.estimator import aggregates
@@ -164,15 +165,9 @@ def measure(
 
 
 def host_facts(device: str) -> dict[str, Any]:
-    """What ran the measurement: CPU model and memory, or the GPU's name and memory."""
-    info: dict[str, Any] = {"platform": platform.platform(), "cpu_count": os.cpu_count()}
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    info["cpu"] = cpu or "unknown CPU"
+    """What ran the measurement: CPU model, cores, ISA level (:func:`wispsim.host.cpu_facts`) and
+    memory, and the GPU's name and memory."""
+    info: dict[str, Any] = {"platform": platform.platform(), **cpu_facts()}
     try:
         info["memory_gib"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
     except (ValueError, OSError, AttributeError):
