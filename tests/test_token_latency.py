@@ -192,7 +192,7 @@ def test_swarm_first_token_is_the_first_streamed_line() -> None:
         http = Http()
         url = "fake"
 
-    class Env:  # the parts of WallClock that RemoteCentral uses
+    class Env(simpy.Environment):  # the parts of WallClock that RemoteCentral uses
         origin = time.monotonic()
         posted: list = []  # noqa: RUF012
 
@@ -201,9 +201,10 @@ def test_swarm_first_token_is_the_first_streamed_line() -> None:
 
     env = Env()
     remote = RemoteCentral(env, Client(), 0.0, 1000, 0)  # type: ignore[arg-type]
-    done = simpy.Environment().event()
+    done = env.event()
     asyncio.run(remote._generate(0, 4, 3, done))
     (fn,) = env.posted
-    fn()
+    fn()  # the reply is settled when the stream ended, on the environment's clock
+    env.run()
     assert [a[1] for a in remote.arrivals] == [1, 2, 3]
     assert done.value == remote.arrivals[0][2] < remote.arrivals[-1][2]

@@ -45,7 +45,9 @@ from wispsim.provenance import write_manifest
 from wispsim.serve import require_serve
 
 PORT = whole(1, 65535, "a TCP port")
+VOCAB = whole(2, 10**8)
 DTYPES = ("float32", "bfloat16", "float16")
+DEFAULT_URL = "http://127.0.0.1:8011"
 
 ArchOpt = Annotated[
     str | None,
@@ -55,6 +57,26 @@ ModelOpt = Annotated[
     str | None, typer.Option(help="A model folder in Hugging Face format (instead of --arch).")
 ]
 DtypeOpt = Annotated[str, typer.Option(help=f"Weights' precision: {', '.join(DTYPES)}.")]
+OpenAIUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--openai-url",
+        help="Drive an OpenAI-compatible server instead (vllm serve: http://HOST:PORT/v1), for centralized "
+        "policies; the simulated side uses the scenario's profile (docs/serve.md).",
+    ),
+]
+OpenAIModelOpt = Annotated[
+    str | None,
+    typer.Option("--openai-model", help="With --openai-url: the model to ask for (default: the one served)."),
+]
+OpenAIVocabOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--openai-vocab",
+        help="With --openai-url: token ids sent stay below this (default: the profile's model vocabulary).",
+        parser=VOCAB,
+    ),
+]
 
 
 def _source(model: str | None, arch: str | None, dtype: str, seed: int = 0) -> Any:
@@ -72,6 +94,17 @@ def _source(model: str | None, arch: str | None, dtype: str, seed: int = 0) -> A
     if model is not None and not Path(model, "config.json").is_file():
         raise ConfigError("--model", model, "no config.json there (a model folder in Hugging Face format)")
     return ModelSource(model=model, arch=arch, dtype=dtype, seed=seed)
+
+
+def _openai(url: str | None, model: str | None, vocab: int | None) -> Any:
+    """The OpenAI-compatible server of ``--openai-url`` (None without it)."""
+    if url is None:
+        if model is not None or vocab is not None:
+            raise ConfigError("--openai-model/--openai-vocab", "", "only with --openai-url")
+        return None
+    from wispsim.serve.openai import OpenAIServer
+
+    return OpenAIServer(url, model, vocab)
 
 
 def _scenario(scenario: Path | None, policy: str | None, set_: list[str] | None) -> Any:
@@ -131,7 +164,10 @@ def serve(
 def swarm(
     scenario: ScenarioArg = None,
     policy: PolicyOpt = None,
-    url: Annotated[str, typer.Option(help="The server (wispsim serve).")] = "http://127.0.0.1:8011",
+    url: Annotated[str | None, typer.Option(help=f"wispsim serve's URL (default {DEFAULT_URL}).")] = None,
+    openai_url: OpenAIUrlOpt = None,
+    openai_model: OpenAIModelOpt = None,
+    openai_vocab: OpenAIVocabOpt = None,
     devices: Annotated[int | None, typer.Option(help="Number of devices N.", parser=DEVICES)] = None,
     seed: Annotated[int | None, typer.Option(help="Run seed.", parser=SEED)] = None,
     log: Annotated[
@@ -144,11 +180,16 @@ def swarm(
 
     The devices are the simulator's own on the wall clock (same acceptance trace, drafting,
     link delays); the server's queue and verify times, batches and cached tokens are its reports.
+    With --openai-url the server is any OpenAI-compatible one (centralized serving only).
     """
     require_serve("wispsim swarm")
     from wispsim.analysis.metrics import summarize
     from wispsim.serve.swarm import probe, run_swarm
 
+    if url is not None and openai_url is not None:
+        raise ConfigError("--url/--openai-url", "", "give one: wispsim serve's or an OpenAI server's")
+    url = url or DEFAULT_URL
+    server = _openai(openai_url, openai_model, openai_vocab) or url
     folder = out_path(out, "swarm")
     if log is not None:
         check_output_file(log, "--log", (".parquet", ".csv"))
@@ -157,7 +198,15 @@ def swarm(
         sc = checked(sc.with_devices(devices), devices=devices)
     if seed is not None:
         sc = sc.replace(seed=seed)
-    probe(sc, url)  # reachable, and serving this policy
+    if openai_url is not None:
+        from wispsim.model.profiles import load_profile
+        from wispsim.serve.openai import check_policy
+
+        check_policy(sc)
+        facts = probe(sc, server)  # reachable, an OpenAI API, the model there
+        load_profile(sc.server.profile).check_layout(facts.get("engine_in_process"), "--openai-url")
+    else:
+        probe(sc, server)  # reachable, and serving this policy
     folder = out_dir(folder, "swarm")
     with progress() as bar:
         task = bar.add_task(f"{sc.devices.count} devices, {sc.policy}", total=None)
@@ -165,9 +214,11 @@ def swarm(
         def tick(now: float, end: float) -> None:
             bar.update(task, completed=min(now, end), total=end)
 
-        run = run_swarm(sc, url, progress=tick)
+        run = run_swarm(sc, server, progress=tick)
     res = run.result
     summary = summarize(res)
+    if openai_url is not None:  # an OpenAI server logs no batches: unknown, not zero
+        summary[["gpu_utilization", "mean_batch_size"]] = float("nan")
     with output(folder) as o:
         (o / "scenario.yaml").write_text(sc.to_yaml())
         run.write_records(o.path)
@@ -179,15 +230,25 @@ def swarm(
             o.path,
             {"seed": sc.seed, "devices": sc.devices.count, "policy": sc.policy, "server": run.facts},
         )
-    console.print(table(summary, f"{sc.policy}, {sc.devices.count} devices on {url} (real)", SUMMARY_COLUMNS))
+    console.print(
+        table(
+            summary,
+            f"{sc.policy}, {sc.devices.count} devices on {run.facts.get('url', url)} (real)",
+            SUMMARY_COLUMNS,
+        )
+    )
     console.print(f"records: {folder}")
 
 
 def validate(
     scenario: ScenarioArg = None,
     policies: Annotated[
-        str, typer.Option(help="Policies to validate, comma-separated.")
-    ] = "wisp,fcfs,sled,centralized",
+        str | None,
+        typer.Option(
+            help="Policies to validate, comma-separated (default: wisp,fcfs,sled,centralized; "
+            "with --openai-url: centralized)."
+        ),
+    ] = None,
     devices: Annotated[str, typer.Option(help="The grid of N, e.g. 2,4,6,8 or 2:8:2.")] = "2,4,6,8",
     regime: Annotated[
         list[str] | None,
@@ -200,6 +261,9 @@ def validate(
     model: ModelOpt = None,
     dtype: DtypeOpt = "float32",
     port: Annotated[int, typer.Option(help="TCP port for the servers it starts.", parser=PORT)] = 8011,
+    openai_url: OpenAIUrlOpt = None,
+    openai_model: OpenAIModelOpt = None,
+    openai_vocab: OpenAIVocabOpt = None,
     epsilon: Annotated[
         float | None,
         typer.Option(help="Violation target for capacity (default: the scenario's).", parser=FRACTION_OPEN),
@@ -223,9 +287,10 @@ def validate(
 ) -> None:
     """Run the real deployment and the simulator side by side for every policy, N and regime.
 
-    Starts `wispsim serve` per regime and policy, runs the swarm for each N, simulates the same
-    scenario, replays the real log; writes comparison.csv, capacity.csv and validation.png.
-    Resumable: points already in --out are kept.
+    Starts `wispsim serve` per regime and policy (or, with --openai-url, drives that server, for
+    centralized policies), runs the swarm for each N, simulates the same scenario, replays the real
+    log; writes comparison.csv, capacity.csv and validation.png. Resumable: points already in
+    --out are kept.
     """
     require_serve("wispsim validate")
     from wispsim.plots import validation_plot
@@ -233,9 +298,17 @@ def validate(
     from wispsim.serve.validate import validate as run_validation
 
     folder = out_path(out, "validate")
-    pols = parse_policies(policies)
+    openai = _openai(openai_url, openai_model, openai_vocab)
+    default = "centralized" if openai is not None else "wisp,fcfs,sled,centralized"
+    pols = parse_policies(policies or default)
     grid = sorted(set(parse_devices(devices)))
-    if real_from is not None:
+    if openai is not None:
+        if real_from is not None or model is not None or arch is not None:
+            raise ConfigError(
+                "--openai-url", openai_url or "", "drives a running server: no --arch, --model, --real-from"
+            )
+        source = None
+    elif real_from is not None:
         if not (real_from / "points").is_dir():
             raise ConfigError(
                 "--real-from", str(real_from), "not a wispsim validate folder (no points/ in it)"
@@ -253,6 +326,10 @@ def validate(
     for r in regimes:  # every regime's scenario checked before any work
         for p in pols:
             _scenario_checked(r, scenario, set_ or [], p, sim_set or [])
+            if openai is not None:
+                from wispsim.serve.openai import check_policy
+
+                check_policy(r.scenario(scenario, set_ or []).with_policy(p))
     base = resolve_scenario(scenario, set_)
     if real_from is None:  # the servers run here: the profile should be this host's
         say_host_note(base.server.profile)
@@ -267,6 +344,7 @@ def validate(
         table_ = run_validation(
             scenario, set_ or [], regimes, pols, grid, source, folder, port,
             say=lambda s: bar.console.print(s), progress=tick, sim_sets=sim_set or [], real_from=real_from,
+            openai=openai,
         )  # fmt: skip
     cap = capacities(table_, eps)
     with output(folder) as o:
@@ -282,7 +360,11 @@ def validate(
                 "devices": grid,
                 "regimes": {r.name: list(r.sets) for r in regimes},
                 "epsilon": eps,
-                "model": source.describe() if source else f"real points of {real_from}",
+                "model": source.describe()
+                if source
+                else openai.url
+                if openai
+                else f"real points of {real_from}",
                 "dtype": dtype,
                 "sim_set": sim_set or [],
             },

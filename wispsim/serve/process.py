@@ -15,7 +15,7 @@ from typing import Any
 
 from wispsim.errors import WispsimError
 from wispsim.serve.app import ModelSource
-from wispsim.serve.swarm import Client, health
+from wispsim.serve.client import Client, health
 
 
 class ServerProcess:

@@ -19,21 +19,19 @@ round trip.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import math
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from wispsim.config import Scenario
-from wispsim.errors import WispsimError
+from wispsim.serve.client import Client, SwarmError, error_detail, health
 from wispsim.serve.clock import WallClock
 from wispsim.sim.context import RunContext
 from wispsim.sim.records import BatchRecord, SimResult
@@ -41,71 +39,7 @@ from wispsim.sim.records import BatchRecord, SimResult
 # spawn key of the token ids a swarm sends (apart from the devices' streams)
 TOKEN_STREAM = 7_000_003
 
-
-class SwarmError(WispsimError):
-    pass
-
-
-class Client:
-    """An HTTP client on its own thread and asyncio loop (httpx), for the SimPy thread to call."""
-
-    def __init__(self, url: str, connections: int) -> None:
-        import httpx
-
-        self.url = url.rstrip("/")
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="wispsim-swarm-http", daemon=True)
-        self._thread.start()
-        limits = httpx.Limits(max_connections=connections + 4, max_keepalive_connections=connections + 4)
-        timeout = httpx.Timeout(600.0, connect=10.0)
-
-        async def make() -> Any:
-            return httpx.AsyncClient(base_url=self.url, limits=limits, timeout=timeout)
-
-        self.http = self.call(make())
-
-    def call(self, coro: Any) -> Any:
-        """Run ``coro`` on the client's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def spawn(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    async def request(self, method: str, path: str, body: Any = None) -> Any:
-        import httpx
-
-        try:
-            r = await self.http.request(method, path, json=body)
-        except httpx.HTTPError as e:
-            raise SwarmError(f"{self.url}{path}: {type(e).__name__}: {e}") from None
-        if r.status_code >= 400:
-            try:
-                detail = r.json().get("detail", r.text)
-            except ValueError:
-                detail = r.text
-            raise SwarmError(f"{self.url}{path}: HTTP {r.status_code}: {detail}")
-        return r.json()
-
-    def close(self) -> None:
-        try:
-            self.call(self.http.aclose())
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=10)
-
-
-def health(client: Client, samples: int = 8) -> tuple[dict[str, Any], float]:
-    """The server's facts, and its clock's offset from this process's ``time.monotonic``: the
-    server's reading minus the midpoint of the round trip, from the quickest of ``samples`` trips
-    (as NTP does; the first trip also opens the connection)."""
-    best = (float("inf"), 0.0)
-    facts: dict[str, Any] = {}
-    for _ in range(samples):
-        t0 = time.monotonic()
-        facts = client.call(client.request("GET", "/health"))
-        t1 = time.monotonic()
-        best = min(best, (t1 - t0, float(facts["clock"]) - (t0 + t1) / 2))
-    return facts, best[1]
+__all__ = ["Client", "RemoteCentral", "RemoteVerifier", "Server", "SwarmError", "SwarmRun", "run_swarm"]
 
 
 class _Remote:
@@ -132,6 +66,17 @@ class _Remote:
         rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=key_))
         low = min(100, self.vocab - 1)
         return rng.integers(low, self.vocab, size=n).tolist()
+
+    def settle(self, event: Any, value: Any, at: float) -> None:
+        """Succeed ``event`` with ``value`` at local time ``at`` (when the reply really came): the
+        environment runs every event due before it first, so a busy SimPy thread that is behind
+        the wall clock does not record the reply earlier than it came (nor before a first
+        token's arrival)."""
+
+        def schedule() -> None:
+            self.env.timeout(max(0.0, at - self.env.now)).callbacks.append(lambda _: event.succeed(value))
+
+        self.env.post(schedule)
 
     def fail(self, e: BaseException) -> None:
         def raise_it() -> None:
@@ -217,15 +162,15 @@ class RemoteCentral(_Remote):
         self.preemptions = 0
 
     async def _generate(self, rid: int, prompt: int, output: int, done: Any) -> None:
-        import json
-
         body = {"prompt": self.tokens(0, rid, prompt), "output_tokens": output}
         first = math.nan  # when the line with the first token arrived (done's value, as in the simulator)
         try:
             async with self.client.http.stream("POST", "/generate", json=body) as r:
                 if r.status_code >= 400:
                     text = (await r.aread()).decode(errors="replace")
-                    raise SwarmError(f"{self.client.url}/generate: HTTP {r.status_code}: {text}")
+                    raise SwarmError(
+                        f"{self.client.url}/generate: HTTP {r.status_code}: {error_detail(text)}"
+                    )
                 async for line in r.aiter_lines():
                     if line.strip():
                         item = json.loads(line)
@@ -237,7 +182,7 @@ class RemoteCentral(_Remote):
         except BaseException as e:
             self.fail(e)
             return
-        self.env.post(functools.partial(done.succeed, first))
+        self.settle(done, first, time.monotonic() - self.env.origin)
 
     def submit(self, rid: int, prompt: int, output: int, done: Any) -> None:
         self.lags.append(self.env.wall() - self.env.now)
@@ -254,16 +199,19 @@ class SwarmRun:
     tokens: pd.DataFrame
     facts: dict[str, Any]
     offset: float
+    source: str = "wispsim serve"  # the real server, as the replay log's sidecar names it
 
     def write_records(self, folder: Path, prefix: str = "") -> None:
         """The records (``PREFIXrounds``, ``PREFIXresponses``, ``PREFIXbatches``, and for
         centralized ``PREFIXtokens``) and the server's log (``server_batches``,
-        ``server_members``) as Parquet files in ``folder``."""
+        ``server_members``; not for a server that keeps none, such as an OpenAI-compatible one)
+        as Parquet files in ``folder``."""
         r = self.result
         r.round_records.to_parquet(folder / f"{prefix}rounds.parquet")
         r.responses.to_parquet(folder / f"{prefix}responses.parquet", index=False)
         r.batches.to_parquet(folder / f"{prefix}batches.parquet", index=False)
-        self.server_batches.to_parquet(folder / "server_batches.parquet", index=False)
+        if len(self.server_batches.columns):
+            self.server_batches.to_parquet(folder / "server_batches.parquet", index=False)
         if len(self.members):
             self.members.to_parquet(folder / "server_members.parquet", index=False)
         if len(self.tokens):
@@ -281,7 +229,7 @@ class SwarmRun:
         write_log(r, path)
         side = meta_path(path)
         meta = json.loads(side.read_text())
-        meta |= {"source": "wispsim swarm + wispsim serve", "server": self.facts}
+        meta |= {"source": f"wispsim swarm + {self.source}", "server": self.facts}
         side.write_text(json.dumps(meta, indent=1))
         return path
 
@@ -299,49 +247,100 @@ def check_server(sc: Scenario, client: Client) -> tuple[dict[str, Any], float]:
     return facts, offset
 
 
-def probe(sc: Scenario, url: str) -> dict[str, Any]:
-    """:func:`check_server` on a short-lived client (before a progress bar starts)."""
-    client = Client(url, 1)
+class Server(Protocol):
+    """The real server a swarm drives: how to check it, the ``ctx.server`` / ``ctx.central`` its
+    devices talk to, and its log at the end. :class:`WispsimServer` here;
+    :class:`wispsim.serve.openai.OpenAIServer` for an OpenAI-compatible one."""
+
+    url: str
+    source: str  # named in the replay log's sidecar
+    read_timeout: float  # the longest wait for a reply (or, streaming, for its next line)
+
+    def connect(self, sc: Scenario, client: Client) -> tuple[dict[str, Any], float]:
+        """The server's facts and its clock's offset; a one-line error if it cannot serve ``sc``."""
+        ...
+
+    def remote(
+        self, sc: Scenario, env: WallClock, client: Client, offset: float, facts: dict[str, Any], seed: int
+    ) -> _Remote: ...
+
+    def log(self, client: Client) -> dict[str, Any]:
+        """The server's batch log: ``batches`` and ``members`` rows (empty lists if it keeps none)."""
+        ...
+
+
+class WispsimServer:
+    """``wispsim serve`` at ``url``: checked by ``/health`` (mode and policy), emptied by
+    ``/reset`` at the start (``reset``), its batch log read from ``/log``."""
+
+    source = "wispsim serve"
+    read_timeout = 600.0
+
+    def __init__(self, url: str, reset: bool = True) -> None:
+        self.url = url
+        self.reset = reset
+
+    def connect(self, sc: Scenario, client: Client) -> tuple[dict[str, Any], float]:
+        facts, offset = check_server(sc, client)
+        if self.reset:
+            client.call(client.request("POST", "/reset"))
+        return facts, offset
+
+    def remote(
+        self, sc: Scenario, env: WallClock, client: Client, offset: float, facts: dict[str, Any], seed: int
+    ) -> _Remote:
+        kind = RemoteCentral if sc.server.mode == "centralized" else RemoteVerifier
+        return kind(env, client, offset, int(facts["vocab"]), seed)
+
+    def log(self, client: Client) -> dict[str, Any]:
+        return dict(client.call(client.request("GET", "/log")))
+
+
+def probe(sc: Scenario, server: str | Server) -> dict[str, Any]:
+    """The server's facts, checked for ``sc`` (:meth:`Server.connect`), on a short-lived client
+    (before a progress bar starts); a URL is ``wispsim serve``'s (nothing is reset)."""
+    target = WispsimServer(server, reset=False) if isinstance(server, str) else server
+    client = Client(target.url, 1, target.read_timeout)
     try:
-        return check_server(sc, client)[0]
+        return target.connect(sc, client)[0]
     finally:
         client.close()
 
 
 def run_swarm(
     sc: Scenario,
-    url: str,
+    server: str | Server,
     devices: int | None = None,
     seed: int | None = None,
     progress: Callable[[float, float], None] | None = None,
     reset: bool = True,
 ) -> SwarmRun:
-    """Run ``devices`` devices of ``sc`` against the server at ``url`` for the scenario's window
-    (and its drain), then fetch the server's batch log."""
+    """Run ``devices`` devices of ``sc`` against ``server`` (a :class:`Server`, or the URL of
+    ``wispsim serve``, reset first if ``reset``) for the scenario's window (and its drain), then
+    fetch the server's batch log."""
     from wispsim.sim.engine import simulate
 
+    target = WispsimServer(server, reset) if isinstance(server, str) else server
     n = devices if devices is not None else sc.devices.count
-    client = Client(url, n)
+    client = Client(target.url, n, target.read_timeout)
     try:
-        facts, offset = check_server(sc, client)
-        if reset:
-            client.call(client.request("POST", "/reset"))
+        facts, offset = target.connect(sc, client)
         env = WallClock()
-        vocab = int(facts["vocab"])
         remote: dict[str, Any] = {}
         run_seed = sc.seed if seed is None else seed
 
         def wire(ctx: RunContext) -> None:
+            r = remote["r"] = target.remote(sc, env, client, offset, facts, run_seed)
             if sc.server.mode == "centralized":
-                ctx.central = remote["r"] = RemoteCentral(env, client, offset, vocab, run_seed)
+                ctx.central = r
             else:
-                ctx.server = remote["r"] = RemoteVerifier(env, client, offset, vocab, run_seed)
-            remote["r"].fleet = n
+                ctx.server = r
+            r.fleet = n
             if progress is not None:
                 env.process(_ticker(env, ctx, progress))
 
         res = simulate(sc, n, seed, env=env, remote=wire)
-        log = client.call(client.request("GET", "/log"))
+        log = target.log(client)
     finally:
         client.close()
     srv_batches = pd.DataFrame(log["batches"])
@@ -366,7 +365,7 @@ def run_swarm(
         "send_lag_p50_ms": float(np.median(lags) * 1000) if len(lags) else float("nan"),
         "send_lag_p99_ms": float(np.quantile(lags, 0.99) * 1000) if len(lags) else float("nan"),
     }
-    return SwarmRun(res, srv_batches, members, tokens, facts, offset)
+    return SwarmRun(res, srv_batches, members, tokens, facts, offset, target.source)
 
 
 def _ticker(env: WallClock, ctx: RunContext, progress: Callable[[float, float], None]) -> Any:

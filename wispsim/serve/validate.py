@@ -33,7 +33,7 @@ from wispsim.errors import ConfigError, WispsimError
 from wispsim.model.profiles import load_profile
 from wispsim.serve.app import ModelSource
 from wispsim.serve.process import ServerProcess
-from wispsim.serve.swarm import SwarmRun, run_swarm
+from wispsim.serve.swarm import Server, SwarmRun, probe, run_swarm
 from wispsim.sim.engine import simulate
 from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import SimResult
@@ -185,14 +185,16 @@ def sets_for(sim_sets: list[str], policy: str) -> list[str]:
 
 def simulated_scenario(sc: Scenario, facts: Mapping[str, Any], sim_sets: list[str]) -> Scenario:
     """What the simulator runs for a real point: the served scenario with the engine's real KV
-    capacity (as the server reported it), then the ``sim_sets`` overrides that apply to its
+    capacity and block size (as the server reported them), then the ``sim_sets`` overrides that apply to its
     policy (:func:`sets_for`: model options under test, e.g. a profile fitted from a
     deployment's batch log)."""
     sim_sets = sets_for(sim_sets, sc.policy)
     data = sc.to_dict()
-    cap = facts.get("kv_capacity_tokens")
+    cap, bs = facts.get("kv_capacity_tokens"), facts.get("block_size")
     if cap:
         data = {**data, "server": {**data["server"], "kv_capacity_tokens": int(cap)}}
+    if bs and data["server"].get("block_size") is None:  # the engine's, as it reported it
+        data = {**data, "server": {**data["server"], "block_size": int(bs)}}
     sim = load_scenario(None, parse_set(sim_sets), base=data, source="--sim-set")
     if not any(s.startswith("server.profile=") for s in sim_sets):  # a --sim-set profile is chosen on purpose
         load_profile(sim.server.profile).check_layout(facts.get("engine_in_process"), "scenario")
@@ -241,11 +243,14 @@ def validate(
     progress: Callable[[str, float, float], None] | None = None,
     sim_sets: list[str] | None = None,
     real_from: Path | None = None,
+    openai: Server | None = None,
 ) -> pd.DataFrame:
     """Run every (regime, policy, N) point not stored yet; return the long comparison table.
 
     ``sim_sets`` override the simulated side only; with ``real_from`` (a validation folder) no
-    server runs: its real points are copied and simulated again (a model change, before/after).
+    server runs: its real points are copied and simulated again (a model change, before/after);
+    with ``openai`` (:class:`wispsim.serve.openai.OpenAIServer`) no server is started either: the
+    swarm drives that one, which is not reset between points (it has no way to be).
     """
     sim_sets = list(sim_sets or [])
     for regime in regimes:
@@ -271,6 +276,11 @@ def validate(
                         say, f"{regime.name} / {policy} / N={n}", store_sim(dst, sc.with_devices(n), sim_sets)
                     )
                 continue
+            if openai is not None:  # a running server: checked, and the simulated side with it
+                simulated_scenario(sc, probe(sc, openai), sim_sets)
+                for n in todo:
+                    _point(out, regime.name, policy, n, sc, openai, sim_sets, say, progress)
+                continue
             if source is None:
                 raise WispsimError("validate: give --arch or --model to run the real side (or --real-from)")
             scen_file = out / "scenarios" / f"{regime.name}-{policy}.yaml"
@@ -282,17 +292,32 @@ def validate(
             try:
                 server.wait_ready()
                 for n in todo:
-                    scn = sc.with_devices(n)
                     server.reset()
-                    label = f"{regime.name} / {policy} / N={n}"
-                    tick = None if progress is None else (lambda t, end, label=label: progress(label, t, end))
-                    real = run_swarm(scn, server.url, reset=False, progress=tick)
-                    folder = point_folder(out, regime.name, policy, n)
-                    store_real(folder, scn, real)
-                    _report(say, label, store_sim(folder, scn, sim_sets))
+                    _point(out, regime.name, policy, n, sc, server.url, sim_sets, say, progress)
             finally:
                 server.stop()
     return collect(out, regimes, policies, grid)
+
+
+def _point(
+    out: Path,
+    regime: str,
+    policy: str,
+    n: int,
+    sc: Scenario,
+    server: str | Server,
+    sim_sets: list[str],
+    say: Callable[[str], None],
+    progress: Callable[[str, float, float], None] | None,
+) -> None:
+    """One point: the swarm of ``n`` devices against ``server``, stored, then simulated."""
+    scn = sc.with_devices(n)
+    label = f"{regime} / {policy} / N={n}"
+    tick = None if progress is None else (lambda t, end: progress(label, t, end))
+    real = run_swarm(scn, server, reset=False, progress=tick)
+    folder = point_folder(out, regime, policy, n)
+    store_real(folder, scn, real)
+    _report(say, label, store_sim(folder, scn, sim_sets))
 
 
 def _real_json(folder: Path) -> None:

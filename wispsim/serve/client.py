@@ -1,0 +1,103 @@
+"""The swarm's HTTP side: an httpx client on its own thread and asyncio loop, for the SimPy
+thread (the devices, :mod:`wispsim.serve.swarm`) to call, and the clock offset of a server that
+reports its clock (``GET /health``). Any HTTP failure is a :class:`SwarmError`, one line naming
+the URL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+from wispsim.errors import WispsimError
+
+
+class SwarmError(WispsimError):
+    pass
+
+
+class Client:
+    """An HTTP client on its own thread and asyncio loop (httpx), for the SimPy thread to call."""
+
+    def __init__(self, url: str, connections: int, read_timeout: float = 600.0) -> None:
+        import httpx
+
+        self.url = url.rstrip("/")
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="wispsim-swarm-http", daemon=True)
+        self._thread.start()
+        limits = httpx.Limits(max_connections=connections + 4, max_keepalive_connections=connections + 4)
+        timeout = httpx.Timeout(read_timeout, connect=10.0)
+
+        async def make() -> Any:
+            return httpx.AsyncClient(base_url=self.url, limits=limits, timeout=timeout)
+
+        self.http = self.call(make())
+
+    def call(self, coro: Any) -> Any:
+        """Run ``coro`` on the client's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def spawn(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        import httpx
+
+        try:
+            r = await self.http.request(method, path, json=body)
+        except httpx.HTTPError as e:
+            raise SwarmError(f"{self.url}{path}: {type(e).__name__}: {e}") from None
+        if r.status_code >= 400:
+            raise SwarmError(f"{self.url}{path}: HTTP {r.status_code}: {error_detail(r.text)}")
+        try:
+            return r.json()
+        except ValueError:
+            raise SwarmError(f"{self.url}{path}: the answer is not JSON: {r.text[:80]!r}") from None
+
+    def close(self) -> None:
+        """Cancel what is still in flight (responses the run no longer waits for), then close."""
+
+        async def shutdown() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.http.aclose()
+
+        try:
+            self.call(shutdown())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
+
+
+def error_detail(text: str) -> str:
+    """What an error answer says: FastAPI's ``detail``, OpenAI's ``error.message``, else the text."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text[:200]
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if body.get("detail"):
+            return str(body["detail"])
+    return text[:200]
+
+
+def health(client: Client, samples: int = 8) -> tuple[dict[str, Any], float]:
+    """The server's facts, and its clock's offset from this process's ``time.monotonic``: the
+    server's reading minus the midpoint of the round trip, from the quickest of ``samples`` trips
+    (as NTP does; the first trip also opens the connection)."""
+    best = (float("inf"), 0.0)
+    facts: dict[str, Any] = {}
+    for _ in range(samples):
+        t0 = time.monotonic()
+        facts = client.call(client.request("GET", "/health"))
+        t1 = time.monotonic()
+        best = min(best, (t1 - t0, float(facts["clock"]) - (t0 + t1) / 2))
+    return facts, best[1]
