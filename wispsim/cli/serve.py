@@ -331,7 +331,7 @@ def validate(
 
                 check_policy(r.scenario(scenario, set_ or []).with_policy(p))
     base = resolve_scenario(scenario, set_)
-    if real_from is None:  # the servers run here: the profile should be this host's
+    if real_from is None and openai is None:  # the servers run here: the profile should be this host's
         say_host_note(base.server.profile)
     eps = base.epsilon if epsilon is None else epsilon
     folder = out_dir(folder, "validate")
