@@ -32,8 +32,9 @@ class SpeculationConfig:
     # (k passes); eagle: an EAGLE-style head on the target's hidden states (k passes of one
     # layer); ngram: prompt lookup on the CPU (no GPU pass)
     method: Literal["none", "draft", "eagle", "ngram"] = "none"
-    # the draft's architecture (wispsim/data/archs); null: qwen3-1.7b for ``draft``,
-    # ``<target arch>-eagle3`` for ``eagle``
+    # the draft's architecture (wispsim/data/archs); null: by the target's family for ``draft``
+    # (qwen3-1.7b, llama-3.2-1b; wispsim.model.speculation.DEFAULT_DRAFTS), ``<target arch>-eagle3``
+    # for ``eagle``
     draft: str | None = None
     k: int = 3  # tokens drafted per step (vLLM's num_speculative_tokens)
     # mean tokens a step commits (accepted + 1, vLLM's "mean acceptance length"); null: each

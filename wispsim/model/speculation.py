@@ -8,8 +8,8 @@ drafter proposes the next ``k``. The drafter runs on the same GPU, after the tar
 
 - ``draft``: a small model of the target's vocabulary (an architecture in ``wispsim/data/archs``).
   Its first pass runs over every token the target's pass ran over (prefill chunks included: the
-  draft keeps its own KV of the whole context), then ``k - 1`` passes of one token per decoding
-  response. Each is priced by the roofline of the draft's architecture on the target's GPUs (same
+  draft keeps its own KV of the whole context), then ``k - 1`` passes of one token per response
+  that decoded or finished its prefill in the step. Each is priced by the roofline of the draft's architecture on the target's GPUs (same
   tensor parallelism, same calibrated efficiencies) plus what the roofline's bytes and FLOPs miss
   in a pass this small: a fixed cost per pass (``draft_pass_ms``: preparing its inputs, sampling
   the drafts) and one per layer (``draft_layer_us``: a small model's layer is a dozen kernels of
@@ -48,7 +48,9 @@ if TYPE_CHECKING:
     from wispsim.config import ServerConfig
     from wispsim.model.profiles import Profile
 
-DEFAULT_DRAFT = "qwen3-1.7b"  # the draft of the public Qwen3-32B sweep (experiments/data/public)
+# a draft model by the target's family (its config's model_type): the public Qwen3-32B sweep's
+# draft (experiments/data/public), and the Llama-3.3-70B runs' draft for Llama targets
+DEFAULT_DRAFTS = {"qwen3": "qwen3-1.7b", "qwen2": "qwen2.5-0.5b", "llama": "llama-3.2-1b"}
 FIELD = "server.speculation"
 
 
@@ -148,7 +150,18 @@ def resolve(
             f"architecture and GPU); profile '{profile.name}' has: {', '.join(profile.forms) or 'additive'}; "
             "allowed: a physical profile (`wispsim profile list`), or method ngram",
         )
-    name = spec.draft or (DEFAULT_DRAFT if spec.method == "draft" else f"{target.arch.name}-eagle3")
+    name = spec.draft or (
+        DEFAULT_DRAFTS.get(target.arch.model_type, "")
+        if spec.method == "draft"
+        else f"{target.arch.name}-eagle3"
+    )
+    if not name:
+        raise ConfigError(
+            source,
+            f"{FIELD}.draft",
+            f"no default draft model for a {target.arch.model_type} target; name one (an architecture "
+            "sharing the target's vocabulary: `wispsim profile archs` lists them)",
+        )
     try:
         arch = load_arch(name)
     except ConfigError:

@@ -18,7 +18,7 @@ preemption).
 With server-side speculation (``spec``, :mod:`wispsim.model.speculation`) a decoding response's
 step verifies ``k + 1`` tokens (L_new = k + 1), holds KV for them (vLLM's lookahead slots), and
 commits the accepted run of its drafts plus one token; the drafter's passes follow the target's
-in the same step. Its ``done`` event then succeeds with (first-token time, chunks): a step's
+in the same step (for the responses whose prefill ends in it too: their first drafts). Its ``done`` event then succeeds with (first-token time, chunks): a step's
 tokens reach the device as one chunk.
 """
 
@@ -205,6 +205,9 @@ class CentralizedServer:
                     if s.new:  # its first chunk: the request arrives anew
                         s.new = False
                         arrivals += 1
+                    if cached + new >= s.context:  # its prefill ends: the drafter proposes for it too
+                        decoding += 1
+                        decoded_context += s.context
                 budget -= new
                 work.append((s, new))
                 n_lin += new

@@ -133,6 +133,7 @@ def study_capacity(ctx: Context) -> Section:
         for other in policies[1:]:
             col = f"{policies[0]}/{other}"
             wide[col] = ["-" if math.isnan(x) else f"{x:.2f}" for x in ratios[col].to_numpy(float)]
+        wide = wide.sort_values("class", key=_numeric_class, kind="stable")
         sec.body += [
             f"### {target}",
             "",
@@ -154,6 +155,7 @@ def study_capacity(ctx: Context) -> Section:
                     "capacity": int(r["capacity"]),
                     "goodput_tps": float(at.goodput_tps.mean()) if len(at) else math.nan,
                     "gpu_utilization": float(at.gpu_utilization.mean()) if len(at) else math.nan,
+                    **_at_capacity(at, base[r["policy"]]),
                 }
             )
         bars = capacity_bars(cap, folder / "capacity.png")
@@ -172,8 +174,58 @@ def study_capacity(ctx: Context) -> Section:
         table = gp.pivot_table(
             index=["target", "class"], columns="policy", values="goodput_tps"
         ).reset_index()
+        table = table.sort_values(["target", "class"], key=_numeric_class, kind="stable")
+        gp = gp.sort_values(["target", "class"], key=_numeric_class, kind="stable")
         sec.body += ["### System goodput at capacity (committed tokens/s)", "", *md_table(table, "{:.0f}")]
+        if spec.get("at_capacity_details"):
+            sec.body += [
+                "",
+                "### What a committed token costs at capacity",
+                "",
+                "Per policy at its capacity (mean over seeds): GPU ms per committed token (GPU "
+                "utilization over goodput), GPU batch size (rounds or sequences per pass), tokens "
+                "per chunk (ITL over TPOT: committed per verification round or server step), the "
+                "replica's KV cache in tokens, and the median device speed.",
+                "",
+                *md_table(
+                    gp[["target", "class", "policy", "capacity", *AT_CAPACITY]].round(
+                        {"gpu_ms_per_token": 2, "mean_batch_size": 1, "tokens_per_chunk": 2, "speed_p50": 2}
+                    )
+                ),
+            ]
     return sec
+
+
+def _numeric_class(col: pd.Series) -> pd.Series:
+    """Sort key: SLO classes by value (2 before 12), other columns as they are."""
+    return pd.to_numeric(col, errors="coerce") if col.name == "class" else col
+
+
+AT_CAPACITY = (
+    "goodput_tps",
+    "gpu_ms_per_token",
+    "mean_batch_size",
+    "tokens_per_chunk",
+    "kv_tokens",
+    "speed_p50",
+)
+
+
+def _at_capacity(at: pd.DataFrame, sc: Scenario) -> dict[str, float]:
+    """What a committed token costs at capacity (``at``: the curve's rows at N = capacity)."""
+    from wispsim.model.memory import kv_capacity
+    from wispsim.model.profiles import load_profile
+
+    nan = math.nan
+    good = float(at.goodput_tps.mean()) if len(at) else nan
+    util = float(at.gpu_utilization.mean()) if len(at) else nan
+    return {
+        "gpu_ms_per_token": util * sc.server.replicas * 1000 / good if good and good > 0 else nan,
+        "mean_batch_size": float(at.mean_batch_size.mean()) if len(at) else nan,
+        "tokens_per_chunk": float((at.itl_mean_ms / at.tpot_mean_ms).mean()) if len(at) else nan,
+        "kv_tokens": kv_capacity(sc.server, load_profile(sc.server.profile)),
+        "speed_p50": float(at.speed_p50.mean()) if len(at) else nan,
+    }
 
 
 @STUDIES.register("mix")
