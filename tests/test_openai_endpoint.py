@@ -220,7 +220,8 @@ def test_swarm_drives_vllm_serve_with_a_draft_model(servers, capsys, monkeypatch
     code, _, err = cli(capsys, monkeypatch, "swarm", str(SCENARIO), "--policy", "centralized", "--openai-url",
                        servers["spec"], "--devices", "2", "--out", str(out), *SHORT)  # fmt: skip
     assert code == 0, err
-    _, tokens = check_records(out)
+    resp, tokens = check_records(out)
+    assert (resp.rounds < resp.output_len).any()  # a response's rounds are the chunks it came in
     step = tokens.groupby("response").tokens.diff().dropna()
     assert step.max() > 1 and step.max() <= 4  # up to 3 accepted drafts + the bonus token per step
     assert json.loads((out / "manifest.json").read_text())["server"]["server_speculation"] is True

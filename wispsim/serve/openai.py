@@ -275,7 +275,8 @@ class OpenAICentral(RemoteCentral):
             return
         finally:
             self.arrivals.extend(rows)
-        self.settle(done, first, time.monotonic() - self.env.origin)
+        # the chunks the tokens came in (the responses' ``rounds``, as the simulator counts steps)
+        self.settle(done, (first, len(rows)), time.monotonic() - self.env.origin)
 
 
 def _hinted(detail: str) -> str:
