@@ -9,8 +9,9 @@ drafter proposes the next ``k``. The drafter runs on the same GPU, after the tar
 - ``draft``: a small model of the target's vocabulary (an architecture in ``wispsim/data/archs``).
   Its first pass runs over every token the target's pass ran over (prefill chunks included: the
   draft keeps its own KV of the whole context), then ``k - 1`` passes of one token per response
-  that decoded or finished its prefill in the step. Each is priced by the roofline of the draft's architecture on the target's GPUs (same
-  tensor parallelism, same calibrated efficiencies) plus what the roofline's bytes and FLOPs miss
+  that decoded or finished its prefill in the step. Each is priced by the roofline of the draft's
+  architecture on the target's GPUs (same tensor parallelism, same calibrated efficiencies) plus
+  what the roofline's bytes and FLOPs miss
   in a pass this small: a fixed cost per pass (``draft_pass_ms``: preparing its inputs, sampling
   the drafts) and one per layer (``draft_layer_us``: a small model's layer is a dozen kernels of
   a few microseconds each, norms, rotary, activation, attention's launch, whose latency floors add

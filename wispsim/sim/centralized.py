@@ -18,8 +18,9 @@ preemption).
 With server-side speculation (``spec``, :mod:`wispsim.model.speculation`) a decoding response's
 step verifies ``k + 1`` tokens (L_new = k + 1), holds KV for them (vLLM's lookahead slots), and
 commits the accepted run of its drafts plus one token; the drafter's passes follow the target's
-in the same step (for the responses whose prefill ends in it too: their first drafts). Its ``done`` event then succeeds with (first-token time, chunks): a step's
-tokens reach the device as one chunk.
+in the same step (for the responses whose prefill ends in it too: their first drafts). Its
+``done`` event then succeeds with (first-token time, chunks): a step's tokens reach the device as
+one chunk.
 """
 
 from __future__ import annotations
