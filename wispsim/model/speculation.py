@@ -70,7 +70,9 @@ class Speculation:
     method: str
     k: int
     draft: Arch | None  # None for ngram
-    cost: Roofline | None  # the draft's passes (no engine step overheads: they are the target's)
+    # the draft's passes: its roofline (no engine step overheads: they are the target's), or its
+    # own profile's estimator
+    cost: Roofline | _ProfileCost | None
     pass_overhead: float  # seconds per draft pass, besides its bytes and FLOPs
     layer_overhead: float  # seconds per layer of a draft pass (small kernels' latency floors)
     acceptance_length: float | None
@@ -85,7 +87,7 @@ class Speculation:
         cost = self.cost
         if cost is None:
             return 0.0
-        fixed = self.pass_overhead + self.layer_overhead * cost.arch.layers
+        fixed = self.pass_overhead + (self.layer_overhead * self.draft.layers if self.draft else 0.0)
         t = cost.batch(n_linear, n_interactions, n_cached) + fixed
         if self.k > 1 and decoding:
             one = cost.batch(decoding, context + decoding, context) + fixed
@@ -142,6 +144,8 @@ def resolve(
     length = spec.acceptance_length
     if spec.method == "ngram":
         return Speculation("ngram", spec.k, None, None, 0.0, 0.0, length, 0.0, 0)
+    if spec.draft_profile is not None:
+        return _from_profile(spec, profile, source)
     target = _roofline(profile)
     if target is None:
         raise ConfigError(
@@ -183,6 +187,51 @@ def resolve(
         float(arch.weight_bytes(target.weight_dtype_bytes)),
         arch.kv_bytes_per_token(target.kv_dtype_bytes),
     )
+
+
+def _from_profile(spec: Any, profile: Profile, source: str) -> Speculation:
+    """A drafter priced by its own latency profile (``server.speculation.draft_profile``): a pass
+    costs what that profile's estimator says of it (its own per-pass constant included), and its
+    weights and KV per token are the profile's model facts."""
+    from wispsim.model.profiles import load_profile
+
+    draft = load_profile(spec.draft_profile, source, f"{FIELD}.draft_profile")
+    if spec.method == "draft" and draft.model.vocab_size != profile.model.vocab_size:
+        raise ConfigError(
+            source,
+            f"{FIELD}.draft_profile",
+            f"'{draft.name}' has a {draft.model.vocab_size:,}-token vocabulary, the target "
+            f"'{profile.name}' {profile.model.vocab_size:,}: a draft model must share it",
+        )
+    if draft.gpu != profile.gpu or draft.gpu_count != profile.gpu_count:
+        raise ConfigError(
+            source,
+            f"{FIELD}.draft_profile",
+            f"'{draft.name}' was measured on {draft.gpu_count} x {draft.gpu}, the target on "
+            f"{profile.gpu_count} x {profile.gpu}: the draft runs on the target's hardware",
+        )
+    return Speculation(
+        spec.method,
+        spec.k,
+        None,
+        _ProfileCost(draft.estimator),
+        0.0,
+        0.0,
+        spec.acceptance_length,
+        float(draft.model.weight_bytes),
+        draft.model.kv_bytes_per_token,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _ProfileCost:
+    """A draft profile's estimator in the roofline's place (no layer count: its passes carry
+    their own constant)."""
+
+    estimator: Any
+
+    def batch(self, n_linear: float, n_interactions: float, n_cached: float) -> float:
+        return float(self.estimator.batch(n_linear, n_interactions, n_cached, 0, 0))
 
 
 def _check_pair(method: str, draft: Arch, target: Arch, source: str) -> None:

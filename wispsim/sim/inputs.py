@@ -198,6 +198,15 @@ def check_references(scenario: Scenario, source: str) -> None:
             f"server-side speculation is centralized serving's (policy centralized-sd); a {sv.mode} "
             "server verifies the devices' drafts; allowed here: none",
         )
+    spec = sv.speculation
+    for name, given in (("draft", spec.draft), ("draft_profile", spec.draft_profile)):
+        if given is not None and spec.method not in ("draft", "eagle"):
+            raise ConfigError(
+                source,
+                f"server.speculation.{name}",
+                f"names the draft, which method {spec.method!r} has none of; allowed: null, or method "
+                "draft or eagle",
+            )
     if sv.mode == "speculative":
         SCHEDULERS.get(sv.scheduler, source, "server.scheduler")
     elif sv.scheduler != CENTRAL_SCHEDULER and sv.scheduler not in SCHEDULERS:
