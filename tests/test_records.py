@@ -141,20 +141,28 @@ def test_a_value_of_the_wrong_type_is_named() -> None:
 
 
 def test_record_round_packs_the_fields_it_names_on_error() -> None:
-    """The hot path's packed row and the row its error message is built from are the same."""
+    """The hot path's packed row and the row its error message is built from are the same, and
+    each field of the device's side and of the request lands in the column of its name."""
     import simpy
 
     from wispsim.model.profiles import load_profile
-    from wispsim.sim.context import RunContext, _round_row
+    from wispsim.sim.context import DeviceRound, RunContext, _round_row
     from wispsim.sim.verifier import Request
 
     sc = load_scenario()
     env = simpy.Environment()
     ctx = RunContext(env, sc, 0, load_profile(sc.server.profile))
     req = Request(1, 4, 2.0, 2.3, 2.2, 3, 300, 303, env.event())
-    args = (5, 4.0, 2, 10, 1.5, 0.03, 0.09, 3, 1, 2, 3, 0.02, 0.25, req, 0.01, 2.6, True)
-    ctx.record_round(*args)
-    assert bytes(ctx.rounds.buf) == ctx.rounds.pack(*_round_row(args))  # type: ignore[misc]
-    bad = (5, 4.0, 2.0, *args[3:])  # a float round index
+    side = DeviceRound(5, 4.0, 0.03)
+    side.round, side.position, side.t_start = 2, 10, 1.5
+    side.draft_time, side.forward_passes, side.predictor_calls = 0.09, 3, 1
+    side.accepted, side.committed, side.uplink_time, side.budget = 2, 3, 0.02, 0.25
+    side.downlink_time, side.t_end, side.measured = 0.01, 2.6, True
+    ctx.record_round(side, req)
+    assert bytes(ctx.rounds.buf) == ctx.rounds.pack(*_round_row(side, req))  # type: ignore[misc]
+    row = RoundRecord(*_round_row(side, req))
+    assert (row.device, row.response, row.round, row.k, row.arrival, row.budget) == (5, 4, 2, 3, 2.0, 0.25)
+    assert (row.tau_d, row.deadline, row.l_new, row.t_end, row.measured) == (0.03, 2.3, 303, 2.6, True)
+    side.round = 2.0  # type: ignore[assignment]  # a float round index
     with pytest.raises(TypeError, match=r"RoundRecord\.round: expected int, got float 2\.0"):
-        ctx.record_round(*bad)
+        ctx.record_round(side, req)

@@ -326,20 +326,11 @@ def run_swarm(
     try:
         facts, offset = target.connect(sc, client)
         env = WallClock()
-        remote: dict[str, Any] = {}
         run_seed = sc.seed if seed is None else seed
-
-        def wire(ctx: RunContext) -> None:
-            r = remote["r"] = target.remote(sc, env, client, offset, facts, run_seed)
-            if sc.server.mode == "centralized":
-                ctx.central = r
-            else:
-                ctx.server = r
-            r.fleet = n
-            if progress is not None:
-                env.process(_ticker(env, ctx, progress))
-
-        res = simulate(sc, n, seed, env=env, remote=wire)
+        side = _ServerClients(
+            env, lambda: target.remote(sc, env, client, offset, facts, run_seed), n, progress
+        )
+        res = simulate(sc, n, seed, servers=side, env=env)
         log = target.log(client)
     finally:
         client.close()
@@ -352,7 +343,7 @@ def run_swarm(
     res.batches = (
         srv_batches[fields].reset_index(drop=True) if len(srv_batches) else pd.DataFrame(columns=fields)
     )
-    r = remote.get("r")
+    r = side.remote
     tokens = pd.DataFrame(
         r.arrivals if isinstance(r, RemoteCentral) else [],
         columns=["response", "tokens", "t", "t_server"],
@@ -366,6 +357,37 @@ def run_swarm(
         "send_lag_p99_ms": float(np.quantile(lags, 0.99) * 1000) if len(lags) else float("nan"),
     }
     return SwarmRun(res, srv_batches, members, tokens, facts, offset, target.source)
+
+
+class _ServerClients:
+    """The swarm's server side (a :class:`wispsim.sim.engine.ServerSide`): the devices talk to a
+    client of the real server (made by ``connect``) instead of simulated replicas."""
+
+    def __init__(
+        self,
+        env: WallClock,
+        connect: Callable[[], _Remote],
+        fleet: int,
+        progress: Callable[[float, float], None] | None,
+    ) -> None:
+        self.env = env
+        self.connect = connect
+        self.fleet = fleet
+        self.progress = progress
+        self.remote: _Remote | None = None
+
+    def build(self, ctx: RunContext, resolved: Any) -> None:
+        r = self.remote = self.connect()
+        if ctx.scenario.server.mode == "centralized":
+            ctx.central = r
+        else:
+            ctx.server = r
+        r.fleet = self.fleet
+        if self.progress is not None:
+            self.env.process(_ticker(self.env, ctx, self.progress))
+
+    def info(self, ctx: RunContext) -> dict[str, Any]:
+        return {}  # run_swarm adds the server's facts and the swarm's own timing
 
 
 def _ticker(env: WallClock, ctx: RunContext, progress: Callable[[float, float], None]) -> Any:

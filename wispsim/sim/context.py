@@ -6,7 +6,8 @@ record lists. Every round record and every response record of a run is built her
 (:meth:`RunContext.record_round`, :meth:`RunContext.finish_response`, and the watchdog, which
 ends the run once every measured response is decided and records the undecided ones as censored),
 so the simulated devices and the replayed ones (:mod:`wispsim.study.replay.drive`) write the same
-records.
+records. A round record is the device's side of the round (:class:`DeviceRound`, which the device
+fills) and the :class:`~wispsim.sim.verifier.Request` as the server finished it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,64 @@ class ArrivalProcess(Protocol):
     open: bool
 
     def gate(self, index: int) -> simpy.Event | None: ...
+
+    def lengths(self, index: int) -> tuple[int, int] | None: ...
+
+
+class DeviceRound:
+    """The device's side of one round: the fields of a
+    :class:`~wispsim.sim.records.RoundRecord` (same names) that the server does not fill.
+
+    A device keeps one and refills it round after round, then hands it with the round's
+    :class:`~wispsim.sim.verifier.Request` to :meth:`RunContext.record_round`, which packs the
+    record at once and keeps neither: the hot path allocates nothing for it. ``device``, ``slo``
+    and (per device) ``tau_d`` are set once, ``measured`` once per response."""
+
+    __slots__ = (
+        "accepted",
+        "budget",
+        "committed",
+        "device",
+        "downlink_time",
+        "draft_time",
+        "forward_passes",
+        "measured",
+        "position",
+        "predictor_calls",
+        "round",
+        "slo",
+        "t_end",
+        "t_start",
+        "tau_d",
+        "uplink_time",
+    )
+
+    device: int
+    slo: float  # the device's class: target tokens/s
+    round: int  # index within the response
+    position: int  # committed output tokens before the round
+    t_start: float  # drafting starts
+    tau_d: float  # seconds per draft forward pass
+    draft_time: float
+    forward_passes: int  # -1: unknown (a replayed log)
+    predictor_calls: int  # -1: unknown
+    accepted: int
+    committed: int
+    uplink_time: float
+    budget: float  # the round's server-side budget (tau_c)
+    downlink_time: float
+    t_end: float  # the verdict is back at the device
+    measured: bool  # the round's response is measured
+
+    def __init__(self, device: int, slo: float, tau_d: float = 0.0) -> None:
+        self.device = device
+        self.slo = slo
+        self.tau_d = tau_d
+        self.measured = False
+        self.round = self.position = self.forward_passes = self.predictor_calls = 0
+        self.accepted = self.committed = 0
+        self.t_start = self.draft_time = self.uplink_time = self.budget = 0.0
+        self.downlink_time = self.t_end = 0.0
 
 
 class RunContext:
@@ -90,6 +149,8 @@ class RunContext:
         self.server: Any  # a Verifier, or a router in front of several
         self.central: Any  # a CentralizedServer, or a CentralRouter
         self.speculation: Speculation | None = None  # server-side drafting (centralized-sd)
+        # (mean, max) output tokens of a request trace's requests, where one sets the lengths
+        self.request_outputs: tuple[float, float] | None = None
         self.arrivals: ArrivalProcess
         self.devices_started = 0
 
@@ -136,49 +197,31 @@ class RunContext:
                 return
             yield env.timeout(min(0.5, max(limit - now, 1e-9)))
 
-    def record_round(
-        self,
-        device: int,
-        slo: float,
-        rnd: int,
-        position: int,
-        t_start: float,
-        tau_d: float,
-        draft: float,
-        passes: int,
-        calls: int,
-        accepted: int,
-        committed: int,
-        up: float,
-        budget: float,
-        req: Request,
-        down: float,
-        t_end: float,
-        measured: bool,
-    ) -> None:
-        """Record a completed round: the device side, and ``req`` as the server finished it.
+    def record_round(self, side: DeviceRound, req: Request) -> None:
+        """Record a completed round: the device's ``side`` of it, and ``req`` as the server
+        finished it.
 
         Called once per round, so it packs the row (field order of
         :class:`~wispsim.sim.records.RoundRecord`) into the open chunk and does nothing else."""
         buf = self._round_buf
         try:
             buf += self._pack_round(
-                device,
-                slo,
+                side.device,
+                side.slo,
                 req.session,
-                rnd,
-                position,
-                t_start,
-                tau_d,
-                draft,
-                passes,
-                calls,
+                side.round,
+                side.position,
+                side.t_start,
+                side.tau_d,
+                side.draft_time,
+                side.forward_passes,
+                side.predictor_calls,
                 req.k,
-                accepted,
-                committed,
-                up,
+                side.accepted,
+                side.committed,
+                side.uplink_time,
                 req.arrival,
-                budget,
+                side.budget,
                 req.deadline,
                 req.n_hat,
                 req.dispatch,
@@ -187,14 +230,12 @@ class RunContext:
                 req.l_new,
                 req.l_cached,
                 req.cold,
-                down,
-                t_end,
-                measured,
+                side.downlink_time,
+                side.t_end,
+                side.measured,
             )
         except struct.error:  # a field of the wrong type: say which (never on the normal path)
-            args = (device, slo, rnd, position, t_start, tau_d, draft, passes, calls)
-            more = (accepted, committed, up, budget, req, down, t_end, measured)
-            raise TypeError(self.rounds.bad_row(_round_row((*args, *more)))) from None
+            raise TypeError(self.rounds.bad_row(_round_row(side, req))) from None
         if len(buf) >= self._chunk_bytes:
             self.rounds.flush()
 
@@ -268,13 +309,8 @@ class RunContext:
         )
 
 
-def _round_row(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The row :meth:`RunContext.record_round` packs for its arguments ``args``, as a tuple (to
-    explain a bad value)."""
-    device, slo, rnd, position, t_start, tau_d, draft, passes, calls, *rest = args
-    accepted, committed, up, budget, req, down, t_end, measured = rest
-    return (
-        *(device, slo, req.session, rnd, position, t_start, tau_d, draft, passes, calls, req.k),
-        *(accepted, committed, up, req.arrival, budget, req.deadline, req.n_hat, req.dispatch),
-        *(req.verify_time, req.batch, req.l_new, req.l_cached, req.cold, down, t_end, measured),
-    )
+def _round_row(side: DeviceRound, req: Request) -> tuple[Any, ...]:
+    """The row :meth:`RunContext.record_round` packs, as a tuple (to explain a bad value)."""
+    known = {name: getattr(side, name) for name in DeviceRound.__slots__}
+    known["response"] = req.session
+    return tuple(known[f] if f in known else getattr(req, f) for f in RoundRecord._fields)

@@ -18,6 +18,7 @@ import numpy as np
 
 from wispsim.model.network import TOKEN_ID_BYTES, Link, pick_link_type
 from wispsim.sim.centralized import first_and_chunks
+from wispsim.sim.context import DeviceRound
 from wispsim.sim.verifier import Request
 
 if TYPE_CHECKING:
@@ -108,6 +109,7 @@ class Device:
         header, tok_bytes = ctx.header_bytes, ctx.draft_token_bytes
         w = ctx.alpha_ema
         record_round = ctx.record_round
+        side = DeviceRound(self.index, slo, tau_d)  # the device's side of each round's record
         first_token = ctx.first_token
         pad = ctx.stream_pad
         req_ids = ctx.request_ids
@@ -125,7 +127,7 @@ class Device:
             t0 = env.now + pending + think
             pending += think
             resp = ctx.open_response(t0, index, slo, prompt, output)
-            measured = ctx.is_measured(resp)
+            side.measured = ctx.is_measured(resp)
             alpha_hat = self.alpha_hat  # the device's accept-rate estimate (an EMA over rounds)
             pos = 0
             rnd = 0
@@ -167,25 +169,19 @@ class Device:
                     t_first = t_end
                     first_token(resp, t_end)
                 cold_rounds += req.cold
-                record_round(
-                    index,
-                    slo,
-                    rnd,
-                    pos,
-                    t_start,
-                    tau_d,
-                    draft,
-                    passes,
-                    calls,
-                    accepted,
-                    committed,
-                    up,
-                    budget,
-                    req,
-                    down,
-                    t_end,
-                    measured,
-                )
+                side.round = rnd
+                side.position = pos
+                side.t_start = t_start
+                side.draft_time = draft
+                side.forward_passes = passes
+                side.predictor_calls = calls
+                side.accepted = accepted
+                side.committed = committed
+                side.uplink_time = up
+                side.budget = budget
+                side.downlink_time = down
+                side.t_end = t_end
+                record_round(side, req)
                 alpha_hat += w * (accepted / k - alpha_hat)
                 self.alpha_hat = alpha_hat
                 pos += committed

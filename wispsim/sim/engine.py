@@ -1,8 +1,21 @@
-"""One simulation run: wire the components, run SimPy, return flat records.
+"""One simulation run: build the servers -> launch the devices -> run -> collect the records.
 
-:func:`simulate` is the only entry point the rest of the package uses. It builds the server
-(speculative verifier or centralized engine), the devices and their processes, runs until every
-*measured* response is decided, and returns the round, batch and response records.
+:func:`simulate` is the only entry point the rest of the package uses, and it reads as one step:
+it builds what the devices talk to, launches the devices, runs SimPy until every *measured*
+response is decided, and packs the round, batch and response records into a
+:class:`~wispsim.sim.records.SimResult`. What runs is made of components handed in (as desmod
+hands its components the environment), not switched on by flags:
+
+- a :class:`ServerSide` builds the server the devices talk to: ``ctx.server`` (speculative
+  serving) or ``ctx.central`` (centralized serving). The default, :class:`SimulatedServers`,
+  builds one simulated replica per profile (a :class:`~wispsim.sim.verifier.Verifier` or a
+  :class:`~wispsim.sim.centralized.CentralizedServer`), behind a router where there are several;
+  :mod:`wispsim.serve.swarm` hands in one that installs clients of a real server.
+- a :class:`DeviceSide` starts the load. The default, :class:`SimulatedDevices`, is the
+  scenario's arrival process launching simulated devices (:class:`~wispsim.sim.device.Device`);
+  :mod:`wispsim.study.replay.drive` hands in one that drives recorded devices.
+- ``env``, the clock: a fresh :class:`simpy.Environment` by default; the swarm hands in one on
+  the wall clock.
 
 Measurement window: responses that start in [warmup, warmup + duration) are measured. Devices keep
 generating load after the window closes until every measured response has finished, or has run
@@ -14,8 +27,7 @@ window would drop the slow ones and bias the violation rate down; this avoids th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
@@ -26,14 +38,14 @@ from wispsim.errors import ConfigError
 from wispsim.model.admission import make_admission
 from wispsim.model.fleet import device_specs, fleet_size
 from wispsim.model.latency import make_latency
-from wispsim.model.memory import KVMemory, block_size, check_memory, kv_capacity
-from wispsim.model.profiles import load_profile
+from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import SCHEDULERS, GpuState
 from wispsim.model.speculation import resolve as resolve_speculation
-from wispsim.sim.arrivals import Arrivals, Closed, RequestTrace, load_request_trace, make_arrivals
+from wispsim.sim.arrivals import load_request_trace, make_arrivals
 from wispsim.sim.centralized import CentralizedServer
 from wispsim.sim.context import RunContext
 from wispsim.sim.device import Device
+from wispsim.sim.inputs import Resolved, resolve_server
 from wispsim.sim.records import MEMORY_ROWS, SimResult
 from wispsim.sim.router import ROUTERS, CentralRouter
 from wispsim.sim.verifier import Verifier
@@ -41,27 +53,80 @@ from wispsim.sim.verifier import Verifier
 SERVER_STREAM = 1_000_000_007  # spawn key of the server's noise stream (apart from device keys)
 
 
-def device_classes(n: int, classes: tuple[float, ...]) -> list[float]:
-    """Device i belongs to classes[i % len(classes)]."""
-    return [classes[i % len(classes)] for i in range(n)]
+class ServerSide(Protocol):
+    """What the devices of a run talk to (see the module text)."""
+
+    def build(self, ctx: RunContext, resolved: Resolved) -> None:
+        """Set ``ctx.server`` (speculative serving) or ``ctx.central`` (centralized), before any
+        device starts."""
+        ...
+
+    def info(self, ctx: RunContext) -> dict[str, Any]:
+        """What the server side adds to the result's ``info`` once the run has ended."""
+        ...
 
 
-def _server_rng(seed: int, replica: int) -> np.random.Generator:
-    key = (SERVER_STREAM,) if replica == 0 else (SERVER_STREAM, replica)
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+class DeviceSide(Protocol):
+    """The load of a run: who starts devices, and when (see the module text)."""
+
+    def launch(self, ctx: RunContext, devices: int) -> None:
+        """Set ``ctx.arrivals``, start the device processes (``devices``: the scenario's count,
+        or the caller's) and count them in ``ctx.devices_started``."""
+        ...
 
 
-def _check_requests_fit(scenario: Scenario, capacity_tokens: int) -> RequestTrace:
-    """Every request of a request trace must fit the KV cache and, cold, one verification batch:
-    prompt + output + one round's drafts and bonus token."""
-    assert scenario.arrivals.trace is not None
-    req = load_request_trace(scenario.arrivals.trace)
-    extra = scenario.drafting.largest + 1
+def simulate(
+    scenario: Scenario | Resolved,
+    devices: int | None = None,
+    seed: int | None = None,
+    *,
+    servers: ServerSide | None = None,
+    load: DeviceSide | None = None,
+    env: simpy.Environment | None = None,
+    memory_rows: int = MEMORY_ROWS,
+) -> SimResult:
+    """Run one simulation of ``scenario`` with ``devices`` devices (default: devices.count).
+
+    ``scenario`` is a :class:`~wispsim.sim.inputs.Resolved` (the resolver's: taken as it is,
+    nothing is loaded or checked again) or a plain scenario, resolved here. ``servers``, ``load``
+    and ``env`` are the run's components (module text; default: simulated servers, the arrival
+    process with simulated devices, a fresh SimPy environment). ``memory_rows``: records a table
+    keeps in memory before it spills to a temporary Parquet file (:mod:`wispsim.sim.records`); the
+    records, and every summary of them, are the same either way.
+    """
+    wall0 = time.perf_counter()
+    resolved = scenario if isinstance(scenario, Resolved) else resolve_server(scenario)
+    sc = resolved.scenario
+    n = devices if devices is not None else sc.devices.count
+    if not 1 <= n <= MAX_DEVICES:
+        raise ConfigError("--devices", "devices", f"must be in [1, {MAX_DEVICES:,}], got {n:,}")
+    env = simpy.Environment() if env is None else env
+    ctx = RunContext(env, sc, sc.seed if seed is None else seed, resolved.profiles[0], memory_rows)
+    _fit_request_trace(ctx, resolved)
+    servers = SimulatedServers() if servers is None else servers
+    servers.build(ctx, resolved)
+    (SimulatedDevices() if load is None else load).launch(ctx, n)
+    env.process(ctx.watchdog())
+    env.run(until=ctx.done)
+    return _collect(ctx, resolved, servers.info(ctx), wall0)
+
+
+def _fit_request_trace(ctx: RunContext, resolved: Resolved) -> None:
+    """Under a request trace: every request must fit the KV cache of every replica and, cold, one
+    verification batch (prompt + output + one round's drafts and bonus token); its output lengths
+    go to ``ctx.request_outputs`` (admission control sizes responses by them), and without a drain
+    limit the run drains the longest request at the slowest class."""
+    sc = ctx.scenario
+    if sc.arrivals.process != "requests" or not sc.arrivals.trace:
+        return
+    req = load_request_trace(sc.arrivals.trace)
+    capacity = min(c // b * b for c, b in zip(resolved.capacities, resolved.block_sizes, strict=True))
+    extra = sc.drafting.largest + 1
     need = req.prompts + req.outputs + extra
     i = int(np.argmax(need))
-    srv = scenario.server
+    srv = sc.server
     for limit, what in (
-        (capacity_tokens, f"the KV cache ({capacity_tokens:,} tokens)"),
+        (capacity, f"the KV cache ({capacity:,} tokens)"),
         (srv.max_batch_tokens if srv.mode == "speculative" else None, "server.max_batch_tokens"),
     ):
         if limit is not None and need[i] > limit:
@@ -71,145 +136,131 @@ def _check_requests_fit(scenario: Scenario, capacity_tokens: int) -> RequestTrac
                 f"row {i + 1}: {int(req.prompts[i]):,} + {int(req.outputs[i]):,} tokens (prompt + output) "
                 f"do not fit {what}; allowed: prompt + output <= {limit - extra:,}",
             )
-    return req
+    ctx.request_outputs = (float(req.outputs.mean()), float(req.outputs.max()))
+    if sc.workload.drain_limit_s is None:
+        slos = [g.slo for g in sc.devices.groups] or list(sc.devices.classes)
+        ctx.drain_s = max(ctx.drain_s, float(req.outputs.max()) / min(slos))
 
 
-def simulate(
-    scenario: Scenario,
-    devices: int | None = None,
-    seed: int | None = None,
-    drive: Callable[[RunContext], int] | None = None,
-    env: simpy.Environment | None = None,
-    remote: Callable[[RunContext], None] | None = None,
-    memory_rows: int = MEMORY_ROWS,
-) -> SimResult:
-    """Run one simulation of ``scenario`` with ``devices`` devices (default: devices.count).
+class SimulatedServers:
+    """The default :class:`ServerSide`: one simulated replica per profile of the resolved
+    scenario, behind the scenario's router where there are several."""
 
-    ``drive`` replaces the arrival process and the devices: it is called with the run context
-    (servers built, ``ctx.server`` / ``ctx.central`` ready) once before the run, starts its own
-    SimPy processes (:mod:`wispsim.study.replay.drive` drives recorded devices this way) and
-    returns how many devices it started.
+    def build(self, ctx: RunContext, resolved: Resolved) -> None:
+        srv = ctx.scenario.server
+        if srv.mode == "centralized":
+            servers = _centralized_servers(ctx, resolved)
+            ctx.central = CentralRouter(servers, srv.router) if srv.replicas > 1 else servers[0]
+        else:
+            verifiers = _verifiers(ctx, resolved)
+            routed = srv.replicas > 1
+            ctx.server = ROUTERS.get(srv.router, field="server.router")(verifiers) if routed else verifiers[0]
 
-    ``env`` and ``remote`` run the same devices against a real server (:mod:`wispsim.serve`):
-    ``env`` is the clock (a SimPy environment on the wall clock), and ``remote`` sets
-    ``ctx.server`` / ``ctx.central`` to clients of the real server instead of simulated ones.
+    def info(self, ctx: RunContext) -> dict[str, Any]:
+        centralized = ctx.scenario.server.mode == "centralized"
+        return {"preemptions": ctx.central.preemptions} if centralized else {}
 
-    ``memory_rows``: records a table keeps in memory before it spills to a temporary Parquet file
-    (:mod:`wispsim.sim.records`); the records, and every summary of them, are the same either way.
-    """
-    wall0 = time.perf_counter()
-    n = devices if devices is not None else scenario.devices.count
-    if not 1 <= n <= MAX_DEVICES:
-        raise ConfigError("--devices", "devices", f"must be in [1, {MAX_DEVICES:,}], got {n:,}")
-    seed = scenario.seed if seed is None else seed
-    srv = scenario.server
-    names = srv.replica_profiles or (srv.profile,) * srv.replicas
-    profiles = [load_profile(name).with_form(srv.estimator_form) for name in names]
-    profile = profiles[0]
-    env = simpy.Environment() if env is None else env
-    ctx = RunContext(env, scenario, seed, profile, memory_rows)
-    capacities = []
-    for prof in profiles:
-        cap = kv_capacity(srv, prof)
-        check_memory(scenario, cap, prof)
-        capacities.append(cap)
-    capacity_tokens = capacities[0]
-    sizes = [block_size(srv.block_size, prof) for prof in profiles]  # per replica: its engine's
-    outputs = None  # (mean, max) output tokens, where a request trace sets them
-    if scenario.arrivals.process == "requests" and scenario.arrivals.trace:
-        req = _check_requests_fit(scenario, min(c // b * b for c, b in zip(capacities, sizes, strict=True)))
-        outputs = (float(req.outputs.mean()), float(req.outputs.max()))
-        if scenario.workload.drain_limit_s is None:  # the longest request at the slowest class
-            slos = [g.slo for g in scenario.devices.groups] or list(scenario.devices.classes)
-            ctx.drain_s = max(ctx.drain_s, float(req.outputs.max()) / min(slos))
-    total_blocks = capacity_tokens // sizes[0]
-    centralized = srv.mode == "centralized"
-    routed = srv.replicas > 1
-    if remote is not None:
-        remote(ctx)
-    elif centralized:
-        specs = [resolve_speculation(srv, prof) for prof in profiles]
-        ctx.speculation = specs[0]
-        servers = [
-            CentralizedServer(
+
+def _server_rng(seed: int, replica: int) -> np.random.Generator:
+    key = (SERVER_STREAM,) if replica == 0 else (SERVER_STREAM, replica)
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def _verifiers(ctx: RunContext, resolved: Resolved) -> list[Verifier]:
+    """One verification server per replica: its GPU state, KV memory, scheduler, latency noise
+    and admission control (a replica tracks its work for the router where there are several)."""
+    sc, env = ctx.scenario, ctx.env
+    srv = sc.server
+    out = []
+    for r, (prof, cap, bs) in enumerate(
+        zip(resolved.profiles, resolved.capacities, resolved.block_sizes, strict=True)
+    ):
+        blocks = cap // bs
+        gpu = GpuState(
+            prof.estimator, blocks, bs, srv.max_batch_requests, srv.max_batch_tokens, srv.delta_ms / 1000.0
+        )
+        memory = KVMemory(blocks, bs, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
+        scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
+        latency = make_latency(prof, srv, _server_rng(ctx.seed, r))
+        admission = make_admission(sc, blocks, bs, ctx.request_outputs)
+        out.append(
+            Verifier(
                 env,
-                cap // bs,
-                bs,
-                srv.max_batch_requests,
-                srv.prefill_chunk_tokens,
-                make_latency(prof, srv, _server_rng(seed, r)),
+                r,
+                gpu,
+                scheduler,
+                memory,
+                latency,
                 ctx.batches,
                 ctx.batch_ids,
-                replica=r,
-                spec=spec,
+                track_work=srv.replicas > 1,
+                admission=admission,
             )
-            for r, (prof, cap, bs, spec) in enumerate(zip(profiles, capacities, sizes, specs, strict=True))
-        ]
-        ctx.central = CentralRouter(servers, srv.router) if routed else servers[0]
-    else:
-        verifiers = []
-        for r, (prof, cap, bs) in enumerate(zip(profiles, capacities, sizes, strict=True)):
-            blocks = cap // bs
-            gpu = GpuState(
-                prof.estimator,
-                blocks,
-                bs,
-                srv.max_batch_requests,
-                srv.max_batch_tokens,
-                srv.delta_ms / 1000.0,
-            )
-            memory = KVMemory(blocks, bs, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
-            scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
-            latency = make_latency(prof, srv, _server_rng(seed, r))
-            verifiers.append(
-                Verifier(
-                    env,
-                    r,
-                    gpu,
-                    scheduler,
-                    memory,
-                    latency,
-                    ctx.batches,
-                    ctx.batch_ids,
-                    track_work=routed,
-                    admission=make_admission(scenario, blocks, bs, outputs),
-                )
-            )
-        ctx.server = ROUTERS.get(srv.router, field="server.router")(verifiers) if routed else verifiers[0]
+        )
+    return out
 
-    if drive is not None:
-        arrivals: Arrivals = Closed(ctx, 0)
-        ctx.arrivals = arrivals
-        ctx.devices_started = drive(ctx)
-    else:
-        arrivals = make_arrivals(ctx, n)
-        ctx.arrivals = arrivals
-        specs = device_specs(scenario, arrivals.n if not arrivals.open else fleet_size(scenario))
 
-        def launch(index: int, once: bool) -> None:
+def _centralized_servers(ctx: RunContext, resolved: Resolved) -> list[CentralizedServer]:
+    """One centralized engine per replica; under centralized-sd each drafts for itself
+    (``ctx.speculation``: the first replica's drafting, which the devices ask for runs)."""
+    srv = ctx.scenario.server
+    specs = [resolve_speculation(srv, prof) for prof in resolved.profiles]
+    ctx.speculation = specs[0]
+    return [
+        CentralizedServer(
+            ctx.env,
+            cap // bs,
+            bs,
+            srv.max_batch_requests,
+            srv.prefill_chunk_tokens,
+            make_latency(prof, srv, _server_rng(ctx.seed, r)),
+            ctx.batches,
+            ctx.batch_ids,
+            replica=r,
+            spec=spec,
+        )
+        for r, (prof, cap, bs, spec) in enumerate(
+            zip(resolved.profiles, resolved.capacities, resolved.block_sizes, specs, strict=True)
+        )
+    ]
+
+
+class SimulatedDevices:
+    """The default :class:`DeviceSide`: the scenario's arrival process launches simulated devices
+    (closed: ``devices`` of them at once; open: one per session, from a fleet of device specs)."""
+
+    def launch(self, ctx: RunContext, devices: int) -> None:
+        sc, env = ctx.scenario, ctx.env
+        arrivals = ctx.arrivals = make_arrivals(ctx, devices)
+        specs = device_specs(sc, arrivals.n if not arrivals.open else fleet_size(sc))
+        centralized = sc.server.mode == "centralized"
+
+        def start(index: int, once: bool) -> None:
             ctx.devices_started += 1
             d = Device(ctx, index, specs[index % len(specs)], once)
             env.process(d.run_centralized() if centralized else d.run_speculative())
 
-        arrivals.start(launch)
-    env.process(ctx.watchdog())
-    env.run(until=ctx.done)
-    info: dict[str, Any] = {"kv_capacity_tokens": capacity_tokens, "replicas": srv.replicas}
-    if arrivals.open or scenario.arrivals.process != "closed":
+        arrivals.start(start)
+
+
+def _collect(ctx: RunContext, resolved: Resolved, notes: dict[str, Any], wall0: float) -> SimResult:
+    """The run's records and facts, packed into its result."""
+    sc = ctx.scenario
+    info: dict[str, Any] = {"kv_capacity_tokens": resolved.capacities[0], "replicas": sc.server.replicas}
+    if sc.arrivals.process != "closed":
         info["devices_started"] = ctx.devices_started
-    if centralized and remote is None:
-        info["preemptions"] = ctx.central.preemptions
+    info |= notes
     return SimResult(
-        scenario=scenario,
-        seed=seed,
-        devices=n if scenario.arrivals.process == "closed" and drive is None else ctx.devices_started,
+        scenario=sc,
+        seed=ctx.seed,
+        devices=ctx.devices_started,  # closed: N; open or replayed: as many as started
         round_records=ctx.rounds.close(),
         batches=ctx.batches.close().frame(),
         responses=ctx.responses.close().frame().sort_values("response", kind="stable").reset_index(drop=True),
         window=ctx.window,
-        sim_end=env.now,
+        sim_end=ctx.env.now,
         wall_s=time.perf_counter() - wall0,
-        kv_blocks=total_blocks,
+        kv_blocks=resolved.capacities[0] // resolved.block_sizes[0],
         info=info,
-        block_size=sizes[0],
+        block_size=resolved.block_sizes[0],
     )

@@ -34,7 +34,8 @@ from wispsim.config import ArrivalsConfig, Scenario
 from wispsim.errors import ConfigError
 from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import load_profile
-from wispsim.sim.context import RunContext
+from wispsim.sim.arrivals import Closed
+from wispsim.sim.context import DeviceRound, RunContext
 from wispsim.sim.engine import simulate
 from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import SimResult
@@ -185,13 +186,17 @@ def _replay_speculative(
     req_ids = ctx.request_ids
     timeout, event = env.timeout, env.event
     pending = 0.0  # time owed before the next thing the device does
+    side = DeviceRound(dev, 0.0)
+    # the log does not say how many forward passes and predictor calls a round took
+    side.forward_passes = side.predictor_calls = -1
     for r in responses:
         slo, prompt = r.slo, r.prompt
         pending += r.gap
         t0 = env.now + pending
         resp = ctx.open_response(t0, dev, slo, prompt, r.output)
         notes.ids[resp] = r.log_id
-        measured = ctx.is_measured(resp)
+        side.slo = slo
+        side.measured = ctx.is_measured(resp)
         t_end = t0
         t_first = math.nan  # no round recorded: no token came out
         cold = 0
@@ -213,27 +218,18 @@ def _replay_speculative(
                 t_first = t_end
                 ctx.first_token(resp, t_end)
             cold += req.cold
-            # tau_d is drafting time per sent token, and the log does not say how many forward
-            # passes and predictor calls it took (-1)
-            record_round(
-                dev,
-                slo,
-                rnd,
-                pos,
-                t_start,
-                draft / k,
-                draft,
-                -1,
-                -1,
-                accepted,
-                committed,
-                up,
-                budget,
-                req,
-                down,
-                t_end,
-                measured,
-            )
+            side.round = rnd
+            side.position = pos
+            side.t_start = t_start
+            side.tau_d = draft / k  # drafting time per sent token: the log has no forward passes
+            side.draft_time = draft
+            side.accepted = accepted
+            side.committed = committed
+            side.uplink_time = up
+            side.budget = budget
+            side.downlink_time = down
+            side.t_end = t_end
+            record_round(side, req)
             alpha_hat += w * (accepted / k - alpha_hat)
             pending = down
         if r.finished:
@@ -268,6 +264,22 @@ def _replay_centralized(
             resp, dev, r.slo, t0, env.now + down, first + down, r.prompt, r.output, r.output, 1
         )
         pending = down
+
+
+class _RecordedDevices:
+    """The replay's device side (a :class:`wispsim.sim.engine.DeviceSide`): every recorded device
+    of ``plan`` walks its responses as recorded, writing what it learns into ``notes``."""
+
+    def __init__(self, plan: dict[int, list[_RecordedResponse]], notes: _ReplayNotes) -> None:
+        self.plan = plan
+        self.notes = notes
+
+    def launch(self, ctx: RunContext, devices: int) -> None:
+        ctx.arrivals = Closed(ctx, 0)  # the recorded gaps pace the devices: nothing gates them
+        process = _replay_centralized if ctx.scenario.server.mode == "centralized" else _replay_speculative
+        for dev in sorted(self.plan):
+            ctx.env.process(process(ctx, dev, self.plan[dev], self.notes))
+        ctx.devices_started = len(self.plan)
 
 
 def replay_scenario(scenario: Scenario, meta: Mapping[str, Any], devices: int) -> Scenario:
@@ -308,16 +320,9 @@ def replay(
     sc = replay_scenario(scenario, meta, len(plan))
     _check_kv_fits(sc, log)
     notes = _ReplayNotes({}, {})
-    process = _replay_centralized if sc.server.mode == "centralized" else _replay_speculative
-
-    def drive(ctx: RunContext) -> int:
-        for dev in sorted(plan):
-            ctx.env.process(process(ctx, dev, plan[dev], notes))
-        return len(plan)
-
     if seed is None:
         seed = int(meta.get("seed", sc.seed))
-    res = simulate(sc, seed=seed, drive=drive)
+    res = simulate(sc, seed=seed, load=_RecordedDevices(plan, notes))
     res.info["log_response"] = notes.ids
     res.info["truncated"] = notes.truncated
     return res
