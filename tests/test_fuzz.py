@@ -883,12 +883,12 @@ def damaged_copy(work: Path, sweep_folder: Path, name: str, data: bytes) -> Path
 )
 @example(name="manifest.json", raw=b"\x9f\x92\x00\xff")
 def test_results_folder_damaged_file_readers(work: Path, sweep_folder: Path, name: str, raw: bytes) -> None:
-    from wispsim.analysis.tables import folder_meta, read_csv
+    from wispsim.results import Results
 
     d = damaged_copy(work, sweep_folder, name, raw)
-    outcome(folder_meta, d)
+    outcome(lambda f: Results.existing(f).meta(), d)
     if name.endswith(".csv"):
-        outcome(read_csv, d, name)
+        outcome(lambda f, n: Results.existing(f).read_csv(n), d, name)
 
 
 @fuzz_settings(20)

@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from wispsim.analysis.tables import folder_meta
 from wispsim.cli.main import app
 from wispsim.errors import WispsimError
 from wispsim.model.acceptance import load_trace
 from wispsim.model.measured import read_measurements
 from wispsim.model.predictor import load_exported
 from wispsim.paths import checkout_dir
+from wispsim.results import Results
 from wispsim.sim.arrivals import ArrivalTrace, check_values, load_arrival_trace
 from wispsim.study.replay.read import _read_meta
 from wispsim.tabular import bool_column, numeric_column, read_json, read_table
@@ -299,14 +299,14 @@ def test_results_folder_with_a_binary_manifest_or_corrupt_tables(tmp_path: Path)
     folder.mkdir()
     (folder / "manifest.json").write_bytes(b"\xff\xfe{")
     with pytest.raises(WispsimError, match=r"manifest\.json: not UTF-8 text \(byte 0xff at offset 0\)"):
-        folder_meta(folder)
+        Results(folder).meta()
     (folder / "manifest.json").write_text("{")
     with pytest.raises(WispsimError, match=r"manifest\.json: not valid JSON"):
-        folder_meta(folder)
+        Results(folder).meta()
     (folder / "manifest.json").write_text("{}")
     (folder / "scenario.yaml").write_bytes(b"policy: \xff")
     with pytest.raises(WispsimError, match=r"scenario\.yaml: not UTF-8 text"):
-        folder_meta(folder)
+        Results(folder).meta()
     out = str(tmp_path / "x.png")
     assert "rounds.parquet: not found" in one_line_error(["plot", "attribution", str(folder), "-o", out])
     (folder / "rounds.parquet").write_bytes(b"PAR1 truncated")

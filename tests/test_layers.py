@@ -16,7 +16,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "wispsim"
 
 # bottom to top; a module may import its own layer and the ones below it
-LAYERS = ("", "config", "model", "sim", "analysis", "plots", "study", "engines", "measure", "serve", "cli")
+LAYERS = (
+    "", "config", "model", "sim", "analysis", "plots", "study", "engines", "measure", "serve", "runs", "cli",
+)  # fmt: skip
+# a leaf layer imports only the root modules (errors, registry, paths, ...), whatever its rank
+LEAVES = {"engines"}
+# a tower: imported only by the layers named (and itself); nothing else may lean on it
+TOWERS = {"measure": ("runs", "cli")}
 # what ``from wispsim import NAME`` really imports (wispsim/__init__.py re-exports lazily)
 REEXPORTS = {
     "load_scenario": "wispsim.sim.inputs",
@@ -85,9 +91,14 @@ def third_party(path: Path) -> set[str]:
     return out
 
 
-def layer_of(mod: str) -> int:
+def _top(mod: str) -> str:
+    """The layer folder of a module (``""`` for the root modules)."""
     parts = mod.split(".")
-    top = parts[1] if len(parts) > 1 else ""
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else ""
+
+
+def layer_of(mod: str) -> int:
+    top = _top(mod)
     return LAYERS.index(top) if top in LAYERS else 0
 
 
@@ -111,6 +122,11 @@ def check(root: Path) -> list[str]:
                 continue
             if layer_of(d) > layer_of(mod):
                 problems.append(f"{mod} imports the higher layer {d}")
+            top, dtop = _top(mod), _top(d)
+            if top in LEAVES and dtop not in ("", top):
+                problems.append(f"{mod} (a leaf: root modules only) imports {d}")
+            if dtop in TOWERS and top != dtop and top not in TOWERS[dtop]:
+                problems.append(f"{mod} imports {d} (the {dtop} tower: only {', '.join(TOWERS[dtop])} may)")
             cli = f"{package}.cli"
             if (
                 mod.startswith(cli + ".")
@@ -240,6 +256,21 @@ def test_checker_accepts_a_clean_package(tmp_path: Path) -> None:
                 "sim/device.py": "import wispsim.sim.engine\n",
             },
             "import circle: wispsim.sim.device -> wispsim.sim.engine",
+        ),
+        # an engine (a leaf) reaching into the simulator's model
+        (
+            {"engines/vllm.py": "from wispsim.model import memory\n"},
+            "wispsim.engines.vllm (a leaf: root modules only) imports wispsim.model.memory",
+        ),
+        # the real deployment leaning on the measurement tower
+        (
+            {"serve/app.py": "from wispsim.measure.profile import archs\n", "measure/profile/archs.py": ""},
+            "wispsim.serve.app imports wispsim.measure.profile.archs (the measure tower: only runs, cli may)",
+        ),
+        # the entrance hall importing a command module
+        (
+            {"runs/run.py": "from wispsim.cli.run import run\n"},
+            "wispsim.runs.run imports the higher layer wispsim.cli.run",
         ),
     ],
 )

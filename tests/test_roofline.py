@@ -12,14 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wispsim.errors import ConfigError
-from wispsim.model.archs import available_archs, available_gpus, load_arch, load_gpu
+from wispsim.model.archs import available_archs, load_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import parse_profile
 from wispsim.model.roofline import Roofline
 from wispsim.model.schedulers.base import GpuState, Pending
 from wispsim.model.schedulers.wisp import WispScheduler
+from wispsim.paths import data_dir
 
-GPUS = available_gpus()
+GPUS = sorted(yaml.safe_load((data_dir() / "gpus.yaml").read_text()))  # every GPU datasheet shipped
 ARCHS = available_archs()
 
 

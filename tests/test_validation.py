@@ -10,7 +10,8 @@ import pytest
 from wispsim.config import parse_set
 from wispsim.config.limits import MAX_DEVICES, MAX_SIM_SECONDS
 from wispsim.errors import ConfigError
-from wispsim.sim.inputs import check_options, load_scenario
+from wispsim.runs.resolve import Options, check
+from wispsim.sim.inputs import load_scenario
 
 
 def refuse(sets: list[str], field: str, *words: str, path: Path | None = None) -> ConfigError:
@@ -148,7 +149,7 @@ def test_an_unknown_replica_profile_names_its_entry() -> None:
 def test_options_that_change_a_scenario_are_blamed_on_the_option() -> None:
     sc = load_scenario().with_devices(10, (500.0,))
     with pytest.raises(ConfigError) as info:
-        check_options(sc, {"devices.classes": "--classes"})
+        check(sc, Options(classes=(500.0,)))
     assert info.value.source == "--classes"
     with pytest.raises(ConfigError, match="--devices"):
         load_scenario().with_devices(MAX_DEVICES + 1)

@@ -9,9 +9,7 @@ Output paths: every command that writes checks its ``--out`` / ``--plot`` / ``--
 :func:`check_output_dir` or :func:`check_output_file` before any work (a file where a folder is
 wanted or the reverse, a read-only folder, less than :data:`MIN_FREE_BYTES` free: one-line
 errors naming the option); missing parent folders are created. A results folder is written
-through :class:`OutputFolder`, which turns an OSError into one line and removes an old
-``manifest.json`` first; the manifest is written last, so a folder holding ``manifest.json`` is
-complete.
+and read through :class:`wispsim.results.Results`, its one owner.
 """
 
 from __future__ import annotations
@@ -167,33 +165,3 @@ def writing(source: str, path: Path | str) -> Iterator[None]:
         yield
     except OSError as e:
         raise write_error(source, path, e) from None
-
-
-class OutputFolder:
-    """A results folder being written: ``folder / "name"`` gives paths (remembering the last one
-    asked for, so an OSError without a file name still says which file failed), ``with`` turns an
-    OSError into a one-line :class:`~wispsim.errors.WispsimError` naming the option, and an old
-    ``manifest.json`` is removed first, so a folder whose writing fails never looks complete."""
-
-    def __init__(self, path: Path, source: str = "--out") -> None:
-        self.path = Path(path)
-        self.source = source
-        self.current: Path | None = None
-
-    def __truediv__(self, name: str) -> Path:
-        self.current = self.path / name
-        return self.current
-
-    def __enter__(self) -> OutputFolder:
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            (self.path / "manifest.json").unlink(missing_ok=True)
-        except OSError as e:
-            raise write_error(self.source, self.path, e) from None
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
-        if isinstance(err, OSError):
-            if not err.filename and self.current is not None:
-                err.filename = str(self.current)
-            raise write_error(self.source, self.path, err) from None

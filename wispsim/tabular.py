@@ -32,7 +32,7 @@ ErrorType = type[WispsimError]
 _EXCERPT = 160
 
 
-def one_line(text: object) -> str:
+def collapse_whitespace(text: object) -> str:
     """``text`` with every run of whitespace (newlines included) collapsed to one space."""
     return " ".join(str(text).split())
 
@@ -43,12 +43,12 @@ def _short(text: str) -> str:
 
 def describe(e: BaseException) -> str:
     """A library exception as a short single line (its type when it has no message)."""
-    return _short(one_line(e)) or type(e).__name__
+    return _short(collapse_whitespace(e)) or type(e).__name__
 
 
 def problem(source: str, field: str, text: str, error: ErrorType = ConfigError) -> WispsimError:
     """The error to raise: ``source: field: text`` on one line, as ``error``."""
-    text = one_line(text)
+    text = collapse_whitespace(text)
     if issubclass(error, ConfigError):
         return error(str(source), field, text)
     where = f"{source}: {field}" if field else str(source)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from wispsim.analysis.tables import BATCH_COLUMNS, check_columns
+from wispsim.analysis.tables import BATCH_COLUMNS
 from wispsim.errors import ConfigError
+from wispsim.results import check_columns
 
 COMPUTE, QUEUE = "compute-dominant", "queue-dominant"
 

@@ -24,13 +24,13 @@ so sparse classes at low load do not fake drops.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
+    from wispsim.results import Results
     from wispsim.sim.arrivals import ArrivalTrace
     from wispsim.sim.records import SimResult
 
@@ -163,11 +163,12 @@ def burst_table(
 
 def write_timeseries(
     result: SimResult,
-    folder: Path,
+    folder: Results,
     step_s: float = 10.0,
     window_s: float = 60.0,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
-    """Write timeseries.csv, server_timeseries.csv and (trace runs) bursts.csv; return the tables.
+    """Write timeseries.csv, server_timeseries.csv and (trace runs) bursts.csv into ``folder``;
+    return the tables.
 
     The figure of the same tables is :func:`wispsim.plots.timeseries.compliance_figure`."""
     from wispsim.sim.arrivals import load_arrival_trace
@@ -185,8 +186,8 @@ def write_timeseries(
     if trace is not None:
         peaks = trace_peaks(trace, sc.arrivals.scale)
         bursts = burst_table(comp, peaks, threshold, result.sim_end, window_s)
-        bursts.to_csv(folder / "bursts.csv", index=False)
+        folder.table("bursts.csv", bursts)
     out = comp.assign(**{"class": comp["class"].map(lambda c: "all" if math.isnan(c) else f"{c:g}")})
-    out.to_csv(folder / "timeseries.csv", index=False)
-    server.to_csv(folder / "server_timeseries.csv", index=False)
+    folder.table("timeseries.csv", out)
+    folder.table("server_timeseries.csv", server)
     return comp, server, bursts

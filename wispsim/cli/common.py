@@ -9,10 +9,10 @@ turn option strings (``2,4,6,8``, ``10:200:10``, ``2:500,4:500``) into values or
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from wispsim.config import Scenario, parse_set
-from wispsim.paths import OutputFolder, check_output_dir, write_error
-from wispsim.sim.inputs import check_options, load_scenario
+from wispsim.config import Scenario
 
 # Output that is not a terminal (piped, redirected to a log, captured) has no width to fit:
 # rich would cut a wide table to 80 columns and turn its numbers into "0.0…". There every table
@@ -51,69 +49,12 @@ console = make_console()
 err_console = make_console(stderr=True)
 
 
-def describe_load(sc: Scenario, devices: int | None = None) -> str:
-    """The offered load in a few words: ``N=12``, ``Poisson 3 responses/s, 2 replicas``."""
-    a = sc.arrivals
-    reps = f", {sc.server.replicas} replicas" if sc.server.replicas > 1 else ""
-    if a.process == "closed":
-        return f"N={devices or sc.devices.count}{reps}"
-    if a.process == "poisson":
-        return f"Poisson {a.rate:g} responses/s{reps}"
-    return f"{a.kind} trace {Path(a.trace or '').name}{reps}"
-
-
-# which scenario fields each command-line option sets, so a failed final check names the option
-OPTION_FIELDS: dict[str, tuple[str, ...]] = {
-    "--classes": ("devices.classes", "devices.groups"),
-    "--devices": ("devices.count",),
-    "--fleet": ("devices.groups",),
-    "--arrivals": ("arrivals", "workload"),
-    "--replicas": ("server.replicas", "server.replica_profiles"),
-    "--router": ("server.router",),
-    "--profile": ("server.profile", "server.replica_profiles"),
-    "--policy": ("drafting.controller", "server.mode", "server.scheduler", "server.prefix_cache"),
-}
-
-
-def checked(sc: Scenario, **given: object) -> Scenario:
-    """The last check of a scenario that options changed: do its values still fit together
-    (:func:`wispsim.sim.inputs.check_options`)? ``given`` holds the options by name (``classes=``,
-    ``devices=``, ...), None when not given; an error names the option that set its field."""
-    owners: dict[str, str] = {}
-    for opt, fields in OPTION_FIELDS.items():
-        if given.get(opt.removeprefix("--").replace("-", "_")) is not None:
-            owners.update(dict.fromkeys(fields, opt))
-    return check_options(sc, owners)
-
-
 def resolve_scenario(scenario: Path | None, sets: list[str] | None) -> Scenario:
-    """The scenario a command runs: the file (or the default) with every ``--set`` applied."""
-    return load_scenario(scenario, parse_set(sets or []))
+    """The scenario of a file and ``--set`` overrides, resolved (``scenario show``, ``scenario
+    validate``): :func:`wispsim.runs.resolve.resolve`."""
+    from wispsim.runs.resolve import resolve
 
-
-def out_path(out: Path | None, command: str) -> Path:
-    """The results folder: ``--out``, or ``results/COMMAND-YYYYmmdd-HHMMSS``, checked (not yet
-    created) by :func:`~wispsim.paths.check_output_dir`; call it before any work starts."""
-    if out is None:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("results") / f"{command}-{stamp}"
-    return check_output_dir(out, "--out")
-
-
-def out_dir(out: Path | None, command: str) -> Path:
-    """:func:`out_path`, created."""
-    folder = out_path(out, command)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise write_error("--out", folder, e) from None
-    return folder
-
-
-def output(folder: Path, source: str = "--out") -> OutputFolder:
-    """Write a results folder: ``with output(folder) as o: df.to_csv(o / "x.csv")``; an OSError
-    becomes one line naming ``source``, and ``manifest.json`` must be the last file written."""
-    return OutputFolder(folder, source)
+    return resolve(scenario, sets).scenario
 
 
 # ------------------------------------------------------------------------------------------
@@ -253,19 +194,6 @@ class LoggedProgress(Progress):
 LOG_EVERY_S = 30.0  # a progress line at most this often when stderr is not a terminal
 
 
-def say_host_note(profile: str, here: dict[str, Any] | None = None) -> None:
-    """Print one line when ``profile`` (a name or a path) was measured on a CPU host unlike
-    ``here`` (this host when None): :func:`wispsim.host.host_note`."""
-    from wispsim.host import cpu_facts, host_note
-    from wispsim.model.profiles import load_profile
-
-    prof = load_profile(profile)
-    measured = prof.provenance.get("host")
-    note = host_note(prof.name, measured if isinstance(measured, dict) else None, here or cpu_facts())
-    if note:
-        err_console.print(note, markup=False, highlight=False)
-
-
 def progress(eta: bool = False) -> Progress:
     """A progress bar on stderr: the task's description, bar, done/total, elapsed (and the
     estimated time left with ``eta``); plain lines when stderr is not a terminal."""
@@ -278,6 +206,29 @@ def progress(eta: bool = False) -> Progress:
     if eta:
         columns.append(TimeRemainingColumn())
     return LoggedProgress(*columns, console=err_console)
+
+
+@contextmanager
+def reporting(description: str, eta: bool = False) -> Iterator[Callable[..., None]]:
+    """A progress bar that appears with the first report, so a command whose options fail
+    prints only its one-line error: ``with reporting("sweep") as report: run(..., report)``.
+    ``report(done, total)`` moves it (total None while unknown); ``report(done, total, text)``
+    also replaces its description."""
+    bar: list[Any] = []
+
+    def report(done: float, total: float | None = None, text: str | None = None) -> None:
+        if not bar:
+            bar.append(progress(eta))
+            bar[0].start()
+            bar.append(bar[0].add_task(description, total=None))
+        fields = {} if text is None else {"description": text}
+        bar[0].update(bar[1], completed=done, total=total, **fields)
+
+    try:
+        yield report
+    finally:
+        if bar:
+            bar[0].stop()
 
 
 # the summary columns `run` and `swarm` print (summary.csv keeps them all)

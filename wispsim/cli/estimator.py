@@ -12,16 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from wispsim.cli.common import (
-    checked,
-    console,
-    out_dir,
-    out_path,
-    output,
-    progress,
-    resolve_scenario,
-    table,
-)
+from wispsim.cli.common import console, reporting, table
 from wispsim.cli.options import (
     JOBS,
     SEEDS,
@@ -29,15 +20,9 @@ from wispsim.cli.options import (
     FirstSeedOpt,
     MaxDevicesOpt,
     StartOpt,
-    applying,
-    check_backend,
-    check_seeds,
-    check_start,
     parse_classes,
     parse_devices,
 )
-from wispsim.errors import ConfigError
-from wispsim.provenance import write_manifest
 
 estimator_app = typer.Typer(
     help="Verification-time estimator: formula vs measurements.", no_args_is_help=True
@@ -66,76 +51,17 @@ def estimator_compare(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a scenario field.")] = None,
 ) -> None:
     """Capacity per SLO class with the fitted formula (linear) and with replayed measurements."""
-    from wispsim.model.profiles import load_profile
-    from wispsim.study.capacity import capacity_sweep, groups_for
-    from wispsim.study.estimator_compare import MEASURED_MODELS, compare_capacities, latency_scenarios
-    from wispsim.study.runners import make_runner
+    from wispsim.runs.sweep import SweepRequest
+    from wispsim.runs.sweep import estimator_compare as run_compare
 
-    folder = out_path(out, "estimator-compare")  # checked before any work
-    if measured not in MEASURED_MODELS:
-        raise ConfigError("--measured", "", f"got {measured!r}; allowed: {', '.join(MEASURED_MODELS)}")
-    parsed = parse_classes(classes)
-    grid = parse_devices(devices)
-    check_start(start, max_devices)
-    check_backend(backend, address)
-    sc = resolve_scenario(scenario, set_).with_policy(policy)
-    prof_name = profile or sc.server.profile
-    prof = load_profile(prof_name)
-    if prof.kind != "measured":
-        raise ConfigError(
-            f"profile '{prof.name}'", "provenance.kind", f"is {prof.kind}; compare needs a measured one"
-        )
-    cls = parsed or sc.devices.classes
-    eps = sc.epsilon if epsilon is None else epsilon
-    with applying("--classes"):
-        base = latency_scenarios(sc, prof_name, measured, cls)
-    for s in base.values():
-        checked(s, classes=classes, profile=profile)
-    first = sc.seed if seed is None else seed
-    seed_list = check_seeds(first, seeds)
-    folder = out_dir(folder, "estimator-compare")
-    with output(folder) as o:  # removes an old manifest.json: the folder is incomplete until the end
-        for model, s in base.items():
-            (o / f"scenario-{model}.yaml").write_text(s.to_yaml())
-    with (
-        output(folder),
-        make_runner(backend, jobs, folder, "none", address) as runner,
-        progress(eta=True) as prog,
-    ):
-        task = prog.add_task("compare", total=None)
-        result = capacity_sweep(
-            base,
-            groups_for(cls, "separate"),
-            seed_list,
-            eps,
-            runner,
-            grid=grid,
-            start=start,
-            max_devices=max_devices,
-            progress=lambda d, t: prog.update(task, completed=d, total=t),
-        )
-    cap, wide = compare_capacities(result, base, measured, first, prof.data_path)
-    with output(folder) as o:  # manifest.json last: a folder without it is incomplete
-        cap.to_csv(o / "capacity.csv", index=False)
-        wide.to_csv(o / "compare.csv", index=False)
-        write_manifest(
-            o.path,
-            {
-                "profile": prof.name,
-                "policy": policy,
-                "measured": measured,
-                "classes": list(cls),
-                "seeds": seed_list,
-                "epsilon": eps,
-                "grid": list(grid),
-                "start": start,
-                "max_devices": max_devices,
-                "jobs": jobs,
-                "backend": backend,
-                "address": address,
-            },
-        )
-    title = f"capacity (devices), {policy}, profile {prof.name}: formula vs measurements"
+    req = SweepRequest(
+        scenario, set_, [policy], parse_classes(classes), parse_devices(devices), seeds, seed, epsilon,
+        jobs, "separate", start, max_devices, "none", backend, address,
+    )  # fmt: skip
+    with reporting("compare", eta=True) as report:
+        o = run_compare(req, profile, measured, out, report)
+    wide, folder = o.compare, o.folder
+    title = f"capacity (devices), {policy}, profile {o.profile}: formula vs measurements"
     console.print(table(wide.map(_cell), title))
     console.print(
         "in_range: share of the batches simulated at the measured capacity whose N_linear, "

@@ -8,9 +8,10 @@ from typing import Annotated, Any
 import typer
 
 from wispsim.cli.common import console, err_console
-from wispsim.cli.options import JOBS, check_backend
+from wispsim.cli.options import JOBS
 from wispsim.errors import ConfigError
 from wispsim.paths import check_output_dir
+from wispsim.runs.resolve import check_backend
 
 experiment_app = typer.Typer(
     help="Run the paper's evaluation studies (experiments/*.yaml).", no_args_is_help=True

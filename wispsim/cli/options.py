@@ -6,16 +6,14 @@ that options fit together. Each raises a one-line :class:`~wispsim.errors.Config
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from wispsim.config import POLICY_NAMES, DeviceGroup, FieldError
+from wispsim.config import POLICY_NAMES, DeviceGroup
 from wispsim.config.limits import (
-    MAX_ARRIVAL_RATE,
     MAX_DEVICES,
     MAX_REPLICAS,
     MAX_SEED,
@@ -131,39 +129,6 @@ POSITIVE = real(0, lo_open=True)
 NON_NEGATIVE = real(0)
 SECONDS = real(0, MAX_SIM_SECONDS, lo_open=True, why="the longest simulated time")
 TAIL_SECONDS = real(0, MAX_SIM_SECONDS, why="the longest simulated time")
-#: Points of one time series (run's --step over the run's length).
-MAX_SERIES_POINTS = 1_000_000
-
-
-def check_series_step(step: float, span: float, option: str = "--step") -> None:
-    """A time-series step that gives at most :data:`MAX_SERIES_POINTS` points over ``span`` s."""
-    if span / step > MAX_SERIES_POINTS:
-        raise ConfigError(
-            option,
-            "",
-            f"{step:g} s gives {span / step:.3g} points over {span:g} s; "
-            f"at most {MAX_SERIES_POINTS} (use a step >= {span / MAX_SERIES_POINTS:.3g} s)",
-        )
-
-
-def check_poisson_rate(arrivals: str | None) -> None:
-    """``--arrivals poisson:RATE`` with a finite rate of at most ``MAX_ARRIVAL_RATE`` (the rest of
-    the option is checked where it is applied)."""
-    kind, _, rest = (arrivals or "").partition(":")
-    if kind != "poisson":
-        return
-    try:
-        rate = float(rest)
-    except ValueError:
-        return
-    if not finite(rate) or rate > MAX_ARRIVAL_RATE:
-        raise ConfigError(
-            "--arrivals",
-            "",
-            f"poisson:RATE needs a finite rate in (0, {MAX_ARRIVAL_RATE:g}] responses/s, got {rest!r}",
-        )
-
-
 ScenarioArg = Annotated[
     Path | None, typer.Argument(help="Scenario YAML (merged over the default scenario).", show_default=False)
 ]
@@ -191,49 +156,6 @@ MaxDevicesOpt = Annotated[int, typer.Option(help="Largest N the search tries.", 
 SeedsOpt = Annotated[int, typer.Option(help="Seeds per N (common random numbers across N).", parser=SEEDS)]
 FirstSeedOpt = Annotated[int | None, typer.Option("--seed", help="First seed.", parser=SEED)]
 EpsilonOpt = Annotated[float | None, typer.Option(help="Allowed violation rate.", parser=FRACTION_OPEN)]
-
-
-def check_option(option: str, value: Any, parser: Callable[[Any], Any]) -> Any:
-    """Run a :func:`whole` / :func:`real` parser on a value known only later (a scenario default,
-    an element of a list) and report a failure as a one-line :class:`ConfigError` of ``option``."""
-    try:
-        return parser(value)
-    except ValueError as e:
-        raise ConfigError(option, "", str(e)) from None
-
-
-def check_backend(backend: str, address: str | None) -> None:
-    """``--backend`` and ``--address``, checked before any work (the runner checks them again)."""
-    from wispsim.study.runners import BACKENDS
-
-    if backend not in BACKENDS:
-        raise ConfigError("--backend", "", f"got {backend!r}; allowed: {', '.join(BACKENDS)}")
-    if address and backend != "ray":
-        raise ConfigError("--address", "", "only with --backend ray")
-
-
-def check_seeds(first: int, count: int, option: str = "--seed") -> list[int]:
-    """``count`` consecutive seeds from ``first``, all within ``0 .. MAX_SEED``."""
-    if first + count - 1 > MAX_SEED:
-        raise ConfigError(option, "", f"{first} + {count} seeds goes past the largest seed {MAX_SEED}")
-    return [first + i for i in range(count)]
-
-
-def check_start(start: int, most: int, start_opt: str = "--start", most_opt: str = "--max-devices") -> None:
-    if start > most:
-        raise ConfigError(start_opt, "", f"must be <= {most_opt} ({most}), got {start}")
-
-
-@contextmanager
-def applying(option: str, by_field: dict[str, str] | None = None) -> Iterator[None]:
-    """Apply an option to a scenario: a schema check that fails (a :class:`FieldError`, which is a
-    ValueError) becomes a one-line :class:`ConfigError` naming ``option`` (or, when the failing
-    field's name contains a key of ``by_field``, that key's option)."""
-    try:
-        yield
-    except FieldError as e:
-        name = next((o for k, o in (by_field or {}).items() if k in (e.field or "")), option)
-        raise ConfigError(name, "", f"{e.field}: {e.problem}" if e.field else e.problem) from None
 
 
 def parse_classes(text: str | None, option: str = "--classes") -> tuple[float, ...] | None:

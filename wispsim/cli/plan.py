@@ -15,16 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from wispsim.cli.common import (
-    checked,
-    console,
-    out_dir,
-    out_path,
-    output,
-    progress,
-    resolve_scenario,
-    table,
-)
+from wispsim.cli.common import console, reporting, table
 from wispsim.cli.options import (
     FRACTION_OPEN,
     NON_NEGATIVE,
@@ -39,16 +30,12 @@ from wispsim.cli.options import (
     RouterOpt,
     ScenarioArg,
     SetOpt,
-    applying,
-    check_backend,
-    check_seeds,
-    check_start,
     parse_fleet,
     whole,
 )
 from wispsim.config.limits import MAX_DEVICES, MAX_REPLICAS
 from wispsim.errors import WispsimError
-from wispsim.provenance import write_manifest
+from wispsim.runs.plan import PlanOutcome
 from wispsim.study.decompose import CONFIRM_DEVICES
 
 
@@ -100,74 +87,27 @@ def plan(
     set_: SetOpt = None,
 ) -> None:
     """The fewest verifier replicas that keep every class of a fleet within epsilon."""
-    import dataclasses
-    import time
+    from wispsim.runs.plan import PlanRequest
+    from wispsim.runs.plan import plan as run_plan
 
-    from wispsim.model.fleet import fleet_size
-    from wispsim.model.profiles import load_profile
-    from wispsim.sim.router import ROUTERS
-    from wispsim.study.decompose import choose_method, plan_cluster
-    from wispsim.study.replicas import with_replicas
-    from wispsim.study.runners import make_runner
+    req = PlanRequest(
+        scenario, set_, parse_fleet(fleet) if fleet is not None else None, policy, profile, router,
+        seeds, seed, epsilon, start, max_replicas, method, confirm_devices, price_per_gpu_hour,
+        jobs, backend, address,
+    )  # fmt: skip
+    with reporting("plan") as report:
+        o = run_plan(req, out, lambda k, msg: report(k, None, f"plan: {msg}"))
+    console.print(o.method_line)
+    _print_plan(o)
+    if o.failed is not None:
+        raise WispsimError(o.failed)
+    what = "simulations" if o.plan.method == "decomposed" else "replica counts"
+    console.print(f"{o.plan.evaluations} {what} x {seeds} seed(s) in {o.wall_s:.0f} s; results: {o.folder}")
 
-    folder = out_path(out, "plan")  # checked before any work
-    groups = parse_fleet(fleet) if fleet is not None else None
-    if start is not None:
-        check_start(start, max_replicas, "--start", "--max-replicas")
-    check_backend(backend, address)
-    sc = resolve_scenario(scenario, set_)
-    if policy is not None:
-        sc = sc.with_policy(policy)
-    if groups is not None:
-        with applying("--fleet"):
-            sc = sc.replace(devices=dataclasses.replace(sc.devices, groups=groups))
-    srv = sc.server
-    if profile is not None:
-        load_profile(profile)
-        with applying("--profile"):
-            srv = dataclasses.replace(srv, profile=profile, replica_profiles=())
-    if router is not None:
-        with applying("--router"):
-            ROUTERS.get(router, "--router")
-            srv = dataclasses.replace(srv, router=router)
-    sc = checked(sc.replace(server=srv), policy=policy, fleet=fleet, profile=profile, router=router)
-    used, fallback = choose_method(sc, method)  # a one-line error before any work
-    eps = sc.epsilon if epsilon is None else epsilon
-    first = sc.seed if seed is None else seed
-    seed_list = check_seeds(first, seeds)
-    n = fleet_size(sc)
-    folder = out_dir(folder, "plan")
-    with output(folder) as o:  # removes an old manifest.json: the folder is incomplete until the end
-        (o / "scenario.yaml").write_text(sc.to_yaml())
-    if fallback is not None:
-        console.print(f"method: full-cluster search (fell back: {fallback})")
-    elif used == "full":
-        console.print("method: full-cluster search (--method full)")
-    else:
-        console.print("method: decomposed (one replica carrying its share of the fleet, then confirmed)")
-    t0 = time.perf_counter()
-    with (
-        output(folder),
-        make_runner(backend, jobs, folder, "none", address) as runner,
-        progress() as prog,
-    ):
-        task = prog.add_task(f"plan {sc.policy}, {n} devices", total=None)
-        res = plan_cluster(
-            sc,
-            runner,
-            seed_list,
-            eps,
-            method=used,
-            start=start,
-            max_replicas=max_replicas,
-            confirm_devices=confirm_devices,
-            progress=lambda k, msg: prog.update(task, completed=k, description=f"plan {sc.policy}: {msg}"),
-        )
-    wall = time.perf_counter() - t0
-    with output(folder) as o:
-        res.tried.to_csv(o / "plan.csv", index=False)
-        if res.confirm is not None:
-            res.confirm.to_csv(o / "confirm.csv", index=False)
+
+def _print_plan(o: PlanOutcome) -> None:
+    """The replica counts tried, the confirmation, the load per replica and the answer."""
+    res, sc, n = o.plan, o.scenario, o.devices
     title = f"{sc.policy}, {n} devices, {sc.server.profile}, router {sc.server.router}"
     if res.method == "decomposed":
         title = f"one replica's share of {n} devices: {sc.policy}, {sc.server.profile}"
@@ -195,54 +135,21 @@ def plan(
             )
     elif res.method == "decomposed" and res.share is not None:
         console.print(f"confirmation: {res.confirmation}")
-    prof = load_profile(sc.server.profile)
-    price = price_per_gpu_hour if price_per_gpu_hour is not None else prof.price_per_gpu_hour
-    extra: dict[str, Any] = {
-        "devices": n,
-        "policy": sc.policy,
-        "profile": sc.server.profile,
-        "router": sc.server.router,
-        "seeds": seed_list,
-        "epsilon": eps,
-        "method": res.method,
-        "fallback": res.fallback,
-        "replicas": res.replicas,
-        "devices_per_replica": res.share,
-        "decomposed_replicas": res.decomposed,
-        "confirmation": res.confirmation or None,
-        "evaluations": res.evaluations,
-        "wall_s": wall,
-    }
-    if res.replicas is None:
-        with output(folder) as o:
-            write_manifest(o.path, extra)
-        why = f" ({'; '.join(res.notes)})" if res.notes else ""
-        raise WispsimError(
-            f"plan: no replica count up to {max_replicas} keeps every class within {eps:g}{why}"
-        )
-    with output(folder) as o:
-        (o / "scenario-answer.yaml").write_text(with_replicas(sc, res.replicas).to_yaml())
-        if res.per_replica is not None:
-            res.per_replica.to_csv(o / "replicas.csv", index=False)
     if res.per_replica is not None:
         where = f"at R={res.replicas}"
         if res.method == "decomposed" and res.confirm is None:
             where = f"of one replica carrying {res.share} devices (R={res.replicas})"
         elif res.method == "decomposed" and not res.confirmation.startswith("full cluster"):
             where = f"on the {res.confirmation}, standing for R={res.replicas}"
-        console.print(table(res.per_replica, f"per-replica load {where} (seed {first})"))
-    gpus = res.replicas * prof.gpu_count
-    line = f"answer: {res.replicas} replicas ({gpus} x {prof.gpu}) for {n} devices"
-    if price is not None:
-        extra["cost_per_hour"] = gpus * price
-        line += f"; cost {gpus} GPUs x {price:g}/GPU-hour = {gpus * price:,.2f} per hour"
+        console.print(table(res.per_replica, f"per-replica load {where} (seed {o.first_seed})"))
+    if o.failed is not None:
+        return
+    line = f"answer: {res.replicas} replicas ({o.gpus} x {o.gpu}) for {n} devices"
+    if o.price is not None:
+        line += f"; cost {o.gpus} GPUs x {o.price:g}/GPU-hour = {o.gpus * o.price:,.2f} per hour"
     else:
         line += "; no price (set hardware.price_per_gpu_hour in the profile or --price-per-gpu-hour)"
-    with output(folder) as o:  # manifest.json last
-        write_manifest(o.path, extra)
     console.print(line)
-    what = "simulations" if res.method == "decomposed" else "replica counts"
-    console.print(f"{res.evaluations} {what} x {seeds} seed(s) in {wall:.0f} s; results: {folder}")
 
 
 def register(app: typer.Typer) -> None:

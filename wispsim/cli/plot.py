@@ -82,14 +82,13 @@ def bursty(
     out: PngOpt = None,
 ) -> None:
     """SLO compliance over time of several runs, one panel per class, bursts marked."""
-    from wispsim.analysis.tables import results_folder, run_label
     from wispsim.plots import bursty_compare
+    from wispsim.results import Results
 
-    for f in folders:
-        results_folder(f)
+    runs = [Results.existing(f) for f in folders]
     if label and len(label) != len(folders):
         raise ConfigError("--label", "", f"got {len(label)} label(s) for {len(folders)} folder(s)")
-    names = list(label) if label else [run_label(f) for f in folders]
+    names = list(label) if label else [r.label() for r in runs]
     if len(set(names)) < len(names):  # the same policy twice: tell the runs apart by folder
         names = [f"{n} ({f.name})" for n, f in zip(names, folders, strict=True)]
     if len(set(names)) < len(names):
@@ -115,18 +114,20 @@ def attribution_cmd(
     out: PngOpt = None,
 ) -> None:
     """Violated rounds of a run in the (queue, verify) plane: queue- or compute-dominant (SPEC 7)."""
-    from wispsim.analysis.tables import BATCH_COLUMNS, ROUND_COLUMNS, folder_meta, read_parquet
+    from wispsim.analysis.tables import BATCH_COLUMNS, ROUND_COLUMNS
     from wispsim.plots import attribution
+    from wispsim.results import Results
 
     dest = _out(out, folder, "attribution.png")
-    rounds = read_parquet(folder, "rounds.parquet", ROUND_COLUMNS)
-    batches = read_parquet(folder, "batches.parquet", BATCH_COLUMNS)
+    run = Results.existing(folder)
+    rounds = run.read_parquet("rounds.parquet", ROUND_COLUMNS)
+    batches = run.read_parquet("batches.parquet", BATCH_COLUMNS)
     responses = (
-        read_parquet(folder, "responses.parquet", ("response", "violated", "measured"))
-        if (folder / "responses.parquet").is_file()
+        run.read_parquet("responses.parquet", ("response", "violated", "measured"))
+        if run.has("responses.parquet")
         else None
     )
-    meta = folder_meta(folder)
+    meta = run.meta()
     bits = [f"{k} {meta[k]}" for k in ("devices", "seed") if k in meta]
     head = f"{meta.get('policy', folder.name)}" + (f" ({', '.join(bits)})" if bits else "")
     path, counts = attribution(

@@ -229,7 +229,11 @@ def fit_cmd(
     if batch_kind not in ("verify", "step"):
         raise ConfigError("--batch-kind", batch_kind, "must be verify or step")
     if data.is_dir():  # a deployment's batch log: written as a recording beside the profile first
-        data = _deployment_data(data, out, seed, batch_kind)
+        from wispsim.runs.profile import deployment_recording
+
+        csv, logs, served = deployment_recording(data, out, seed, batch_kind)
+        console.print(f"{logs} batch logs under {data} -> {csv} (model and host facts of {served})")
+        data = csv
     with writing("--out", out):
         res, prof = fit_command(
             data,
@@ -246,61 +250,7 @@ def fit_cmd(
             command=command_line(),
             forms=names,
         )
-    console.print(table(_coefficients(res.coef, res.ci95), f"profile {prof['name']} ({res.method})"))
-    tr, te = res.train, res.test
-    tested = _finite(te.get("r2"))
-    held_out = (
-        f"test {te['r2']:.4f}"
-        if tested
-        else "test: none (the recording has no held-out rows: an interrupted `profile record`? "
-        "nothing checks this fit)"
-    )
-    mape = f", test {te['mape_pct']:.2f}%" if _finite(te.get("mape_pct")) else ""
-    console.print(
-        f"R^2 train {tr['r2']:.4f}, {held_out}; MAPE train {tr['mape_pct']:.2f}%{mape}; "
-        f"{res.cv['folds']}-fold CV R^2 {res.cv['r2_mean']:.4f}"
-    )
-    if res.note:
-        console.print(f"note: {res.note}")
-    for name, section in (prof.get("forms") or {}).items():
-        f = section["fit"]
-        r2, mape_t = f["r2"]["test"], f["mape_pct"]["test"]
-        scores = f"R^2 test {r2}, MAPE test {mape_t}%" if _finite(r2) else "no held-out rows to score it"
-        console.print(
-            f"form {name}: {scores} (in the profile under forms.{name}; scenarios pick it with "
-            "server.estimator_form)"
-        )
-    console.print(f"profile: {out}; report: {out.with_name(out.stem + '.report.md')}")
-
-
-def _deployment_data(folder: Path, out: Path, seed: int, kind: str) -> Path:
-    """The deployment's logged batches as a measurement CSV (``profiles/data/NAME.csv`` beside the
-    profile), with the model and host facts of the profile its server ran with."""
-    import json
-
-    from wispsim.measure.profile.deployment import find_batch_logs, write_deployment_data
-    from wispsim.model.profiles import load_profile
-    from wispsim.sim.inputs import load_scenario
-
-    logs = find_batch_logs(folder, kind)
-    scen = logs[0] / "scenario.yaml"
-    if not scen.is_file():
-        raise ConfigError(str(logs[0]), "scenario.yaml", "missing: the server's scenario names its profile")
-    served = load_profile(load_scenario(scen).server.profile)
-    base = served.data_path
-    meta_file = Path(str(base) + ".meta.json") if base is not None else None
-    if meta_file is None or not meta_file.is_file():
-        raise ConfigError(
-            str(scen),
-            "server.profile",
-            f"profile {served.name} has no recording sidecar to take the model facts from",
-        )
-    csv = out.parent / "data" / f"{out.stem}.csv"
-    check_output_file(csv, "--out", (".csv",))
-    with writing("--out", csv):
-        write_deployment_data([folder], csv, json.loads(meta_file.read_text()), command_line(), seed, kind)
-    console.print(f"{len(logs)} batch logs under {folder} -> {csv} (model and host facts of {served.name})")
-    return csv
+    _print_fit(res, prof, out)
 
 
 @profile_app.command("derive")
@@ -445,3 +395,32 @@ def _coefficients(coef: dict[str, float], ci95: dict[str, Any]) -> pd.DataFrame:
 def _provenance_line(prov: dict[str, Any]) -> str:
     text = prov.get("citation") or prov.get("rule") or prov.get("data") or ""
     return " ".join(str(text).split())
+
+
+def _print_fit(res: Any, prof: dict[str, Any], out: Path) -> None:
+    """A fit's coefficients, its train/test scores and every other form's, and where it went."""
+    console.print(table(_coefficients(res.coef, res.ci95), f"profile {prof['name']} ({res.method})"))
+    tr, te = res.train, res.test
+    tested = _finite(te.get("r2"))
+    held_out = (
+        f"test {te['r2']:.4f}"
+        if tested
+        else "test: none (the recording has no held-out rows: an interrupted `profile record`? "
+        "nothing checks this fit)"
+    )
+    mape = f", test {te['mape_pct']:.2f}%" if _finite(te.get("mape_pct")) else ""
+    console.print(
+        f"R^2 train {tr['r2']:.4f}, {held_out}; MAPE train {tr['mape_pct']:.2f}%{mape}; "
+        f"{res.cv['folds']}-fold CV R^2 {res.cv['r2_mean']:.4f}"
+    )
+    if res.note:
+        console.print(f"note: {res.note}")
+    for name, section in (prof.get("forms") or {}).items():
+        f = section["fit"]
+        r2, mape_t = f["r2"]["test"], f["mape_pct"]["test"]
+        scores = f"R^2 test {r2}, MAPE test {mape_t}%" if _finite(r2) else "no held-out rows to score it"
+        console.print(
+            f"form {name}: {scores} (in the profile under forms.{name}; scenarios pick it with "
+            "server.estimator_form)"
+        )
+    console.print(f"profile: {out}; report: {out.with_name(out.stem + '.report.md')}")

@@ -15,19 +15,7 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
-from wispsim.cli.common import (
-    SUMMARY_COLUMNS,
-    checked,
-    console,
-    describe_load,
-    err_console,
-    out_dir,
-    out_path,
-    output,
-    resolve_scenario,
-    say_host_note,
-    table,
-)
+from wispsim.cli.common import SUMMARY_COLUMNS, console, err_console, table
 from wispsim.cli.options import (
     DEVICES,
     REPLICAS,
@@ -39,14 +27,11 @@ from wispsim.cli.options import (
     RouterOpt,
     ScenarioArg,
     SetOpt,
-    applying,
-    check_poisson_rate,
-    check_series_step,
     parse_classes,
 )
-from wispsim.config import POLICY_NAMES, parse_set
-from wispsim.paths import check_output_file, writing
-from wispsim.provenance import write_manifest
+from wispsim.config import POLICY_NAMES
+from wispsim.runs.resolve import Options
+from wispsim.runs.run import describe_load
 
 
 def run(
@@ -83,81 +68,22 @@ def run(
     set_: SetOpt = None,
 ) -> None:
     """Run one simulation; write its records (Parquet), per-class summary and time series."""
-    from wispsim.analysis.metrics import replica_summary, summarize
-    from wispsim.analysis.timeseries import write_timeseries
-    from wispsim.plots import compliance_figure
-    from wispsim.sim.engine import simulate
-    from wispsim.sim.inputs import apply_arrivals_option, apply_server_options
+    from wispsim.runs.run import run as run_one
 
-    folder = out_path(out, "run")  # every output checked before any work
-    if log is not None:
-        check_output_file(log, "--log", (".parquet", ".csv"))
-    cls = parse_classes(classes)
-    check_poisson_rate(arrivals)
-    sc = resolve_scenario(scenario, set_)
-    if policy is not None:
-        sc = sc.with_policy(policy)
-    with applying("--arrivals", {"tail": "--tail"}):
-        sc = apply_arrivals_option(sc, arrivals, tail)
-    with applying("--replicas", {"router": "--router"}):
-        sc = apply_server_options(sc, replicas, router)
-    with applying("--devices", {"class": "--classes", "slo": "--classes"}):
-        sc = sc.with_devices(devices or sc.devices.count, cls)
-    if seed is not None:
-        with applying("--seed"):
-            sc = sc.replace(seed=seed)
-    checked(
-        sc,
-        classes=classes,
-        devices=devices,
-        arrivals=arrivals,
-        replicas=replicas,
-        router=router,
-        policy=policy,
+    opts = Options(policy, devices, parse_classes(classes), seed, arrivals, tail, replicas, router)
+    o = run_one(scenario, set_, opts, out, log, step, window, status=err_console.status)
+    sc, res = o.scenario, o.result
+    console.print(
+        table(o.summary, f"{sc.policy}, {describe_load(sc, res.devices)}, seed={sc.seed}", SUMMARY_COLUMNS)
     )
-    wl = sc.workload
-    check_series_step(step, wl.warmup_s + wl.duration_s + sc.drain_limit_s())
-    folder = out_dir(folder, "run")
-    who = describe_load(sc)
-    with err_console.status(f"simulating {who} under {sc.policy} ..."):
-        res = simulate(sc)
-    summary = summarize(res)
-    per_replica = replica_summary(res)
-    with output(folder) as o:  # manifest.json last: a folder without it is incomplete
-        (o / "scenario.yaml").write_text(sc.to_yaml())
-        res.round_records.to_parquet(o / "rounds.parquet")
-        res.batches.to_parquet(o / "batches.parquet", index=False)
-        res.responses.to_parquet(o / "responses.parquet", index=False)
-        summary.to_csv(o / "summary.csv", index=False)
-        per_replica.to_csv(o / "replicas.csv", index=False)
-        o.current = None  # several files: an error names the one it has, if any
-        comp, server, bursts = write_timeseries(res, folder, step, window)
-        if sc.arrivals.process != "closed":
-            compliance_figure(res, comp, server, window, o / "compliance.png")
-        if log is not None:
-            from wispsim.study.replay import write_log
-
-            with writing("--log", log):
-                write_log(res, log)
-        write_manifest(
-            o.path,
-            {
-                "seed": sc.seed,
-                "devices": sc.devices.count,
-                "policy": sc.policy,
-                "sim_end_s": res.sim_end,
-                "wall_s": res.wall_s,
-                **res.info,
-            },
-        )
-    title = f"{sc.policy}, {describe_load(sc, res.devices)}, seed={sc.seed}"
-    console.print(table(summary, title, SUMMARY_COLUMNS))
     if sc.server.replicas > 1:
-        console.print(table(per_replica, f"per replica ({sc.server.router} router)"))
-    if bursts is not None and not bursts.empty:
-        console.print(table(bursts, f"bursts (threshold {1 - sc.epsilon:g}, trailing {window:g} s window)"))
-    n_rounds = len(res.round_records)
-    console.print(f"records and summary: {folder}  ({res.wall_s:.1f} s wall, {n_rounds} rounds)")
+        console.print(table(o.per_replica, f"per replica ({sc.server.router} router)"))
+    if o.bursts is not None and not o.bursts.empty:
+        title = f"bursts (threshold {1 - sc.epsilon:g}, trailing {window:g} s window)"
+        console.print(table(o.bursts, title))
+    console.print(
+        f"records and summary: {o.folder}  ({res.wall_s:.1f} s wall, {len(res.round_records)} rounds)"
+    )
     if not res.responses.measured.any():
         err_console.print(
             "[yellow]warning:[/yellow] no response started inside the measurement window "
@@ -185,58 +111,19 @@ def replay_cmd(
 
     The scenario is the one in the log's sidecar; a SCENARIO file replaces it, --set overrides.
     """
-    from wispsim.study.replay import compare as compare_replay
-    from wispsim.study.replay import describe, log_scenario, meta_path, read_log, replay
+    from wispsim.runs.run import replay
 
-    folder = out_path(out, "replay")  # checked before any work
-    frame, meta = read_log(log)
-    if scenario is not None:
-        sc = resolve_scenario(scenario, set_)
-    else:
-        sc = log_scenario(meta, str(meta_path(log)), parse_set(set_ or []))
-    if policy is not None:
-        sc = sc.with_policy(policy)
-    if scenario is None and not any(s.startswith("server.profile=") for s in set_ or []):
-        # the recorded server's profile: it must be one measured in that server's engine layout
-        from wispsim.model.profiles import load_profile
-
-        served = (meta.get("server") or {}).get("engine_in_process")
-        load_profile(sc.server.profile).check_layout(served, str(meta_path(log)))
-    server_host = (meta.get("server") or {}).get("host")
-    if isinstance(server_host, dict) and server_host:  # the host the recorded timings come from
-        say_host_note(sc.server.profile, server_host)
-    folder = out_dir(folder, "replay")
-    devices = frame.device.nunique()
-    err_console.print(f"replay: {describe(sc, meta)}", highlight=False)
-    with err_console.status(f"replaying {devices} devices, {len(frame)} rounds under {sc.policy} ..."):
-        res = replay(sc, frame, meta, seed)
-    comparison = compare_replay(frame, res, meta)
-    with output(folder) as o:  # manifest.json last
-        (o / "scenario.yaml").write_text(res.scenario.to_yaml())
-        res.round_records.to_parquet(o / "rounds.parquet")
-        res.batches.to_parquet(o / "batches.parquet", index=False)
-        res.responses.to_parquet(o / "responses.parquet", index=False)
-        comparison.to_csv(o / "comparison.csv", index=False)
-        write_manifest(
-            o.path,
-            {
-                "log": str(log),
-                "recorded_policy": meta.get("policy"),
-                "policy": sc.policy,
-                "seed": res.seed,
-                "devices": res.devices,
-                "sim_end_s": res.sim_end,
-                "wall_s": res.wall_s,
-            },
-        )
-    violations, times = _replay_tables(comparison)
-    title = (
-        f"violation rate: recorded ({meta.get('policy', '?')}) vs simulated ({sc.policy}), seed={res.seed}"
-    )
+    o = replay(log, scenario, set_, policy, seed, out, status=err_console.status)
+    for note in o.notes:
+        err_console.print(note, markup=False, highlight=False)
+    err_console.print(f"replay: {o.about}", highlight=False)
+    violations, times = _replay_tables(o.comparison)
+    recorded = o.meta.get("policy", "?")
+    title = f"violation rate: recorded ({recorded}) vs simulated ({o.scenario.policy}), seed={o.result.seed}"
     console.print(table(violations, title))
     console.print(table(times, "queue and verify time (ms), recorded/simulated; KS statistic"))
-    n_rounds = len(res.round_records)
-    console.print(f"records and comparison: {folder}  ({res.wall_s:.1f} s wall, {n_rounds} rounds)")
+    n_rounds = len(o.result.round_records)
+    console.print(f"records and comparison: {o.folder}  ({o.result.wall_s:.1f} s wall, {n_rounds} rounds)")
 
 
 def _replay_tables(comparison: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

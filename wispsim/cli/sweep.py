@@ -9,22 +9,12 @@ folder; finished points are stored there, so an interrupted sweep resumes where 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from wispsim.cli.common import (
-    checked,
-    console,
-    out_dir,
-    out_path,
-    output,
-    progress,
-    resolve_scenario,
-    table,
-)
+from wispsim.cli.common import console, reporting, table
 from wispsim.cli.options import (
     FRACTION_OPEN,
     SEED,
@@ -40,19 +30,13 @@ from wispsim.cli.options import (
     SeedsOpt,
     SetOpt,
     StartOpt,
-    applying,
-    check_backend,
-    check_seeds,
-    check_start,
     parse_classes,
     parse_devices,
     parse_policies,
 )
 from wispsim.config import POLICY_NAMES
-from wispsim.errors import ConfigError
-from wispsim.paths import OutputFolder
-from wispsim.provenance import write_manifest
-from wispsim.study.capacity import SweepResult
+from wispsim.runs.sweep import SweepRequest
+from wispsim.runs.sweep import sweep as run_sweep
 
 RecordsOpt = Annotated[str, typer.Option(help="Records kept per point: none, responses, all.")]
 ABLATION_COLUMNS = [
@@ -71,93 +55,11 @@ ABLATION_COLUMNS = [
 ablate_app = typer.Typer(help="Ablation studies.", no_args_is_help=True)
 
 
-def _sweep_common(
-    scenario: Path | None,
-    sets: list[str] | None,
-    policies: list[str],
-    classes: str | None,
-    devices: str | None,
-    seeds: int,
-    seed: int | None,
-    epsilon: float | None,
-    jobs: int,
-    out: Path | None,
-    mix: str,
-    start: int,
-    max_devices: int,
-    records: str,
-    command: str,
-    backend: str = "local",
-    address: str | None = None,
-    also: Callable[[SweepResult, OutputFolder], None] | None = None,
-) -> tuple[Path, SweepResult]:
-    """Check the options, run the capacity sweep of ``policies`` and write its folder (``also``
-    writes the command's own tables; the manifest comes after them)."""
-    from wispsim.study.capacity import capacity_sweep, groups_for
-    from wispsim.study.points import RECORD_MODES
-    from wispsim.study.runners import make_runner
-
-    folder = out_path(out, command)  # checked before any work
-    cls = parse_classes(classes)
-    grid = parse_devices(devices)
-    if mix not in ("separate", "shared"):
-        raise ConfigError("--mix", "", f"got {mix!r}; allowed: separate, shared")
-    if records not in RECORD_MODES:
-        raise ConfigError("--records", "", f"got {records!r}; allowed: {', '.join(RECORD_MODES)}")
-    check_start(start, max_devices)
-    check_backend(backend, address)
-    sc = resolve_scenario(scenario, sets)
-    cls = cls or sc.devices.classes
-    eps = sc.epsilon if epsilon is None else epsilon
-    seed_list = check_seeds(sc.seed if seed is None else seed, seeds)
-    with applying("--classes"):
-        base = {p: sc.with_policy(p).with_devices(sc.devices.count, cls) for p in policies}
-    for p, s in base.items():
-        checked(s, classes=classes, policy=p if p != sc.policy else None)
-    folder = out_dir(folder, command)
-    with output(folder) as o:  # removes an old manifest.json: the folder is incomplete until the end
-        for p, s in base.items():
-            (o / (f"scenario-{p}.yaml" if len(base) > 1 else "scenario.yaml")).write_text(s.to_yaml())
-    groups = groups_for(cls, mix)
-    with (
-        output(folder) as o,  # a full disk while storing points: one line; finished points stay
-        make_runner(backend, jobs, folder, records, address) as runner,
-        progress() as prog,
-    ):
-        o.current = None
-        task = prog.add_task(f"{command} {','.join(policies)}", total=None)
-        result = capacity_sweep(
-            base,
-            groups,
-            seed_list,
-            eps,
-            runner,
-            grid=grid,
-            start=start,
-            max_devices=max_devices,
-            progress=lambda done, total: prog.update(task, completed=done, total=total),
-        )
-    with output(folder) as o:  # manifest.json last: a folder without it is incomplete
-        result.write(o.path)
-        if also is not None:
-            also(result, o)
-        write_manifest(
-            o.path,
-            {
-                "policies": policies,
-                "classes": list(cls),
-                "mix": mix,
-                "seeds": seed_list,
-                "epsilon": eps,
-                "grid": list(grid),
-                "start": start,
-                "max_devices": max_devices,
-                "jobs": jobs,
-                "backend": backend,
-                "address": address,
-            },
-        )
-    return folder, result
+def _request(scenario: Path | None, sets: list[str] | None, policies: list[str], **kw: Any) -> SweepRequest:
+    """The sweep's plain arguments, its option strings parsed."""
+    kw["classes"] = parse_classes(kw["classes"])
+    kw["grid"] = parse_devices(kw.pop("devices"))
+    return SweepRequest(scenario, sets, policies, **kw)
 
 
 def sweep(
@@ -191,25 +93,13 @@ def sweep(
     set_: SetOpt = None,
 ) -> None:
     """Capacity per SLO class for one policy: the largest N with violation rate <= epsilon."""
-    folder, result = _sweep_common(
-        scenario,
-        set_,
-        parse_policies(policy, "--policy"),
-        classes,
-        devices,
-        seeds,
-        seed,
-        epsilon,
-        jobs,
-        out,
-        mix,
-        start,
-        max_devices,
-        records,
-        "sweep",
-        backend,
-        address,
-    )
+    pols = parse_policies(policy, "--policy")
+    req = _request(scenario, set_, pols, classes=classes, devices=devices, seeds=seeds, seed=seed,
+                   epsilon=epsilon, jobs=jobs, mix=mix, start=start, max_devices=max_devices,
+                   records=records, backend=backend, address=address)  # fmt: skip
+    with reporting(f"sweep {policy}") as report:
+        o = run_sweep(req, "sweep", out, report)
+    folder, result = o.folder, o.result
     columns = ["policy", "class", "capacity", "ci_low", "ci_high", "evaluated"]
     console.print(table(result.capacity, f"capacity ({policy})", columns))
     console.print(f"capacity.csv, curve.csv and points/: {folder}")
@@ -234,37 +124,13 @@ def compare(
     set_: SetOpt = None,
 ) -> None:
     """Capacity of several policies side by side, with speedup ratios."""
-    from wispsim.study.capacity import speedups
-
     pols = parse_policies(policies)
-    wide = None
-
-    def write_compare(result: SweepResult, o: OutputFolder) -> None:
-        nonlocal wide
-        wide = speedups(result.capacity, pols)
-        wide.to_csv(o / "compare.csv", index=False)
-
-    folder, _ = _sweep_common(
-        scenario,
-        set_,
-        pols,
-        classes,
-        devices,
-        seeds,
-        seed,
-        epsilon,
-        jobs,
-        out,
-        mix,
-        start,
-        max_devices,
-        records,
-        "compare",
-        backend,
-        address,
-        write_compare,
-    )
-    assert wide is not None
+    req = _request(scenario, set_, pols, classes=classes, devices=devices, seeds=seeds, seed=seed,
+                   epsilon=epsilon, jobs=jobs, mix=mix, start=start, max_devices=max_devices,
+                   records=records, backend=backend, address=address)  # fmt: skip
+    with reporting(f"compare {','.join(pols)}") as report:
+        o = run_sweep(req, "compare", out, report)
+    folder, wide = o.folder, o.speedups
     console.print(table(wide, "capacity (devices) by policy"))
     console.print(f"compare.csv, capacity.csv, curve.csv: {folder}")
 
@@ -283,48 +149,12 @@ def ablate_predictor_cmd(
     set_: SetOpt = None,
 ) -> None:
     """Predictor on (wisp) vs off (wisp-fixed): acceptance ratio, wasted drafting, goodput."""
-    from wispsim.study.ablation import ablate_predictor, write
-    from wispsim.study.runners import make_runner
+    from wispsim.runs.sweep import ablate_predictor
 
-    folder = out_path(out, "ablate")  # checked before any work
-    cls = parse_classes(classes)
-    ns = list(parse_devices(devices))
-    check_backend(backend, address)
-    sc = resolve_scenario(scenario, set_)
-    with applying("--classes"):
-        sc = sc.with_devices(sc.devices.count, cls)
-    checked(sc, classes=classes)
-    first = sc.seed if seed is None else seed
-    seed_list = check_seeds(first, seeds)
-    folder = out_dir(folder, "ablate")
-    with output(folder) as o:  # removes an old manifest.json: the folder is incomplete until the end
-        (o / "scenario.yaml").write_text(sc.to_yaml())
-    with (
-        output(folder),
-        make_runner(backend, jobs, folder, "responses", address) as runner,
-        progress() as prog,
-    ):
-        task = prog.add_task("ablate predictor", total=None)
-        per_seed, result = ablate_predictor(
-            sc,
-            ns,
-            seed_list,
-            runner,
-            progress=lambda d, t: prog.update(task, completed=d, total=t),
-        )
-    with output(folder) as o:  # manifest.json last
-        write(per_seed, result, o.path)
-        write_manifest(
-            o.path,
-            {
-                "devices": ns,
-                "seeds": seeds,
-                "first_seed": first,
-                "acceptance": sc.acceptance.model,
-                "trace": sc.acceptance.trace,
-                "predictor": sc.drafting.predictor.name,
-            },
-        )
+    cls, ns = parse_classes(classes), list(parse_devices(devices))
+    with reporting("ablate predictor") as report:
+        o = ablate_predictor(scenario, set_, cls, ns, seeds, seed, jobs, backend, address, out, report)
+    sc, result, folder = o.scenario, o.result, o.folder
     title = f"predictor ablation ({sc.acceptance.model} acceptance)"
     console.print(table(result, title, ABLATION_COLUMNS))
     console.print(f"ablation.csv, ablation_per_seed.csv, points/: {folder}")

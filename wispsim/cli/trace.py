@@ -68,25 +68,7 @@ def record(
     greedy only (--temperature 0)."""
     from wispsim.measure.trace import record_trace, record_trace_vllm
 
-    if engine not in ("hf", "vllm"):
-        raise WispsimError(f"--engine: got {engine!r}; allowed: hf, vllm")
-    if engine == "vllm" and temperature > 0:
-        raise WispsimError(
-            f"--temperature: the vllm recorder is greedy only (temperature 0), got {temperature}; "
-            "use --engine hf to sample"
-        )
-    if engine == "vllm" and generate_dtype != "float32":
-        raise WispsimError(
-            "--generate-dtype: --engine hf only (with vllm, --vllm-dtype sets the engines' dtype)"
-        )
-    if engine == "hf" and (top_k != 20 or vllm_dtype != "float32"):
-        raise WispsimError("--top-k and --vllm-dtype: --engine vllm only")
-    if engine == "vllm" and top_k != -1 and top_k < 2:
-        raise WispsimError(f"--top-k: must be >= 2 (or -1: the whole vocabulary), got {top_k}")
-    if vllm_dtype not in ("float32", "bfloat16", "float16"):
-        raise WispsimError(f"--vllm-dtype: got {vllm_dtype!r}; allowed: float32, bfloat16, float16")
-    if generate_dtype not in ("float32", "bfloat16", "float16"):
-        raise WispsimError(f"--generate-dtype: got {generate_dtype!r}; allowed: float32, bfloat16, float16")
+    _check_engine_options(engine, temperature, generate_dtype, top_k, vllm_dtype)
     if device not in ("cpu", "cuda"):
         raise WispsimError(f"--device: got {device!r}; allowed: cpu, cuda")
     check_output_file(out, "--out", (".parquet",))  # before any work
@@ -129,9 +111,10 @@ def inspect(
 ) -> None:
     """Mean acceptance, per-window-position acceptance, accepted-length histogram, feature
     correlations and acceptance by top-1 probability."""
-    from wispsim.measure.trace import format_report, inspect_trace, plot_report
+    from wispsim.measure.trace import format_report, inspect_trace
     from wispsim.model.acceptance import find_trace, load_trace
     from wispsim.plots.figure import FIGURE_SUFFIXES
+    from wispsim.plots.trace import plot_report
 
     if accept_from not in ("flag", "greedy", "beta"):
         raise WispsimError(f"--accept-from: got {accept_from!r}; allowed: flag, greedy, beta")
@@ -150,3 +133,28 @@ def inspect(
             plot.parent.mkdir(parents=True, exist_ok=True)
             plot_report(report, tr, plot)
         typer.echo(f"figure: {plot}")
+
+
+def _check_engine_options(
+    engine: str, temperature: float, generate_dtype: str, top_k: int, vllm_dtype: str
+) -> None:
+    """``record``'s engine options fit together: vllm is greedy, each dtype option belongs to one engine."""
+    if engine not in ("hf", "vllm"):
+        raise WispsimError(f"--engine: got {engine!r}; allowed: hf, vllm")
+    if engine == "vllm" and temperature > 0:
+        raise WispsimError(
+            f"--temperature: the vllm recorder is greedy only (temperature 0), got {temperature}; "
+            "use --engine hf to sample"
+        )
+    if engine == "vllm" and generate_dtype != "float32":
+        raise WispsimError(
+            "--generate-dtype: --engine hf only (with vllm, --vllm-dtype sets the engines' dtype)"
+        )
+    if engine == "hf" and (top_k != 20 or vllm_dtype != "float32"):
+        raise WispsimError("--top-k and --vllm-dtype: --engine vllm only")
+    if engine == "vllm" and top_k != -1 and top_k < 2:
+        raise WispsimError(f"--top-k: must be >= 2 (or -1: the whole vocabulary), got {top_k}")
+    if vllm_dtype not in ("float32", "bfloat16", "float16"):
+        raise WispsimError(f"--vllm-dtype: got {vllm_dtype!r}; allowed: float32, bfloat16, float16")
+    if generate_dtype not in ("float32", "bfloat16", "float16"):
+        raise WispsimError(f"--generate-dtype: got {generate_dtype!r}; allowed: float32, bfloat16, float16")

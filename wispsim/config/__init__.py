@@ -6,6 +6,7 @@ checked) is :func:`wispsim.sim.inputs.load_scenario`, re-exported as ``wispsim.l
 """
 
 from wispsim.config.dist import Dist, FieldError
+from wispsim.config.network import LinkType, NetworkConfig
 from wispsim.config.parse import build, deep_merge, default_scenario_dict, parse_set, read_yaml
 from wispsim.config.schema import (
     POLICIES,
@@ -15,8 +16,6 @@ from wispsim.config.schema import (
     DeviceGroup,
     DevicesConfig,
     DraftingConfig,
-    LinkType,
-    NetworkConfig,
     PredictorConfig,
     Scenario,
     ServerConfig,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import yaml
@@ -25,6 +25,7 @@ from wispsim.config.limits import (
     MAX_SIM_SECONDS,
     MAX_TOKENS,
 )
+from wispsim.config.network import NetworkConfig
 from wispsim.config.server import ServerConfig
 from wispsim.errors import ConfigError
 
@@ -160,51 +161,6 @@ class AcceptanceConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class LinkType:
-    """One kind of access link: one-way latency, bandwidths and a log-normal jitter factor."""
-
-    latency_ms: float = 10.0
-    up_mbps: float = 20.0
-    down_mbps: float = 50.0
-    jitter: float = 0.1
-
-    def __post_init__(self) -> None:
-        require(self.latency_ms >= 0, "latency_ms", f"must be >= 0, got {self.latency_ms}")
-        require(self.up_mbps > 0, "up_mbps", f"must be > 0, got {self.up_mbps}")
-        require(self.down_mbps > 0, "down_mbps", f"must be > 0, got {self.down_mbps}")
-        require(self.jitter >= 0, "jitter", f"must be >= 0, got {self.jitter}")
-
-
-DEFAULT_LINK_TYPES: dict[str, LinkType] = {
-    "wifi": LinkType(latency_ms=10.0, up_mbps=20.0, down_mbps=50.0, jitter=0.15),
-    "5g": LinkType(latency_ms=15.0, up_mbps=50.0, down_mbps=200.0, jitter=0.2),
-    "4g": LinkType(latency_ms=40.0, up_mbps=10.0, down_mbps=30.0, jitter=0.3),
-    "ethernet": LinkType(latency_ms=1.0, up_mbps=1000.0, down_mbps=1000.0, jitter=0.05),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class NetworkConfig:
-    """Links between devices and the server, and what a round's uplink carries (SPEC 2.2)."""
-
-    payload: Literal["ids", "topk", "full"] = "ids"
-    topk: int = 20
-    header_bytes: int = 64
-    links: dict[str, float] = field(default_factory=lambda: {"wifi": 1.0})
-    link_types: dict[str, LinkType] = field(default_factory=lambda: dict(DEFAULT_LINK_TYPES))
-
-    def __post_init__(self) -> None:
-        require(1 <= self.topk <= MAX_DRAFT, "topk", f"must be in [1, {MAX_DRAFT}], got {self.topk}")
-        require(0 <= self.header_bytes <= 1 << 30, "header_bytes", "must be in [0, 2**30]")
-        require(len(self.links) > 0, "links", "needs at least one link type")
-        for name, w in self.links.items():
-            known = ", ".join(sorted(self.link_types))
-            require(name in self.link_types, f"links.{name}", f"unknown link type; known: {known}")
-            require(w >= 0, f"links.{name}", f"share must be >= 0, got {w}")
-        require(sum(self.links.values()) > 0, "links", "shares must not all be 0")
-
-
-@dataclass(frozen=True, slots=True)
 class WorkloadConfig:
     """What devices ask for and how long the simulation measures (SPEC 2.1)."""
 
@@ -332,7 +288,7 @@ class Scenario:
     devices: DevicesConfig = DevicesConfig()
     drafting: DraftingConfig = DraftingConfig()
     acceptance: AcceptanceConfig = AcceptanceConfig()
-    network: NetworkConfig = NetworkConfig()
+    network: NetworkConfig = NetworkConfig()  # noqa: RUF009 (frozen: a shared default is safe)
     server: ServerConfig = ServerConfig()  # noqa: RUF009 (frozen: a shared default is safe)
     workload: WorkloadConfig = WorkloadConfig()
     arrivals: ArrivalsConfig = ArrivalsConfig()
@@ -413,6 +369,29 @@ class Scenario:
         except FieldError as e:
             raise ConfigError(source, "", f"devices.{e.field}: {e.problem}") from None
         return self.replace(devices=devices)
+
+    def with_replicas(self, replicas: int | None, router: str | None) -> Scenario:
+        """``replicas`` identical replicas of the scenario's profile (None: as it is), behind
+        ``router`` (None: as it is)."""
+        srv = dataclasses.replace(
+            self.server,
+            replicas=replicas if replicas is not None else self.server.replicas,
+            router=router or self.server.router,
+            replica_profiles=() if replicas is not None else self.server.replica_profiles,
+        )
+        return self.replace(server=srv)
+
+    def with_arrivals(self, arrivals: ArrivalsConfig, window_s: float | None = None) -> Scenario:
+        """Another arrival process; with ``window_s`` (a trace's span and its tail) the
+        measurement window becomes [0, window_s). A request trace sets every response's lengths,
+        so an acceptance trace then gives acceptance only."""
+        sc = self.replace(arrivals=arrivals)
+        if arrivals.process == "requests" and sc.acceptance.model == "trace":
+            sc = sc.replace(acceptance=dataclasses.replace(sc.acceptance, lengths="workload"))
+        if window_s is not None:
+            wl = dataclasses.replace(sc.workload, warmup_s=0.0, duration_s=max(window_s, 1e-9))
+            sc = sc.replace(workload=wl)
+        return sc
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(self)

@@ -264,10 +264,6 @@ class GPU:
     fp8_tflops: float | None = None  # dense; None where the GPU has no fp8 tensor cores
 
 
-def available_gpus() -> list[str]:
-    return sorted(_gpu_table())
-
-
 @cache
 def _gpu_table() -> dict[str, dict[str, Any]]:
     data = yaml.safe_load((_DATA / "gpus.yaml").read_text())

@@ -7,8 +7,6 @@ own random stream for jitter.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from wispsim.config import LinkType, NetworkConfig
@@ -56,8 +54,3 @@ def pick_link_type(cfg: NetworkConfig, u: float) -> str:
     cum = np.cumsum(w / w.sum())
     i = int(np.searchsorted(cum, u, side="right"))
     return names[min(i, len(names) - 1)]
-
-
-def mean_transfer(lt: LinkType, nbytes: float, up: bool) -> float:
-    bw = (lt.up_mbps if up else lt.down_mbps) * 1e6 / 8
-    return lt.latency_ms / 1000.0 + nbytes / bw if math.isfinite(bw) else lt.latency_ms / 1000.0

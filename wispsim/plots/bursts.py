@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from wispsim.analysis.tables import TIMESERIES_COLUMNS, check_numeric, folder_meta, read_csv, results_folder
+from wispsim.analysis.tables import TIMESERIES_COLUMNS, check_numeric
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.plots.figure import figure_path, pyplot, save
 from wispsim.plots.labels import class_key, class_title, norm_class
+from wispsim.results import Results
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -55,18 +56,18 @@ def bursty_compare_figure(
     peaks: pd.DataFrame | None = None
     metas: dict[str, dict[str, Any]] = {}
     for label, f in run_folders.items():
-        folder = results_folder(f)
-        ts = read_csv(folder, "timeseries.csv", TIMESERIES_COLUMNS)
+        folder = Results.existing(f)
+        ts = folder.read_csv("timeseries.csv", TIMESERIES_COLUMNS)
         # an empty compliance cell: nothing was decided in that window (a gap in the line)
         ts = check_numeric(ts, ("t", "compliance"), str(folder / "timeseries.csv"), gaps=("compliance",))
         series[label] = ts.assign(**{"class": ts["class"].map(norm_class)})
-        metas[label] = folder_meta(folder)
+        metas[label] = folder.meta()
         if target is None and (folder / "server_timeseries.csv").is_file():
-            srv = read_csv(folder, "server_timeseries.csv", ("t",))
+            srv = folder.read_csv("server_timeseries.csv", ("t",))
             if "target" in srv:
                 target = check_numeric(srv, ("t", "target"), str(folder / "server_timeseries.csv"))
         if peaks is None and (folder / "bursts.csv").is_file():
-            b = read_csv(folder, "bursts.csv", ("peak_t", "peak_value"))
+            b = folder.read_csv("bursts.csv", ("peak_t", "peak_value"))
             b = check_numeric(b, ("peak_t", "peak_value"), str(folder / "bursts.csv"))
             peaks = b.drop_duplicates("peak_t")[["peak_t", "peak_value"]]
     known = sorted({c for s in series.values() for c in s["class"]}, key=class_key)

@@ -24,18 +24,15 @@ from wispsim.analysis.tables import (
     CAPACITY_KNOWN,
     POOLED_COLUMNS,
     POOLED_KNOWN,
-    check_columns,
     check_numeric,
     check_unique,
-    folder_meta,
     is_saturated,
-    read_csv,
-    results_folder,
     saturated_mask,
 )
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.plots.figure import figure_path, pyplot, save
 from wispsim.plots.labels import class_key, class_title, norm_class
+from wispsim.results import Results, check_columns
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -74,11 +71,11 @@ def _sweep_frames(source: Any) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, An
     must have curve rows (the same policy, its class as the curve's group).
     """
     if isinstance(source, str | Path):
-        folder = results_folder(source)
-        cap = read_csv(folder, "capacity.csv", CAPACITY_COLUMNS)
-        pooled = read_csv(folder, "curve_pooled.csv", POOLED_COLUMNS)
+        folder = Results.existing(source)
+        cap = folder.read_csv("capacity.csv", CAPACITY_COLUMNS)
+        pooled = folder.read_csv("curve_pooled.csv", POOLED_COLUMNS)
         what_cap, what_pooled = str(folder / "capacity.csv"), str(folder / "curve_pooled.csv")
-        meta, name = folder_meta(folder), folder.name
+        meta, name = folder.meta(), folder.path.name
     else:
         if isinstance(source, tuple) and len(source) == 2:
             cap, pooled = source
@@ -241,10 +238,10 @@ def capacity_bars_figure(capacity: pd.DataFrame | Path | str, title: str | None 
     (one segment per bar, from ci_low to ci_high)."""
     meta: dict[str, Any] = {}
     if isinstance(capacity, str | Path):
-        folder = results_folder(capacity)
-        cap = read_csv(folder, "capacity.csv", CAPACITY_COLUMNS)
+        folder = Results.existing(capacity)
+        cap = folder.read_csv("capacity.csv", CAPACITY_COLUMNS)
         what = str(folder / "capacity.csv")
-        meta = folder_meta(folder)
+        meta = folder.meta()
     else:
         what = "capacity table"
         cap = check_columns(capacity.astype({"class": str, "policy": str}), CAPACITY_COLUMNS, what)

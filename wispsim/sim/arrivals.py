@@ -29,6 +29,7 @@ disturb the devices' streams.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from wispsim.registry import Registry
 from wispsim.tabular import numeric_column, read_table
 
 if TYPE_CHECKING:
+    from wispsim.config import Scenario
     from wispsim.sim.context import RunContext
 
 ARRIVAL_STREAM = 1_000_000_009
@@ -396,3 +398,16 @@ def bursty_trace(
         # blend from the baseline to the peak value, so the plateau sits exactly at ``peak``
         total = np.maximum(total, base + extra * (peak - base))
     return pd.DataFrame({"time_s": t, "value": np.maximum(np.round(total), 0).astype(int)})
+
+
+def driven_by_trace(sc: Scenario, process: str, path: str, kind: str, tail: float, source: str) -> Scenario:
+    """``sc`` with its arrivals read from a trace (``process`` trace: ``kind`` concurrency or
+    rate; ``process`` requests: a request trace), measured from the trace's start over its span
+    plus ``tail`` seconds (the last value holding). ``source`` names the option or file."""
+    if process == "requests":
+        end = load_request_trace(path, source).end / sc.arrivals.scale
+        arr = dataclasses.replace(sc.arrivals, process="requests", trace=path)
+    else:
+        end = load_arrival_trace(path, source).end
+        arr = dataclasses.replace(sc.arrivals, process="trace", trace=path, kind=kind)  # type: ignore[arg-type]
+    return sc.with_arrivals(arr, end + tail)

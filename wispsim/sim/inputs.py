@@ -7,21 +7,21 @@ KV fit are checked; :mod:`wispsim.config` only parses and validates values.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wispsim.config import POLICIES, Dist, FieldError, Scenario
-from wispsim.config.limits import MAX_ARRIVAL_RATE, MAX_REPLICAS, MAX_SIM_SECONDS
+from wispsim.config import POLICIES, Dist, Scenario
+from wispsim.config.limits import MAX_SIM_SECONDS
 from wispsim.config.parse import build, deep_merge, default_scenario_dict, read_yaml
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.model.acceptance import ACCEPTANCE, find_trace
 from wispsim.model.drafting import CONTROLLERS
 from wispsim.model.estimator import FORMS
 from wispsim.model.latency import LATENCY
-from wispsim.model.memory import check_memory, kv_capacity
+from wispsim.model.memory import block_size, check_memory, kv_capacity
 from wispsim.model.predictor import PREDICTORS, find_predictor
 from wispsim.model.profiles import Profile, load_profile
 from wispsim.model.schedulers import SCHEDULERS
@@ -68,6 +68,7 @@ def load_scenario(
     *,
     base: Mapping[str, Any] | None = None,
     source: str | None = None,
+    consistency: bool = True,
 ) -> Scenario:
     """Load a scenario file (merged over the default scenario) and apply its policy preset.
 
@@ -79,6 +80,10 @@ def load_scenario(
     A field the policy preset sets (``drafting.controller``, ``server.mode``, ``server.scheduler``,
     ``server.prefix_cache``) given explicitly in the file or with ``--set`` must agree with the
     preset; to choose them one by one, use ``policy: custom``.
+
+    ``consistency=False`` leaves the checks that load profiles and traces
+    (:func:`check_consistency`) to the caller, who runs them once after changing the scenario
+    further (:func:`wispsim.runs.resolve.resolve`).
     """
     data = default_scenario_dict()
     label = "default scenario"
@@ -93,13 +98,13 @@ def load_scenario(
     if overrides:
         data = deep_merge(data, overrides)
     source = label if source is None else source
-    set_paths = _dotted(overrides or {})
+    set_paths = dotted_fields(overrides or {})
     try:
         scenario: Scenario = build(Scenario, data, source)
         if scenario.policy != "custom":
             _check_preset(scenario, written, overrides or {}, source)
             scenario = scenario.with_policy(scenario.policy, source)
-        check_references(scenario, source)
+        check_references(scenario, source, consistency)
     except ConfigError as e:
         raise relabel(e, dict.fromkeys(set_paths, "--set")) from None
     return scenario
@@ -115,12 +120,14 @@ def relabel(error: ConfigError, owners: Mapping[str, str]) -> ConfigError:
     return error
 
 
-def _dotted(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+def dotted_fields(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The dotted fields a nested mapping of overrides sets (``--set``): a leaf, a whole list or
+    distribution, or a section replaced whole."""
     out: list[str] = []
     for k, v in tree.items():
         key = f"{prefix}.{k}" if prefix else str(k)
         if isinstance(v, Mapping) and v and "dist" not in v and k != "links":  # replaced whole
-            out += _dotted(v, key)
+            out += dotted_fields(v, key)
         else:
             out.append(key)
     return out
@@ -181,9 +188,9 @@ def _check_spec_preset(
         return
 
 
-def check_references(scenario: Scenario, source: str) -> None:
+def check_references(scenario: Scenario, source: str, consistency: bool = True) -> None:
     """Check the names a scenario refers to (plug-ins, profile, trace), naming ``source``, then
-    that its values fit together (:func:`check_consistency`)."""
+    (with ``consistency``) that its values fit together (:func:`check_consistency`)."""
     sv = scenario.server
     ACCEPTANCE.get(scenario.acceptance.model, source, "acceptance.model")
     CONTROLLERS.get(scenario.drafting.controller, source, "drafting.controller")
@@ -191,22 +198,6 @@ def check_references(scenario: Scenario, source: str) -> None:
     LATENCY.get(sv.latency_model, source, "server.latency_model")
     if sv.estimator_form is not None:
         FORMS.get(sv.estimator_form, source, "server.estimator_form")
-    if sv.speculation.method != "none" and sv.mode != "centralized":
-        raise ConfigError(
-            source,
-            "server.speculation.method",
-            f"server-side speculation is centralized serving's (policy centralized-sd); a {sv.mode} "
-            "server verifies the devices' drafts; allowed here: none",
-        )
-    spec = sv.speculation
-    for name, given in (("draft", spec.draft), ("draft_profile", spec.draft_profile)):
-        if given is not None and spec.method not in ("draft", "eagle"):
-            raise ConfigError(
-                source,
-                f"server.speculation.{name}",
-                f"names the draft, which method {spec.method!r} has none of; allowed: null, or method "
-                "draft or eagle",
-            )
     if sv.mode == "speculative":
         SCHEDULERS.get(sv.scheduler, source, "server.scheduler")
     elif sv.scheduler != CENTRAL_SCHEDULER and sv.scheduler not in SCHEDULERS:
@@ -236,7 +227,8 @@ def check_references(scenario: Scenario, source: str) -> None:
         raise ConfigError(source, e.field, e.problem) from None
     except WispsimError as e:
         raise ConfigError(source, "acceptance.trace", str(e).split(": ", 1)[-1]) from None
-    check_consistency(scenario, source)
+    if consistency:
+        check_consistency(scenario, source)
 
 
 def _profiles(scenario: Scenario, source: str) -> list[Profile]:
@@ -256,16 +248,42 @@ def _profiles(scenario: Scenario, source: str) -> list[Profile]:
     return out
 
 
-def check_consistency(scenario: Scenario, source: str = "scenario") -> None:
+@dataclass(frozen=True)
+class Resolved:
+    """A checked scenario and what its checks computed, carried to the run so that nothing is
+    loaded or checked twice: per replica, its profile (estimator form applied), KV capacity in
+    tokens and KV block size."""
+
+    scenario: Scenario
+    profiles: tuple[Profile, ...]
+    capacities: tuple[int, ...]
+    block_sizes: tuple[int, ...]
+
+
+def resolve_server(scenario: Scenario, source: str = "scenario") -> Resolved:
+    """Each replica's profile, KV capacity (checked to hold the longest response) and block size."""
+    distinct = _profiles(scenario, source)  # replica_profiles, or the one profile of every replica
+    capacities = []
+    for profile in distinct:
+        cap = kv_capacity(scenario.server, profile)
+        check_memory(scenario, cap, profile, source)
+        capacities.append(cap)
+    copies = 1 if scenario.server.replica_profiles else scenario.server.replicas
+    profiles = tuple(distinct) * copies
+    sizes = tuple(block_size(scenario.server.block_size, p) for p in profiles)
+    return Resolved(scenario, profiles, tuple(capacities) * copies, sizes)
+
+
+def check_consistency(scenario: Scenario, source: str = "scenario") -> Resolved:
     """What a run would trip over, caught before it starts: the KV cache holds the longest
     response in whole blocks, one batch can hold the longest single verification, the drain
     limit leaves every on-time response time to finish, an arrival trace stays within the limits,
-    and every SLO class is reachable by the devices that hold it. Errors name ``source``."""
+    and every SLO class is reachable by the devices that hold it. Errors name ``source``.
+    Returns the scenario with the profiles and capacities the checks computed."""
     sv, wl, dr = scenario.server, scenario.workload, scenario.drafting
-    profiles = _profiles(scenario, source)
-    for profile in profiles:
-        cap = kv_capacity(sv, profile)
-        check_memory(scenario, cap, profile, source)
+    _check_speculation(scenario, source)
+    resolved = resolve_server(scenario, source)
+    profiles = list(resolved.profiles)
     longest_prompt = wl.prompt_tokens.support()[1]
     longest_output = wl.output_tokens.support()[1]
     longest = int(longest_prompt + longest_output) + dr.largest + 1
@@ -297,6 +315,29 @@ def check_consistency(scenario: Scenario, source: str = "scenario") -> None:
         )
     _check_arrivals(scenario, source)
     _check_reachable(scenario, profiles, source)
+    return resolved
+
+
+def _check_speculation(scenario: Scenario, source: str) -> None:
+    """Server-side speculation is centralized serving's, and only a draft model or an EAGLE head
+    has a draft to name (checked after the options, which may change the policy)."""
+    sv = scenario.server
+    if sv.speculation.method != "none" and sv.mode != "centralized":
+        raise ConfigError(
+            source,
+            "server.speculation.method",
+            f"server-side speculation is centralized serving's (policy centralized-sd); a {sv.mode} "
+            "server verifies the devices' drafts; allowed here: none",
+        )
+    spec = sv.speculation
+    for name, given in (("draft", spec.draft), ("draft_profile", spec.draft_profile)):
+        if given is not None and spec.method not in ("draft", "eagle"):
+            raise ConfigError(
+                source,
+                f"server.speculation.{name}",
+                f"names the draft, which method {spec.method!r} has none of; allowed: null, or method "
+                "draft or eagle",
+            )
 
 
 def _check_arrivals(scenario: Scenario, source: str) -> None:
@@ -367,75 +408,3 @@ def _check_reachable(scenario: Scenario, profiles: list[Profile], source: str) -
                 f"{slo:g} tokens/s is faster than any device can reach (at most {bound:.4g} tokens/s: "
                 f"{why}); allowed: < {bound:.4g}",
             )
-
-
-def apply_arrivals_option(sc: Scenario, text: str | None, tail: float = 300.0) -> Scenario:
-    """``--arrivals``: FILE, concurrency:FILE, rate:FILE, requests:FILE or poisson:RATE.
-
-    A trace sets the measurement window to the trace's span plus ``tail`` seconds (its last
-    value holding), so recovery after the last burst is measured too."""
-    if text is None:
-        return sc
-    kind, _, rest = text.partition(":")
-    if kind == "poisson":
-        try:
-            rate = float(rest)
-        except ValueError:
-            rate = -1.0
-        if not 0 < rate <= MAX_ARRIVAL_RATE:
-            raise ConfigError(
-                "--arrivals",
-                "",
-                f"poisson:RATE needs a rate in (0, {MAX_ARRIVAL_RATE:g}] responses/s, got {rest!r}",
-            )
-        try:
-            out = sc.replace(arrivals=dataclasses.replace(sc.arrivals, process="poisson", rate=rate))
-            return out.replace()  # the scenario-wide checks (responses started) run again
-        except FieldError as e:
-            raise ConfigError("--arrivals", e.field, e.problem) from None
-    if kind == "requests" and rest:
-        end = load_request_trace(rest, "--arrivals").end / sc.arrivals.scale
-        arr = dataclasses.replace(sc.arrivals, process="requests", trace=rest)
-        acc = sc.acceptance
-        if acc.model == "trace":  # the requests set the lengths; the trace gives acceptance only
-            sc = sc.replace(acceptance=dataclasses.replace(acc, lengths="workload"))
-    else:
-        if kind in ("concurrency", "rate") and rest:
-            path = rest
-        else:
-            kind, path = sc.arrivals.kind, text
-        end = load_arrival_trace(path, "--arrivals").end
-        arr = dataclasses.replace(sc.arrivals, process="trace", trace=path, kind=kind)  # type: ignore[arg-type]
-    if not (math.isfinite(tail) and tail >= 0):
-        raise ConfigError("--tail", "", f"must be a finite number >= 0, got {tail}")
-    try:
-        wl = dataclasses.replace(sc.workload, warmup_s=0.0, duration_s=max(end + tail, 1e-9))
-    except FieldError as e:
-        raise ConfigError("--arrivals", f"workload.{e.field}", e.problem) from None
-    return sc.replace(arrivals=arr, workload=wl)
-
-
-def apply_server_options(sc: Scenario, replicas: int | None, router: str | None) -> Scenario:
-    """``--replicas`` and ``--router``: R identical replicas of the scenario's profile, and a router."""
-    if replicas is not None and not 1 <= replicas <= MAX_REPLICAS:
-        raise ConfigError("--replicas", "", f"must be in [1, {MAX_REPLICAS}], got {replicas}")
-    if router is not None:
-        ROUTERS.get(router, "--router")
-    srv = dataclasses.replace(
-        sc.server,
-        replicas=replicas if replicas is not None else sc.server.replicas,
-        router=router or sc.server.router,
-        replica_profiles=() if replicas is not None else sc.server.replica_profiles,
-    )
-    return sc.replace(server=srv)
-
-
-def check_options(scenario: Scenario, owners: Mapping[str, str]) -> Scenario:
-    """The last check of a scenario a command changed with options (``--classes``, ``--devices``,
-    ``--arrivals``, ``--replicas``, ``--policy``, ...): :func:`check_consistency`, with an error
-    blamed on the option that set its field (``owners`` maps dotted fields to option names)."""
-    try:
-        check_consistency(scenario, "scenario")
-    except ConfigError as e:
-        raise relabel(e, owners) from None
-    return scenario

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pandas as pd
 
@@ -66,6 +65,3 @@ def ablate_predictor(
     return per_seed, table
 
 
-def write(per_seed: pd.DataFrame, table: pd.DataFrame, out: Path) -> None:
-    per_seed.to_csv(out / "ablation_per_seed.csv", index=False)
-    table.to_csv(out / "ablation.csv", index=False)

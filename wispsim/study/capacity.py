@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
 from wispsim.config import Scenario
+from wispsim.results import Results
 from wispsim.study.capacity_search import CapacitySearch, pooled_stats
 from wispsim.study.points import Point
 from wispsim.study.runners import Runner
@@ -43,22 +43,15 @@ class SweepResult:
     curve: pd.DataFrame
     pooled: pd.DataFrame
 
-    def write(self, folder: Path) -> None:
-        """``capacity.csv``, ``curve.csv`` and ``curve_pooled.csv`` in ``folder``; an OSError (a
-        full disk) carries the name of the file it failed on. The caller writes the manifest after
-        these, so a folder whose tables failed is not marked complete."""
+    def write(self, folder: Results) -> None:
+        """``capacity.csv``, ``curve.csv`` and ``curve_pooled.csv`` in ``folder``. The caller
+        writes the manifest after these, so a folder whose tables failed is not marked complete."""
         for name, df in (
             ("capacity.csv", self.capacity),
             ("curve.csv", self.curve),
             ("curve_pooled.csv", self.pooled),
         ):
-            path = folder / name
-            try:
-                df.to_csv(path, index=False)
-            except OSError as e:
-                if not e.filename:
-                    e.filename = str(path)
-                raise
+            folder.table(name, df)
 
 
 def capacity_sweep(

@@ -35,11 +35,11 @@ a *slice*: k replicas carrying k shares, as many as fit in ``confirm_devices``. 
 finds the most devices per replica, x, that k routed replicas serve, and the answer is
 ceil(N / x). A slice measures the router's imbalance among k replicas, not among all R.
 
-The decomposition holds only where replicas are separate queues. :func:`decomposition_blocker`
-says why it does not hold otherwise: a router that moves rounds between replicas (``least-work``,
-``round-robin``), a time-varying load (``trace`` and ``requests`` arrivals, bursts), or replicas
-with their own profiles (``server.replica_profiles``). There :func:`plan_cluster` falls back to
-the full-cluster search (:func:`wispsim.study.replicas.plan_replicas`).
+The decomposition holds only where replicas are separate queues
+(:func:`wispsim.study.cluster.decomposition_blocker` says why it does not hold otherwise: a
+router that moves rounds between replicas, a time-varying load, replicas with their own
+profiles); there :func:`wispsim.study.cluster.plan_cluster` runs the full-cluster search
+(:func:`wispsim.study.replicas.plan_replicas`) instead.
 """
 
 from __future__ import annotations
@@ -51,55 +51,14 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from wispsim.config import Scenario
-from wispsim.errors import ConfigError
 from wispsim.model.fleet import fleet_size
 from wispsim.study.points import Point, PointResult
-from wispsim.study.replicas import PlanResult, plan_replicas, pooled_over_seeds, stats_row, with_replicas
+from wispsim.study.replicas import PlanResult, pooled_over_seeds, stats_row, with_replicas
 from wispsim.study.runners import Runner
 
-METHODS = ("auto", "decomposed", "full")
-DECOMPOSABLE_ARRIVALS = ("closed", "poisson")
 CONFIRM_DEVICES = 1000  # default: the largest confirmation simulation, in devices
 
 Progress = Callable[[int, str], None]
-
-
-def decomposition_blocker(scenario: Scenario) -> str | None:
-    """Why one replica's share does not stand for the cluster here (None: it does)."""
-    srv, arr = scenario.server, scenario.arrivals
-    if srv.router != "affinity":
-        return (
-            f"server.router is {srv.router!r}: it moves a response's rounds between replicas, "
-            "so they are not separate queues (decomposition needs affinity)"
-        )
-    if arr.process not in DECOMPOSABLE_ARRIVALS:
-        return (
-            f"arrivals.process is {arr.process!r}: its load varies in time and every replica "
-            "sees the bursts at once (decomposition needs closed or poisson)"
-        )
-    if srv.replica_profiles:
-        return (
-            "server.replica_profiles gives the replicas their own profiles, so no one replica stands for all"
-        )
-    return None
-
-
-def choose_method(scenario: Scenario, method: str, option: str = "--method") -> tuple[str, str | None]:
-    """(``decomposed`` or ``full``, why it fell back) for ``method`` (one of :data:`METHODS`).
-
-    ``auto`` decomposes where :func:`decomposition_blocker` finds nothing against it. Asking for
-    ``decomposed`` where it does not hold is a one-line error.
-    """
-    if method not in METHODS:
-        raise ConfigError(option, "", f"got {method!r}; allowed: {', '.join(METHODS)}")
-    if method == "full":
-        return "full", None
-    why = decomposition_blocker(scenario)
-    if why is None:
-        return "decomposed", None
-    if method == "decomposed":
-        raise ConfigError(option, "", f"decomposed does not hold: {why}; use --method full or auto")
-    return "full", why
 
 
 def share_counts(counts: Sequence[int], n: int) -> list[int]:
@@ -383,24 +342,3 @@ def plan_decomposed(
     if at is not None:
         res.per_replica = at.replicas
     return res
-
-
-def plan_cluster(
-    scenario: Scenario,
-    runner: Runner,
-    seeds: list[int],
-    epsilon: float,
-    method: str = "auto",
-    start: int | None = None,
-    max_replicas: int = 512,
-    confirm_devices: int = CONFIRM_DEVICES,
-    progress: Progress | None = None,
-) -> PlanResult:
-    """The fewest replicas for the fleet: decomposed where it holds (``auto``), else (or with
-    ``method="full"``) the full-cluster search; the result says which ran and why."""
-    used, why = choose_method(scenario, method)
-    if used == "full":
-        res = plan_replicas(scenario, runner, seeds, epsilon, start, max_replicas, progress)
-        res.fallback = why
-        return res
-    return plan_decomposed(scenario, runner, seeds, epsilon, start, max_replicas, confirm_devices, progress)

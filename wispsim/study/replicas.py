@@ -1,4 +1,4 @@
-"""Cluster sizing: the fewest verifier replicas that keep every class of a fleet within epsilon.
+"""The full-cluster replica search: the whole fleet against R replicas at every R tried.
 
 ``wispsim plan`` takes a fleet (``devices.groups``: devices per class, optionally per device type
 and link type; or ``--fleet 2:500,4:500``), a policy and a profile, and searches the replica count

@@ -3,12 +3,10 @@
 from wispsim.measure.trace.inspect import format_report, inspect_trace, window_lengths
 from wispsim.measure.trace.record import record_trace
 from wispsim.measure.trace.vllm_record import record_trace_vllm
-from wispsim.plots.trace import plot_report
 
 __all__ = [
     "format_report",
     "inspect_trace",
-    "plot_report",
     "record_trace",
     "record_trace_vllm",
     "window_lengths",

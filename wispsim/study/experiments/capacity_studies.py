@@ -10,7 +10,6 @@ curve_pooled.csv, manifest.json, scenario.yaml), so ``wispsim plot`` can redraw 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import shutil
 import time
@@ -25,6 +24,7 @@ from wispsim.config import Scenario
 from wispsim.model.acceptance import make_acceptance
 from wispsim.model.profiles import available_profiles, find_profile, load_profile, parse_profile
 from wispsim.plots import acceptance_bars, capacity_bars, violation_curves
+from wispsim.results import Results
 from wispsim.study.capacity import SweepResult, capacity_sweep, groups_for, speedups
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
@@ -56,10 +56,12 @@ def _sweep(
                 f"{ctx.rel(folder)}: {done}/{planned} simulations done"
             ),
         )
-    res.write(folder)
-    manifest = {"seeds": seeds(spec), "epsilon": float(spec.get("epsilon", 0.05)), "policies": list(base)}
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    (folder / "scenario.yaml").write_text(next(iter(base.values())).to_yaml())
+    out = Results(folder, f"experiment {ctx.name}")
+    with out.writing():
+        res.write(out)
+        out.text("scenario.yaml", next(iter(base.values())).to_yaml())
+        eps = float(spec.get("epsilon", 0.05))
+        out.finish({"seeds": seeds(spec), "epsilon": eps, "policies": list(base)})
     return res
 
 

@@ -19,8 +19,7 @@ from typing import Any
 import pandas as pd
 
 from wispsim.config import Scenario
-from wispsim.sim.arrivals import load_request_trace
-from wispsim.sim.inputs import apply_arrivals_option
+from wispsim.sim.arrivals import driven_by_trace, load_request_trace
 from wispsim.study.capacity_search import pooled_stats
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
@@ -31,7 +30,7 @@ from wispsim.study.replicas import with_replicas
 def trace_scenario(base: Scenario, trace: str, window_s: float | None) -> Scenario:
     """``base`` driven by the request trace ``trace`` (as ``--arrivals requests:TRACE``),
     measured over ``window_s`` seconds from its start (None: the whole trace)."""
-    sc = apply_arrivals_option(base, f"requests:{trace}", tail=0.0)
+    sc = driven_by_trace(base, "requests", trace, "concurrency", 0.0, "requests")
     if window_s is None or window_s >= sc.workload.duration_s:
         return sc
     return sc.replace(workload=dataclasses.replace(sc.workload, duration_s=float(window_s)))

@@ -15,8 +15,9 @@ from wispsim.analysis.metrics import summarize
 from wispsim.analysis.timeseries import write_timeseries
 from wispsim.errors import ConfigError
 from wispsim.plots import ablation_bars, attribution, bursty_compare
+from wispsim.results import Results
+from wispsim.sim.arrivals import driven_by_trace
 from wispsim.sim.engine import simulate
-from wispsim.sim.inputs import apply_arrivals_option
 from wispsim.study.ablation import ablate_predictor
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
@@ -33,14 +34,16 @@ def study_bursty(ctx: Context) -> Section:
     for p in policies:
         for seed in seeds(spec):
             ctx.progress(f"bursty: {p} seed {seed}")
-            sc = apply_arrivals_option(ctx.scenario().with_policy(p), trace, float(spec.get("tail", 300)))
+            base = ctx.scenario().with_policy(p)
+            tail = float(spec.get("tail", 300))
+            sc = driven_by_trace(base, "trace", trace, base.arrivals.kind, tail, "bursty")
             folder = ctx.out / f"{p}-seed{seed}"
-            folder.mkdir(parents=True, exist_ok=True)
             res = simulate(sc, seed=seed)
             ctx.simulated += 1
-            (folder / "scenario.yaml").write_text(sc.to_yaml())
-            _, _, bursts = write_timeseries(res, folder)
-            summarize(res).to_csv(folder / "summary.csv", index=False)
+            out = Results(folder, f"experiment {ctx.name}").create()
+            out.text("scenario.yaml", sc.to_yaml())
+            _, _, bursts = write_timeseries(res, out)
+            out.table("summary.csv", summarize(res))
             if bursts is not None:
                 rows.append(bursts.assign(policy=p, seed=seed))
             if seed == seeds(spec)[0]:

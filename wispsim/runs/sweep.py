@@ -1,0 +1,258 @@
+"""``sweep``, ``compare`` and ``ablate predictor``: many runs per answer, one folder each.
+
+``sweep`` finds the capacity per SLO class of one policy (the largest N whose violation rate
+stays within epsilon), ``compare`` does so for several policies on common random numbers and
+adds the speed-up ratios, and ``ablate predictor`` runs wisp with and without its rejection
+predictor at fixed N. Finished points are stored in the folder, so an interrupted sweep resumes
+where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from wispsim.config import Scenario
+from wispsim.errors import ConfigError
+from wispsim.results import Results
+from wispsim.runs.resolve import (
+    Options,
+    applying,
+    check,
+    check_backend,
+    check_seeds,
+    check_start,
+    load,
+    resolve,
+)
+from wispsim.study.capacity import SweepResult
+
+# progress of a long command: (done, total or None while unknown)
+Report = Callable[[int, int | None], None]
+
+
+def _none(done: int, total: int | None) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """What ``sweep`` and ``compare`` take: the scenario, the policies, the grid and the search."""
+
+    scenario: Path | None
+    sets: list[str] | None
+    policies: list[str]
+    classes: tuple[float, ...] | None = None
+    grid: tuple[int, ...] = ()
+    seeds: int = 3
+    seed: int | None = None
+    epsilon: float | None = None
+    jobs: int = 2
+    mix: str = "separate"
+    start: int = 8
+    max_devices: int = 4096
+    records: str = "responses"
+    backend: str = "local"
+    address: str | None = None
+
+
+@dataclass
+class SweepOutcome:
+    folder: Path
+    result: SweepResult
+    speedups: pd.DataFrame | None  # compare's ratios
+
+
+def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Report = _none) -> SweepOutcome:
+    """Run the capacity sweep of ``req.policies`` and write its folder; ``command`` compare also
+    writes the speed-up ratios (compare.csv)."""
+    from wispsim.study.capacity import capacity_sweep, groups_for, speedups
+    from wispsim.study.points import RECORD_MODES
+    from wispsim.study.runners import make_runner
+
+    folder = Results.planned(out, command)  # checked before any work
+    if req.mix not in ("separate", "shared"):
+        raise ConfigError("--mix", "", f"got {req.mix!r}; allowed: separate, shared")
+    if req.records not in RECORD_MODES:
+        raise ConfigError("--records", "", f"got {req.records!r}; allowed: {', '.join(RECORD_MODES)}")
+    check_start(req.start, req.max_devices)
+    check_backend(req.backend, req.address)
+    sc = load(req.scenario, req.sets)
+    cls = req.classes or sc.devices.classes
+    eps = sc.epsilon if req.epsilon is None else req.epsilon
+    seed_list = check_seeds(sc.seed if req.seed is None else req.seed, req.seeds)
+    base: dict[str, Scenario] = {}
+    for p in req.policies:
+        with applying("--classes"):
+            s = sc.with_policy(p).with_devices(sc.devices.count, cls)
+        base[p] = check(s, Options(policy=p if p != sc.policy else None, classes=req.classes)).scenario
+    with folder.writing():  # the folder is incomplete until the manifest
+        for p, s in base.items():
+            folder.text(f"scenario-{p}.yaml" if len(base) > 1 else "scenario.yaml", s.to_yaml())
+    with (
+        folder.writing(),  # a full disk while storing points: one line; finished points stay
+        make_runner(req.backend, req.jobs, folder.path, req.records, req.address) as runner,
+    ):
+        result = capacity_sweep(
+            base,
+            groups_for(cls, req.mix),
+            seed_list,
+            eps,
+            runner,
+            grid=req.grid,
+            start=req.start,
+            max_devices=req.max_devices,
+            progress=report,
+        )
+    wide = speedups(result.capacity, req.policies) if command == "compare" else None
+    with folder.writing():
+        result.write(folder)
+        if wide is not None:
+            folder.table("compare.csv", wide)
+        folder.finish(
+            {
+                "policies": req.policies,
+                "classes": list(cls),
+                "mix": req.mix,
+                "seeds": seed_list,
+                "epsilon": eps,
+                "grid": list(req.grid),
+                "start": req.start,
+                "max_devices": req.max_devices,
+                "jobs": req.jobs,
+                "backend": req.backend,
+                "address": req.address,
+            }
+        )
+    return SweepOutcome(folder.path, result, wide)
+
+
+@dataclass
+class AblationOutcome:
+    folder: Path
+    scenario: Scenario
+    result: pd.DataFrame
+
+
+def ablate_predictor(
+    file: Path | None,
+    sets: list[str] | None,
+    classes: tuple[float, ...] | None,
+    devices: list[int],
+    seeds: int,
+    seed: int | None,
+    jobs: int,
+    backend: str,
+    address: str | None,
+    out: Path | None = None,
+    report: Report = _none,
+) -> AblationOutcome:
+    """Predictor on (wisp) vs off (wisp-fixed) at each N: acceptance ratio, wasted drafting,
+    goodput."""
+    from wispsim.study.ablation import ablate_predictor as ablate
+    from wispsim.study.runners import make_runner
+
+    folder = Results.planned(out, "ablate")  # checked before any work
+    check_backend(backend, address)
+    sc = resolve(file, sets, Options(classes=classes)).scenario
+    first = sc.seed if seed is None else seed
+    seed_list = check_seeds(first, seeds)
+    with folder.writing():  # the folder is incomplete until the manifest
+        folder.text("scenario.yaml", sc.to_yaml())
+    with folder.writing(), make_runner(backend, jobs, folder.path, "responses", address) as runner:
+        per_seed, result = ablate(sc, devices, seed_list, runner, progress=report)
+    with folder.writing():
+        folder.table("ablation_per_seed.csv", per_seed)
+        folder.table("ablation.csv", result)
+        folder.finish(
+            {
+                "devices": devices,
+                "seeds": seeds,
+                "first_seed": first,
+                "acceptance": sc.acceptance.model,
+                "trace": sc.acceptance.trace,
+                "predictor": sc.drafting.predictor.name,
+            }
+        )
+    return AblationOutcome(folder.path, sc, result)
+
+
+@dataclass
+class EstimatorOutcome:
+    folder: Path
+    profile: str
+    capacity: pd.DataFrame
+    compare: pd.DataFrame
+
+
+def estimator_compare(
+    req: SweepRequest, profile: str | None, measured: str, out: Path | None = None, report: Report = _none
+) -> EstimatorOutcome:
+    """Capacity per SLO class of ``req.policies[0]`` with the linear estimator fitted to a
+    measured profile and with its measurements replayed (``measured``: measured or
+    measured-nearest); writes capacity.csv and compare.csv."""
+    from wispsim.model.profiles import load_profile
+    from wispsim.study.capacity import capacity_sweep, groups_for
+    from wispsim.study.estimator_compare import MEASURED_MODELS, compare_capacities, latency_scenarios
+    from wispsim.study.runners import make_runner
+
+    folder = Results.planned(out, "estimator-compare")  # checked before any work
+    if measured not in MEASURED_MODELS:
+        raise ConfigError("--measured", "", f"got {measured!r}; allowed: {', '.join(MEASURED_MODELS)}")
+    check_start(req.start, req.max_devices)
+    check_backend(req.backend, req.address)
+    policy = req.policies[0]
+    sc = load(req.scenario, req.sets).with_policy(policy)
+    prof_name = profile or sc.server.profile
+    prof = load_profile(prof_name)
+    if prof.kind != "measured":
+        raise ConfigError(
+            f"profile '{prof.name}'", "provenance.kind", f"is {prof.kind}; compare needs a measured one"
+        )
+    cls = req.classes or sc.devices.classes
+    eps = sc.epsilon if req.epsilon is None else req.epsilon
+    with applying("--classes"):
+        base = latency_scenarios(sc, prof_name, measured, cls)
+    opts = Options(classes=req.classes, profile=profile)
+    base = {model: check(s, opts).scenario for model, s in base.items()}
+    first = sc.seed if req.seed is None else req.seed
+    seed_list = check_seeds(first, req.seeds)
+    with folder.writing():  # the folder is incomplete until the manifest
+        for model, s in base.items():
+            folder.text(f"scenario-{model}.yaml", s.to_yaml())
+    with folder.writing(), make_runner(req.backend, req.jobs, folder.path, "none", req.address) as runner:
+        result = capacity_sweep(
+            base,
+            groups_for(cls, "separate"),
+            seed_list,
+            eps,
+            runner,
+            grid=req.grid,
+            start=req.start,
+            max_devices=req.max_devices,
+            progress=report,
+        )
+    cap, wide = compare_capacities(result, base, measured, first, prof.data_path)
+    with folder.writing():
+        folder.table("capacity.csv", cap)
+        folder.table("compare.csv", wide)
+        folder.finish(
+            {
+                "profile": prof.name,
+                "policy": policy,
+                "measured": measured,
+                "classes": list(cls),
+                "seeds": seed_list,
+                "epsilon": eps,
+                "grid": list(req.grid),
+                "start": req.start,
+                "max_devices": req.max_devices,
+                "jobs": req.jobs,
+                "backend": req.backend,
+                "address": req.address,
+            }
+        )
+    return EstimatorOutcome(folder.path, prof.name, cap, wide)
