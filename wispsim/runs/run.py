@@ -20,7 +20,14 @@ import pandas as pd
 from wispsim.config import Scenario, parse_set
 from wispsim.paths import check_output_file, writing
 from wispsim.results import Results
-from wispsim.runs.resolve import Options, check_poisson_rate, check_series_step, resolve
+from wispsim.runs.resolve import (
+    Options,
+    apply_options,
+    check_poisson_rate,
+    check_series_step,
+    load,
+    resolve,
+)
 from wispsim.sim.inputs import Resolved
 from wispsim.sim.records import SimResult
 
@@ -155,8 +162,8 @@ def replay(
 
     folder = Results.planned(out, "replay")  # checked before any work
     frame, meta = read_log(log)
-    if file is not None:
-        sc = resolve(file, sets, Options(policy=policy)).scenario
+    if file is not None:  # checked once, by the replay, as it runs (its window and devices)
+        sc = apply_options(load(file, sets), Options(policy=policy))
     else:
         sc = log_scenario(meta, str(meta_path(log)), parse_set(sets or []))
         if policy is not None:

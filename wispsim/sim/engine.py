@@ -102,7 +102,7 @@ def simulate(
         raise ConfigError("--devices", "devices", f"must be in [1, {MAX_DEVICES:,}], got {n:,}")
     env = simpy.Environment() if env is None else env
     ctx = RunContext(env, sc, sc.seed if seed is None else seed, resolved.profiles[0], memory_rows)
-    _fit_request_trace(ctx, resolved)
+    _request_lengths(ctx)
     servers = SimulatedServers() if servers is None else servers
     servers.build(ctx, resolved)
     (SimulatedDevices() if load is None else load).launch(ctx, n)
@@ -111,31 +111,14 @@ def simulate(
     return _collect(ctx, resolved, servers.info(ctx), wall0)
 
 
-def _fit_request_trace(ctx: RunContext, resolved: Resolved) -> None:
-    """Under a request trace: every request must fit the KV cache of every replica and, cold, one
-    verification batch (prompt + output + one round's drafts and bonus token); its output lengths
-    go to ``ctx.request_outputs`` (admission control sizes responses by them), and without a drain
+def _request_lengths(ctx: RunContext) -> None:
+    """Under a request trace (checked to fit by the resolver): its output lengths go to
+    ``ctx.request_outputs`` (admission control sizes responses by them), and without a drain
     limit the run drains the longest request at the slowest class."""
     sc = ctx.scenario
     if sc.arrivals.process != "requests" or not sc.arrivals.trace:
         return
     req = load_request_trace(sc.arrivals.trace)
-    capacity = min(c // b * b for c, b in zip(resolved.capacities, resolved.block_sizes, strict=True))
-    extra = sc.drafting.largest + 1
-    need = req.prompts + req.outputs + extra
-    i = int(np.argmax(need))
-    srv = sc.server
-    for limit, what in (
-        (capacity, f"the KV cache ({capacity:,} tokens)"),
-        (srv.max_batch_tokens if srv.mode == "speculative" else None, "server.max_batch_tokens"),
-    ):
-        if limit is not None and need[i] > limit:
-            raise ConfigError(
-                req.source,
-                "prompt_tokens",
-                f"row {i + 1}: {int(req.prompts[i]):,} + {int(req.outputs[i]):,} tokens (prompt + output) "
-                f"do not fit {what}; allowed: prompt + output <= {limit - extra:,}",
-            )
     ctx.request_outputs = (float(req.outputs.mean()), float(req.outputs.max()))
     if sc.workload.drain_limit_s is None:
         slos = [g.slo for g in sc.devices.groups] or list(sc.devices.classes)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from wispsim.config import POLICIES, Dist, Scenario
 from wispsim.config.limits import MAX_SIM_SECONDS
 from wispsim.config.parse import build, deep_merge, default_scenario_dict, read_yaml
@@ -271,7 +273,34 @@ def resolve_server(scenario: Scenario, source: str = "scenario") -> Resolved:
     copies = 1 if scenario.server.replica_profiles else scenario.server.replicas
     profiles = tuple(distinct) * copies
     sizes = tuple(block_size(scenario.server.block_size, p) for p in profiles)
-    return Resolved(scenario, profiles, tuple(capacities) * copies, sizes)
+    resolved = Resolved(scenario, profiles, tuple(capacities) * copies, sizes)
+    _check_requests_fit(resolved)
+    return resolved
+
+
+def _check_requests_fit(resolved: Resolved) -> None:
+    """Under a request trace, every request must fit the KV cache of every replica and, cold, one
+    verification batch: prompt + output + one round's drafts and bonus token."""
+    sc = resolved.scenario
+    if sc.arrivals.process != "requests" or not sc.arrivals.trace:
+        return
+    req = load_request_trace(sc.arrivals.trace)
+    capacity = min(c // b * b for c, b in zip(resolved.capacities, resolved.block_sizes, strict=True))
+    extra = sc.drafting.largest + 1
+    need = req.prompts + req.outputs + extra
+    i = int(np.argmax(need))
+    srv = sc.server
+    for limit, what in (
+        (capacity, f"the KV cache ({capacity:,} tokens)"),
+        (srv.max_batch_tokens if srv.mode == "speculative" else None, "server.max_batch_tokens"),
+    ):
+        if limit is not None and need[i] > limit:
+            raise ConfigError(
+                req.source,
+                "prompt_tokens",
+                f"row {i + 1}: {int(req.prompts[i]):,} + {int(req.outputs[i]):,} tokens (prompt + output) "
+                f"do not fit {what}; allowed: prompt + output <= {limit - extra:,}",
+            )
 
 
 def check_consistency(scenario: Scenario, source: str = "scenario") -> Resolved:

@@ -32,12 +32,10 @@ import pandas as pd
 
 from wispsim.config import ArrivalsConfig, Scenario
 from wispsim.errors import ConfigError
-from wispsim.model.memory import kv_capacity
-from wispsim.model.profiles import load_profile
 from wispsim.sim.arrivals import Closed
 from wispsim.sim.context import DeviceRound, RunContext
 from wispsim.sim.engine import simulate
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.inputs import Resolved, check_consistency, load_scenario
 from wispsim.sim.records import SimResult
 from wispsim.sim.verifier import Request
 
@@ -293,15 +291,12 @@ def replay_scenario(scenario: Scenario, meta: Mapping[str, Any], devices: int) -
     )
 
 
-def _check_kv_fits(sc: Scenario, log: pd.DataFrame) -> None:
-    srv = sc.server
+def _check_kv_fits(resolved: Resolved, log: pd.DataFrame) -> None:
     longest = int((log.prompt_tokens + log.position + log.drafted + 1).max())
-    for name in srv.replica_profiles or (srv.profile,):
-        cap = kv_capacity(srv, load_profile(name))
+    for prof, cap in zip(resolved.profiles, resolved.capacities, strict=True):
         if longest > cap:
-            raise ConfigError(
-                name, "", f"a logged round needs {longest} tokens of KV cache, more than its {cap} tokens"
-            )
+            need = f"a logged round needs {longest} tokens of KV cache, more than its {cap} tokens"
+            raise ConfigError(prof.name, "", need)
 
 
 def replay(
@@ -317,12 +312,13 @@ def replay(
     they are left out of the simulated records.
     """
     plan = _device_plans(log, meta)
-    sc = replay_scenario(scenario, meta, len(plan))
-    _check_kv_fits(sc, log)
+    resolved = check_consistency(replay_scenario(scenario, meta, len(plan)))  # the one check of what runs
+    sc = resolved.scenario
+    _check_kv_fits(resolved, log)
     notes = _ReplayNotes({}, {})
     if seed is None:
         seed = int(meta.get("seed", sc.seed))
-    res = simulate(sc, seed=seed, load=_RecordedDevices(plan, notes))
+    res = simulate(resolved, seed=seed, load=_RecordedDevices(plan, notes))
     res.info["log_response"] = notes.ids
     res.info["truncated"] = notes.truncated
     return res
@@ -331,7 +327,8 @@ def replay(
 def log_scenario(
     meta: Mapping[str, Any], source: str, overrides: Mapping[str, Any] | None = None
 ) -> Scenario:
-    """The scenario stored in the log's sidecar (merged over the default), with ``overrides``."""
+    """The scenario stored in the log's sidecar (merged over the default), with ``overrides``;
+    its names checked, its consistency left to :func:`replay` (which checks what it runs, once)."""
     # replay drives its own arrivals (closed); a recorded trace path may not resolve here
     stored = {k: v for k, v in (meta.get("scenario") or {}).items() if k != "arrivals"}
-    return load_scenario(overrides=overrides, base=stored, source=source)
+    return load_scenario(overrides=overrides, base=stored, source=source, consistency=False)
