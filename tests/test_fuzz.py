@@ -963,7 +963,7 @@ def test_bad_output_paths_refused(work: Path, command: list[str], template: str)
     path = _out_path(work, template)
     if command[0] == "trace":
         path = path.replace(".csv", ".png")
-    if template == "nodir/x.csv":  # the rule (docs/validation.md): missing parents are created
+    if template == "nodir/x.csv":  # the rule (docs/inputs.md): missing parents are created
         code, _, err = cli([*command, path])
         assert code == 0 and Path(path).is_file(), err[-400:]
         return

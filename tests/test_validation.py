@@ -1,5 +1,5 @@
 """Scenario validation (issue 13): numbers, bounds, strict YAML, preset conflicts, values that
-must fit together. Each bad input is one line naming its source and field; docs/validation.md."""
+must fit together. Each bad input is one line naming its source and field; docs/inputs.md."""
 
 from __future__ import annotations
 

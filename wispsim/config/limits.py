@@ -1,7 +1,7 @@
 """Upper bounds on what one simulation may ask for, so every run is known to end.
 
 A scenario, option or input file that goes past one of these is refused up front with the limit
-in the message (``docs/validation.md`` lists them with the reasons). They are far above anything
+in the message (``docs/inputs.md`` lists them with the reasons). They are far above anything
 a capacity planner needs (issue 16's fleet is 100,000 devices; a day of simulated time is
 86,400 s) and far below what would exhaust memory or never finish.
 """
