@@ -352,7 +352,7 @@ def test_bad_options_are_one_line_errors(
 
 
 def test_capacity_is_the_last_n_before_the_first_miss() -> None:
-    from wispsim.serve.validate import capacity_of
+    from wispsim.study.validate import capacity_of
 
     assert capacity_of({2: 0.0, 4: 0.04, 6: 0.2, 8: 0.0}, 0.05) == 4
     assert capacity_of({2: 0.5, 4: 0.0}, 0.05) == 0
@@ -366,15 +366,17 @@ def test_validate_real_from_simulates_stored_real_points_again(
     simulated side, and done.json is written last with both."""
     import json
 
+    from wispsim.results import Results
+    from wispsim.serve.real_points import store_real
     from wispsim.serve.swarm import run_swarm
-    from wispsim.serve.validate import DONE, point_folder, store_real, store_sim
+    from wispsim.study.validate import DONE, SimSide, point, store_sim
 
     url, _ = fake_server("wisp")
     sc = scenario("wisp", warmup_s=0.5, duration_s=2.0).with_devices(2)
     first = tmp_path / "first"
-    folder = point_folder(first, "compute", "wisp", 2)
+    folder = point(Results(first), "compute", "wisp", 2)
     store_real(folder, sc, run_swarm(sc, url))
-    done = store_sim(folder, sc, [])
+    done = store_sim(folder, SimSide(sc), 2)
     assert (folder / DONE).is_file() and done["real"]["responses"] >= 1
     assert done["server"]["kv_capacity_tokens"] == FACTS["kv_capacity_tokens"]
     sim_sc = (folder / "sim_scenario.yaml").read_text()
@@ -386,9 +388,9 @@ def test_validate_real_from_simulates_stored_real_points_again(
                        "--set", "workload.warmup_s=0.5", "--set", "workload.duration_s=2",
                        "--sim-set", "server.delta_ms=50")  # fmt: skip
     assert code == 0, err
-    redone = json.loads((point_folder(again, "compute", "wisp", 2) / DONE).read_text())
+    redone = json.loads((point(Results(again), "compute", "wisp", 2) / DONE).read_text())
     assert redone["real"] == done["real"] and redone["sim_sets"] == ["server.delta_ms=50"]
-    assert "delta_ms: 50" in (point_folder(again, "compute", "wisp", 2) / "sim_scenario.yaml").read_text()
+    assert "delta_ms: 50" in (point(Results(again), "compute", "wisp", 2) / "sim_scenario.yaml").read_text()
     comp = pd.read_csv(again / "comparison.csv")
     assert (
         set(comp.metric) >= {"violation_rate", "goodput_tps", "verify_p50_ms"} and (comp.devices == 2).all()
@@ -401,12 +403,14 @@ def test_profile_fit_reads_a_deployment_batch_log(fake_server, capsys, monkeypat
     """The fake engine takes 2 ms + 0.05 ms per new token: the fit from its logged batches finds that."""
     import json
 
+    from wispsim.results import Results
+    from wispsim.serve.real_points import store_real
     from wispsim.serve.swarm import run_swarm
-    from wispsim.serve.validate import point_folder, store_real
+    from wispsim.study.validate import point
 
     url, _ = fake_server("wisp")
     sc = scenario("wisp", warmup_s=0.5, duration_s=3.0).with_devices(3)
-    folder = point_folder(tmp_path / "v", "compute", "wisp", 3)
+    folder = point(Results(tmp_path / "v"), "compute", "wisp", 3)
     store_real(folder, sc, run_swarm(sc, url))
     out = tmp_path / "prof" / "deployed.yaml"
     code, _, err = cli(capsys, monkeypatch, "profile", "fit", str(tmp_path / "v"), "--out", str(out),

@@ -31,9 +31,11 @@ import numpy as np
 import pandas as pd
 
 from wispsim.config import Scenario
+from wispsim.results import Results
 from wispsim.serve.client import Client, SwarmError, error_detail, health
 from wispsim.serve.clock import WallClock
 from wispsim.sim.context import RunContext
+from wispsim.sim.inputs import Resolved
 from wispsim.sim.records import BatchRecord, SimResult
 
 # spawn key of the token ids a swarm sends (apart from the devices' streams)
@@ -201,21 +203,21 @@ class SwarmRun:
     offset: float
     source: str = "wispsim serve"  # the real server, as the replay log's sidecar names it
 
-    def write_records(self, folder: Path, prefix: str = "") -> None:
+    def write_records(self, folder: Results, prefix: str = "") -> None:
         """The records (``PREFIXrounds``, ``PREFIXresponses``, ``PREFIXbatches``, and for
         centralized ``PREFIXtokens``) and the server's log (``server_batches``,
         ``server_members``; not for a server that keeps none, such as an OpenAI-compatible one)
         as Parquet files in ``folder``."""
         r = self.result
-        r.round_records.to_parquet(folder / f"{prefix}rounds.parquet")
-        r.responses.to_parquet(folder / f"{prefix}responses.parquet", index=False)
-        r.batches.to_parquet(folder / f"{prefix}batches.parquet", index=False)
+        folder.table(f"{prefix}rounds.parquet", r.round_records)  # type: ignore[arg-type]
+        folder.table(f"{prefix}responses.parquet", r.responses)
+        folder.table(f"{prefix}batches.parquet", r.batches)
         if len(self.server_batches.columns):
-            self.server_batches.to_parquet(folder / "server_batches.parquet", index=False)
+            folder.table("server_batches.parquet", self.server_batches)
         if len(self.members):
-            self.members.to_parquet(folder / "server_members.parquet", index=False)
+            folder.table("server_members.parquet", self.members)
         if len(self.tokens):
-            self.tokens.to_parquet(folder / f"{prefix}tokens.parquet", index=False)
+            folder.table(f"{prefix}tokens.parquet", self.tokens)
 
     def write_log(self, path: Path) -> Path | None:
         """The replay log of a speculative run (``docs/replay.md``), its sidecar naming the real
@@ -308,7 +310,7 @@ def probe(sc: Scenario, server: str | Server) -> dict[str, Any]:
 
 
 def run_swarm(
-    sc: Scenario,
+    sc: Scenario | Resolved,
     server: str | Server,
     devices: int | None = None,
     seed: int | None = None,
@@ -317,18 +319,20 @@ def run_swarm(
 ) -> SwarmRun:
     """Run ``devices`` devices of ``sc`` against ``server`` (a :class:`Server`, or the URL of
     ``wispsim serve``, reset first if ``reset``) for the scenario's window (and its drain), then
-    fetch the server's batch log."""
+    fetch the server's batch log. A resolved ``sc`` (:func:`wispsim.runs.resolve.resolve`) is
+    simulated as it is; a plain scenario is resolved by ``simulate``."""
     from wispsim.sim.engine import simulate
 
+    scenario = sc.scenario if isinstance(sc, Resolved) else sc
     target = WispsimServer(server, reset) if isinstance(server, str) else server
-    n = devices if devices is not None else sc.devices.count
+    n = devices if devices is not None else scenario.devices.count
     client = Client(target.url, n, target.read_timeout)
     try:
-        facts, offset = target.connect(sc, client)
+        facts, offset = target.connect(scenario, client)
         env = WallClock()
-        run_seed = sc.seed if seed is None else seed
+        run_seed = scenario.seed if seed is None else seed
         side = _ServerClients(
-            env, lambda: target.remote(sc, env, client, offset, facts, run_seed), n, progress
+            env, lambda: target.remote(scenario, env, client, offset, facts, run_seed), n, progress
         )
         res = simulate(sc, n, seed, servers=side, env=env)
         log = target.log(client)
@@ -376,7 +380,7 @@ class _ServerClients:
         self.progress = progress
         self.remote: _Remote | None = None
 
-    def build(self, ctx: RunContext, resolved: Any) -> None:
+    def build(self, ctx: RunContext, resolved: Resolved) -> None:
         r = self.remote = self.connect()
         if ctx.scenario.server.mode == "centralized":
             ctx.central = r
