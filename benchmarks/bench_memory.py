@@ -30,8 +30,8 @@ def one(devices: int, window: float, policy: str) -> dict[str, object]:
     """Run one configuration in this process and return its figures."""
     from wispsim.analysis.metrics import replica_summary, summarize
     from wispsim.model.fleet import fleet_size
-    from wispsim.sim.engine import simulate
-    from wispsim.sim.inputs import load_scenario
+    from wispsim.sim.scenarios import load_scenario
+    from wispsim.sim.simulation import simulate
 
     data = yaml.safe_load((ROOT / "scenarios" / "fleet-2000.yaml").read_text())
     groups = data["devices"]["groups"]

@@ -42,9 +42,9 @@ import simpy
 
 from wispsim.config import Scenario
 from wispsim.model.profiles import load_profile
-from wispsim.sim.engine import simulate
-from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import RecordTable, RoundRecord, SimResult
+from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.simulation import simulate
 from wispsim.sim.verifier import Request, succeed_together
 
 SIZES = (50, 100, 200)

@@ -9,7 +9,7 @@ import pytest
 from support import deterministic_overrides, write_profile
 
 from wispsim.config import Scenario
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
 
 # vLLM engines started by the tests run their engine core in this process: it starts in half the
 # time (no engine process to spawn, which re-imports torch and vLLM); timing is not tested.

@@ -18,7 +18,7 @@ import yaml
 from wispsim.cli.main import main
 from wispsim.config import AcceptanceConfig, Scenario
 from wispsim.model.acceptance import ACCEPTANCE, FEATURES, ResponseStream, accept_runs
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
 
 GIB = 1024**3
 

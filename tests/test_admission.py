@@ -8,8 +8,8 @@ import pytest
 from wispsim.config import POLICIES
 from wispsim.errors import ConfigError
 from wispsim.model.admission import Admission
-from wispsim.sim.engine import simulate
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.simulation import simulate
 
 
 def gate(total_blocks: int = 4, order: str = "fcfs", headroom: float = 0.0) -> Admission[str]:

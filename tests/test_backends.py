@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
 from wispsim.study.capacity import capacity_sweep, groups_for
 from wispsim.study.runners import LocalRunner, RayRunner, make_runner
 

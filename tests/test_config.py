@@ -9,7 +9,7 @@ import pytest
 
 from wispsim.config import POLICIES, Dist, Scenario, parse_set
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
 
 
 def write(tmp_path: Path, text: str, name: str = "scenario.yaml") -> Path:

@@ -107,8 +107,8 @@ def test_predictor_threshold_null_is_the_files_own_and_a_number_overrides_it(det
     assert (a_low >= a_shipped).all() and a_low.sum() > a_shipped.sum()
     assert make_predictor(PredictorConfig()).threshold == 0.5  # confidence: 0.5 unless set
 
-    from wispsim.sim.engine import simulate
-    from wispsim.sim.inputs import load_scenario
+    from wispsim.sim.scenarios import load_scenario
+    from wispsim.sim.simulation import simulate
 
     def mean_k(threshold: float | None) -> float:
         over = {

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -190,7 +190,7 @@ def test_point_key_follows_the_contents_of_the_files_it_reads(tmp_path: Path) ->
     import shutil as sh
 
     from wispsim.model.profiles import find_profile
-    from wispsim.sim.inputs import load_scenario
+    from wispsim.sim.scenarios import load_scenario
     from wispsim.study.points import Point
 
     prof = tmp_path / "mine.yaml"

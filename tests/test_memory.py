@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wispsim.model.memory import KVMemory
-from wispsim.sim.engine import simulate
+from wispsim.sim.simulation import simulate
 
 
 def test_blocks_round_up() -> None:
@@ -167,8 +167,8 @@ def test_block_eviction_frees_only_the_tail_blocks_it_needs() -> None:
 
 
 def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
-    from wispsim.sim.engine import simulate
-    from wispsim.sim.inputs import load_scenario
+    from wispsim.sim.scenarios import load_scenario
+    from wispsim.sim.simulation import simulate
 
     over = {
         "policy": "wisp-lru",
@@ -217,7 +217,7 @@ def test_block_size_comes_from_the_profiles_engine_unless_the_scenario_sets_one(
 
     from wispsim.model.memory import block_size
     from wispsim.model.profiles import load_profile
-    from wispsim.sim.inputs import load_scenario
+    from wispsim.sim.scenarios import load_scenario
 
     path = tmp_path / "cpu-vllm.yaml"
     path.write_text(yaml.safe_dump({**profile_dict(capacity_tokens=128 * 1000), "kv_block_size": 128}))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from wispsim.errors import ConfigError
 from wispsim.model.fleet import device_specs, fleet_size
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
 from wispsim.study.cluster import choose_method, plan_cluster
 from wispsim.study.decompose import share_counts, share_scenario
 from wispsim.study.points import PointResult

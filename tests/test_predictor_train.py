@@ -29,8 +29,8 @@ from wispsim.measure.predictor.labels import label_trace, label_traces, split_gr
 from wispsim.measure.predictor.train import MODEL_KINDS, train
 from wispsim.model.acceptance import FEATURES, find_trace, load_trace
 from wispsim.model.predictor import NpzPredictor, load_exported, make_predictor
-from wispsim.sim.engine import simulate
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.simulation import simulate
 
 FIXTURE = "fixture-synthetic"
 

@@ -36,7 +36,7 @@ from wispsim.model.estimator import Estimator
 from wispsim.model.latency import LATENCY
 from wispsim.model.measured import MeasuredTable, read_measurements
 from wispsim.model.profiles import load_profile, parse_profile
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 # the published A100 / Qwen3-32B coefficients (SPEC 4) as the synthetic truth
@@ -277,7 +277,7 @@ def test_profile_carries_every_form_and_a_scenario_picks_one(measured: tuple[Pat
     )
     assert "test MAPE" in (out.parent / "toy-measured.report.md").read_text()
     assert (out.parent / "toy-measured.fit" / "predictions-per-request.csv").is_file()
-    from wispsim.sim.engine import simulate
+    from wispsim.sim.simulation import simulate
 
     over = deterministic_overrides(str(out), server={"estimator_form": "per-request"})
     res = simulate(load_scenario(overrides=over))
@@ -559,7 +559,7 @@ def test_measured_latency_needs_a_measured_profile(tiny_profile: str) -> None:
 
 
 def test_simulation_replays_measured_latencies(measured: tuple[Path, Path]) -> None:
-    from wispsim.sim.engine import simulate
+    from wispsim.sim.simulation import simulate
 
     _, out = measured
     over = deterministic_overrides(str(out), server={"latency_model": "measured"})

@@ -22,8 +22,8 @@ from wispsim.config import Scenario
 from wispsim.model.memory import KVMemory
 from wispsim.model.profiles import load_profile
 from wispsim.sim.device import STREAM_ACCEPT, STREAM_CONST, STREAM_NET, STREAM_WORK, device_rng
-from wispsim.sim.engine import simulate
 from wispsim.sim.records import SimResult
+from wispsim.sim.simulation import simulate
 
 PUBLISHED = {"a": 3.314e-5, "b_compute": 3.450e-8, "b_read": 4.620e-6, "c": 1.486e-2}
 SIM_SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -88,7 +88,7 @@ class CheckedKVMemory(KVMemory):
 
 
 def run_checked(sc: Scenario, devices: int, seed: int | None = None) -> SimResult:
-    with mock.patch("wispsim.sim.engine.KVMemory", CheckedKVMemory):
+    with mock.patch("wispsim.sim.simulation.KVMemory", CheckedKVMemory):
         return simulate(sc, devices=devices, seed=seed)
 
 

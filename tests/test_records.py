@@ -12,9 +12,9 @@ import pytest
 
 from wispsim.analysis.metrics import device_counts, replica_summary, summarize
 from wispsim.analysis.timeseries import compliance_series, server_series
-from wispsim.sim.engine import simulate
-from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import BatchRecord, RecordTable, RoundRecord, frame
+from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.simulation import simulate
 
 CLASSES = (2.0, 4.0, 6.0, 8.0)
 

@@ -18,9 +18,9 @@ from wispsim.analysis.metrics import summarize
 from wispsim.cli.main import app
 from wispsim.config import Scenario
 from wispsim.errors import ConfigError
-from wispsim.sim.engine import simulate
-from wispsim.sim.inputs import load_scenario
 from wispsim.sim.records import SimResult
+from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.simulation import simulate
 from wispsim.study.replay.compare import compare, recorded_responses, wilson
 from wispsim.study.replay.drive import log_scenario, replay
 from wispsim.study.replay.log import COLUMN_NAMES, REQUIRED, meta_path, write_log

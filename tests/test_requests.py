@@ -10,8 +10,8 @@ import pytest
 
 from wispsim.errors import ConfigError
 from wispsim.sim.arrivals import load_request_trace
-from wispsim.sim.engine import simulate
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.simulation import simulate
 
 ROWS = {
     "time_s": [0.5, 1.0, 1.0, 2.5, 3.0],

@@ -19,7 +19,7 @@ for _module in ("fastapi", "uvicorn", "httpx"):
     pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
 
 from tests.support import cli  # noqa: E402
-from wispsim.sim.inputs import load_scenario  # noqa: E402
+from wispsim.sim.scenarios import load_scenario  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "validation-cpu.yaml"

@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 from support import deterministic_overrides, write_profile
 
-from wispsim.sim.engine import simulate
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.simulation import simulate
 
 A, BC, BR, C = 1e-4, 1e-6, 1e-5, 0.01
 approx = pytest.approx

@@ -23,7 +23,7 @@ from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.model.speculation import Speculation, rate_for_length, resolve
 from wispsim.sim.centralized import CentralizedServer, first_and_chunks
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
 
 
 class FakeLatency:
@@ -199,7 +199,7 @@ def test_presets_set_and_clear_the_method() -> None:
 
 
 def test_server_side_drafting_speeds_up_a_lightly_loaded_fleet() -> None:
-    from wispsim.sim.engine import simulate
+    from wispsim.sim.simulation import simulate
 
     base = {"server": {"profile": "h100-qwen3-32b"}, "workload": {"duration_s": 30, "warmup_s": 5}}
     plain = simulate(load_scenario(None, {**base, "policy": "centralized"}), devices=4, seed=1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 import wispsim.study.points as sweep_mod
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
 from wispsim.study.capacity import capacity_sweep, groups_for
 from wispsim.study.points import Point
 from wispsim.study.runners import LocalRunner

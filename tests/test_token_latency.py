@@ -12,7 +12,7 @@ import pytest
 
 from wispsim.analysis.metrics import summarize
 from wispsim.analysis.token_latency import TOKEN_LATENCY_COLUMNS, pooled_quantile, token_latency
-from wispsim.sim.engine import simulate
+from wispsim.sim.simulation import simulate
 
 approx = pytest.approx
 DOWN1 = 0.005 + (64 + 4) / 1e6  # one token down: 68 B

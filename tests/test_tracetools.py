@@ -98,7 +98,7 @@ def test_trace_inspect_cli_prints_and_plots(tmp_path: Path) -> None:
 
 
 def test_predictor_ablation_on_a_trace(tmp_path: Path) -> None:
-    from wispsim.sim.inputs import load_scenario
+    from wispsim.sim.scenarios import load_scenario
     from wispsim.study.ablation import ablate_predictor
     from wispsim.study.runners import LocalRunner
 

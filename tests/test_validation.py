@@ -11,7 +11,7 @@ from wispsim.config import parse_set
 from wispsim.config.limits import MAX_DEVICES, MAX_SIM_SECONDS
 from wispsim.errors import ConfigError
 from wispsim.runs.resolve import Options, check
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
 
 
 def refuse(sets: list[str], field: str, *words: str, path: Path | None = None) -> ConfigError:

@@ -20,8 +20,8 @@ from wispsim.cli.main import app
 from wispsim.errors import ConfigError
 from wispsim.model.fleet import device_specs, fleet_classes, fleet_size
 from wispsim.sim.arrivals import ArrivalTrace, bursty_trace, load_arrival_trace
-from wispsim.sim.engine import simulate
-from wispsim.sim.inputs import load_scenario
+from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.simulation import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 

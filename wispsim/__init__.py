@@ -20,12 +20,12 @@ __all__ = ["__version__", "load_scenario", "simulate", "summarize"]
 
 if TYPE_CHECKING:
     from wispsim.analysis.metrics import summarize
-    from wispsim.sim.engine import simulate
-    from wispsim.sim.inputs import load_scenario
+    from wispsim.sim.scenarios import load_scenario
+    from wispsim.sim.simulation import simulate
 
 _EXPORTS = {
-    "load_scenario": "wispsim.sim.inputs",
-    "simulate": "wispsim.sim.engine",
+    "load_scenario": "wispsim.sim.scenarios",
+    "simulate": "wispsim.sim.simulation",
     "summarize": "wispsim.analysis.metrics",
 }
 

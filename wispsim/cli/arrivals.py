@@ -14,8 +14,8 @@ from wispsim.cli.common import console, table
 from wispsim.cli.options import NON_NEGATIVE, SECONDS, SEED, TAIL_SECONDS, real
 from wispsim.config.limits import MAX_DEVICES, MAX_SIM_SECONDS, finite
 from wispsim.errors import ConfigError
-from wispsim.paths import check_output_file, writing
 from wispsim.provenance import command_line
+from wispsim.results import check_output_file, writing
 from wispsim.runs.resolve import check_series_step
 
 arrivals_app = typer.Typer(help="Generate and inspect arrival traces.", no_args_is_help=True)

@@ -13,7 +13,6 @@ import os
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,8 +29,6 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from wispsim.config import Scenario
-
 # Output that is not a terminal (piped, redirected to a log, captured) has no width to fit:
 # rich would cut a wide table to 80 columns and turn its numbers into "0.0…". There every table
 # is printed at its full width, so a logged run keeps every number; COLUMNS still sets a width.
@@ -47,19 +44,6 @@ def make_console(stderr: bool = False) -> Console:
 
 console = make_console()
 err_console = make_console(stderr=True)
-
-
-def resolve_scenario(scenario: Path | None, sets: list[str] | None) -> Scenario:
-    """The scenario of a file and ``--set`` overrides, resolved (``scenario show``, ``scenario
-    validate``): :func:`wispsim.runs.resolve.resolve`."""
-    from wispsim.runs.resolve import resolve
-
-    return resolve(scenario, sets).scenario
-
-
-# ------------------------------------------------------------------------------------------
-# printing
-# ------------------------------------------------------------------------------------------
 
 
 def fmt(v: Any) -> str:

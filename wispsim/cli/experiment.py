@@ -10,7 +10,7 @@ import typer
 from wispsim.cli.common import console, err_console
 from wispsim.cli.options import JOBS
 from wispsim.errors import ConfigError
-from wispsim.paths import check_output_dir
+from wispsim.results import check_output_dir
 from wispsim.runs.resolve import check_backend
 
 experiment_app = typer.Typer(

@@ -17,7 +17,7 @@ from wispsim.cli.common import console
 from wispsim.cli.options import FRACTION_OPEN, POSITIVE, whole
 from wispsim.config.limits import MAX_INT
 from wispsim.errors import ConfigError
-from wispsim.paths import check_output_file
+from wispsim.results import check_output_file
 
 plot_app = typer.Typer(help="Figures from results folders (sweep, compare, run).", no_args_is_help=True)
 

@@ -22,7 +22,7 @@ from wispsim.cli.common import console, err_console, markdown_table, table
 from wispsim.cli.options import FRACTION, MAX_REPEATS, SEED, whole
 from wispsim.config.limits import MAX_DRAFT
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.paths import check_output_file, writing
+from wispsim.results import check_output_file, writing
 
 predictor_app = typer.Typer(
     help="Train, export, benchmark and evaluate rejection predictors (needs the ml extra).",

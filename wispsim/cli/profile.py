@@ -18,8 +18,8 @@ from wispsim.cli.common import console, progress, table
 from wispsim.cli.options import MAX_JOBS, MAX_REPEATS, POSITIVE, SEED, real, whole
 from wispsim.config.limits import MAX_TOKENS
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.paths import check_output_file, writing
 from wispsim.provenance import command_line
+from wispsim.results import check_output_file, writing
 
 #: Configurations per regime of a plan, and cross-validation folds.
 MAX_CONFIGS = 100_000

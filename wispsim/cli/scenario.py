@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import typer
 
-from wispsim.cli.common import resolve_scenario
 from wispsim.cli.options import ScenarioArg, SetOpt
+from wispsim.runs.resolve import resolve
 
 scenario_app = typer.Typer(help="List, show or check a scenario.", no_args_is_help=True)
 
@@ -19,7 +19,7 @@ scenario_app = typer.Typer(help="List, show or check a scenario.", no_args_is_he
 @scenario_app.command("list")
 def scenario_list() -> None:
     """List the shipped scenarios (give one by name to any command: `wispsim run fleet-2000`)."""
-    from wispsim.sim.inputs import available_scenarios, find_scenario
+    from wispsim.sim.scenarios import available_scenarios, find_scenario
 
     for name in available_scenarios():
         about = next(
@@ -36,23 +36,18 @@ def scenario_list() -> None:
 @scenario_app.command("show")
 def scenario_show(scenario: ScenarioArg = None, set_: SetOpt = None) -> None:
     """Print the resolved scenario (defaults filled in, policy preset applied)."""
-    sc = resolve_scenario(scenario, set_)
-    typer.echo(sc.to_yaml(), nl=False)
+    typer.echo(resolve(scenario, set_).scenario.to_yaml(), nl=False)
 
 
 @scenario_app.command("validate")
 def scenario_validate(scenario: ScenarioArg = None, set_: SetOpt = None) -> None:
     """Check a scenario and its profile; exit 2 with a one-line error if something is wrong."""
     from wispsim.model.acceptance import make_acceptance
-    from wispsim.model.memory import kv_capacity
-    from wispsim.model.profiles import load_profile
 
-    sc = resolve_scenario(scenario, set_)
-    prof = load_profile(sc.server.profile)
+    resolved = resolve(scenario, set_)
+    sc, prof = resolved.scenario, resolved.profiles[0]
     make_acceptance(sc.acceptance)
-    srv = sc.server
-    cap = kv_capacity(srv, prof)
     typer.echo(
         f"ok: {scenario or 'default scenario'} (policy {sc.policy}, profile {prof.name}, "
-        f"KV cache {cap} tokens)"
+        f"KV cache {resolved.capacities[0]} tokens)"
     )

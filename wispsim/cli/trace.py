@@ -12,8 +12,8 @@ from wispsim.cli.common import console, progress
 from wispsim.cli.options import NON_NEGATIVE, SEED, whole
 from wispsim.config.limits import MAX_DRAFT, MAX_TOKENS
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.paths import check_output_file, writing
 from wispsim.provenance import command_line
+from wispsim.results import check_output_file, writing
 
 trace_app = typer.Typer(help="Record and inspect per-position acceptance traces.", no_args_is_help=True)
 

@@ -2,7 +2,7 @@
 
 ``dist`` holds field checks and distributions, ``schema`` the sections and policy presets,
 ``parse`` the YAML reading and coercion. Loading a scenario *for a run* (with its plug-in names
-checked) is :func:`wispsim.sim.inputs.load_scenario`, re-exported as ``wispsim.load_scenario``.
+checked) is :func:`wispsim.sim.scenarios.load_scenario`, re-exported as ``wispsim.load_scenario``.
 """
 
 from wispsim.config.dist import Dist, FieldError

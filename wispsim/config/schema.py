@@ -1,7 +1,7 @@
 """The scenario schema: one frozen dataclass per section, and the policy presets.
 
 A scenario is YAML on disk and a tree of these dataclasses in memory; each checks its own values
-in ``__post_init__``. The loader (:func:`wispsim.sim.inputs.load_scenario`) merges a file over the
+in ``__post_init__``. The loader (:func:`wispsim.sim.scenarios.load_scenario`) merges a file over the
 default scenario, builds the tree (:mod:`wispsim.config.parse`), applies the policy preset and
 checks the plug-in names. This package knows names, never implementations.
 """

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from wispsim.errors import ConfigError
-from wispsim.paths import check_output_file, writing
 from wispsim.provenance import command_line
+from wispsim.results import check_output_file, writing
 
 
 def deployment_recording(folder: Path, out: Path, seed: int, kind: str) -> tuple[Path, int, str]:

@@ -5,8 +5,8 @@ one by name), merges the ``--set`` overrides, applies the policy preset, then th
 (``--policy``, ``--arrivals``, ``--replicas``/``--router``, ``--devices``/``--classes``,
 ``--fleet``, ``--profile``, ``--seed``), and checks the result once: the plug-in names, the
 profiles, the KV memory, the lengths, the arrival trace, that every class is reachable. It
-returns a :class:`~wispsim.sim.inputs.Resolved` (the scenario with each replica's profile, KV
-capacity and block size), which :func:`wispsim.sim.engine.simulate` takes as it is: nothing
+returns a :class:`~wispsim.sim.scenarios.Resolved` (the scenario with each replica's profile, KV
+capacity and block size), which :func:`wispsim.sim.simulation.simulate` takes as it is: nothing
 parses, merges or checks the scenario again on the way.
 
 A check that fails is one line naming whoever set the field at fault: the option, ``--set``, or
@@ -26,8 +26,8 @@ from wispsim.config import DeviceGroup, FieldError, Scenario, parse_set
 from wispsim.config.limits import MAX_ARRIVAL_RATE, MAX_REPLICAS, MAX_SEED
 from wispsim.errors import ConfigError
 from wispsim.sim.arrivals import driven_by_trace
-from wispsim.sim.inputs import Resolved, check_consistency, dotted_fields, load_scenario, relabel
 from wispsim.sim.router import ROUTERS
+from wispsim.sim.scenarios import Resolved, check_consistency, dotted_fields, load_scenario, relabel
 
 # which scenario fields each command-line option sets, so a failed check names the option
 OPTION_FIELDS: dict[str, tuple[str, ...]] = {

@@ -18,8 +18,7 @@ from typing import Any
 import pandas as pd
 
 from wispsim.config import Scenario, parse_set
-from wispsim.paths import check_output_file, writing
-from wispsim.results import Results
+from wispsim.results import Results, check_output_file, writing
 from wispsim.runs.resolve import (
     Options,
     apply_options,
@@ -28,8 +27,8 @@ from wispsim.runs.resolve import (
     load,
     resolve,
 )
-from wispsim.sim.inputs import Resolved
 from wispsim.sim.records import SimResult
+from wispsim.sim.scenarios import Resolved
 
 # what a long step shows while it runs: ``with status("simulating ..."):`` (the CLI's spinner)
 Status = Callable[[str], AbstractContextManager[Any]]
@@ -89,7 +88,7 @@ def run(
 
 
 def simulate_resolved(resolved: Resolved) -> SimResult:
-    from wispsim.sim.engine import simulate
+    from wispsim.sim.simulation import simulate
 
     return simulate(resolved)
 

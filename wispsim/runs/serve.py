@@ -22,11 +22,10 @@ import pandas as pd
 
 from wispsim.config import Scenario
 from wispsim.errors import ConfigError, WispsimError
-from wispsim.paths import check_output_file, writing
-from wispsim.results import Results
+from wispsim.results import Results, check_output_file, writing
 from wispsim.runs.resolve import Options, check, load, resolve
 from wispsim.runs.run import host_notes
-from wispsim.sim.inputs import Resolved
+from wispsim.sim.scenarios import Resolved
 from wispsim.study.validate import (
     DONE,
     Regime,

@@ -20,7 +20,7 @@ from wispsim.results import Results
 from wispsim.serve.app import ModelSource
 from wispsim.serve.process import ServerProcess
 from wispsim.serve.swarm import Server, SwarmRun, run_swarm
-from wispsim.sim.inputs import Resolved
+from wispsim.sim.scenarios import Resolved
 from wispsim.study.validate import real_summary, write_json
 
 

@@ -1,7 +1,7 @@
 """``wispsim swarm``: N devices against a real server, in one light process.
 
 The devices are the simulator's own (:class:`wispsim.sim.device.Device`, wired by
-:func:`wispsim.sim.engine.simulate`): the same closed loop, the same per-device random streams,
+:func:`wispsim.sim.simulation.simulate`): the same closed loop, the same per-device random streams,
 acceptance replayed from the same trace, the same drafting controller, drafting time (tau_d times
 the forward passes plus predictor calls) and link delays. Only two things change: time is the
 wall clock (:class:`~wispsim.serve.clock.WallClock`, so every wait really waits), and the server
@@ -35,8 +35,8 @@ from wispsim.results import Results
 from wispsim.serve.client import Client, SwarmError, error_detail, health
 from wispsim.serve.clock import WallClock
 from wispsim.sim.context import RunContext
-from wispsim.sim.inputs import Resolved
 from wispsim.sim.records import BatchRecord, SimResult
+from wispsim.sim.scenarios import Resolved
 
 # spawn key of the token ids a swarm sends (apart from the devices' streams)
 TOKEN_STREAM = 7_000_003
@@ -321,7 +321,7 @@ def run_swarm(
     ``wispsim serve``, reset first if ``reset``) for the scenario's window (and its drain), then
     fetch the server's batch log. A resolved ``sc`` (:func:`wispsim.runs.resolve.resolve`) is
     simulated as it is; a plain scenario is resolved by ``simulate``."""
-    from wispsim.sim.engine import simulate
+    from wispsim.sim.simulation import simulate
 
     scenario = sc.scenario if isinstance(sc, Resolved) else sc
     target = WispsimServer(server, reset) if isinstance(server, str) else server
@@ -364,7 +364,7 @@ def run_swarm(
 
 
 class _ServerClients:
-    """The swarm's server side (a :class:`wispsim.sim.engine.ServerSide`): the devices talk to a
+    """The swarm's server side (a :class:`wispsim.sim.simulation.ServerSide`): the devices talk to a
     client of the real server (made by ``connect``) instead of simulated replicas."""
 
     def __init__(

@@ -181,7 +181,8 @@ class RunContext:
             self._first[rid] = t
 
     def watchdog(self) -> Generator[Any, Any, None]:
-        """Ends the run once every measured response is decided (the window: :mod:`wispsim.sim.engine`)."""
+        """Ends the run once every measured response is decided (the window: see
+        :mod:`wispsim.sim.simulation`)."""
         env = self.env
         end = self.window[1]
         yield env.timeout(end)

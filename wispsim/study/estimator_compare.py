@@ -16,7 +16,7 @@ import pandas as pd
 
 from wispsim.config import Scenario
 from wispsim.model.measured import load_table
-from wispsim.sim.engine import simulate
+from wispsim.sim.simulation import simulate
 from wispsim.study.capacity import SweepResult
 
 MEASURED_MODELS = ("measured", "measured-nearest")

@@ -29,8 +29,8 @@ from wispsim import __version__
 from wispsim.analysis.metrics import device_counts, replica_summary, summarize
 from wispsim.config import Scenario
 from wispsim.provenance import code_commit, file_digest
-from wispsim.sim.engine import simulate
 from wispsim.sim.records import StoredRecords
+from wispsim.sim.simulation import simulate
 
 RECORD_MODES = ("none", "responses", "all")
 

@@ -36,8 +36,8 @@ from wispsim.config import POLICY_NAMES, Scenario, parse_set
 from wispsim.errors import ConfigError
 from wispsim.model.profiles import load_profile
 from wispsim.results import Results
-from wispsim.sim.inputs import Resolved, check_consistency
 from wispsim.sim.records import SimResult
+from wispsim.sim.scenarios import Resolved, check_consistency
 from wispsim.study.replay import compare as compare_replay
 from wispsim.study.replay import log_scenario, read_log, replay
 from wispsim.study.replay.compare import wilson
@@ -213,7 +213,7 @@ def with_facts(sc: Scenario, facts: Mapping[str, Any], sets: tuple[str, ...] | l
 def store_sim(folder: Results, sim: SimSide, devices: int) -> dict[str, Any]:
     """Simulate a stored real point of ``devices`` devices (:meth:`SimSide.at`), replay its real
     log, and write ``done.json`` (real and simulated figures) last."""
-    from wispsim.sim.engine import simulate
+    from wispsim.sim.simulation import simulate
 
     real = json.loads((folder / "real.json").read_text())
     resolved = sim.at(devices, real["server"])

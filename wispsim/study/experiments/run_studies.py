@@ -17,7 +17,7 @@ from wispsim.errors import ConfigError
 from wispsim.plots import ablation_bars, attribution, bursty_compare
 from wispsim.results import Results
 from wispsim.sim.arrivals import driven_by_trace
-from wispsim.sim.engine import simulate
+from wispsim.sim.simulation import simulate
 from wispsim.study.ablation import ablate_predictor
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds

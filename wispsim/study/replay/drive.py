@@ -34,9 +34,9 @@ from wispsim.config import ArrivalsConfig, Scenario
 from wispsim.errors import ConfigError
 from wispsim.sim.arrivals import Closed
 from wispsim.sim.context import DeviceRound, RunContext
-from wispsim.sim.engine import simulate
-from wispsim.sim.inputs import Resolved, check_consistency, load_scenario
 from wispsim.sim.records import SimResult
+from wispsim.sim.scenarios import Resolved, check_consistency, load_scenario
+from wispsim.sim.simulation import simulate
 from wispsim.sim.verifier import Request
 
 
@@ -265,7 +265,7 @@ def _replay_centralized(
 
 
 class _RecordedDevices:
-    """The replay's device side (a :class:`wispsim.sim.engine.DeviceSide`): every recorded device
+    """The replay's device side (a :class:`wispsim.sim.simulation.DeviceSide`): every recorded device
     of ``plan`` walks its responses as recorded, writing what it learns into ``notes``."""
 
     def __init__(self, plan: dict[int, list[_RecordedResponse]], notes: _ReplayNotes) -> None:

@@ -45,9 +45,9 @@ from wispsim.sim.arrivals import load_request_trace, make_arrivals
 from wispsim.sim.centralized import CentralizedServer
 from wispsim.sim.context import RunContext
 from wispsim.sim.device import Device
-from wispsim.sim.inputs import Resolved, resolve_server
 from wispsim.sim.records import MEMORY_ROWS, SimResult
 from wispsim.sim.router import ROUTERS, CentralRouter
+from wispsim.sim.scenarios import Resolved, resolve_server
 from wispsim.sim.verifier import Verifier
 
 SERVER_STREAM = 1_000_000_007  # spawn key of the server's noise stream (apart from device keys)
@@ -87,7 +87,7 @@ def simulate(
 ) -> SimResult:
     """Run one simulation of ``scenario`` with ``devices`` devices (default: devices.count).
 
-    ``scenario`` is a :class:`~wispsim.sim.inputs.Resolved` (the resolver's: taken as it is,
+    ``scenario`` is a :class:`~wispsim.sim.scenarios.Resolved` (the resolver's: taken as it is,
     nothing is loaded or checked again) or a plain scenario, resolved here. ``servers``, ``load``
     and ``env`` are the run's components (module text; default: simulated servers, the arrival
     process with simulated devices, a fresh SimPy environment). ``memory_rows``: records a table
