@@ -28,7 +28,7 @@ from wispsim.runs.resolve import (
     resolve,
 )
 from wispsim.sim.records import SimResult
-from wispsim.sim.scenarios import Resolved
+from wispsim.sim.simulation import simulate
 
 # what a long step shows while it runs: ``with status("simulating ..."):`` (the CLI's spinner)
 Status = Callable[[str], AbstractContextManager[Any]]
@@ -83,14 +83,8 @@ def run(
     wl = sc.workload
     check_series_step(step, wl.warmup_s + wl.duration_s + sc.drain_limit_s())
     with status(f"simulating {describe_load(sc)} under {sc.policy} ..."):
-        res = simulate_resolved(resolved)
+        res = simulate(resolved)  # as resolved: nothing is loaded or checked again
     return write_run(folder, res, log, step, window)
-
-
-def simulate_resolved(resolved: Resolved) -> SimResult:
-    from wispsim.sim.simulation import simulate
-
-    return simulate(resolved)
 
 
 def write_run(folder: Results, res: SimResult, log: Path | None, step: float, window: float) -> RunOutcome:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -88,7 +89,9 @@ def _target(ctx: Context, target: Any) -> tuple[str, str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(base, sort_keys=False))
     parse_profile(base, str(path))  # a bad variant fails here, in one line
-    return name, str(path)
+    # named relative to the working folder where it can be: a point's key hashes the scenario, so an
+    # absolute path would key the same simulation differently in every checkout
+    return name, os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd()) else str(path)
 
 
 def _with_profile(sc: Scenario, profile: str) -> Scenario:
