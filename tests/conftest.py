@@ -6,8 +6,8 @@ import os
 from typing import Any
 
 import pytest
-from support import deterministic_overrides, write_profile
 
+from tests.support import deterministic_overrides, write_profile
 from wispsim.config import Scenario
 from wispsim.sim.scenarios import load_scenario
 

@@ -1,4 +1,7 @@
-"""Test helpers: tiny profiles with hand-friendly numbers, scripted acceptance, scenario builders.
+"""Test helpers: tiny profiles with hand-friendly numbers, scripted acceptance, scenario builders,
+the CLI in process, and results folders made by the real CLI (shared by the plots and notebook tests).
+
+Every test imports them the one way, ``from tests.support import ...``, from any folder.
 
 Tests build scenarios through the real loader (:func:`wispsim.config.schema.load_scenario` with
 overrides), so what they exercise is what a user's YAML file would produce. Importing this module
@@ -7,6 +10,7 @@ registers the scripted acceptance models ``test-all`` and ``test-none``.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from wispsim.config import AcceptanceConfig, Scenario
 from wispsim.model.acceptance import ACCEPTANCE, FEATURES, ResponseStream, accept_runs
 from wispsim.sim.scenarios import load_scenario
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: README, docs, scenarios, wispsim/
 GIB = 1024**3
 
 # Coefficients of the test profile: round numbers so expected times can be worked out by hand.
@@ -188,3 +193,65 @@ def cli(
         code = int(e.code or 0)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+# --------------------------------------------------------------------------------------------
+# Results folders made by the real CLI (tests/plots/test_plots.py, tests/house/test_notebooks.py)
+# --------------------------------------------------------------------------------------------
+
+_QUICK = ["--set", "workload.warmup_s=2", "--set", "workload.duration_s=8"]
+_BUILT: dict[str, object] = {}  # one set of folders per session, for the plots and the notebooks
+
+
+def run_wispsim(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``wispsim ARGS`` in a new process (python -m wispsim.cli), output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "wispsim.cli", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+_TRACE = "--duration 120 --low 10 --high 30 --period 120 --peaks 40:140 --hold 10 --decay 30"
+_RUN = "run --tail 30 --arrivals"
+_COMPARE = "compare --policies wisp,fcfs --classes 4,8 --seeds 1 --devices 40,80,120 --jobs 1"
+
+
+def build_results(factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """(compare folder, {policy: bursty run folder}), built on first use."""
+    if "results" not in _BUILT:
+        root = factory.mktemp("plot-results")
+        trace = root / "mini.csv"
+        gen = run_wispsim("arrivals", "generate", "--out", str(trace), *_TRACE.split())
+        assert gen.returncode == 0, gen.stderr
+        runs = {p: root / f"bursty-{p}" for p in ("wisp", "fcfs")}
+        # the two runs go in the background while the compare uses the other core
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "wispsim.cli",
+                    *_RUN.split(),
+                    str(trace),
+                    "--policy",
+                    p,
+                    "--out",
+                    str(f),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for p, f in runs.items()
+        ]
+        cmp = root / "compare"
+        c = run_wispsim(*_COMPARE.split(), "--out", str(cmp), *_QUICK)
+        assert c.returncode == 0, c.stderr
+        for proc in procs:
+            _, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err
+        _BUILT["results"] = (cmp, runs)
+    return _BUILT["results"]  # type: ignore[return-value]
+
+
+def is_png(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

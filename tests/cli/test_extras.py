@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.support import cli
+from tests.support import ROOT, cli
 
 
 @pytest.mark.parametrize(
@@ -78,11 +78,10 @@ def test_the_notebook_picks_the_newest_folder_it_can_plot(tmp_path) -> None:  # 
 
 def test_profile_fit_without_held_out_rows_says_so(capsys, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import shutil
-    from pathlib import Path
 
     import pandas as pd
 
-    data = Path(__file__).resolve().parents[1] / "profiles" / "data" / "cpu-qwen2.5-0.5b.csv"
+    data = ROOT / "profiles" / "data" / "cpu-qwen2.5-0.5b.csv"
     rows = pd.read_csv(data)
     train = tmp_path / "train-only.csv"
     rows[rows.split == "train"].to_csv(train, index=False)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from support import cli, profile_dict
 
+from tests.support import cli, profile_dict
 from wispsim.config.limits import (
     MAX_BATCH_REQUESTS,
     MAX_BATCH_TOKENS,

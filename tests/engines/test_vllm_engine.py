@@ -15,8 +15,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from support import cli
-
+from tests.support import cli
 from wispsim.engines import EngineSpec, make_engine, random_batch
 from wispsim.engines.vllm import VLLMEngine
 from wispsim.measure.profile.plan import PlanOptions, make_plan, split_ints, write_plan

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tests.support import ROOT
 from wispsim.engines.vllm_quiet import KNOWN, KnownHarmless
 
 
@@ -97,9 +98,8 @@ def test_python_warnings_match_on_category_file_and_text() -> None:
 
 
 def test_the_list_is_what_docs_serve_md_names() -> None:
-    from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[1] / "docs/serve.md").read_text()
+    doc = (ROOT / "docs/serve.md").read_text()
     section = " ".join(doc.split("## Known-harmless vLLM messages", 1)[1].split())
     for k in KNOWN:
         assert k.start.split("`")[0][:30] in section, k.start

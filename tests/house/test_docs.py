@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import ROOT
 from wispsim.sim.scenarios import load_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 

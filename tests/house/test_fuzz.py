@@ -36,10 +36,10 @@ import yaml
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from tests.support import ROOT
 from wispsim.errors import WispsimError
 from wispsim.paths import profiles_dir, traces_dir
 
-REPO = Path(__file__).resolve().parent.parent
 QUICK = ["--devices", "4", "--set", "workload.duration_s=3", "--set", "workload.warmup_s=0"]
 
 
@@ -398,9 +398,9 @@ def test_scenario_unknown_keys_refused(
         assert result == "error"
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "scenarios").glob("*.yaml")))
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml")))
 def test_shipped_scenarios_load(name: str) -> None:
-    assert outcome(load_with, REPO / "scenarios" / name) == "ok"
+    assert outcome(load_with, ROOT / "scenarios" / name) == "ok"
 
 
 def test_replica_profiles_unknown_names_the_field(work: Path) -> None:

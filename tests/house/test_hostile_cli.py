@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support import cli
+
+from tests.support import cli
 
 TINY = ["--set", "workload.duration_s=5", "--set", "workload.warmup_s=0"]
 

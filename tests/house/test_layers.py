@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "wispsim"
+from tests.support import ROOT
+
+PACKAGE = ROOT / "wispsim"
 
 # bottom to top; a module may import its own layer and the ones below it
 LAYERS = (
@@ -186,12 +188,13 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_package_is_layered() -> None:
-    problems = check(ROOT)
+    problems = check(PACKAGE)
     assert not problems, "\n".join(problems)
 
 
 def test_every_folder_is_a_known_layer() -> None:
-    tops = {p.relative_to(ROOT).parts[0] for p in ROOT.rglob("*.py") if len(p.relative_to(ROOT).parts) > 1}
+    files = [p.relative_to(PACKAGE).parts for p in PACKAGE.rglob("*.py")]
+    tops = {parts[0] for parts in files if len(parts) > 1}
     assert tops <= set(LAYERS), f"folders outside the layer list: {sorted(tops - set(LAYERS))}"
 
 

@@ -1,8 +1,9 @@
 """The notebooks under notebooks/ run, top to bottom, on small results folders (so they cannot rot).
 
 Each notebook is executed with nbclient in a python3 kernel of this interpreter, pointed at the
-folders tests/test_plots.py builds (through WISPSIM_RESULTS / WISPSIM_RUNS), writing its figures
-to a temporary folder (WISPSIM_FIGURES). The files in the repository are kept without outputs.
+folders tests/plots/test_plots.py draws (``tests.support.build_results``, through WISPSIM_RESULTS /
+WISPSIM_RUNS), writing its figures to a temporary folder (WISPSIM_FIGURES). The files in the
+repository are kept without outputs.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import os
 from pathlib import Path
 
 import pytest
-from test_plots import build_results, is_png
+
+from tests.support import ROOT, build_results, is_png
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 ipykernel_spec = pytest.importorskip("ipykernel.kernelspec")
 
-ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 
 

@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 import typer
 import yaml
-from support import deterministic_overrides, profile_dict
 from typer.testing import CliRunner
 
+from tests.support import ROOT, deterministic_overrides, profile_dict
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.measure.profile.derive import SHIPPED, derive_named
 from wispsim.measure.profile.fit import fit, metrics
@@ -38,7 +38,6 @@ from wispsim.model.measured import MeasuredTable, read_measurements
 from wispsim.model.profiles import load_profile, parse_profile
 from wispsim.sim.scenarios import load_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
 # the published A100 / Qwen3-32B coefficients (SPEC 4) as the synthetic truth
 TRUE = {"a": 3.314e-5, "b_compute": 3.450e-8, "b_read": 4.620e-6, "c": 1.486e-2}
 FACTS = {

@@ -17,9 +17,9 @@ import pytest
 
 vllm = pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
 
-from support import cli  # noqa: E402
-
+from tests.support import cli  # noqa: E402
 from wispsim.model.acceptance import FEATURES, load_trace  # noqa: E402
 
 WORDS = 48  # the tokenizer's vocabulary (w0 = EOS); the models' logits are wider

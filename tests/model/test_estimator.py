@@ -8,8 +8,8 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import profile_dict
 
+from tests.support import profile_dict
 from wispsim.errors import ConfigError
 from wispsim.model.estimator import Estimator, aggregates
 from wispsim.model.profiles import load_profile

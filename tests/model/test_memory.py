@@ -213,8 +213,8 @@ def test_block_size_comes_from_the_profiles_engine_unless_the_scenario_sets_one(
     """``server.block_size: null`` (the default) takes the profile's ``kv_block_size`` (vLLM's CPU
     backend: 128), or 16 where the profile does not say; a number in the scenario wins."""
     import yaml
-    from support import profile_dict
 
+    from tests.support import profile_dict
     from wispsim.model.memory import block_size
     from wispsim.model.profiles import load_profile
     from wispsim.sim.scenarios import load_scenario

@@ -2,15 +2,14 @@
 
 The result folders are made once per session by the real CLI on tiny configs: a compare of two
 policies on two classes, and two runs (wisp, fcfs) on a generated two-minute bursty trace.
-tests/test_notebooks.py executes the notebooks on the same folders.
+tests/house/test_notebooks.py executes the notebooks on the same folders (both get them from
+``tests.support.build_results``).
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from tests.support import ROOT, build_results, is_png, run_wispsim
 from wispsim.analysis.attribution import COMPUTE, QUEUE, attribute_rounds, violated_rounds
 from wispsim.cli.main import app
 from wispsim.errors import WispsimError
@@ -32,58 +32,6 @@ from wispsim.plots import (
     violation_curves_figure,
 )
 
-QUICK = ["--set", "workload.warmup_s=2", "--set", "workload.duration_s=8"]
-_BUILT: dict[str, object] = {}  # one set of folders per session, shared with test_notebooks.py
-
-
-def wispsim(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "wispsim.cli", *args], capture_output=True, text=True, timeout=600
-    )
-
-
-TRACE = "--duration 120 --low 10 --high 30 --period 120 --peaks 40:140 --hold 10 --decay 30"
-RUN = "run --tail 30 --arrivals"
-COMPARE = "compare --policies wisp,fcfs --classes 4,8 --seeds 1 --devices 40,80,120 --jobs 1"
-
-
-def build_results(factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
-    """(compare folder, {policy: bursty run folder}), built on first use."""
-    if "results" not in _BUILT:
-        root = factory.mktemp("plot-results")
-        trace = root / "mini.csv"
-        gen = wispsim("arrivals", "generate", "--out", str(trace), *TRACE.split())
-        assert gen.returncode == 0, gen.stderr
-        runs = {p: root / f"bursty-{p}" for p in ("wisp", "fcfs")}
-        # the two runs go in the background while the compare uses the other core
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "wispsim.cli",
-                    *RUN.split(),
-                    str(trace),
-                    "--policy",
-                    p,
-                    "--out",
-                    str(f),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for p, f in runs.items()
-        ]
-        cmp = root / "compare"
-        c = wispsim(*COMPARE.split(), "--out", str(cmp), *QUICK)
-        assert c.returncode == 0, c.stderr
-        for proc in procs:
-            _, err = proc.communicate(timeout=600)
-            assert proc.returncode == 0, err
-        _BUILT["results"] = (cmp, runs)
-    return _BUILT["results"]  # type: ignore[return-value]
-
 
 @pytest.fixture(scope="session")
 def compare_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -93,10 +41,6 @@ def compare_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def bursty_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return build_results(tmp_path_factory)[1]
-
-
-def is_png(path: Path) -> bool:
-    return path.is_file() and path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def invoke(*args: str) -> str:
@@ -344,7 +288,7 @@ def test_bad_input_is_one_line_naming_the_file(
     (tmp_path / "ragged").mkdir()
     (tmp_path / "ragged" / "capacity.csv").write_text("policy,class\nwisp,4\nwisp,8,90,80,99\n")
     subs = {"tmp": str(tmp_path), "run": str(bursty_runs["wisp"]), "cmp": str(compare_dir)}
-    p = wispsim("plot", *[a.format(**subs) for a in args])
+    p = run_wispsim("plot", *[a.format(**subs) for a in args])
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
@@ -506,7 +450,7 @@ def test_every_figure_fits_its_titles_counts_in_whole_ticks_and_hides_no_point(
     from wispsim.plots.figure import figure_problems, pyplot, tidy
     from wispsim.plots.public import public_tpot
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     cap = labels_as_str(compare_dir / "capacity.csv")
     pooled = labels_as_str(compare_dir / "curve_pooled.csv")
     first = cap["class"].iloc[0]

@@ -24,12 +24,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-for _module in ("fastapi", "uvicorn", "httpx"):
+for _module in ("fastapi", "uvicorn", "httpx", "psutil"):
     pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
 
-from tests.support import cli  # noqa: E402
+from tests.support import ROOT, cli  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "validation-cpu.yaml"
 VOCAB = 512
 # the simulated side: the shipped profile measured with vLLM's engine core in its own process,
@@ -43,6 +42,7 @@ def tiny_model(root: Path) -> Path:
     float32 weights and a word-level tokenizer covering its whole vocabulary (vLLM refuses
     prompt ids its tokenizer does not know)."""
     torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 

@@ -1,6 +1,6 @@
 """The real deployment's code paths without vLLM: the HTTP API, the dispatch loop, the wall-clock
 SimPy environment, and a swarm against a server whose engine is a fake with vLLM's block-granular
-prefix cache. The same paths on the real engine are tested in tests/test_validate_vllm.py."""
+prefix cache. The same paths on the real engine are tested in tests/serve/test_validate_vllm.py."""
 
 from __future__ import annotations
 
@@ -13,15 +13,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
-# the serve extra (fastapi, uvicorn, httpx): without it these tests skip, and the commands say
-# what to install (tests/test_extras.py)
-for _module in ("fastapi", "uvicorn", "httpx"):
+# the serve extra (fastapi, uvicorn, httpx, psutil): without it these tests skip, and the commands say
+# what to install (tests/cli/test_extras.py)
+for _module in ("fastapi", "uvicorn", "httpx", "psutil"):
     pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
 
-from tests.support import cli  # noqa: E402
+from tests.support import ROOT, cli  # noqa: E402
 from wispsim.sim.scenarios import load_scenario  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "validation-cpu.yaml"
 BLOCK = 128
 FACTS = {

@@ -15,11 +15,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.support import cli
+from tests.support import ROOT, cli
 
 pytest.importorskip("vllm")
+for _module in ("fastapi", "uvicorn", "httpx", "psutil"):  # `wispsim validate` starts `wispsim serve`
+    pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
 
-ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "validation-cpu.yaml"
 
 

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from support import small_scenario, write_profile
 
+from tests.support import small_scenario, write_profile
 from wispsim.config import Scenario
 from wispsim.model.memory import KVMemory
 from wispsim.model.profiles import load_profile

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support import deterministic_overrides, write_profile
 
+from tests.support import deterministic_overrides, write_profile
 from wispsim.sim.scenarios import load_scenario
 from wispsim.sim.simulation import simulate
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from support import write_profile
 from typer.testing import CliRunner
 
+from tests.support import ROOT, write_profile
 from wispsim.analysis.metrics import replica_summary, summarize
 from wispsim.analysis.timeseries import burst_table, compliance_series, trace_peaks
 from wispsim.cli.main import app
@@ -22,8 +22,6 @@ from wispsim.model.fleet import device_specs, fleet_classes, fleet_size
 from wispsim.sim.arrivals import ArrivalTrace, bursty_trace, load_arrival_trace
 from wispsim.sim.scenarios import load_scenario
 from wispsim.sim.simulation import simulate
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_trace(path: Path, rows: list[tuple[float, float]]) -> str:

@@ -11,10 +11,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from tests.support import ROOT
 from wispsim.cli.main import app
 from wispsim.errors import ConfigError
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support import ROOT
 from wispsim.errors import ConfigError
 from wispsim.model.fleet import device_specs, fleet_size
 from wispsim.sim.scenarios import load_scenario
@@ -21,7 +22,7 @@ from wispsim.study.cluster import choose_method, plan_cluster
 from wispsim.study.decompose import share_counts, share_scenario
 from wispsim.study.points import PointResult
 
-FLEET_2000 = Path(__file__).resolve().parents[1] / "scenarios" / "fleet-2000.yaml"
+FLEET_2000 = ROOT / "scenarios" / "fleet-2000.yaml"
 
 
 # ------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from tests.support import ROOT
 from wispsim.analysis.metrics import summarize
 from wispsim.cli.main import app
 from wispsim.config import Scenario
@@ -26,7 +27,6 @@ from wispsim.study.replay.drive import log_scenario, replay
 from wispsim.study.replay.log import COLUMN_NAMES, REQUIRED, meta_path, write_log
 from wispsim.study.replay.read import read_log
 
-ROOT = Path(__file__).resolve().parents[1]
 SHORT = {"workload": {"warmup_s": 5, "duration_s": 30}, "server": {"profile": "a100-qwen3-32b-paper"}}
 # 100 devices on the paper's A100 verifier with WISP on vLLM's LRU prefix cache: past its memory
 # cliff, so about a third of the responses violate (neither 0 nor 1: a rate that cannot match by

@@ -1,5 +1,5 @@
 """Random-weight SmolLM2-135M (wispsim/data/archs/smollm2-135m.yaml), float32, with a word-level
-tokenizer covering its whole vocabulary (as tests/test_openai_endpoint.py builds its tiny model)."""
+tokenizer covering its whole vocabulary (as tests/serve/test_openai_endpoint.py builds its tiny model)."""
 import json, sys
 from pathlib import Path
 import torch, yaml

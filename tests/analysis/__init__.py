@@ -1,0 +1,1 @@
+"""Tests of wispsim.analysis: records -> tables."""

@@ -1,0 +1,1 @@
+"""Tests of wispsim.cli: the command line, end to end."""

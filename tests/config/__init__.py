@@ -1,0 +1,1 @@
+"""Tests of wispsim.config: YAML -> frozen dataclasses, --set, the limits."""

@@ -1,0 +1,1 @@
+"""Tests of wispsim.engines: real inference engines behind one interface."""

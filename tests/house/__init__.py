@@ -1,0 +1,1 @@
+"""Checks of the whole house: layers, docs and notebooks, hostile inputs (issue 13)."""

@@ -1,0 +1,1 @@
+"""Tests of wispsim.measure: recording traces and profiles, training predictors."""

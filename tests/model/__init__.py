@@ -1,0 +1,1 @@
+"""Tests of wispsim.model: the parts a run wires, without SimPy."""

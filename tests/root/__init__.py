@@ -1,0 +1,1 @@
+"""Tests of the root modules, wispsim/*.py (errors, paths, tabular, results, host, ...)."""

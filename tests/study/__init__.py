@@ -1,0 +1,1 @@
+"""Tests of wispsim.study: many runs (points, runners, capacity, plans, replay, experiments)."""
