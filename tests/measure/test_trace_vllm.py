@@ -2,7 +2,7 @@
 
 vLLM's CPU attention needs a head dim of 64 or more, so the models are ``tiny-vllm``-shaped
 (hidden 128, 2 heads, 1 KV head, vocab 512); the tokenizer is the tiny word-level one of
-``test_record.py``. Every call goes through the CLI in-process, so the two vLLM engines start
+``test_trace_record.py``. Every call goes through the CLI in-process, so the two vLLM engines start
 once for the module (``open_llm``'s cache) and are stopped at its end.
 """
 
@@ -30,7 +30,7 @@ EXACT = ("top1_prob", "top2_prob", "margin", "committed_q", "target_top1_prob")
 
 def tiny_vllm_pair(root: Path) -> tuple[Path, Path]:
     """A draft and a target (float32, random weights, sharpened output layer) sharing the tiny
-    word-level tokenizer of ``test_record.py``; the draft is the target with noise on every
+    word-level tokenizer of ``test_trace_record.py``; the draft is the target with noise on every
     weight, so that they agree at some positions and not at others."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
