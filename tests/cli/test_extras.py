@@ -241,4 +241,7 @@ def test_profile_fit_writes_the_engine_layout_it_was_recorded_in() -> None:
         engine_layout({"engine": "vllm", "vllm_env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}) == "in-process"
     )
     assert engine_layout({"engine": "vllm", "vllm_env": {}}) == "multiprocess"  # vLLM's default
+    # where `profile record` keeps it: with the engine's facts
+    recorded = {"engine": "vllm", "engine_facts": {"vllm_env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}}
+    assert engine_layout(recorded) == "in-process"
     assert engine_layout({"engine": "hf"}) is None

@@ -90,9 +90,11 @@ def engine_layout(meta: dict[str, Any]) -> str | None:
     default, unset, is a process of its own); None for other engines."""
     if "vllm" not in str(meta.get("engine", "")).lower():
         return None
-    in_process = (meta.get("engine_facts") or {}).get("engine_in_process")
-    if in_process is None:
-        in_process = (meta.get("vllm_env") or {}).get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+    facts = meta.get("engine_facts") or {}
+    in_process = facts.get("engine_in_process")
+    if in_process is None:  # `profile record` keeps the vLLM environment with the engine's facts
+        env = facts.get("vllm_env") or meta.get("vllm_env") or {}
+        in_process = env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
     return "in-process" if in_process else "multiprocess"
 
 
