@@ -63,5 +63,3 @@ def ablate_predictor(
     table["devices"] = table["devices"].astype(int)
     table["goodput_gain"] = table.goodput_tps_on / table.goodput_tps_off
     return per_seed, table
-
-
