@@ -170,7 +170,10 @@ def test_swarm_drives_vllm_serve(server: str, capsys, monkeypatch, tmp_path: Pat
                        "--openai-url", server, "--devices", "3", "--out", str(out), *SHORT)  # fmt: skip
     assert code == 0, err
     _, tokens = check_records(out)
-    assert tokens.groupby("response").tokens.diff().dropna().eq(1).all()  # no speculation: one per chunk
+    # no speculation: one token per chunk, but when vLLM's API process falls behind (a loaded host) it
+    # merges a request's pending outputs into one chunk (docs/serve.md: up to 3 seen)
+    step = tokens.groupby("response").tokens.diff().dropna()
+    assert step.eq(1).mean() >= 0.95 and step.max() <= 4, step.value_counts().to_dict()
     facts = json.loads((out / "manifest.json").read_text())["server"]
     assert facts["model"] == "tiny" and facts["engine"] == "vllm" and facts["engine_in_process"] is False
     assert facts["block_size"] == 128 and facts["kv_capacity_tokens"] > 0 and not facts["server_speculation"]
