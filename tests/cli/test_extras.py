@@ -169,6 +169,8 @@ def test_a_model_is_a_folder_or_a_hub_id_and_an_unreachable_hub_is_one_line(tmp_
     pytest.importorskip("huggingface_hub")
     import huggingface_hub
 
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # never the network: every download below is stubbed
+
     from wispsim.errors import WispsimError
     from wispsim.measure.trace.record import resolve_model
 

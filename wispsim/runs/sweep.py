@@ -69,9 +69,8 @@ class SweepOutcome:
 def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Report = _none) -> SweepOutcome:
     """Run the capacity sweep of ``req.policies`` and write its folder; ``command`` compare also
     writes the speed-up ratios (compare.csv)."""
-    from wispsim.study.capacity import capacity_sweep, groups_for, speedups
+    from wispsim.study.capacity import groups_for, speedups
     from wispsim.study.points import RECORD_MODES
-    from wispsim.study.runners import make_runner
 
     folder = Results.planned(out, command)  # checked before any work
     if req.mix not in ("separate", "shared"):
@@ -92,42 +91,54 @@ def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Repo
     with folder.writing():  # the folder is incomplete until the manifest
         for p, s in base.items():
             folder.text(f"scenario-{p}.yaml" if len(base) > 1 else "scenario.yaml", s.to_yaml())
-    with (
-        folder.writing(),  # a full disk while storing points: one line; finished points stay
-        make_runner(req.backend, req.jobs, folder.path, req.records, req.address) as runner,
-    ):
-        result = capacity_sweep(
-            base,
-            groups_for(cls, req.mix),
-            seed_list,
-            eps,
-            runner,
-            grid=req.grid,
-            start=req.start,
-            max_devices=req.max_devices,
-            progress=report,
-        )
+    result = _search(req, folder, base, groups_for(cls, req.mix), seed_list, eps, req.records, report)
     wide = speedups(result.capacity, req.policies) if command == "compare" else None
     with folder.writing():
         result.write(folder)
         if wide is not None:
             folder.table("compare.csv", wide)
-        folder.finish(
-            {
-                "policies": req.policies,
-                "classes": list(cls),
-                "mix": req.mix,
-                "seeds": seed_list,
-                "epsilon": eps,
-                "grid": list(req.grid),
-                "start": req.start,
-                "max_devices": req.max_devices,
-                "jobs": req.jobs,
-                "backend": req.backend,
-                "address": req.address,
-            }
-        )
+        folder.finish({"policies": req.policies, "mix": req.mix, **_facts(req, cls, seed_list, eps)})
     return SweepOutcome(folder.path, result, wide)
+
+
+def _search(
+    req: SweepRequest,
+    folder: Results,
+    base: dict[str, Scenario],
+    groups: list,  # study.capacity's Group list
+    seeds: list[int],
+    epsilon: float,
+    records: str,
+    report: Report,
+) -> SweepResult:
+    """The capacity search of ``base`` (policies or latency models) with ``req``'s grid, bracket
+    and runner, its points stored in ``folder``."""
+    from wispsim.study.capacity import capacity_sweep
+    from wispsim.study.runners import make_runner
+
+    with (
+        folder.writing(),  # a full disk while storing points: one line; finished points stay
+        make_runner(req.backend, req.jobs, folder.path, records, req.address) as runner,
+    ):
+        return capacity_sweep(
+            base, groups, seeds, epsilon, runner,
+            grid=req.grid, start=req.start, max_devices=req.max_devices, progress=report,
+        )  # fmt: skip
+
+
+def _facts(req: SweepRequest, classes: tuple[float, ...], seeds: list[int], epsilon: float) -> dict:
+    """What a capacity search ran with, for its manifest."""
+    return {
+        "classes": list(classes),
+        "seeds": seeds,
+        "epsilon": epsilon,
+        "grid": list(req.grid),
+        "start": req.start,
+        "max_devices": req.max_devices,
+        "jobs": req.jobs,
+        "backend": req.backend,
+        "address": req.address,
+    }
 
 
 @dataclass
@@ -195,9 +206,8 @@ def estimator_compare(
     measured profile and with its measurements replayed (``measured``: measured or
     measured-nearest); writes capacity.csv and compare.csv."""
     from wispsim.model.profiles import load_profile
-    from wispsim.study.capacity import capacity_sweep, groups_for
+    from wispsim.study.capacity import groups_for
     from wispsim.study.estimator_compare import MEASURED_MODELS, compare_capacities, latency_scenarios
-    from wispsim.study.runners import make_runner
 
     folder = Results.planned(out, "estimator-compare")  # checked before any work
     if measured not in MEASURED_MODELS:
@@ -223,36 +233,11 @@ def estimator_compare(
     with folder.writing():  # the folder is incomplete until the manifest
         for model, s in base.items():
             folder.text(f"scenario-{model}.yaml", s.to_yaml())
-    with folder.writing(), make_runner(req.backend, req.jobs, folder.path, "none", req.address) as runner:
-        result = capacity_sweep(
-            base,
-            groups_for(cls, "separate"),
-            seed_list,
-            eps,
-            runner,
-            grid=req.grid,
-            start=req.start,
-            max_devices=req.max_devices,
-            progress=report,
-        )
+    result = _search(req, folder, base, groups_for(cls, "separate"), seed_list, eps, "none", report)
     cap, wide = compare_capacities(result, base, measured, first, prof.data_path)
     with folder.writing():
         folder.table("capacity.csv", cap)
         folder.table("compare.csv", wide)
-        folder.finish(
-            {
-                "profile": prof.name,
-                "policy": policy,
-                "measured": measured,
-                "classes": list(cls),
-                "seeds": seed_list,
-                "epsilon": eps,
-                "grid": list(req.grid),
-                "start": req.start,
-                "max_devices": req.max_devices,
-                "jobs": req.jobs,
-                "backend": req.backend,
-                "address": req.address,
-            }
-        )
+        facts = _facts(req, cls, seed_list, eps)
+        folder.finish({"profile": prof.name, "policy": policy, "measured": measured, **facts})
     return EstimatorOutcome(folder.path, prof.name, cap, wide)
