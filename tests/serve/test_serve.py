@@ -12,13 +12,14 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import yaml
 
 # the serve extra (fastapi, uvicorn, httpx, psutil): without it these tests skip, and the commands say
 # what to install (tests/cli/test_extras.py)
 for _module in ("fastapi", "uvicorn", "httpx", "psutil"):
     pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
 
-from tests.support import ROOT, cli  # noqa: E402
+from tests.support import ROOT, cli, write_profile  # noqa: E402
 from wispsim.sim.scenarios import load_scenario  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "validation-cpu.yaml"
@@ -396,6 +397,19 @@ def test_validate_real_from_simulates_stored_real_points_again(
     )
     code, _, err = cli(capsys, monkeypatch, "validate", "--real-from", str(first), "--out", str(first))
     assert code == 2 and "--real-from" in err
+    # re-priced with another profile, the simulated scheduler still plans as the real server did
+    fitted = write_profile(tmp_path / "fitted.yaml")
+    priced = tmp_path / "priced"
+    code, _, err = cli(capsys, monkeypatch, "validate", str(SCENARIO), "--policies", "wisp", "--devices", "2",
+                       "--real-from", str(first), "--out", str(priced),
+                       "--set", "workload.warmup_s=0.5", "--set", "workload.duration_s=2",
+                       "--sim-set", f"server.profile={fitted}",
+                       "--sim-set", "server.activation_reserve_gib=0")  # fmt: skip  (a 1 GiB toy GPU)
+    assert code == 0, err
+    sim_sc = point(Results(priced), "compute", "wisp", 2) / "sim_scenario.yaml"
+    sim_srv = yaml.safe_load(sim_sc.read_text())["server"]
+    served = yaml.safe_load((folder / "scenario.yaml").read_text())["server"]
+    assert sim_srv["profile"] == str(fitted) and sim_srv["planning_profile"] == served["profile"]
 
 
 def test_profile_fit_reads_a_deployment_batch_log(fake_server, capsys, monkeypatch, tmp_path: Path) -> None:

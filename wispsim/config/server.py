@@ -78,6 +78,9 @@ class ServerConfig:
     kv_admission_order: Literal["fcfs", "deadline"] = "fcfs"
     latency_model: str = "linear"
     estimator_form: str | None = None  # None: the profile's own (``estimator:``; additive if it says none)
+    # the profile the scheduler plans with when it is not the engine's true cost (``profile``): a
+    # deployment configured with another profile than the one its engine follows; None: ``profile``
+    planning_profile: str | None = None
     noise: bool = True
     gpu_memory_utilization: float = 0.9
     activation_reserve_gib: float = 1.5

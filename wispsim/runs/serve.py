@@ -333,6 +333,11 @@ def _pair(req: ValidateRequest, regime: Regime, policy: str, openai: bool) -> Re
 
         check_policy(served.scenario)
     mine = sets_for(req.sim_sets, policy)
+    keys = {item.partition("=")[0].strip() for item in mine}
+    if not openai and "server.profile" in keys and "server.planning_profile" not in keys:
+        # the real server planned with the served profile: a re-priced simulation plans with it too
+        srv = served.scenario.server
+        mine.append(f"server.planning_profile={srv.planning_profile or srv.profile}")
     variant = served.scenario
     if mine:
         variant = load(None, mine, base=served.scenario.to_dict(), source="--sim-set")

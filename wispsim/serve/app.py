@@ -196,8 +196,14 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
         bs = int(facts["block_size"])
         cap = int(facts["kv_capacity_tokens"] or kv_capacity(srv, profile))
         blocks = cap // bs
-        gpu = GpuState(
-            profile.estimator, blocks, bs, srv.max_batch_requests, srv.max_batch_tokens, srv.delta_ms / 1000.0
+        plan = profile if srv.planning_profile is None else load_profile(srv.planning_profile)
+        gpu = GpuState(  # the scheduler plans with the planning profile (``profile`` where none)
+            plan.with_form(srv.estimator_form).estimator,
+            blocks,
+            bs,
+            srv.max_batch_requests,
+            srv.max_batch_tokens,
+            srv.delta_ms / 1000.0,
         )
         memory = KVMemory(blocks, bs, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
         scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()

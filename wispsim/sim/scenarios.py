@@ -238,16 +238,18 @@ def _profiles(scenario: Scenario, source: str) -> list[Profile]:
     names = [("server.profile", sv.profile)]
     if sv.replica_profiles:
         names = [(f"server.replica_profiles[{i}]", n) for i, n in enumerate(sv.replica_profiles)]
-    out = []
-    for fld, name in names:
-        try:
-            out.append(load_profile(name))
-        except ConfigError as e:
-            if e.source != "scenario":  # the profile file itself is bad: it names itself
-                raise
-            raise ConfigError(source, fld, e.problem) from None
-        out[-1] = out[-1].with_form(sv.estimator_form, source)
-    return out
+    return [_load(name, fld, scenario, source) for fld, name in names]
+
+
+def _load(name: str, fld: str, scenario: Scenario, source: str) -> Profile:
+    """Profile ``name`` (scenario field ``fld``) with the scenario's estimator form applied."""
+    try:
+        profile = load_profile(name)
+    except ConfigError as e:
+        if e.source != "scenario":  # the profile file itself is bad: it names itself
+            raise
+        raise ConfigError(source, fld, e.problem) from None
+    return profile.with_form(scenario.server.estimator_form, source)
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,12 @@ class Resolved:
     profiles: tuple[Profile, ...]
     capacities: tuple[int, ...]
     block_sizes: tuple[int, ...]
+    # per replica, the profile the scheduler plans with (``server.planning_profile``, else its own)
+    planning: tuple[Profile, ...] = ()
+
+    def planner(self, replica: int) -> Profile:
+        """The profile replica ``replica``'s scheduler plans with."""
+        return self.planning[replica] if self.planning else self.profiles[replica]
 
 
 def resolve_server(scenario: Scenario, source: str = "scenario") -> Resolved:
@@ -273,7 +281,9 @@ def resolve_server(scenario: Scenario, source: str = "scenario") -> Resolved:
     copies = 1 if scenario.server.replica_profiles else scenario.server.replicas
     profiles = tuple(distinct) * copies
     sizes = tuple(block_size(scenario.server.block_size, p) for p in profiles)
-    resolved = Resolved(scenario, profiles, tuple(capacities) * copies, sizes)
+    plan = scenario.server.planning_profile
+    planning = (_load(plan, "server.planning_profile", scenario, source),) * len(profiles) if plan else ()
+    resolved = Resolved(scenario, profiles, tuple(capacities) * copies, sizes, planning)
     _check_requests_fit(resolved)
     return resolved
 

@@ -159,8 +159,13 @@ def _verifiers(ctx: RunContext, resolved: Resolved) -> list[Verifier]:
         zip(resolved.profiles, resolved.capacities, resolved.block_sizes, strict=True)
     ):
         blocks = cap // bs
-        gpu = GpuState(
-            prof.estimator, blocks, bs, srv.max_batch_requests, srv.max_batch_tokens, srv.delta_ms / 1000.0
+        gpu = GpuState(  # the scheduler plans with the planning profile; ``prof`` prices the batches
+            resolved.planner(r).estimator,
+            blocks,
+            bs,
+            srv.max_batch_requests,
+            srv.max_batch_tokens,
+            srv.delta_ms / 1000.0,
         )
         memory = KVMemory(blocks, bs, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
         scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()

@@ -251,6 +251,8 @@ class Verifier:
             evicted = memory.allocate(totals)
             # every verification round is a request arriving anew, re-submitted with its prefix
             t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(batch), len(batch))
+            if self.gpu.estimator is not getattr(self.latency, "est", None):  # a planning profile
+                t_hat = self.gpu.estimator.batch(n_lin, n_int, n_cac, len(batch), len(batch))
             blocks_used = memory.used
             if self.track_work:
                 self.queued_work = max(self.queued_work - sum(r.work for r in batch), 0.0)

@@ -24,6 +24,7 @@ from wispsim.study.experiments import (  # noqa: F401
     public_study,
     requests_study,
     run_studies,
+    validation_scale_study,
     validation_study,
 )
 from wispsim.study.experiments.run import run_experiment, write_report
