@@ -4,7 +4,9 @@ Every real run folder here (``seed0``, ``seed1``, ``seed0b``, ``seed0c``, ``seed
 ``pressure-seed0``, ``pressure-seed1``) holds points ``points/REGIME/POLICY/nN``; the folder's
 simulated side priced the verifier with the recorded profile (``recorded``), and ``FOLDER-deployed``
 re-simulated the same real points with the profile fitted on the deployment of that host
-(``deployed``; see README.md). For each regime, policy, N and figure (violation rate, goodput,
+(``deployed``; see README.md), and ``FOLDER-deployed-before`` (host A) did so before the simulated
+scheduler planned with the real server's profile (``before``). For each regime, policy, N and figure
+(violation rate, goodput,
 speed p10/p50, queue and verify p50/p90, batch size, cold share) the real value is the mean over
 the seeds of each seed's value (as ``wispsim validate`` computes it), and its 95% interval comes
 from a bootstrap over devices within each seed (a device's responses and rounds resampled
@@ -57,13 +59,18 @@ METRICS = (
 )
 TARGETS = {"violation_rate": ("abs", 0.05), "goodput_tps": ("rel", 0.05), "verify_p50_ms": ("rel", 0.05)}
 POLICIES = ("wisp", "wisp-lru", "fcfs", "sled", "centralized")
+# simulated sides: the folder's own (recorded profile), FOLDER-deployed (the host's deployed profile,
+# planning with the profile the real server planned with), FOLDER-deployed-before (host A only: the
+# deployed profile before server.planning_profile existed, the scheduler planning with it too),
+# FOLDER-own (the profile fitted on that run's own batch log: own.py)
+VARIANTS = {"recorded": "", "deployed": "-deployed", "before": "-deployed-before", "own": "-own"}
 
 
 def real_folders() -> list[Path]:
     return sorted(
         p
         for p in HERE.iterdir()
-        if (p / "points").is_dir() and not p.name.endswith("-deployed") and not p.name.startswith("ref-")
+        if (p / "points").is_dir() and "-deployed" not in p.name and not p.name.startswith("ref-")
     )
 
 
@@ -162,8 +169,8 @@ def collect(rng: np.random.Generator) -> tuple[pd.DataFrame, dict]:
             row = {"regime": regime, "policy": policy, "devices": n, "seed": seed, "folder": folder.name}
             for m in METRICS:
                 row[m] = real[m]
-                row[f"{m}:recorded"] = sim_value(folder, rel, m)
-                row[f"{m}:deployed"] = sim_value(HERE / f"{folder.name}-deployed", rel, m)
+                for variant, suffix in VARIANTS.items():
+                    row[f"{m}:{variant}"] = sim_value(HERE / f"{folder.name}{suffix}", rel, m)
             rows.append(row)
     return pd.DataFrame(rows), draws
 
@@ -212,7 +219,7 @@ def main() -> None:
         d = pdraws[r.regime, r.policy, r.devices]
         for m in METRICS:
             lo, hi = np.nanpercentile(d[m], [2.5, 97.5])
-            for variant in ("recorded", "deployed"):
+            for variant in VARIANTS:
                 sim = r[f"{m}:{variant}"]
                 err.append(
                     {
@@ -247,7 +254,7 @@ def main() -> None:
             "real_lo": lo,
             "real_hi": hi,
         }
-        for variant in ("recorded", "deployed"):
+        for variant in VARIANTS:
             c = capacity(ns, g[f"violation_rate:{variant}"].to_numpy())
             row[f"capacity_{variant}"] = c
             row[f"miss_{variant}"] = None if np.isnan(c) or np.isnan(lo) else not (lo * 0.9 <= c <= hi * 1.1)
@@ -269,7 +276,7 @@ def main() -> None:
                 "real_hi": hi,
                 **{
                     f"sim_{v}": w[f"violation_rate:{v}"] - f[f"violation_rate:{v}"]
-                    for v in ("recorded", "deployed")
+                    for v in VARIANTS
                 },
             }
         )
@@ -325,7 +332,7 @@ def figure(pool: pd.DataFrame, pdraws: dict) -> None:
         len(regimes),
         len(POLICIES),
         figsize=(3.2 * len(POLICIES), 3.0 * len(regimes)),
-        sharex=True,
+        sharex=False,
         sharey=True,
         squeeze=False,
     )
@@ -350,8 +357,9 @@ def figure(pool: pd.DataFrame, pdraws: dict) -> None:
                 label="real (95%)",
             )
             ax.plot(g.devices, g["violation_rate:deployed"], "s--", color="C0", label="sim, deployed profile")
+            ax.plot(g.devices, g["violation_rate:own"], "d-.", color="C2", label="sim, the run's own profile")
             ax.plot(g.devices, g["violation_rate:recorded"], "^:", color="C3", label="sim, recorded profile")
-            ax.set_xticks(sorted(pool.devices.unique()))
+            ax.set_xticks(sorted(g.devices.unique()))
             if i == len(regimes) - 1:
                 ax.set_xlabel("devices N")
             if j == 0:

@@ -1,12 +1,16 @@
-"""Random-weight SmolLM2-135M (wispsim/data/archs/smollm2-135m.yaml), float32, with a word-level
-tokenizer covering its whole vocabulary (as tests/serve/test_openai_endpoint.py builds its tiny model)."""
+"""Random-weight SmolLM2-135M (wispsim/data/archs/smollm2-135m.yaml; or the architecture named by
+the second argument, e.g. mini-vllm), float32, with a word-level tokenizer covering its whole
+vocabulary (as tests/serve/test_openai_endpoint.py builds its tiny model).
+
+    python experiments/data/validation-sd/make_model.py OUT [ARCH]"""
 import json, sys
 from pathlib import Path
 import torch, yaml
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-arch = yaml.safe_load(Path("wispsim/data/archs/smollm2-135m.yaml").read_text())
+name = sys.argv[2] if len(sys.argv) > 2 else "smollm2-135m"
+arch = yaml.safe_load(Path(f"wispsim/data/archs/{name}.yaml").read_text())
 keys = ["hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
         "intermediate_size", "vocab_size", "tie_word_embeddings", "attention_bias",
         "max_position_embeddings", "rms_norm_eps", "rope_theta"]

@@ -20,6 +20,7 @@ from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, experiments_dir
 
 FILES = ("errors.csv", "capacity.csv", "wisp_vs_fcfs.csv")
+VARIANTS = ("recorded", "deployed", "before", "own")  # the simulated sides summarize.py writes
 LABELS = {
     "violation_rate": "violation",
     "goodput_tps": "goodput",
@@ -107,8 +108,11 @@ def capacity_table(cap: pd.DataFrame) -> pd.DataFrame:
                 "policy": r.policy,
                 "grid": r.grid,
                 "real [95%]": _interval(r.capacity_real, r.real_lo, r.real_hi),
-                "sim, recorded": _sim(r.capacity_recorded, r.miss_recorded),
-                "sim, deployed": _sim(r.capacity_deployed, r.miss_deployed),
+                **{
+                    f"sim, {v}": _sim(getattr(r, f"capacity_{v}"), getattr(r, f"miss_{v}"))
+                    for v in VARIANTS
+                    if hasattr(r, f"capacity_{v}")
+                },
             }
         )
     return pd.DataFrame(rows)
@@ -122,8 +126,7 @@ def difference_table(diff: pd.DataFrame) -> pd.DataFrame:
                 "regime": r.regime,
                 "N": int(r.devices),
                 "real [95%]": _interval(r.real, r.real_lo, r.real_hi),
-                "sim, recorded": _num(r.sim_recorded),
-                "sim, deployed": _num(r.sim_deployed),
+                **{f"sim, {v}": _num(getattr(r, f"sim_{v}")) for v in VARIANTS if hasattr(r, f"sim_{v}")},
             }
         )
     return pd.DataFrame(rows)
