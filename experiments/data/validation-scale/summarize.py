@@ -23,6 +23,8 @@ shipped, ~1.3 MB a point). Writes here:
 - ``wisp_vs_fcfs.csv``: WISP's violation rate minus FCFS's at the same N, real with its interval
   and simulated;
 - ``drift.csv``: the reference point (wisp, compute, N = 32, seed 0) each time it ran;
+- ``speed_index.csv``: per real point in run order, logged batch time over a fixed yardstick's
+  estimate (the host's speed as the engine saw it);
 - ``violation_vs_n.png``: violation rate against N per regime and policy, real (with intervals)
   and simulated.
 
@@ -66,44 +68,52 @@ POLICIES = ("wisp", "wisp-lru", "fcfs", "sled", "centralized")
 VARIANTS = {"recorded": "", "deployed": "-deployed", "before": "-deployed-before", "own": "-own"}
 
 
+def is_real(p: Path) -> bool:
+    """A folder of real runs (not a re-simulation of one: FOLDER-deployed*, FOLDER-own)."""
+    return (p / "manifest.json").is_file() and "-deployed" not in p.name and not p.name.endswith("-own")
+
+
 def real_folders() -> list[Path]:
-    return sorted(
-        p
-        for p in HERE.iterdir()
-        if (p / "points").is_dir() and "-deployed" not in p.name and not p.name.startswith("ref-")
-    )
+    """The study's real folders (the reference points, ref-*, are drift.csv's)."""
+    return sorted(p for p in HERE.iterdir() if is_real(p) and not p.name.startswith("ref-"))
 
 
 def device_arrays(pt: Path) -> tuple[dict[str, float], list[dict[str, np.ndarray]]] | None:
-    """The point's real figures (``done.json``) and, per device, what the bootstrap needs."""
-    if not (pt / "real_log.parquet").is_file():
+    """The point's real figures (``done.json``) and, per device, what the bootstrap needs
+    (centralized serving has no rounds: its goodput is the output of responses ending in the window)."""
+    if not (pt / "real_responses.parquet").is_file():
         return None
     done = json.loads((pt / "done.json").read_text())
     sc = yaml.safe_load((pt / "scenario.yaml").read_text())
     w0 = sc["workload"]["warmup_s"]
     w1 = w0 + sc["workload"]["duration_s"]
-    resp = pd.read_parquet(pt / "real_responses.parquet")
-    resp = resp[resp.measured]
-    log = pd.read_parquet(pt / "real_log.parquet")
-    batches = pd.read_parquet(pt / "real_batches.parquet", columns=["batch", "size"])
-    log = log.merge(batches, on="batch", how="left")
-    t0 = log.t_start.min() if "t_start" in log else 0.0
-    rounds = log[log.measured]
-    in_win = log[(log.t_end - t0 >= w0) & (log.t_end - t0 < w1)] if len(log) else log
+    every = pd.read_parquet(pt / "real_responses.parquet")
+    resp = every[every.measured]
+    if (pt / "real_log.parquet").is_file():
+        log = pd.read_parquet(pt / "real_log.parquet")
+        batches = pd.read_parquet(pt / "real_batches.parquet", columns=["batch", "size"])
+        log = log.merge(batches, on="batch", how="left")
+        t0 = log.t_start.min() if "t_start" in log else 0.0
+        rounds = log[log.measured]
+        in_win = log[(log.t_end - t0 >= w0) & (log.t_end - t0 < w1)] if len(log) else log
+    else:
+        rounds = in_win = None
+        t0 = every.t_start.min()
     devs = []
-    for d in sorted(set(resp.device) | set(rounds.device)):
-        r, q, g = resp[resp.device == d], rounds[rounds.device == d], in_win[in_win.device == d]
-        devs.append(
-            {
-                "violated": r.violated.to_numpy(float),
-                "speed": r.speed.to_numpy(float),
-                "cold": np.array([r.cold_rounds.sum(), r.rounds.sum()], float),
-                "queue": q.queue_s.to_numpy(float) * 1e3,
-                "verify": q.verify_s.to_numpy(float) * 1e3,
-                "size": q["size"].to_numpy(float),
-                "committed": float(g.committed.sum()),
-            }
-        )
+    for d in sorted(set(resp.device) | (set(rounds.device) if rounds is not None else set())):
+        r = resp[resp.device == d]
+        row = {"violated": r.violated.to_numpy(float), "speed": r.speed.to_numpy(float),
+               "cold": np.array([r.cold_rounds.sum(), r.rounds.sum()], float)}  # fmt: skip
+        if rounds is not None:
+            q, g = rounds[rounds.device == d], in_win[in_win.device == d]
+            row |= {"queue": q.queue_s.to_numpy(float) * 1e3, "verify": q.verify_s.to_numpy(float) * 1e3,
+                    "size": q["size"].to_numpy(float), "committed": float(g.committed.sum())}  # fmt: skip
+        else:
+            e = every[every.device == d]
+            ended = e[(e.t_end - t0 >= w0) & (e.t_end - t0 < w1)]
+            row |= {"queue": np.empty(0), "verify": np.empty(0), "size": np.empty(0),
+                    "committed": float(ended.output_len.sum())}  # fmt: skip
+        devs.append(row)
     return {"span": w1 - w0, **done["real"]}, devs
 
 
@@ -203,6 +213,8 @@ def is_miss(metric: str, sim: float, lo: float, hi: float) -> bool | None:
 def capacity(ns: list[int], v: np.ndarray) -> float:
     """Largest N with violation <= epsilon, linear between grid points (below the grid: between
     no devices, no violations, and the first point; the grid's top N when every point is within)."""
+    if np.isnan(v).any():
+        return np.nan
     for i, (n, x) in enumerate(zip(ns, v, strict=True)):
         if x > EPSILON:
             n0, x0 = (ns[i - 1], v[i - 1]) if i else (0, 0.0)
@@ -274,15 +286,13 @@ def main() -> None:
                 "real": w.violation_rate - f.violation_rate,
                 "real_lo": lo,
                 "real_hi": hi,
-                **{
-                    f"sim_{v}": w[f"violation_rate:{v}"] - f[f"violation_rate:{v}"]
-                    for v in VARIANTS
-                },
+                **{f"sim_{v}": w[f"violation_rate:{v}"] - f[f"violation_rate:{v}"] for v in VARIANTS},
             }
         )
     pd.DataFrame(diff).to_csv(HERE / "wisp_vs_fcfs.csv", index=False)
     figure(pool, pdraws)
     drift()
+    speed_index()
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_rows", 500):
         v = (
             errors[errors.metric == "violation_rate"]
@@ -324,6 +334,56 @@ def drift() -> None:
                 }
             )
     pd.DataFrame(rows).to_csv(HERE / "drift.csv", index=False)
+
+
+def speed_index() -> None:
+    """The engine's speed at every real point, in run order: the median over the point's batches
+    of the logged batch time over a fixed yardstick's estimate of it (the recorded profile for
+    verification batches, host B's steps profile for centralized engine steps). Same yardstick
+    everywhere, so the index moves only with the host (and the batches' shapes)."""
+    from wispsim.model.profiles import load_profile
+
+    yard = {
+        "verify": load_profile("cpu-vllm-mini-inproc").estimator,
+        "step": load_profile("cpu-vllm-mini-steps-hostb").estimator,
+    }
+    rows = []
+    for folder in sorted(p for p in HERE.iterdir() if is_real(p)):
+        man = json.loads((folder / "manifest.json").read_text())
+        order = 0
+        for regime in man["regimes"]:
+            for policy in man["policies"]:
+                for n in man["devices"]:
+                    f = folder / "points" / regime / policy / f"n{n}" / "server_batches.parquet"
+                    if not f.is_file():
+                        continue
+                    b = pd.read_parquet(f)
+                    kind = "step" if policy.startswith("centralized") else "verify"
+                    est = yard[kind]
+                    t = np.array(
+                        [
+                            est.batch(r.n_linear, r.n_interactions, r.n_cached, r.size, r.size)
+                            for r in b.itertuples()
+                        ]
+                    )
+                    ratio = b.latency.to_numpy() / t
+                    order += 1
+                    rows.append(
+                        {
+                            "folder": folder.name,
+                            "started": man["date"],
+                            "order": order,
+                            "regime": regime,
+                            "policy": policy,
+                            "devices": n,
+                            "yardstick": kind,
+                            "batches": len(b),
+                            "index_p50": round(float(np.median(ratio)), 3),
+                            "index_p25": round(float(np.quantile(ratio, 0.25)), 3),
+                            "index_p75": round(float(np.quantile(ratio, 0.75)), 3),
+                        }
+                    )
+    pd.DataFrame(rows).sort_values(["started", "order"]).to_csv(HERE / "speed_index.csv", index=False)
 
 
 def figure(pool: pd.DataFrame, pdraws: dict) -> None:
