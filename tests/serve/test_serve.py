@@ -397,14 +397,15 @@ def test_validate_real_from_simulates_stored_real_points_again(
     )
     code, _, err = cli(capsys, monkeypatch, "validate", "--real-from", str(first), "--out", str(first))
     assert code == 2 and "--real-from" in err
-    # re-priced with another profile, the simulated scheduler still plans as the real server did
+    # re-priced with another profile (a 1 GiB toy GPU: no activation reserve), the simulated
+    # scheduler still plans as the real server did
     fitted = write_profile(tmp_path / "fitted.yaml")
     priced = tmp_path / "priced"
     code, _, err = cli(capsys, monkeypatch, "validate", str(SCENARIO), "--policies", "wisp", "--devices", "2",
                        "--real-from", str(first), "--out", str(priced),
                        "--set", "workload.warmup_s=0.5", "--set", "workload.duration_s=2",
                        "--sim-set", f"server.profile={fitted}",
-                       "--sim-set", "server.activation_reserve_gib=0")  # fmt: skip  (a 1 GiB toy GPU)
+                       "--sim-set", "server.activation_reserve_gib=0")  # fmt: skip
     assert code == 0, err
     sim_sc = point(Results(priced), "compute", "wisp", 2) / "sim_scenario.yaml"
     sim_srv = yaml.safe_load(sim_sc.read_text())["server"]

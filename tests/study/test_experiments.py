@@ -28,6 +28,11 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         work / "experiments" / "data" / "validation",
         ignore=shutil.ignore_patterns("real", "points", "scenarios", "logs"),
     )
+    # the scale validation reads the tables its summarize.py wrote from the real runs
+    scale = work / "experiments" / "data" / "validation-scale"
+    scale.mkdir(parents=True)
+    for f in ("errors.csv", "capacity.csv", "wisp_vs_fcfs.csv", "drift.csv", "violation_vs_n.png"):
+        shutil.copyfile(ROOT / "experiments" / "data" / "validation-scale" / f, scale / f)
     # the public study reads the shipped public measurements (not its own results)
     shutil.copytree(
         ROOT / "experiments" / "data" / "public",

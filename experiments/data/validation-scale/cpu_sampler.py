@@ -1,8 +1,8 @@
 """CPU each side of a validation run takes, sampled every 5 s (issue 30, item 1): the server's
 process tree (``wispsim serve``, started as ``python -m wispsim.cli serve``: the engine and its
-HTTP threads) and the validate process tree
-(the swarm and the simulations), as percent of one core over the last interval, and the host's busy and stolen time (the
-hypervisor running other guests on this VM's CPUs).
+HTTP threads) and the validate process tree (the swarm and the simulations), as percent of one
+core over the last interval, and the host's busy and stolen time (the hypervisor running other
+guests on this VM's CPUs).
 
     python experiments/data/validation-scale/cpu_sampler.py OUT.csv   # until killed
 """

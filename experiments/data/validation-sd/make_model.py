@@ -3,9 +3,12 @@ the second argument, e.g. mini-vllm), float32, with a word-level tokenizer cover
 vocabulary (as tests/serve/test_openai_endpoint.py builds its tiny model).
 
     python experiments/data/validation-sd/make_model.py OUT [ARCH]"""
-import json, sys
+import json
+import sys
 from pathlib import Path
-import torch, yaml
+
+import torch
+import yaml
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
