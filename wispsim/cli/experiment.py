@@ -23,9 +23,11 @@ def list_cmd() -> None:
     """The studies, in report order."""
     from wispsim.study.experiments import list_experiments, load_spec
 
-    for name in list_experiments():
-        spec = load_spec(name)
-        console.print(f"{name:<14} {spec['study']:<12} {spec.get('title', '')}")
+    specs = [(name, load_spec(name)) for name in list_experiments()]
+    w1 = max((len(n) for n, _ in specs), default=0)
+    w2 = max((len(s["study"]) for _, s in specs), default=0)
+    for name, spec in specs:
+        console.print(f"{name:<{w1}} {spec['study']:<{w2}} {spec.get('title', '')}")
 
 
 @experiment_app.command("run")
