@@ -465,7 +465,13 @@ def test_every_figure_fits_its_titles_counts_in_whole_ticks_and_hides_no_point(
         "bursty": bursty_compare_figure(bursty_runs, classes=["2"]),
         "validation": validation_figure(validation),
         "validation, N = 2 and 4": validation_figure(validation[validation.devices.isin([2, 4])]),
+        # a second simulated side over the same real points, as the scale validation draws
+        "validation, two sides": validation_figure(
+            validation.assign(**{"sim:fitted profile": validation.sim * 1.1}), "95% bootstrap", "recorded"
+        ),
     }
+    drawn = [line.get_label() for line in figures["validation, two sides"].axes[0].get_lines()]
+    assert "recorded" in drawn and "simulated, fitted profile" in drawn
     for name, fig in figures.items():
         tidy(fig)
         assert figure_problems(fig) == [], name

@@ -13,14 +13,17 @@ from wispsim.plots.figure import pyplot, save
 NEEDED = ("regime", "policy", "devices", "metric", "real", "sim")
 
 
-def validation_figure(table: pd.DataFrame) -> Any:
-    """One panel per (regime, policy): the real violation rate with its Wilson interval, and the
-    simulated one, against N."""
+def validation_figure(table: pd.DataFrame, interval: str = "95% Wilson", sim_label: str = "simulated") -> Any:
+    """One panel per (regime, policy): the real violation rate with its interval (``interval``
+    names it), and the simulated one (``sim``, labelled ``sim_label``), against N. Besides ``sim``,
+    every column ``sim:LABEL`` is another simulated side over the same real points (e.g. re-priced
+    with a fitted profile)."""
     missing = [c for c in NEEDED if c not in table.columns]
     if missing:
         raise WispsimError(f"validation table: missing columns {', '.join(missing)}")
     plt = pyplot()
-    wide = table.pivot_table(index=["regime", "policy", "devices"], columns="metric", values=["real", "sim"])
+    sides = ["sim", *(c for c in table.columns if str(c).startswith("sim:"))]
+    wide = table.pivot_table(index=["regime", "policy", "devices"], columns="metric", values=["real", *sides])
     regimes = list(dict.fromkeys(table.regime))
     policies = list(dict.fromkeys(table.policy))
     fig, axes = plt.subplots(
@@ -30,6 +33,7 @@ def validation_figure(table: pd.DataFrame) -> Any:
         squeeze=False,
         sharey=True,
     )
+    styles = ("s--", "d-.", "^:", "v--", "x-.")
     for i, regime in enumerate(regimes):
         for j, policy in enumerate(policies):
             ax = axes[i][j]
@@ -42,9 +46,20 @@ def validation_figure(table: pd.DataFrame) -> Any:
             real = g[("real", "violation_rate")].to_numpy()
             lo = g[("real", "violation_lo")].to_numpy()
             hi = g[("real", "violation_hi")].to_numpy()
-            ax.fill_between(n, lo, hi, color="tab:blue", alpha=0.15, label="real, 95% Wilson")
+            ax.fill_between(n, lo, hi, color="tab:blue", alpha=0.15, label=f"real, {interval}")
             ax.plot(n, real, "o-", color="tab:blue", label="real (vLLM)")
-            ax.plot(n, g[("sim", "violation_rate")].to_numpy(), "s--", color="tab:orange", label="simulated")
+            for k, side in enumerate(sides):
+                if (side, "violation_rate") not in g.columns:  # a side with no value anywhere
+                    continue
+                label = sim_label if side == "sim" else f"simulated, {side[4:]}"
+                color = "tab:orange" if k == 0 else f"C{k + 1}"
+                ax.plot(
+                    n,
+                    g[(side, "violation_rate")].to_numpy(),
+                    styles[k % len(styles)],
+                    color=color,
+                    label=label,
+                )
             ax.set_title(f"{policy} ({regime})", fontsize=9)
             ax.set_ylim(-0.03, 1.03)
             ax.set_xlabel("devices N")
@@ -57,6 +72,7 @@ def validation_figure(table: pd.DataFrame) -> Any:
     return fig
 
 
-def validation_plot(table: pd.DataFrame, path: Path | str) -> Path:
-    """Write :func:`validation_figure` to ``path`` (default name ``validation.png``)."""
-    return save(validation_figure(table), path, "validation.png")
+def validation_plot(table: pd.DataFrame, path: Path | str, **labels: str) -> Path:
+    """Write :func:`validation_figure` to ``path`` (default name ``validation.png``); ``labels``:
+    its ``interval`` and ``sim_label``."""
+    return save(validation_figure(table, **labels), path, "validation.png")

@@ -169,6 +169,9 @@ class Verifier:
         self.scheduler = scheduler
         self.memory = memory
         self.latency = latency
+        # the scheduler plans with another profile than the one pricing the batches
+        # (server.planning_profile): the recorded estimate is the planner's
+        self._planner = None if gpu.estimator is getattr(latency, "est", None) else gpu.estimator
         self.batches = batches
         self._batch_ids = batch_ids
         self.queue: list[Request] = []
@@ -251,8 +254,8 @@ class Verifier:
             evicted = memory.allocate(totals)
             # every verification round is a request arriving anew, re-submitted with its prefix
             t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(batch), len(batch))
-            if self.gpu.estimator is not getattr(self.latency, "est", None):  # a planning profile
-                t_hat = self.gpu.estimator.batch(n_lin, n_int, n_cac, len(batch), len(batch))
+            if self._planner is not None:
+                t_hat = self._planner.batch(n_lin, n_int, n_cac, len(batch), len(batch))
             blocks_used = memory.used
             if self.track_work:
                 self.queued_work = max(self.queued_work - sum(r.work for r in batch), 0.0)

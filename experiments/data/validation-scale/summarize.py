@@ -36,10 +36,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import yaml
@@ -387,49 +383,23 @@ def speed_index() -> None:
 
 
 def figure(pool: pd.DataFrame, pdraws: dict) -> None:
-    regimes = list(dict.fromkeys(pool.regime))
-    fig, axes = plt.subplots(
-        len(regimes),
-        len(POLICIES),
-        figsize=(3.2 * len(POLICIES), 3.0 * len(regimes)),
-        sharex=False,
-        sharey=True,
-        squeeze=False,
+    """``violation_vs_n.png``: wispsim's validation figure, the real band being the bootstrap
+    interval and each simulated side a line (the recorded profile as ``sim``)."""
+    from wispsim.plots import validation_plot
+
+    rows = []
+    for r in pool.to_dict("records"):
+        v = pdraws[r["regime"], r["policy"], r["devices"]].violation_rate
+        sims = {"sim": r["violation_rate:recorded"]}
+        sims |= {f"sim:{s} profile": r[f"violation_rate:{s}"] for s in ("deployed", "own")}
+        key = {"regime": r["regime"], "policy": r["policy"], "devices": r["devices"]}
+        rows.append({**key, "metric": "violation_rate", "real": r["violation_rate"], **sims})
+        rows.append({**key, "metric": "violation_lo", "real": np.nanpercentile(v, 2.5)})
+        rows.append({**key, "metric": "violation_hi", "real": np.nanpercentile(v, 97.5)})
+    table = pd.DataFrame(rows).assign(sim=lambda t: t.sim.astype(float))
+    validation_plot(
+        table, HERE / "violation_vs_n.png", interval="95% bootstrap", sim_label="simulated, recorded profile"
     )
-    for i, regime in enumerate(regimes):
-        for j, policy in enumerate(POLICIES):
-            ax = axes[i][j]
-            g = pool[(pool.regime == regime) & (pool.policy == policy)].sort_values("devices")
-            ax.set_title(f"{regime}: {policy}", fontsize=9)
-            ax.axhline(EPSILON, color="0.7", lw=0.8, ls=":")
-            if g.empty:
-                ax.text(0.5, 0.5, "not run", ha="center", transform=ax.transAxes, color="0.5")
-                continue
-            lo = [np.nanpercentile(pdraws[regime, policy, n].violation_rate, 2.5) for n in g.devices]
-            hi = [np.nanpercentile(pdraws[regime, policy, n].violation_rate, 97.5) for n in g.devices]
-            ax.errorbar(
-                g.devices,
-                g.violation_rate,
-                yerr=[g.violation_rate - lo, np.array(hi) - g.violation_rate],
-                fmt="o-",
-                color="k",
-                capsize=3,
-                label="real (95%)",
-            )
-            ax.plot(g.devices, g["violation_rate:deployed"], "s--", color="C0", label="sim, deployed profile")
-            ax.plot(g.devices, g["violation_rate:own"], "d-.", color="C2", label="sim, the run's own profile")
-            ax.plot(g.devices, g["violation_rate:recorded"], "^:", color="C3", label="sim, recorded profile")
-            ax.set_xticks(sorted(g.devices.unique()))
-            if i == len(regimes) - 1:
-                ax.set_xlabel("devices N")
-            if j == 0:
-                ax.set_ylabel("violation rate")
-    axes[0][0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(
-        "Scale validation (mini-vllm on vLLM's CPU backend): violation rate vs N, real and simulated"
-    )
-    fig.tight_layout()
-    fig.savefig(HERE / "violation_vs_n.png", dpi=110)
 
 
 if __name__ == "__main__":
