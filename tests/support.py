@@ -22,6 +22,8 @@ import yaml
 from wispsim.cli.main import main
 from wispsim.config import AcceptanceConfig, Scenario
 from wispsim.model.acceptance import ACCEPTANCE, FEATURES, ResponseStream, accept_runs
+from wispsim.model.batch import Shape
+from wispsim.model.cost import AggregateCost
 from wispsim.sim.scenarios import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: README, docs, scenarios, wispsim/
@@ -255,3 +257,33 @@ def build_results(factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path
 
 def is_png(path: Path) -> bool:
     return path.is_file() and path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class _StepCost(AggregateCost):
+    """10 ms per pass plus 1 ms per new token, nothing else (for :class:`FakeLatency`)."""
+
+    __slots__ = ()
+    form = "fake"
+
+    def batch(self, n_linear, n_interactions, n_cached, n_requests=0, n_arrivals=0):  # type: ignore[no-untyped-def]
+        return 0.010 + 0.001 * n_linear
+
+    def marginal(self, l_new: int, l_cached: int) -> float:
+        return 0.001 * l_new
+
+    @property
+    def fastest(self) -> float:
+        return 0.011
+
+
+class FakeLatency:
+    """A latency model whose passes take exactly their estimate, 10 ms + 1 ms per new token; it
+    logs each pass's (N_linear, N_interactions, N_cached)."""
+
+    def __init__(self) -> None:
+        self.cost = _StepCost()
+        self.calls: list[tuple[int, int, int]] = []
+
+    def time(self, shape: Shape, t_hat: float) -> float:
+        self.calls.append((shape.n_linear, shape.n_interactions, shape.n_cached))
+        return t_hat

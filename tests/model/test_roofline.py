@@ -198,7 +198,7 @@ def test_wisp_scheduler_prices_the_batch_as_a_whole() -> None:
     alone = est.alone(6, 300)
     # every deadline allows about 3 lone passes: the sum of lone costs would fit only 3
     queue = [Pending(i, 0.0, deadline=3 * alone + 0.01, n_hat=4.0, l_new=6, l_cached=300) for i in range(40)]
-    batch = WispScheduler().select(queue, 0.0, gpu)
+    batch = WispScheduler().select(queue, 0.0, gpu).members
     assert len(batch) > 3
     n = len(batch)
     t = est.batch(6 * n, 306 * 6 * n, 300 * n, n, n)

@@ -11,6 +11,7 @@ With delta = 5 ms a request is, at now = 0:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -47,7 +48,32 @@ def test_registry_names_and_unknown_scheduler_lists_known_names() -> None:
 
 @pytest.mark.parametrize("sched", [wisp, fcfs], ids=["wisp", "fcfs"])
 def test_empty_queue_gives_empty_batch(sched: WispScheduler | FCFSScheduler) -> None:
-    assert sched.select([], 0.0, gpu()) == []
+    assert sched.select([], 0.0, gpu()).members == []
+
+
+def members(result: Any) -> list[Pending]:
+    """A scheduler's batch as a list (a Batch since issue 34; this test also runs on the tree
+    before it, where it fails)."""
+    return list(getattr(result, "members", result))
+
+
+# ---------------------------------------------------------------------------------------------
+# WISP with a per-request cost (issue 34: an inlined pricing path left d out)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_wisp_counts_the_per_request_cost_when_it_checks_deadlines() -> None:
+    """d = 5 ms, c = 15 ms, ten rounds of 15 new tokens (0.15 ms each) due at 50 ms: all ten take
+    15 + 10 x 5.15 = 66.5 ms, so admitting all of them makes every one miss. WISP may take at most
+    six (15 + 6 x 5.15 = 45.9 ms), and its estimate says what the batch costs."""
+    est = Estimator(a=1e-5, b_compute=0.0, b_read=0.0, c=0.015, d=0.005, form="per-request")
+    queue = [Pending(i, arrival=0.0, deadline=0.05, n_hat=3.0, l_new=15, l_cached=0) for i in range(10)]
+    assert est.of([(15, 0)] * 10) == pytest.approx(0.0665)
+    result = WispScheduler().select(queue, 0.0, GpuState(estimator=est, total_blocks=1000))
+    batch = members(result)
+    assert est.of((r.l_new, r.l_cached) for r in batch) <= 0.05
+    assert len(batch) == 6
+    assert result.estimate == pytest.approx(0.015 + 6 * 0.00515)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,9 +90,9 @@ def test_critical_requests_go_earliest_deadline_first() -> None:
         Pending(1, arrival=-0.02, deadline=0.0140),
         Pending(2, arrival=-0.01, deadline=0.0132),
     ]
-    assert rids(wisp.select(q, 0.0, gpu(max_requests=2))) == [2, 1]
+    assert rids(wisp.select(q, 0.0, gpu(max_requests=2)).members) == [2, 1]
     # with room for all three: T = 13 ms <= 13.2 ms still holds, EDF order kept
-    assert rids(wisp.select(q, 0.0, gpu())) == [2, 1, 0]
+    assert rids(wisp.select(q, 0.0, gpu()).members) == [2, 1, 0]
 
 
 def test_critical_failure_stops_the_batch_no_noncritical_fill() -> None:
@@ -78,10 +104,10 @@ def test_critical_failure_stops_the_batch_no_noncritical_fill() -> None:
     z = Pending(2, arrival=-0.1, deadline=1.0)
     g = gpu(total_blocks=10)
     # EDF: X added, Y fails FeasibleAdd -> stop growing: Z must not ride along.
-    assert rids(wisp.select([x, y, z], 0.0, g)) == [0]
+    assert rids(wisp.select([x, y, z], 0.0, g).members) == [0]
     # Control: without the failing critical request Z is added, so it was Y's failure that
     # stopped the fill.
-    assert rids(wisp.select([x, z], 0.0, g)) == [0, 2]
+    assert rids(wisp.select([x, z], 0.0, g).members) == [0, 2]
 
 
 def test_critical_failure_on_deadline_also_stops_the_batch() -> None:
@@ -91,8 +117,8 @@ def test_critical_failure_on_deadline_also_stops_the_batch() -> None:
     a = Pending(0, arrival=-0.2, deadline=0.0125)
     b = Pending(1, arrival=-0.3, deadline=0.014, l_new=3)
     z = Pending(2, arrival=-0.4, deadline=5.0, n_hat=100.0)
-    assert rids(wisp.select([z, b, a], 0.0, gpu())) == [0]
-    assert rids(wisp.select([z, a], 0.0, gpu())) == [0, 2]
+    assert rids(wisp.select([z, b, a], 0.0, gpu()).members) == [0]
+    assert rids(wisp.select([z, a], 0.0, gpu()).members) == [0, 2]
 
 
 def test_late_requests_join_after_critical_oldest_first_without_constraining() -> None:
@@ -105,7 +131,7 @@ def test_late_requests_join_after_critical_oldest_first_without_constraining() -
     l2 = Pending(1, arrival=-0.9, deadline=0.002)
     x = Pending(2, arrival=-0.1, deadline=0.0125)
     z = Pending(3, arrival=-0.05, deadline=1.0)
-    assert rids(wisp.select([l1, l2, x, z], 0.0, gpu())) == [2, 1]
+    assert rids(wisp.select([l1, l2, x, z], 0.0, gpu()).members) == [2, 1]
 
 
 def test_late_request_deadline_does_not_constrain_noncritical() -> None:
@@ -113,7 +139,7 @@ def test_late_request_deadline_does_not_constrain_noncritical() -> None:
     # now + T = 12 ms is far past L's deadline of 5 ms.
     late = Pending(0, arrival=-0.5, deadline=0.005)
     z = Pending(1, arrival=-0.1, deadline=1.0)
-    assert rids(wisp.select([late, z], 0.0, gpu())) == [0, 1]
+    assert rids(wisp.select([late, z], 0.0, gpu()).members) == [0, 1]
 
 
 def test_noncritical_by_decreasing_utility() -> None:
@@ -121,8 +147,8 @@ def test_noncritical_by_decreasing_utility() -> None:
     n1 = Pending(0, arrival=-0.3, deadline=1.0, n_hat=2.0, l_new=4)
     n2 = Pending(1, arrival=-0.2, deadline=1.0, n_hat=3.0, l_new=2)
     n3 = Pending(2, arrival=-0.1, deadline=1.0, n_hat=1.0, l_new=1)
-    assert rids(wisp.select([n1, n2, n3], 0.0, gpu())) == [1, 2, 0]
-    assert rids(wisp.select([n1, n2, n3], 0.0, gpu(max_requests=2))) == [1, 2]
+    assert rids(wisp.select([n1, n2, n3], 0.0, gpu()).members) == [1, 2, 0]
+    assert rids(wisp.select([n1, n2, n3], 0.0, gpu(max_requests=2)).members) == [1, 2]
 
 
 def test_noncritical_fill_stops_at_first_failure() -> None:
@@ -131,14 +157,14 @@ def test_noncritical_fill_stops_at_first_failure() -> None:
     # dispatches the most urgent request alone: SMALL (d = 0.5 s < BIG's 1 s).
     big = Pending(0, arrival=-0.2, deadline=1.0, n_hat=50.0, l_new=2, l_cached=999)
     small = Pending(1, arrival=-0.1, deadline=0.5, n_hat=1.0, l_new=1)
-    assert rids(wisp.select([big, small], 0.0, gpu(total_blocks=10))) == [1]
+    assert rids(wisp.select([big, small], 0.0, gpu(total_blocks=10)).members) == [1]
 
 
 def test_batch_respects_deadline_of_every_member() -> None:
     # Non-critical requests (d = 40.5 ms > v + c + delta = 25 ms) with v = 10 ms each and equal
     # utility (taken oldest first): 10 + 10k ms <= 40.5 -> k = 3 fit.
     q = [Pending(i, arrival=-0.1 + i * 1e-3, deadline=0.0405, l_new=10) for i in range(5)]
-    batch = wisp.select(q, 0.0, gpu())
+    batch = wisp.select(q, 0.0, gpu()).members
     assert rids(batch) == [0, 1, 2]
     assert TOY.of((r.l_new, r.l_cached) for r in batch) <= 0.0405
 
@@ -151,23 +177,23 @@ def test_never_empty_picks_earliest_deadline_then_oldest() -> None:
         Pending(1, arrival=0.02, deadline=0.3, l_new=20),
         Pending(2, arrival=0.01, deadline=0.3, l_new=20),
     ]
-    assert rids(wisp.select(q, 0.05, gpu(total_blocks=1))) == [2]
+    assert rids(wisp.select(q, 0.05, gpu(total_blocks=1)).members) == [2]
 
 
 def test_memory_limit_counts_blocks_of_l_total() -> None:
     # Each request: L_total = 5 + 15 = 20 tokens = 2 blocks of 16. 5 blocks hold two of them.
     q = [Pending(i, arrival=i * 0.001, deadline=10.0, l_new=5, l_cached=15) for i in range(4)]
-    assert len(wisp.select(q, 0.0, gpu(total_blocks=5))) == 2
-    assert rids(fcfs.select(q, 0.0, gpu(total_blocks=5))) == [0, 1]
+    assert len(wisp.select(q, 0.0, gpu(total_blocks=5)).members) == 2
+    assert rids(fcfs.select(q, 0.0, gpu(total_blocks=5)).members) == [0, 1]
     # 6 blocks hold three
-    assert rids(fcfs.select(q, 0.0, gpu(total_blocks=6))) == [0, 1, 2]
+    assert rids(fcfs.select(q, 0.0, gpu(total_blocks=6)).members) == [0, 1, 2]
 
 
 @pytest.mark.parametrize("sched", [wisp, fcfs], ids=["wisp", "fcfs"])
 def test_max_new_tokens_limit(sched: WispScheduler | FCFSScheduler) -> None:
     # L_new = 3 each; at most 7 new tokens per batch -> two requests (6 tokens).
     q = [Pending(i, arrival=i * 0.001, deadline=10.0, l_new=3) for i in range(4)]
-    batch = sched.select(q, 0.0, gpu(max_new_tokens=7))
+    batch = sched.select(q, 0.0, gpu(max_new_tokens=7)).members
     assert len(batch) == 2
     assert sum(r.l_new for r in batch) == 6
 
@@ -184,17 +210,17 @@ def test_fcfs_takes_oldest_and_never_skips() -> None:
         Pending(1, arrival=0.1, l_new=10, l_cached=990),
         Pending(2, arrival=0.2, l_new=10),
     ]
-    assert rids(fcfs.select(q, 1.0, gpu(total_blocks=10))) == [0]
+    assert rids(fcfs.select(q, 1.0, gpu(total_blocks=10)).members) == [0]
 
 
 def test_fcfs_fallback_is_queue_head() -> None:
     q = [Pending(0, arrival=0.0, l_new=100), Pending(1, arrival=0.1, l_new=1)]
-    assert rids(fcfs.select(q, 1.0, gpu(total_blocks=2))) == [0]
+    assert rids(fcfs.select(q, 1.0, gpu(total_blocks=2)).members) == [0]
 
 
 def test_fcfs_ignores_deadlines() -> None:
     q = [Pending(0, arrival=0.0, deadline=9.0), Pending(1, arrival=0.1, deadline=0.0)]
-    assert rids(fcfs.select(q, 0.0, gpu(max_requests=1))) == [0]
+    assert rids(fcfs.select(q, 0.0, gpu(max_requests=1)).members) == [0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,7 +280,7 @@ def check_common(batch: list[Pending], q: list[Pending], g: GpuState) -> None:
 @given(queues())
 def test_fcfs_batch_fits_and_is_a_prefix(case: tuple[list[Pending], float, GpuState]) -> None:
     q, now, g = case
-    batch = fcfs.select(q, now, g)
+    batch = fcfs.select(q, now, g).members
     check_common(batch, q, g)
     assert batch == q[: len(batch)]  # never reorders, never skips
     if len(batch) < len(q) and fits(batch, g):
@@ -276,7 +302,7 @@ def test_wisp_batch_fits_meets_deadlines_and_follows_phases(
     case: tuple[list[Pending], float, GpuState],
 ) -> None:
     q, now, g = case
-    batch = wisp.select(q, now, g)
+    batch = wisp.select(q, now, g).members
     check_common(batch, q, g)
     if not batch:
         return

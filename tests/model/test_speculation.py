@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import simpy
 
+from tests.support import FakeLatency
 from wispsim.config import ServerConfig
 from wispsim.config.server import SpeculationConfig
 from wispsim.errors import ConfigError
@@ -24,16 +25,6 @@ from wispsim.model.profiles import load_profile
 from wispsim.model.speculation import Speculation, rate_for_length, resolve
 from wispsim.sim.centralized import CentralizedServer, first_and_chunks
 from wispsim.sim.scenarios import load_scenario
-
-
-class FakeLatency:
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, int, int]] = []
-
-    def batch_time(self, n_linear, n_interactions, n_cached, n_requests=0, n_arrivals=0):  # type: ignore[no-untyped-def]
-        self.calls.append((n_linear, n_interactions, n_cached))
-        t = 0.010 + 0.001 * n_linear
-        return t, t
 
 
 class FixedDraft(Speculation):

@@ -11,20 +11,9 @@ from itertools import count
 import pytest
 import simpy
 
+from tests.support import FakeLatency
 from wispsim.sim.centralized import CentralizedServer
 from wispsim.sim.records import BatchRecord
-
-
-class FakeLatency:
-    def __init__(self) -> None:
-        self.calls: list[tuple[int, int, int]] = []
-
-    def batch_time(
-        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0, n_arrivals: int = 0
-    ) -> tuple[float, float]:
-        self.calls.append((n_linear, n_interactions, n_cached))
-        t = 0.010 + 0.001 * n_linear
-        return t, t
 
 
 def server(

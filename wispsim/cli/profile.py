@@ -334,11 +334,12 @@ def profile_show(
     name: Annotated[str, typer.Argument(help="Profile name or path.")] = "a100-qwen3-32b",
 ) -> None:
     """Print a profile's coefficients, memory facts and provenance."""
+    from wispsim.model.estimator import LINEAR_FORMS
     from wispsim.model.profiles import load_profile
 
     p = load_profile(name, "wispsim profile show", "NAME")
     title = f"profile {p.name} ({p.provenance.get('kind')}, {p.estimator.form} form)"
-    if p.estimator.additive:
+    if p.estimator.form in LINEAR_FORMS:
         coef = {k: getattr(p.estimator, k) for k in ("a", "b_compute", "b_read", "c")}
         console.print(table(_coefficients(coef, p.ci95), title, left=("coefficient",)))
     else:
@@ -370,8 +371,10 @@ def _finite(v: Any) -> bool:
 
 def _form_line(p: Any) -> str:
     """The estimator in one line: the coefficients, or the roofline's parameters and two passes."""
+    from wispsim.model.estimator import LINEAR_FORMS
+
     e = p.estimator
-    if e.additive:
+    if e.form in LINEAR_FORMS:
         return f"a={e.a:.4g} b_compute={e.b_compute:.4g} b_read={e.b_read:.4g} c={e.c:.4g}"
     decode = e.batch(1, 501, 500, 1, 0) * 1e3
     floor = e.floor(1, 501, 500) * 1e3

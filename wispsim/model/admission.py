@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from wispsim.config import Scenario
+from wispsim.model.batch import blocks as blocks_of
 
 T = TypeVar("T")
 
@@ -75,7 +76,7 @@ class Admission(Generic[T]):
         return max(int(self.total_blocks * (1.0 - self.headroom)), 1)
 
     def blocks(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
+        return blocks_of(tokens, self.block_size)
 
     def reservation(self, prompt: int, length: int | None = None) -> int:
         """Blocks reserved for a response of ``prompt`` tokens now ``length`` tokens long."""

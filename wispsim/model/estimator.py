@@ -19,22 +19,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from wispsim.model.roofline import Roofline
+from wispsim.model.batch import Shape
+from wispsim.model.cost import AggregateCost, CostModel
 from wispsim.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)
-class Estimator:
+class Estimator(AggregateCost):
+    """The linear forms (module docstring): a cost model (:mod:`wispsim.model.cost`)."""
+
     a: float
     b_compute: float
     b_read: float
     c: float
     d: float = 0.0  # seconds per request in the batch (``per-request`` form; 0 in the paper's)
     form: str = "additive"
-    additive: bool = True  # T_hat is c plus a sum of per-request costs (the scheduler's fast path)
 
     def marginal(self, l_new: int, l_cached: int) -> float:
-        """One request's cost without the batch constant: ``v_i`` of SPEC 3.1."""
+        """One request's cost without the batch constant: ``v_i`` of SPEC 3.1 (with ``d``, what
+        the ``per-request`` form charges every member)."""
         return l_new * (self.a + self.b_compute * (l_new + l_cached)) + self.b_read * l_cached + self.d
 
     def batch(
@@ -55,13 +58,24 @@ class Estimator:
             + self.d * n_requests
         )
 
-    def of(self, requests: Iterable[tuple[int, int]]) -> float:
-        """``T_hat`` of a batch given its (L_new, L_cached) pairs."""
-        return self.c + sum(self.marginal(n, c) for n, c in requests)
+    def price_with(self, shape: Shape, l_new: int, l_cached: int) -> float:
+        """:meth:`batch` of ``shape`` plus one member, written out (the scheduler asks it per
+        candidate request; the same operations in the same order, so the same float)."""
+        return (
+            self.a * (shape.n_linear + l_new)
+            + self.b_compute * (shape.n_interactions + (l_new + l_cached) * l_new)
+            + self.b_read * (shape.n_cached + l_cached)
+            + self.c
+            + self.d * (shape.n_requests + 1)
+        )
 
     def alone(self, l_new: int, l_cached: int) -> float:
-        """``T_hat`` of a batch holding only this request."""
+        """``T_hat`` of a batch holding only this request: ``v_i + c`` of SPEC 3.1."""
         return self.c + self.marginal(l_new, l_cached)
+
+    def request_costs(self, l_new: int, l_cached: int) -> tuple[float, float]:
+        v = l_new * (self.a + self.b_compute * (l_new + l_cached)) + self.b_read * l_cached + self.d
+        return v, self.c + v
 
     @property
     def fastest(self) -> float:
@@ -109,15 +123,11 @@ FORMS.register("roofline")(
 DEFAULT_FORM = "additive"
 LINEAR_FORMS = ("additive", "per-request")  # fitted by least squares on a measurement table
 
-# what prices a pass wherever the estimator is: a linear form, or the physical one
-Cost = Estimator | Roofline
+# what prices a pass wherever the estimator is: any cost form (wispsim.model.cost)
+Cost = CostModel
 
 
 def aggregates(requests: Iterable[tuple[int, int]]) -> tuple[int, int, int]:
     """(N_linear, N_interactions, N_cached) of a batch given (L_new, L_cached) pairs."""
-    n_lin = n_int = n_cac = 0
-    for l_new, l_cached in requests:
-        n_lin += l_new
-        n_int += (l_new + l_cached) * l_new
-        n_cac += l_cached
-    return n_lin, n_int, n_cac
+    shape = Shape.of(requests)
+    return shape.n_linear, shape.n_interactions, shape.n_cached

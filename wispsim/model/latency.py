@@ -25,17 +25,22 @@ import numpy as np
 
 from wispsim.config import ServerConfig
 from wispsim.errors import ConfigError
+from wispsim.model.batch import Shape
+from wispsim.model.cost import CostModel
 from wispsim.model.noise import MeanOneLogNormal
 from wispsim.model.profiles import Profile
 from wispsim.registry import Registry
 
 
 class LatencyModel(Protocol):
-    def batch_time(
-        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0, n_arrivals: int = 0
-    ) -> tuple[float, float]:
-        """(estimate, simulated true latency) in seconds; ``n_arrivals`` of the ``n_requests``
-        arrive anew (every verification round; a sequence's first prefill chunk)."""
+    """How long a priced pass really takes. ``cost`` is the profile's cost model, the estimate
+    the server's profile gives (``T_hat``)."""
+
+    cost: CostModel
+
+    def time(self, shape: Shape, t_hat: float) -> float:
+        """The simulated true latency of a pass of ``shape``, given ``t_hat = cost.price(shape)``
+        (computed once by the caller: the scheduler's estimate, when it plans with this profile)."""
         ...
 
 
@@ -44,22 +49,21 @@ LATENCY: Registry[type] = Registry("latency model")
 
 @LATENCY.register("linear")
 class LinearLatency:
+    """The estimate times a mean-one log-normal noise factor (module docstring)."""
+
     def __init__(self, profile: Profile, cfg: ServerConfig, rng: np.random.Generator) -> None:
-        self.est = profile.estimator
+        self.cost: CostModel = profile.estimator
         self.noise = MeanOneLogNormal(profile.noise_sigma if cfg.noise else 0.0, rng)
 
-    def batch_time(
-        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0, n_arrivals: int = 0
-    ) -> tuple[float, float]:
-        t_hat = self.est.batch(n_linear, n_interactions, n_cached, n_requests, n_arrivals)
-        return t_hat, t_hat * self.noise.next()
+    def time(self, shape: Shape, t_hat: float) -> float:
+        return t_hat * self.noise.next()
 
 
 class _MeasuredBase:
     correct = True
 
     def __init__(self, profile: Profile, cfg: ServerConfig, rng: np.random.Generator) -> None:
-        from wispsim.model.measured import load_table
+        from wispsim.model.measured import MeasuredCost, load_table
 
         path = profile.data_path
         if profile.kind != "measured" or path is None:
@@ -69,33 +73,20 @@ class _MeasuredBase:
                 f"server.latency_model {cfg.latency_model!r} needs a measured profile with its raw data; "
                 f"this one is {profile.kind}",
             )
-        self.est = profile.estimator
-        self.table = load_table(path)
+        self.cost: CostModel = profile.estimator
+        self.measured = MeasuredCost(profile.estimator, load_table(path), self.correct)  # type: ignore[arg-type]
         self.noise = cfg.noise
         self.rng = rng
-        self._near: dict[tuple[int, int, int, int], tuple[int, float]] = {}
 
-    def batch_time(
-        self, n_linear: int, n_interactions: int, n_cached: int, n_requests: int = 0, n_arrivals: int = 0
-    ) -> tuple[float, float]:
-        t_hat = self.est.batch(n_linear, n_interactions, n_cached, n_requests, n_arrivals)
-        key = (n_linear, n_interactions, n_cached, n_requests)
-        hit = self._near.get(key)
-        if hit is None:
-            if len(self._near) > 200_000:  # bound the memo on long runs
-                self._near.clear()
-            i = self.table.nearest(n_linear, n_interactions, n_cached)
-            lin, inter, cac = self.table.points[i]
-            there = self.est.batch(lin, inter, cac, self.table.sizes[i])
-            factor = t_hat / there if self.correct else 1.0
-            hit = self._near[key] = (i, factor)
-        i, factor = hit
+    def time(self, shape: Shape, t_hat: float) -> float:
+        m = self.measured
+        i, factor = m.neighbour(shape.n_linear, shape.n_interactions, shape.n_cached, shape.n_requests, t_hat)
         if self.noise:
-            runs = self.table.runs[i]
+            runs = m.table.runs[i]
             base = float(runs[self.rng.integers(len(runs))])
         else:
-            base = float(self.table.latency[i])
-        return t_hat, base * factor
+            base = float(m.table.latency[i])
+        return base * factor
 
 
 @LATENCY.register("measured")

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from wispsim.errors import ConfigError, WispsimError
+from wispsim.model.cost import AggregateCost
 from wispsim.tabular import numeric_column, read_table
 
 TIMING_COLUMNS = [
@@ -181,3 +182,55 @@ def load_table(path: Path) -> MeasuredTable:
     if not path.is_file():
         raise WispsimError(f"{path}: measurement file not found")
     return _table(str(path.resolve()), path.stat().st_mtime)
+
+
+class MeasuredCost(AggregateCost):
+    """The ``measured`` form: a batch costs its nearest measured configuration's mean time (in
+    the table's normalized aggregate space), scaled by the estimator's ratio T_hat(batch) /
+    T_hat(neighbour) where ``correct`` (the ``measured`` latency model; ``measured-nearest``
+    answers the neighbour's time as is). The neighbour and factor are memoized per shape."""
+
+    __slots__ = ("_near", "correct", "estimator", "form", "table")
+
+    def __init__(self, estimator: AggregateCost, table: MeasuredTable, correct: bool = True) -> None:
+        self.estimator = estimator
+        self.table = table
+        self.correct = correct
+        self.form = "measured" if correct else "measured-nearest"
+        self._near: dict[tuple[float, float, float, float], tuple[int, float]] = {}
+
+    def neighbour(
+        self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float, t_hat: float
+    ) -> tuple[int, float]:
+        """(row of the nearest measured configuration, the factor its time is scaled by), given
+        the batch's own estimate ``t_hat``."""
+        key = (n_linear, n_interactions, n_cached, n_requests)
+        hit = self._near.get(key)
+        if hit is None:
+            if len(self._near) > 200_000:  # bound the memo on long runs
+                self._near.clear()
+            i = self.table.nearest(n_linear, n_interactions, n_cached)
+            lin, inter, cac = self.table.points[i]
+            there = self.estimator.batch(lin, inter, cac, self.table.sizes[i])
+            factor = t_hat / there if self.correct else 1.0
+            hit = self._near[key] = (i, factor)
+        return hit
+
+    def batch(
+        self,
+        n_linear: float,
+        n_interactions: float,
+        n_cached: float,
+        n_requests: float = 0,
+        n_arrivals: float = 0,
+    ) -> float:
+        t_hat = self.estimator.batch(n_linear, n_interactions, n_cached, n_requests, n_arrivals)
+        i, factor = self.neighbour(n_linear, n_interactions, n_cached, n_requests, t_hat)
+        return float(self.table.latency[i]) * factor
+
+    def marginal(self, l_new: int, l_cached: int) -> float:
+        return self.estimator.marginal(l_new, l_cached)  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def fastest(self) -> float:
+        return float(self.table.latency.min())

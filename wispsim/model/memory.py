@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from wispsim.config import Scenario, ServerConfig
 from wispsim.errors import ConfigError
+from wispsim.model.batch import blocks as blocks_of
 from wispsim.model.speculation import memory_extra
 
 if TYPE_CHECKING:
@@ -70,11 +71,44 @@ class KVMemory:
         self.evictions = 0
 
     def blocks(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
+        return blocks_of(tokens, self.block_size)
 
     def cached_tokens(self, session: int) -> int:
         entry = self.cache.get(session)
         return entry[0] if entry else 0
+
+    def hit(self, session: int, prefix: int) -> int:
+        """Tokens of a ``prefix``-token prefix the cache would serve to ``session`` now: what it
+        holds of the prefix, cut to whole blocks under block-granular reuse. The one cache-hit
+        rule: :meth:`refresh` writes it out for speed."""
+        entry = self.cache.get(session)
+        if entry is None:
+            return 0
+        hit = entry[0] if entry[0] < prefix else prefix
+        if self.reuse_blocks:
+            hit -= hit % self.block_size
+        return hit
+
+    def refresh(self, queue: Iterable[Any]) -> None:
+        """Set each queued round's L_new / L_cached / cold from the cache as it is now.
+
+        A fully cached prefix forwards only the k draft tokens; a partly evicted one (``block``
+        eviction), or under block-granular reuse the tail after its last whole block, forwards
+        the rest of its prefix too; an evicted or uncached one is cold. The simulated verifier and
+        the real server (:mod:`wispsim.serve.verify`) both call this at each dispatch epoch.
+        :meth:`hit`, written out: this runs once per queued round and epoch.
+        """
+        get = self.cache.get
+        whole = self.block_size if self.reuse_blocks else 0
+        for r in queue:
+            entry = get(r.session)
+            if entry is None:
+                r.l_new, r.l_cached, r.cold = r.prefix + r.k, 0, True
+            else:
+                hit = entry[0] if entry[0] < r.prefix else r.prefix
+                if whole:
+                    hit -= hit % whole
+                r.l_new, r.l_cached, r.cold = r.prefix - hit + r.k, hit, hit == 0
 
     def _evict(self, need: int, protect: set[int] | None = None) -> int:
         """Free idle prefixes LRU-first until ``need`` more blocks fit; returns sessions hit."""
@@ -105,7 +139,7 @@ class KVMemory:
         bs = self.block_size
         cache = self.cache
         get = cache.get
-        sized = [(s, l_total, -(-l_total // bs)) for s, l_total in batch]  # blocks(l_total), inlined
+        sized = [(s, l_total, -(-l_total // bs)) for s, l_total in batch]  # blocks(), written out
         need = 0
         for s, _, nb in sized:
             entry = get(s)
@@ -143,7 +177,7 @@ class KVMemory:
             old = cache.pop(session, None)
             if old:
                 self.used -= old[1]
-            nb = -(-r.prefix_after // bs)  # self.blocks(prefix_after), inlined
+            nb = -(-r.prefix_after // bs)  # blocks(), written out: once per round
             if keep and 0 < nb <= total:
                 if self.used + nb > total:
                     evicted += self._evict(nb)
@@ -204,7 +238,7 @@ def check_memory(
     longest = wl.prompt_tokens.support()[1] + wl.output_tokens.support()[1] + scenario.drafting.largest + 1
     if not math.isfinite(longest):
         raise ConfigError(source, "workload.output_tokens.max", "must be finite (the KV fit check needs it)")
-    need = -(-int(longest) // bs)
+    need = blocks_of(int(longest), bs)
     if need > blocks:
         raise ConfigError(
             source,

@@ -40,10 +40,10 @@ shipped GPU and architecture). What is not modelled is written down in docs/mode
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from wispsim.model.archs import Arch
+from wispsim.model.cost import AggregateCost
 
 # parameters a roofline profile fits, with their documented defaults and allowed ranges
 EFFICIENCIES = ("bandwidth", "compute", "attention")
@@ -65,7 +65,7 @@ def combine(memory: float, math_: float, p: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Roofline:
+class Roofline(AggregateCost):
     """The ``roofline`` form, built from an architecture, a GPU and a few fitted parameters
     (module docstring). Per-GPU quantities: the replica's ``tp`` GPUs share the work evenly.
     The per-unit times are computed once (``__post_init__``): the scheduler prices a batch per
@@ -89,7 +89,6 @@ class Roofline:
     frontend: float = 0.0  # latency of a request through the API server before the engine sees it
     activation_bytes: int = 2  # all-reduced activations are bf16
     form: str = "roofline"
-    additive: bool = False  # T is not a sum of per-request costs (the weights are read once)
     # seconds per unit, derived in __post_init__
     _weights_s: float = field(init=False, repr=False, compare=False)  # dense weight read (0: a mixture)
     _token_s: float = field(init=False, repr=False, compare=False)  # linear FLOPs of one token
@@ -142,7 +141,7 @@ class Roofline:
         flops = self.linear_flops * n_linear + self.attention_flops * n_interactions
         return max(byts / self.bandwidth, flops / self.peak_flops)
 
-    # --- the estimator interface (see wispsim.model.estimator) ----------------------------
+    # --- the cost interface (wispsim.model.cost) --------------------------------------------
     def batch(
         self,
         n_linear: float,
@@ -187,25 +186,6 @@ class Roofline:
             self._kv_s * (l_cached + l_new), self._pair_s * l_new * (l_new + l_cached), self.overlap
         )
         return (self._token_s + self._ar_token_s) * l_new + attention + self.request + self.arrival
-
-    def alone(self, l_new: int, l_cached: int) -> float:
-        """``T_hat`` of a batch holding only this request (arriving anew)."""
-        return self.batch(l_new, (l_new + l_cached) * l_new, l_cached, 1, 1)
-
-    def price(self, l_new: int, l_cached: int) -> tuple[float, float]:
-        """(:meth:`marginal`, :meth:`alone`) of one request, in one call (the scheduler asks
-        both of every queued request at every dispatch epoch)."""
-        return self.marginal(l_new, l_cached), self.batch(l_new, (l_new + l_cached) * l_new, l_cached, 1, 1)
-
-    def of(self, requests: Iterable[tuple[int, int]]) -> float:
-        """``T_hat`` of a verification batch given its (L_new, L_cached) pairs (all arriving anew)."""
-        n_lin = n_int = n_cac = n = 0
-        for l_new, l_cached in requests:
-            n_lin += l_new
-            n_int += (l_new + l_cached) * l_new
-            n_cac += l_cached
-            n += 1
-        return self.batch(n_lin, n_int, n_cac, n, n)
 
     @property
     def fastest(self) -> float:

@@ -2,7 +2,7 @@
 
 The loop is the simulated verifier's (:class:`wispsim.sim.verifier.Verifier`) on the wall clock:
 whenever the engine is idle and rounds are waiting, it refreshes every queued round's L_new /
-L_cached from its model of the prefix cache (:func:`wispsim.sim.verifier.refresh` over a
+L_cached from its model of the prefix cache (:meth:`wispsim.model.memory.KVMemory.refresh` over a
 :class:`~wispsim.model.memory.KVMemory` sized to the engine's real KV cache and block), asks **the
 same scheduler plug-in** (``wisp``, ``fcfs``) for a batch with the estimator of the engine's
 measured profile, and runs the batch on the engine: every member's session tokens plus its draft,
@@ -32,9 +32,9 @@ from typing import Any
 
 from wispsim.errors import WispsimError
 from wispsim.model.admission import Admission
+from wispsim.model.batch import Shape
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import GpuState, Scheduler
-from wispsim.sim.verifier import refresh
 
 
 class ServeError(WispsimError):
@@ -261,19 +261,17 @@ class VerifyServer:
         self.queue = [r for r in self.queue if r.session in self.sessions and not r.done.done()]
         if not self.queue:
             return
-        refresh(self.queue, memory)
+        memory.refresh(self.queue)
         queue_len = len(self.queue)
-        batch = self.scheduler.select(self.queue, now, self.gpu)
+        selected = self.scheduler.select(self.queue, now, self.gpu)
+        batch, plan_shape = selected.members, selected.shape
+        t_hat = selected.estimate  # the scheduler's estimate: the batch is not priced again
         bid = next(self._batch_ids)
         plan = [(r.l_new, r.l_cached) for r in batch]
         for r in batch:
             r.batch = bid
         self.queue = [r for r in self.queue if r.batch != bid]
         evicted = memory.allocate([(r.session, r.l_new + r.l_cached) for r in batch])
-        n_lin = sum(n for n, _ in plan)
-        n_int = sum((n + c) * n for n, c in plan)
-        n_cac = sum(c for _, c in plan)
-        t_hat = self.gpu.estimator.batch(n_lin, n_int, n_cac, len(batch), len(batch))
         blocks_used = memory.used
         seqs = [self.sessions[r.session].tokens + r.draft for r in batch]
         ended, self._ended = self._ended, []
@@ -285,6 +283,7 @@ class VerifyServer:
             self.running = False
         t1 = self.clock()
         real = [(len(q) - c, c) for q, c in zip(seqs, cached, strict=True)] if cached else plan
+        served = Shape.of(real)  # what the engine served (vLLM caches whole blocks)
         for r, (l_new, l_cached), b in zip(batch, real, bonus, strict=True):
             s = self.sessions.get(r.session)
             if s is not None:
@@ -335,15 +334,15 @@ class VerifyServer:
                 "t_end": t1,
                 "size": len(batch),
                 "queue_len": queue_len,
-                "n_linear": sum(n for n, _ in real),
-                "n_interactions": sum((n + c) * n for n, c in real),
-                "n_cached": sum(c for _, c in real),
+                "n_linear": served.n_linear,
+                "n_interactions": served.n_interactions,
+                "n_cached": served.n_cached,
                 "t_hat": t_hat,
                 "latency": t1 - t0,
                 "blocks_used": blocks_used,
                 "evictions": evicted,
-                "n_linear_plan": n_lin,
-                "n_cached_plan": n_cac,
+                "n_linear_plan": plan_shape.n_linear,
+                "n_cached_plan": plan_shape.n_cached,
                 "t_schedule": t0 - now,
             }
         )

@@ -32,6 +32,7 @@ from typing import Any
 
 import simpy
 
+from wispsim.model.batch import Shape, blocks
 from wispsim.model.latency import LatencyModel
 from wispsim.model.speculation import Speculation
 from wispsim.sim.records import BatchRecord
@@ -142,7 +143,7 @@ class CentralizedServer:
             self._wake = None
 
     def _blocks(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
+        return blocks(tokens, self.block_size)
 
     def _admit(self, limit: int) -> None:
         while self.waiting and len(self.running) < self.max_running and limit > 0:
@@ -192,10 +193,12 @@ class CentralizedServer:
                 i += 1
             budget = self.step_tokens
             work: list[tuple[_Seq, int]] = []
-            n_lin = n_int = n_cac = arrivals = decoding = decoded_context = 0
+            shape = Shape()
+            decoding = decoded_context = 0
             for s in self.running:
                 if s.prefilled >= s.context:
                     new, cached = self.lookahead, s.context
+                    arriving = False
                     decoding += 1
                     decoded_context += cached
                 else:
@@ -203,20 +206,19 @@ class CentralizedServer:
                         continue
                     new = min(s.context - s.prefilled, budget)
                     cached = s.prefilled
-                    if s.new:  # its first chunk: the request arrives anew
-                        s.new = False
-                        arrivals += 1
+                    arriving = s.new  # its first chunk: the request arrives anew
+                    s.new = False
                     if cached + new >= s.context:  # its prefill ends: the drafter proposes for it too
                         decoding += 1
                         decoded_context += s.context
                 budget -= new
                 work.append((s, new))
-                n_lin += new
-                n_int += (new + cached) * new
-                n_cac += cached
+                shape.add(new, cached, arriving)
             if not work:
                 continue
-            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(work), arrivals)
+            t_hat = self.latency.cost.price(shape)
+            latency = self.latency.time(shape, t_hat)
+            n_lin, n_int, n_cac = shape.n_linear, shape.n_interactions, shape.n_cached
             if self.spec is not None:  # the drafter's passes, with the step's noise draw
                 drafting = self.spec.draft_time(n_lin, n_int, n_cac, decoding, decoded_context)
                 latency += drafting * (latency / t_hat if t_hat > 0 else 1.0)

@@ -124,27 +124,6 @@ def _process(events: list[Event]) -> None:
             callback(ev)
 
 
-def refresh(queue: list[Any], memory: KVMemory) -> None:
-    """Set each queued request's L_new / L_cached / cold from the prefix cache as it is now.
-
-    A fully cached prefix forwards only the k draft tokens; a partly evicted one (``block``
-    eviction), or under block-granular reuse the tail after its last whole block, forwards
-    the rest of its prefix too; an evicted or uncached one is cold. The simulated verifier and
-    the real server (:mod:`wispsim.serve.verify`) both call this at each dispatch epoch.
-    """
-    get = memory.cache.get
-    whole = memory.block_size if memory.reuse_blocks else 0
-    for r in queue:
-        entry = get(r.session)
-        if entry is None:
-            r.l_new, r.l_cached, r.cold = r.prefix + r.k, 0, True
-        else:
-            hit = entry[0] if entry[0] < r.prefix else r.prefix
-            if whole:
-                hit -= hit % whole
-            r.l_new, r.l_cached, r.cold = r.prefix - hit + r.k, hit, hit == 0
-
-
 class Verifier:
     """One GPU replica running speculative verification."""
 
@@ -170,8 +149,9 @@ class Verifier:
         self.memory = memory
         self.latency = latency
         # the scheduler plans with another profile than the one pricing the batches
-        # (server.planning_profile): the recorded estimate is the planner's
-        self._planner = None if gpu.estimator is getattr(latency, "est", None) else gpu.estimator
+        # (server.planning_profile): the recorded estimate is the planner's, and the batch is
+        # priced once more, by the profile that prices it
+        self._own_price = None if gpu.estimator is latency.cost else latency.cost.price
         self.batches = batches
         self._batch_ids = batch_ids
         self.queue: list[Request] = []
@@ -181,9 +161,9 @@ class Verifier:
         env.process(self.loop())
 
     def cost(self, req: Request) -> float:
-        """The estimator's marginal cost of ``req`` here: cheap on a cached prefix."""
-        entry = self.memory.cache.get(req.session)
-        hit = 0 if entry is None else min(entry[0], req.prefix)
+        """The estimator's marginal cost of ``req`` here: cheap on a cached prefix (the cache
+        serves what :meth:`KVMemory.hit` says, as at dispatch)."""
+        hit = self.memory.hit(req.session, req.prefix)
         return self.gpu.estimator.marginal(req.prefix - hit + req.k, hit)
 
     def outstanding(self, now: float) -> float:
@@ -234,41 +214,38 @@ class Verifier:
                 self._wake = env.event()
                 yield self._wake
             now = env.now
-            refresh(self.queue, self.memory)
+            memory.refresh(self.queue)
             queue_len = len(self.queue)
+            # schedule: the batch, with the estimate it was planned with
             batch = self.scheduler.select(self.queue, now, self.gpu)
+            members = batch.members
+            shape = batch.shape
             bid = next(self._batch_ids)
-            n_lin = n_int = n_cac = 0
-            totals = []  # (session, L_total) of each member: what memory must hold for the batch
-            for r in batch:
+            for r in members:
                 r.batch = bid
-                l_new, l_cached = r.l_new, r.l_cached
-                n_lin += l_new
-                n_int += (l_new + l_cached) * l_new
-                n_cac += l_cached
-                totals.append((r.session, l_new + l_cached))
-            if len(batch) == queue_len:
+            if len(members) == queue_len:
                 self.queue = []  # the whole queue is dispatched (the common case)
             else:
                 self.queue = [r for r in self.queue if r.batch != bid]
-            evicted = memory.allocate(totals)
-            # every verification round is a request arriving anew, re-submitted with its prefix
-            t_hat, latency = self.latency.batch_time(n_lin, n_int, n_cac, len(batch), len(batch))
-            if self._planner is not None:
-                t_hat = self._planner.batch(n_lin, n_int, n_cac, len(batch), len(batch))
+            evicted = memory.allocate([(r.session, r.l_new + r.l_cached) for r in members])
+            # run: every verification round is a request arriving anew, re-submitted with its
+            # prefix; the server's profile prices it (once more only if the planner's differs)
+            t_hat = batch.estimate
+            latency = self.latency.time(shape, t_hat if self._own_price is None else self._own_price(shape))
             blocks_used = memory.used
             if self.track_work:
-                self.queued_work = max(self.queued_work - sum(r.work for r in batch), 0.0)
+                self.queued_work = max(self.queued_work - sum(r.work for r in members), 0.0)
                 self.busy_until = now + t_hat
             yield env.timeout(latency)
-            evicted += memory.finish_batch(batch)  # each member's committed prefix stays cached
-            for r in batch:
+            # postprocess: each member's committed prefix stays cached, verdicts go out
+            evicted += memory.finish_batch(members)
+            for r in members:
                 r.dispatch = now
                 r.verify_time = latency
             if adm is not None:
-                for r in batch:
+                for r in members:
                     adm.grow(r.session, r.prefix_after)
-            succeed_together(env, [r.done for r in batch])
+            succeed_together(env, [r.done for r in members])
             self.batches.append(
                 BatchRecord(
                     bid,
@@ -276,11 +253,11 @@ class Verifier:
                     "verify",
                     now,
                     env.now,
-                    len(batch),
+                    len(members),
                     queue_len,
-                    n_lin,
-                    n_int,
-                    n_cac,
+                    shape.n_linear,
+                    shape.n_interactions,
+                    shape.n_cached,
                     t_hat,
                     latency,
                     blocks_used,

@@ -30,6 +30,7 @@ import yaml
 
 from wispsim.errors import WispsimError
 from wispsim.model.archs import GPU, Arch, dtype_bytes, load_arch, load_gpu
+from wispsim.model.estimator import LINEAR_FORMS
 from wispsim.model.physical import sig6
 from wispsim.model.profiles import COEFFICIENTS, Profile
 
@@ -78,7 +79,7 @@ def derive(
     """The derived profile as a mapping for ``profiles/NAME.yaml``."""
     if c_rule not in C_RULES:
         raise WispsimError(f"--c-rule: got {c_rule!r}; allowed: {', '.join(C_RULES)}")
-    if not src.estimator.additive:
+    if src.estimator.form not in LINEAR_FORMS:
         raise WispsimError(
             f"--source: profile {src.name!r} is a {src.estimator.form} profile; --form additive scales "
             "coefficients (e.g. --source a100-qwen3-32b-paper); for physics use --form roofline"

@@ -4,16 +4,21 @@ A scheduler is a pure function of (queue, now, GPU state) -> batch: no SimPy, no
 randomness, so it is testable with plain lists. The queue is in arrival order. Each queued request
 exposes the fields of :class:`PendingLike`; its ``l_new`` / ``l_cached`` are computed by the server
 at the dispatch epoch from the prefix cache's state at that moment.
+
+It returns a :class:`~wispsim.model.batch.Batch`: the members, their shape, and ``estimate``, the
+T_hat it planned with, priced by ``gpu.estimator`` (any cost form: :mod:`wispsim.model.cost`).
+A scheduler never prices a batch another way, and the server never prices it again to plan.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from wispsim.model.estimator import Cost
+from wispsim.model.batch import Batch, Limits
+from wispsim.model.cost import CostModel
 from wispsim.registry import Registry
 
 
@@ -43,52 +48,35 @@ class Pending:
 
 @dataclass(frozen=True, slots=True)
 class GpuState:
-    """The GPU replica as the scheduler sees it at a dispatch epoch.
+    """The GPU replica as the scheduler sees it at a dispatch epoch: the cost model it plans with
+    and a batch's limits.
 
     Memory: a batch fits when the KV blocks of all its requests' L_total fit in ``total_blocks``;
     everything else held in memory is idle prefix cache that the server may evict (LRU).
     """
 
-    estimator: Cost
+    estimator: CostModel
     total_blocks: int
     block_size: int = 16
     max_requests: int = 256
     max_new_tokens: int = 16384
     delta: float = 0.005
+    limits: Limits = field(init=False, repr=False, compare=False)
 
-    def blocks(self, r: PendingLike) -> int:
-        return -(-(r.l_new + r.l_cached) // self.block_size)
+    def __post_init__(self) -> None:
+        limits = Limits(self.total_blocks, self.block_size, self.max_requests, self.max_new_tokens)
+        object.__setattr__(self, "limits", limits)
+
+    def batch(self) -> Batch[P]:  # type: ignore[type-var]
+        """An empty batch under this replica's limits."""
+        return Batch(self.limits)
 
 
 class Scheduler(Protocol):
-    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> list[P]:
-        """The batch to dispatch now: distinct members of ``queue``, non-empty if ``queue`` is."""
+    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> Batch[P]:  # type: ignore[type-var]
+        """The batch to dispatch now, with its estimate: distinct members of ``queue``, non-empty
+        if ``queue`` is."""
         ...
 
 
 SCHEDULERS: Registry[type] = Registry("scheduler")
-
-
-class BatchBuilder:
-    """Tracks a growing batch's memory and size limits."""
-
-    __slots__ = ("blocks", "gpu", "members", "new_tokens")
-
-    def __init__(self, gpu: GpuState) -> None:
-        self.gpu = gpu
-        self.members: list[PendingLike] = []
-        self.blocks = 0
-        self.new_tokens = 0
-
-    def fits(self, r: PendingLike) -> bool:
-        g = self.gpu
-        return (
-            len(self.members) < g.max_requests
-            and self.new_tokens + r.l_new <= g.max_new_tokens
-            and self.blocks + g.blocks(r) <= g.total_blocks
-        )
-
-    def add(self, r: PendingLike) -> None:
-        self.members.append(r)
-        self.blocks += self.gpu.blocks(r)
-        self.new_tokens += r.l_new

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wispsim.model.schedulers.base import SCHEDULERS, BatchBuilder, GpuState, P
+from wispsim.model.batch import Batch
+from wispsim.model.schedulers.base import SCHEDULERS, GpuState, P
 
 
 @SCHEDULERS.register("fcfs")
 class FCFSScheduler:
-    """Take requests in arrival order; stop at the first that does not fit (never reorders)."""
+    """Take requests in arrival order; stop at the first that does not fit (never reorders).
+    Deadline-blind: the batch is priced once, when it is formed."""
 
-    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> list[P]:
-        b = BatchBuilder(gpu)
+    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> Batch[P]:  # type: ignore[type-var]
+        b: Batch[P] = gpu.batch()  # type: ignore[type-var]
+        if not queue:
+            return b
         for r in queue:
             if not b.fits(r):
                 break
             b.add(r)
-        if not b.members and queue:
-            return [queue[0]]
-        return b.members  # type: ignore[return-value]
+        if not b.members:
+            b.add(queue[0])  # never empty: the oldest alone, even if it breaks a limit
+        b.estimate = gpu.estimator.price(b.shape)
+        return b
