@@ -23,7 +23,7 @@ from wispsim.model.archs import load_arch
 from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.model.speculation import Speculation, rate_for_length, resolve
-from wispsim.sim.centralized import CentralizedServer, first_and_chunks
+from wispsim.sim.centralized import CentralizedServer, Generation, first_and_chunks
 from wispsim.sim.scenarios import load_scenario
 
 
@@ -50,7 +50,7 @@ def run_one(
 
     def proc():  # type: ignore[no-untyped-def]
         done = env.event()
-        srv.submit(0, prompt, output, done, 0, runs)
+        srv.submit(Generation(0, prompt, output, done, 0, runs))
         out["value"] = yield done
         out["end"] = env.now
 

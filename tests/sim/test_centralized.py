@@ -12,7 +12,7 @@ import pytest
 import simpy
 
 from tests.support import FakeLatency
-from wispsim.sim.centralized import CentralizedServer
+from wispsim.sim.centralized import CentralizedServer, Generation
 from wispsim.sim.records import BatchRecord
 
 
@@ -38,7 +38,7 @@ def submit(
     def proc():  # type: ignore[no-untyped-def]
         yield env.timeout(at)
         done = env.event()
-        srv.submit(rid, prompt, output, done)
+        srv.submit(Generation(rid, prompt, output, done))
         yield done
         finished[rid] = env.now
 

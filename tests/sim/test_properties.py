@@ -88,7 +88,7 @@ class CheckedKVMemory(KVMemory):
 
 
 def run_checked(sc: Scenario, devices: int, seed: int | None = None) -> SimResult:
-    with mock.patch("wispsim.sim.simulation.KVMemory", CheckedKVMemory):
+    with mock.patch("wispsim.sim.servers.KVMemory", CheckedKVMemory):
         return simulate(sc, devices=devices, seed=seed)
 
 

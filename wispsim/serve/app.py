@@ -35,12 +35,12 @@ from pydantic import BaseModel, Field
 from wispsim.config import Scenario
 from wispsim.errors import WispsimError
 from wispsim.host import cpu_facts
-from wispsim.model.admission import make_admission
-from wispsim.model.memory import KVMemory, block_size, kv_capacity
+from wispsim.model.batch import blocks as blocks_of
+from wispsim.model.memory import block_size, kv_capacity
 from wispsim.model.profiles import load_profile
-from wispsim.model.schedulers import SCHEDULERS, GpuState
 from wispsim.serve.central import CentralServer
 from wispsim.serve.verify import ServeError, VerifyServer
+from wispsim.sim.servers import request_outputs, verifier_parts
 
 
 class OpenBody(BaseModel):
@@ -108,7 +108,7 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
     profile.check_layout(layout == "0", "wispsim serve")  # its estimates must be this engine's
     bs = block_size(srv.block_size, profile)
     max_len = longest_sequence(sc)
-    blocks = None if srv.kv_capacity_tokens is None else -(-srv.kv_capacity_tokens // bs)
+    blocks = None if srv.kv_capacity_tokens is None else blocks_of(srv.kv_capacity_tokens, bs)
     if blocks is not None and blocks * bs < max_len:
         raise WispsimError(
             f"server.kv_capacity_tokens: {srv.kv_capacity_tokens} tokens cannot hold the longest "
@@ -195,22 +195,19 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
         profile = load_profile(srv.profile).with_form(srv.estimator_form)
         bs = int(facts["block_size"])
         cap = int(facts["kv_capacity_tokens"] or kv_capacity(srv, profile))
-        blocks = cap // bs
         plan = profile if srv.planning_profile is None else load_profile(srv.planning_profile)
-        gpu = GpuState(  # the scheduler plans with the planning profile (``profile`` where none)
-            plan.with_form(srv.estimator_form).estimator,
-            blocks,
-            bs,
-            srv.max_batch_requests,
-            srv.max_batch_tokens,
-            srv.delta_ms / 1000.0,
-        )
-        memory = KVMemory(blocks, bs, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
-        scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
-        admission = make_admission(sc, blocks, bs)
-        release = getattr(backend, "release_prefixes", None) if admission is not None else None
+        # the scheduler plans with the planning profile (``profile`` where none), as in simulate
+        parts = verifier_parts(sc, plan.with_form(srv.estimator_form).estimator, cap, bs, request_outputs(sc))
+        release = getattr(backend, "release_prefixes", None) if parts.admission is not None else None
         return VerifyServer(
-            gpu, scheduler, memory, backend.run_batch, vocab, max_len, admission=admission, release=release
+            parts.gpu,
+            parts.scheduler,
+            parts.memory,
+            backend.run_batch,
+            vocab,
+            max_len,
+            admission=parts.admission,
+            release=release,
         )
 
     def make_central() -> CentralServer:

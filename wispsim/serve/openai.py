@@ -229,7 +229,7 @@ class OpenAIServer:
 
 
 class OpenAICentral(RemoteCentral):
-    """``ctx.central`` for the devices: each response is one streamed completion of the OpenAI
+    """``ctx.server`` for centralized devices: each response is one streamed completion of the OpenAI
     server; every chunk's arrival is recorded (``arrivals``: response, tokens so far, local time,
     NaN for the server's time, which it does not report)."""
 

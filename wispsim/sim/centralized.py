@@ -38,6 +38,31 @@ from wispsim.model.speculation import Speculation
 from wispsim.sim.records import BatchRecord
 
 
+class Generation:
+    """A response submitted for the server to generate (what a device sends under centralized
+    serving): its id, prompt and output lengths, the event its ``done`` value goes to; ``hit``
+    prompt tokens already in the prefix cache, and (server-side speculation only) the runs of
+    drafts the target accepts from each output position."""
+
+    __slots__ = ("done", "hit", "output", "prompt", "rid", "runs")
+
+    def __init__(
+        self,
+        rid: int,
+        prompt: int,
+        output: int,
+        done: simpy.Event,
+        hit: int = 0,
+        runs: list[int] | None = None,
+    ) -> None:
+        self.rid = rid
+        self.prompt = prompt
+        self.output = output
+        self.done = done
+        self.hit = hit
+        self.runs = runs
+
+
 class _Seq:
     __slots__ = (
         "blocks",
@@ -124,23 +149,15 @@ class CentralizedServer:
             s.prompt - min(s.prefilled, s.prompt) + s.output - s.generated for s in self.running
         ) + sum(s.prompt + s.output - s.generated for s in self.waiting)
 
-    def submit(
-        self,
-        rid: int,
-        prompt: int,
-        output: int,
-        done: simpy.Event,
-        hit: int = 0,
-        runs: list[int] | None = None,
-    ) -> None:
-        """Queue a response; ``hit`` of its prompt tokens are in the prefix cache already;
-        ``runs`` (speculation only): drafts accepted in a row from each output position."""
-        if self.spec is not None and runs is None:
+    def submit(self, g: Generation) -> simpy.Event:
+        """Queue a response to generate; returns the event of its ``done`` value."""
+        if self.spec is not None and g.runs is None:
             raise ValueError("a speculating server needs each response's acceptance runs")
-        self.waiting.append(_Seq(rid, prompt, output, done, hit, runs))
+        self.waiting.append(_Seq(g.rid, g.prompt, g.output, g.done, g.hit, g.runs))
         if self._wake is not None:
             self._wake.succeed()
             self._wake = None
+        return g.done
 
     def _blocks(self, tokens: int) -> int:
         return blocks(tokens, self.block_size)

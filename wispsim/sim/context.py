@@ -29,6 +29,7 @@ from wispsim.model.speculation import Speculation
 from wispsim.sim.records import MEMORY_ROWS, BatchRecord, RecordTable, ResponseRecord, RoundRecord
 
 if TYPE_CHECKING:
+    from wispsim.sim.servers import Serving
     from wispsim.sim.verifier import Request
 
 
@@ -146,8 +147,10 @@ class RunContext:
         # when the first token of an undecided measured response reached its device (first_token)
         self._first: dict[int, float] = {}
         self.done = env.event()
-        self.server: Any  # a Verifier, or a router in front of several
-        self.central: Any  # a CentralizedServer, or a CentralRouter
+        self.serving: Serving  # verifying rounds or generating responses (wispsim.sim.servers)
+        # what devices submit to: a Verifier or a CentralizedServer, a router in front of several,
+        # or a client of a real server
+        self.server: Any
         self.speculation: Speculation | None = None  # server-side drafting (centralized-sd)
         # (mean, max) output tokens of a request trace's requests, where one sets the lengths
         self.request_outputs: tuple[float, float] | None = None

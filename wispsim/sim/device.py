@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wispsim.model.network import TOKEN_ID_BYTES, Link, pick_link_type
-from wispsim.sim.centralized import first_and_chunks
+from wispsim.sim.centralized import Generation, first_and_chunks
 from wispsim.sim.context import DeviceRound
-from wispsim.sim.verifier import Request
+from wispsim.sim.round import RoundPlan, speculative_response
 
 if TYPE_CHECKING:
     from wispsim.model.fleet import DeviceSpec
@@ -38,6 +38,14 @@ class Device:
     """One edge device of a class: its constants, its random streams, and its client loop."""
 
     __slots__ = (
+        "_header",
+        "_output",
+        "_pos",
+        "_prompt",
+        "_runs",
+        "_side",
+        "_state",
+        "_tok_bytes",
         "alpha_hat",
         "ctx",
         "index",
@@ -95,100 +103,66 @@ class Device:
             gate = self.ctx.arrivals.gate(self.index)
         return 0.0
 
+    # --- the device as its rounds' source (wispsim.sim.round.RoundSource) -------------------
+    def next_round(self, rnd: int) -> RoundPlan | None:
+        """Plan the next round of the current response: k from the drafting controller,
+        acceptance from the response's trace, drafting and uplink time from the device and its
+        link ((latency + bytes / bandwidth) x jitter, written out)."""
+        pos, output = self._pos, self._output
+        if pos >= output:
+            return None
+        remaining = output - pos
+        k, passes, calls = self.ctx.controller.plan(self._state, pos, remaining)
+        run = self._runs[pos]
+        accepted = run if run < k else k
+        committed = accepted + 1 if accepted < remaining else remaining
+        draft = passes * self.tau_d + calls * self.tau_p
+        nbytes = self._header + k * self._tok_bytes + (self._prompt * TOKEN_ID_BYTES if rnd == 0 else 0)
+        link = self.link
+        up = (link.latency + nbytes / link.up_bps) * link.jitter.next()
+        side = self._side
+        side.forward_passes = passes
+        side.predictor_calls = calls
+        self._pos = pos + committed
+        return RoundPlan(0.0, pos, k, accepted, committed, draft, up)
+
+    def downlink(self, committed: int) -> float:
+        link = self.link
+        return (
+            link.latency + (self._header + committed * TOKEN_ID_BYTES) / link.down_bps
+        ) * link.jitter.next()
+
     def run_speculative(self) -> Generator[Any, Any, None]:
+        """Draft and send the rounds of response after response (module text)."""
         ctx = self.ctx
         env = ctx.env
-        ctl = ctx.controller
         server = ctx.server
-        # the link's transfer time, (latency + bytes / bandwidth) x jitter (Link.up / Link.down),
-        # is computed inline below: twice per round
-        link = self.link
-        lat, up_bps, down_bps, jitter = link.latency, link.up_bps, link.down_bps, link.jitter.next
-        slo = self.slo
-        tau_d, tau_p = self.tau_d, self.tau_p
-        header, tok_bytes = ctx.header_bytes, ctx.draft_token_bytes
-        w = ctx.alpha_ema
-        record_round = ctx.record_round
-        side = DeviceRound(self.index, slo, tau_d)  # the device's side of each round's record
-        first_token = ctx.first_token
+        ctl = ctx.controller
+        index, slo = self.index, self.slo
+        side = self._side = DeviceRound(index, slo, self.tau_d)  # the device's side of each round's record
+        self._header, self._tok_bytes = ctx.header_bytes, ctx.draft_token_bytes
         pad = ctx.stream_pad
-        req_ids = ctx.request_ids
-        index = self.index
-        event = env.event
-        submit = server.submit  # called with the request when its uplink ends (Request.send)
         pending = self.start_offset  # time owed before the next thing the device does
         while True:
             pending = yield from self._gate(pending)
             think, prompt, output = self._next_response()
             stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, pad)
             prompt, output = stream.prompt_len, stream.output_len
-            runs: list[int] = stream.run.tolist()
-            state = ctl.prepare(stream)
+            self._runs = stream.run.tolist()
+            self._state = ctl.prepare(stream)
+            self._pos, self._output, self._prompt = 0, output, prompt
             t0 = env.now + pending + think
             pending += think
             resp = ctx.open_response(t0, index, slo, prompt, output)
             side.measured = ctx.is_measured(resp)
-            alpha_hat = self.alpha_hat  # the device's accept-rate estimate (an EMA over rounds)
-            pos = 0
-            rnd = 0
-            cold_rounds = 0
-            t_end = t_first = t0
-            while pos < output:
-                remaining = output - pos
-                k, passes, calls = ctl.plan(state, pos, remaining)
-                accepted = runs[pos] if runs[pos] < k else k
-                committed = accepted + 1 if accepted < remaining else remaining
-                draft = passes * tau_d + calls * tau_p
-                nbytes = header + k * tok_bytes + (prompt * TOKEN_ID_BYTES if rnd == 0 else 0)
-                up = (lat + nbytes / up_bps) * jitter()
-                now = env.now
-                t_start = now + pending
-                delay = pending + draft + up
-                arrival = now + delay  # when the request's arrival event fires (Request.send; same sum)
-                n_hat = alpha_hat * k + 1.0
-                budget = n_hat / slo - draft - up
-                prefix = prompt + pos
-                req = Request(
-                    next(req_ids),
-                    resp,
-                    arrival,
-                    arrival + budget,
-                    n_hat,
-                    k,
-                    prefix,
-                    prefix + committed,
-                    event(),
-                )
-                # the request reaches the server when its uplink ends (it is the event of its
-                # arrival), and the device sleeps until the verdict: one resume per round
-                req.send(env, delay, submit)
-                yield req.done
-                down = (lat + (header + committed * TOKEN_ID_BYTES) / down_bps) * jitter()
-                t_end = env.now + down
-                if rnd == 0:  # the first round's verdict brings the first token
-                    t_first = t_end
-                    first_token(resp, t_end)
-                cold_rounds += req.cold
-                side.round = rnd
-                side.position = pos
-                side.t_start = t_start
-                side.draft_time = draft
-                side.forward_passes = passes
-                side.predictor_calls = calls
-                side.accepted = accepted
-                side.committed = committed
-                side.uplink_time = up
-                side.budget = budget
-                side.downlink_time = down
-                side.t_end = t_end
-                record_round(side, req)
-                alpha_hat += w * (accepted / k - alpha_hat)
-                self.alpha_hat = alpha_hat
-                pos += committed
-                rnd += 1
-                pending = down
+            out = yield from speculative_response(
+                ctx, side, self, resp, prompt, t0, pending, self.alpha_hat, t0
+            )
+            self.alpha_hat, pending = out.alpha_hat, out.pending
             server.drop(resp)
-            ctx.finish_response(resp, index, slo, t0, t_end, t_first, prompt, output, rnd, cold_rounds)
+            ctx.finish_response(
+                resp, index, slo, t0, out.t_end, out.t_first, prompt, output, out.rounds, out.cold_rounds
+            )
             if self.once:
                 return
 
@@ -209,12 +183,10 @@ class Device:
             resp = ctx.open_response(t0, self.index, self.slo, prompt, output)
             up = link.up(header + prompt * TOKEN_ID_BYTES)
             yield env.timeout(pending + think + up)
-            done = env.event()
-            if ctx.speculation is None:
-                ctx.central.submit(resp, prompt, output, done)
-            else:  # the server drafts for itself: which of its drafts the target accepts
-                runs = ctx.speculation.runs(stream.run, output, self.rng_accept)
-                ctx.central.submit(resp, prompt, output, done, 0, runs)
+            # under centralized-sd the server drafts for itself: which of its drafts the target accepts
+            spec = ctx.speculation
+            runs = None if spec is None else spec.runs(stream.run, output, self.rng_accept)
+            done = ctx.server.submit(Generation(resp, prompt, output, env.event(), 0, runs))
             # when the step that gave the first token ended; the chunks the tokens came in
             first, chunks = first_and_chunks((yield done), output)
             # one downlink time (one jitter draw) for every token: the first and the last alike

@@ -31,7 +31,7 @@ from wispsim.registry import Registry
 if TYPE_CHECKING:
     import simpy
 
-    from wispsim.sim.centralized import CentralizedServer
+    from wispsim.sim.centralized import CentralizedServer, Generation
     from wispsim.sim.verifier import Request, Verifier
 
 ROUTERS: Registry[Callable[..., Any]] = Registry("router")
@@ -98,12 +98,12 @@ class CentralRouter:
         self.round_robin = router == "round-robin"
         self._next = count()
 
-    def submit(self, rid: int, prompt: int, output: int, done: simpy.Event, *rest: Any) -> None:
+    def submit(self, g: Generation) -> simpy.Event:
         if self.round_robin:
             target = self.replicas[next(self._next) % len(self.replicas)]
         else:
             target = min(self.replicas, key=lambda s: s.outstanding_tokens())
-        target.submit(rid, prompt, output, done, *rest)
+        return target.submit(g)
 
     @property
     def preemptions(self) -> int:

@@ -6,11 +6,12 @@ response is decided, and packs the round, batch and response records into a
 :class:`~wispsim.sim.records.SimResult`. What runs is made of components handed in (as desmod
 hands its components the environment), not switched on by flags:
 
-- a :class:`ServerSide` builds the server the devices talk to: ``ctx.server`` (speculative
-  serving) or ``ctx.central`` (centralized serving). The default, :class:`SimulatedServers`,
-  builds one simulated replica per profile (a :class:`~wispsim.sim.verifier.Verifier` or a
-  :class:`~wispsim.sim.centralized.CentralizedServer`), behind a router where there are several;
-  :mod:`wispsim.serve.swarm` hands in one that installs clients of a real server.
+- a :class:`ServerSide` builds the server the devices talk to, ``ctx.server``, for the run's
+  serving (``ctx.serving``: :mod:`wispsim.sim.servers`, the one server factory). The default,
+  :class:`~wispsim.sim.servers.SimulatedServers`, builds one simulated replica per profile (a
+  :class:`~wispsim.sim.verifier.Verifier` or a :class:`~wispsim.sim.centralized.CentralizedServer`),
+  behind a router where there are several; :mod:`wispsim.serve.swarm` hands in one that installs
+  clients of a real server.
 - a :class:`DeviceSide` starts the load. The default, :class:`SimulatedDevices`, is the
   scenario's arrival process launching simulated devices (:class:`~wispsim.sim.device.Device`);
   :mod:`wispsim.study.replay.drive` hands in one that drives recorded devices.
@@ -29,36 +30,25 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-import numpy as np
 import simpy
 
 from wispsim.config import Scenario
 from wispsim.config.limits import MAX_DEVICES
 from wispsim.errors import ConfigError
-from wispsim.model.admission import make_admission
 from wispsim.model.fleet import device_specs, fleet_size
-from wispsim.model.latency import make_latency
-from wispsim.model.memory import KVMemory
-from wispsim.model.schedulers import SCHEDULERS, GpuState
-from wispsim.model.speculation import resolve as resolve_speculation
-from wispsim.sim.arrivals import load_request_trace, make_arrivals
-from wispsim.sim.centralized import CentralizedServer
+from wispsim.sim.arrivals import make_arrivals
 from wispsim.sim.context import RunContext
 from wispsim.sim.device import Device
 from wispsim.sim.records import MEMORY_ROWS, SimResult
-from wispsim.sim.router import ROUTERS, CentralRouter
 from wispsim.sim.scenarios import Resolved, resolve_server
-from wispsim.sim.verifier import Verifier
-
-SERVER_STREAM = 1_000_000_007  # spawn key of the server's noise stream (apart from device keys)
+from wispsim.sim.servers import SimulatedServers, request_outputs, serving_of
 
 
 class ServerSide(Protocol):
     """What the devices of a run talk to (see the module text)."""
 
     def build(self, ctx: RunContext, resolved: Resolved) -> None:
-        """Set ``ctx.server`` (speculative serving) or ``ctx.central`` (centralized), before any
-        device starts."""
+        """Set ``ctx.server`` (for ``ctx.serving``), before any device starts."""
         ...
 
     def info(self, ctx: RunContext) -> dict[str, Any]:
@@ -102,6 +92,7 @@ def simulate(
         raise ConfigError("--devices", "devices", f"must be in [1, {MAX_DEVICES:,}], got {n:,}")
     env = simpy.Environment() if env is None else env
     ctx = RunContext(env, sc, sc.seed if seed is None else seed, resolved.profiles[0], memory_rows)
+    ctx.serving = serving_of(sc)
     _request_lengths(ctx)
     servers = SimulatedServers() if servers is None else servers
     servers.build(ctx, resolved)
@@ -116,101 +107,10 @@ def _request_lengths(ctx: RunContext) -> None:
     ``ctx.request_outputs`` (admission control sizes responses by them), and without a drain
     limit the run drains the longest request at the slowest class."""
     sc = ctx.scenario
-    if sc.arrivals.process != "requests" or not sc.arrivals.trace:
-        return
-    req = load_request_trace(sc.arrivals.trace)
-    ctx.request_outputs = (float(req.outputs.mean()), float(req.outputs.max()))
-    if sc.workload.drain_limit_s is None:
+    outputs = ctx.request_outputs = request_outputs(sc)
+    if outputs is not None and sc.workload.drain_limit_s is None:
         slos = [g.slo for g in sc.devices.groups] or list(sc.devices.classes)
-        ctx.drain_s = max(ctx.drain_s, float(req.outputs.max()) / min(slos))
-
-
-class SimulatedServers:
-    """The default :class:`ServerSide`: one simulated replica per profile of the resolved
-    scenario, behind the scenario's router where there are several."""
-
-    def build(self, ctx: RunContext, resolved: Resolved) -> None:
-        srv = ctx.scenario.server
-        if srv.mode == "centralized":
-            servers = _centralized_servers(ctx, resolved)
-            ctx.central = CentralRouter(servers, srv.router) if srv.replicas > 1 else servers[0]
-        else:
-            verifiers = _verifiers(ctx, resolved)
-            routed = srv.replicas > 1
-            ctx.server = ROUTERS.get(srv.router, field="server.router")(verifiers) if routed else verifiers[0]
-
-    def info(self, ctx: RunContext) -> dict[str, Any]:
-        centralized = ctx.scenario.server.mode == "centralized"
-        return {"preemptions": ctx.central.preemptions} if centralized else {}
-
-
-def _server_rng(seed: int, replica: int) -> np.random.Generator:
-    key = (SERVER_STREAM,) if replica == 0 else (SERVER_STREAM, replica)
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
-
-
-def _verifiers(ctx: RunContext, resolved: Resolved) -> list[Verifier]:
-    """One verification server per replica: its GPU state, KV memory, scheduler, latency noise
-    and admission control (a replica tracks its work for the router where there are several)."""
-    sc, env = ctx.scenario, ctx.env
-    srv = sc.server
-    out = []
-    for r, (prof, cap, bs) in enumerate(
-        zip(resolved.profiles, resolved.capacities, resolved.block_sizes, strict=True)
-    ):
-        blocks = cap // bs
-        gpu = GpuState(  # the scheduler plans with the planning profile; ``prof`` prices the batches
-            resolved.planner(r).estimator,
-            blocks,
-            bs,
-            srv.max_batch_requests,
-            srv.max_batch_tokens,
-            srv.delta_ms / 1000.0,
-        )
-        memory = KVMemory(blocks, bs, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
-        scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
-        latency = make_latency(prof, srv, _server_rng(ctx.seed, r))
-        admission = make_admission(sc, blocks, bs, ctx.request_outputs)
-        out.append(
-            Verifier(
-                env,
-                r,
-                gpu,
-                scheduler,
-                memory,
-                latency,
-                ctx.batches,
-                ctx.batch_ids,
-                track_work=srv.replicas > 1,
-                admission=admission,
-            )
-        )
-    return out
-
-
-def _centralized_servers(ctx: RunContext, resolved: Resolved) -> list[CentralizedServer]:
-    """One centralized engine per replica; under centralized-sd each drafts for itself
-    (``ctx.speculation``: the first replica's drafting, which the devices ask for runs)."""
-    srv = ctx.scenario.server
-    specs = [resolve_speculation(srv, prof) for prof in resolved.profiles]
-    ctx.speculation = specs[0]
-    return [
-        CentralizedServer(
-            ctx.env,
-            cap // bs,
-            bs,
-            srv.max_batch_requests,
-            srv.prefill_chunk_tokens,
-            make_latency(prof, srv, _server_rng(ctx.seed, r)),
-            ctx.batches,
-            ctx.batch_ids,
-            replica=r,
-            spec=spec,
-        )
-        for r, (prof, cap, bs, spec) in enumerate(
-            zip(resolved.profiles, resolved.capacities, resolved.block_sizes, specs, strict=True)
-        )
-    ]
+        ctx.drain_s = max(ctx.drain_s, outputs[1] / min(slos))
 
 
 class SimulatedDevices:
@@ -221,12 +121,11 @@ class SimulatedDevices:
         sc, env = ctx.scenario, ctx.env
         arrivals = ctx.arrivals = make_arrivals(ctx, devices)
         specs = device_specs(sc, arrivals.n if not arrivals.open else fleet_size(sc))
-        centralized = sc.server.mode == "centralized"
+        client = ctx.serving.pick(Device.run_speculative, Device.run_centralized)
 
         def start(index: int, once: bool) -> None:
             ctx.devices_started += 1
-            d = Device(ctx, index, specs[index % len(specs)], once)
-            env.process(d.run_centralized() if centralized else d.run_speculative())
+            env.process(client(Device(ctx, index, specs[index % len(specs)], once)))
 
         arrivals.start(start)
 

@@ -9,16 +9,16 @@ part sets everyone's finish time.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 from simpy.events import NORMAL, PENDING, Event
 
-from wispsim.model.admission import Admission
 from wispsim.model.latency import LatencyModel
-from wispsim.model.memory import KVMemory
-from wispsim.model.schedulers.base import GpuState, Scheduler
 from wispsim.sim.records import BatchRecord
+
+if TYPE_CHECKING:
+    from wispsim.sim.servers import VerifierParts
 
 
 class Request(Event):
@@ -131,15 +131,13 @@ class Verifier:
         self,
         env: simpy.Environment,
         replica: int,
-        gpu: GpuState,
-        scheduler: Scheduler,
-        memory: KVMemory,
+        parts: VerifierParts[Request],
         latency: LatencyModel,
         batches: list[Any],
         batch_ids: Any,
         track_work: bool = False,
-        admission: Admission[Request] | None = None,
     ) -> None:
+        gpu, scheduler, memory, admission = parts.gpu, parts.scheduler, parts.memory, parts.admission
         self.env = env
         self.admission = admission  # KV admission control (server.kv_policy: admission), or LRU
         self.track_work = track_work  # only routers read the outstanding work

@@ -32,7 +32,7 @@ from wispsim.config.server import SpeculationConfig
 from wispsim.model.latency import LinearLatency
 from wispsim.model.profiles import Profile
 from wispsim.model.speculation import resolve
-from wispsim.sim.centralized import CentralizedServer, first_and_chunks
+from wispsim.sim.centralized import CentralizedServer, Generation, first_and_chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +167,8 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         start[i] = env.now
         if frontend > 0:
             yield env.timeout(frontend)
-        done = env.event()
         runs = None if spec is None else spec.runs(nothing, outs[i], accept_rng)
-        server.submit(i, ins[i], outs[i], done, hit[i], runs)
+        done = server.submit(Generation(i, ins[i], outs[i], env.event(), hit[i], runs))
         first_token[i], chunks[i] = first_and_chunks((yield done), outs[i])
         end[i] = env.now
 

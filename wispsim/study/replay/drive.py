@@ -33,11 +33,12 @@ import pandas as pd
 from wispsim.config import ArrivalsConfig, Scenario
 from wispsim.errors import ConfigError
 from wispsim.sim.arrivals import Closed
+from wispsim.sim.centralized import Generation
 from wispsim.sim.context import DeviceRound, RunContext
 from wispsim.sim.records import SimResult
+from wispsim.sim.round import RoundPlan, speculative_response
 from wispsim.sim.scenarios import Resolved, check_consistency, load_scenario
 from wispsim.sim.simulation import simulate
-from wispsim.sim.verifier import Request
 
 
 class _RecordedRound(NamedTuple):
@@ -172,21 +173,42 @@ def _recording_stopped(
         notes.truncated[resp] = r.slo
 
 
+class _RecordedRounds:
+    """A recorded response's rounds as a :class:`~wispsim.sim.round.RoundSource`: each as the log
+    has it (its lead, draft, uplink and downlink times, k, accepted, committed, position)."""
+
+    __slots__ = ("current", "rounds", "side")
+
+    def __init__(self, side: DeviceRound) -> None:
+        self.side = side
+        self.rounds: list[_RecordedRound] = []
+        self.current = 0
+
+    def next_round(self, rnd: int) -> RoundPlan | None:
+        if rnd >= len(self.rounds):
+            return None
+        self.current = rnd
+        lead, draft, up, _, k, accepted, committed, pos = self.rounds[rnd]
+        self.side.tau_d = draft / k  # drafting time per sent token: the log has no forward passes
+        return RoundPlan(lead, pos, k, accepted, committed, draft, up)
+
+    def downlink(self, committed: int) -> float:
+        return self.rounds[self.current].down
+
+
 def _replay_speculative(
     ctx: RunContext, dev: int, responses: list[_RecordedResponse], notes: _ReplayNotes
 ) -> Generator[Any, Any, None]:
-    """One recorded device, round by round (mirrors :meth:`wispsim.sim.device.Device.run_speculative`)."""
+    """One recorded device, response by response, its rounds run by
+    :func:`wispsim.sim.round.speculative_response` as the simulated device's are."""
     env = ctx.env
     server = ctx.server
-    w = ctx.alpha_ema
     alpha_hat = ctx.alpha_init
-    record_round = ctx.record_round
-    req_ids = ctx.request_ids
-    timeout, event = env.timeout, env.event
     pending = 0.0  # time owed before the next thing the device does
     side = DeviceRound(dev, 0.0)
     # the log does not say how many forward passes and predictor calls a round took
     side.forward_passes = side.predictor_calls = -1
+    source = _RecordedRounds(side)
     for r in responses:
         slo, prompt = r.slo, r.prompt
         pending += r.gap
@@ -195,46 +217,19 @@ def _replay_speculative(
         notes.ids[resp] = r.log_id
         side.slo = slo
         side.measured = ctx.is_measured(resp)
-        t_end = t0
-        t_first = math.nan  # no round recorded: no token came out
-        cold = 0
-        for rnd, (lead, draft, up, down, k, accepted, committed, pos) in enumerate(r.rounds):
-            if lead:
-                pending += lead
-            t_start = env.now + pending
-            yield timeout(pending + draft + up)
-            arrival = env.now
-            n_hat = alpha_hat * k + 1.0
-            budget = n_hat / slo - draft - up
-            prefix = prompt + pos
-            req = Request(
-                next(req_ids), resp, arrival, arrival + budget, n_hat, k, prefix, prefix + committed, event()
-            )
-            yield server.submit(req)
-            t_end = env.now + down
-            if rnd == 0:  # the first verdict brings the first token
-                t_first = t_end
-                ctx.first_token(resp, t_end)
-            cold += req.cold
-            side.round = rnd
-            side.position = pos
-            side.t_start = t_start
-            side.tau_d = draft / k  # drafting time per sent token: the log has no forward passes
-            side.draft_time = draft
-            side.accepted = accepted
-            side.committed = committed
-            side.uplink_time = up
-            side.budget = budget
-            side.downlink_time = down
-            side.t_end = t_end
-            record_round(side, req)
-            alpha_hat += w * (accepted / k - alpha_hat)
-            pending = down
+        source.rounds = r.rounds
+        # no round recorded: no token came out (t_first NaN)
+        out = yield from speculative_response(
+            ctx, side, source, resp, prompt, t0, pending, alpha_hat, math.nan
+        )
+        alpha_hat, pending = out.alpha_hat, out.pending
         if r.finished:
             server.drop(resp)
-            ctx.finish_response(resp, dev, slo, t0, t_end, t_first, prompt, r.output, len(r.rounds), cold)
+            ctx.finish_response(
+                resp, dev, slo, t0, out.t_end, out.t_first, prompt, r.output, out.rounds, out.cold_rounds
+            )
         else:
-            _recording_stopped(ctx, r, resp, t_end - t0, notes)
+            _recording_stopped(ctx, r, resp, out.t_end - t0, notes)
 
 
 def _replay_centralized(
@@ -254,8 +249,7 @@ def _replay_centralized(
             _recording_stopped(ctx, r, resp, 0.0, notes)  # no uplink time, or an unknown length
             continue
         yield env.timeout(pending + r.rounds[0].lead + r.rounds[0].up)
-        done = env.event()
-        ctx.central.submit(resp, r.prompt, r.output, done)
+        done = ctx.server.submit(Generation(resp, r.prompt, r.output, env.event()))
         first = yield done  # the end of the step that gave the first token
         down = r.rounds[-1].down
         ctx.finish_response(
@@ -274,7 +268,7 @@ class _RecordedDevices:
 
     def launch(self, ctx: RunContext, devices: int) -> None:
         ctx.arrivals = Closed(ctx, 0)  # the recorded gaps pace the devices: nothing gates them
-        process = _replay_centralized if ctx.scenario.server.mode == "centralized" else _replay_speculative
+        process = ctx.serving.pick(_replay_speculative, _replay_centralized)
         for dev in sorted(self.plan):
             ctx.env.process(process(ctx, dev, self.plan[dev], self.notes))
         ctx.devices_started = len(self.plan)

@@ -1,0 +1,127 @@
+"""One speculative round, written once: plan -> draft -> uplink -> server -> downlink -> record.
+
+Every device that drafts at the edge runs its responses through :func:`speculative_response`:
+the simulated device (:class:`wispsim.sim.device.Device`; the real swarm runs the same device
+against a client of the real server), and the recorded device of a replay
+(:mod:`wispsim.study.replay.drive`). What differs between them is only where a round's facts come
+from, a :class:`RoundSource`: the simulated device plans k with its drafting controller, draws
+acceptance from its trace and transfer times from its link; a recorded device reads them from
+the log. The request the server sees, the device's accept-rate estimate, the first-token time and
+the round record are made here, the same way for all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from wispsim.sim.verifier import Request
+
+if TYPE_CHECKING:
+    from wispsim.sim.context import DeviceRound, RunContext
+
+
+class RoundPlan(NamedTuple):
+    """A round's device-side facts before it is sent."""
+
+    lead: float  # device time before drafting starts (besides what the previous round owed)
+    position: int  # committed output tokens before the round
+    k: int  # draft tokens sent
+    accepted: int  # of them, the target accepts
+    committed: int  # tokens the round commits (accepted + the target's own, within the output)
+    draft: float  # seconds drafting (and asking the predictor)
+    up: float  # seconds on the uplink
+
+
+class RoundSource(Protocol):
+    """Where a device's rounds come from (module text)."""
+
+    def next_round(self, rnd: int) -> RoundPlan | None:
+        """Round ``rnd`` of the response, or None once the response is over. A source may fill
+        the device-side fields of the round record that only it knows (``forward_passes``,
+        ``predictor_calls``, ``tau_d``)."""
+        ...
+
+    def downlink(self, committed: int) -> float:
+        """Seconds the verdict of ``committed`` tokens takes to come down."""
+        ...
+
+
+class Outcome(NamedTuple):
+    """How a response's rounds went, for its response record."""
+
+    t_end: float  # its last verdict reached the device
+    t_first: float  # its first verdict did
+    rounds: int
+    cold_rounds: int  # rounds whose prefix the server no longer held
+    alpha_hat: float  # the device's accept-rate estimate after them
+    pending: float  # device time still owed (the last downlink)
+
+
+def speculative_response(
+    ctx: RunContext,
+    side: DeviceRound,
+    source: RoundSource,
+    resp: int,
+    prompt: int,
+    t0: float,
+    pending: float,
+    alpha_hat: float,
+    t_first: float,
+) -> Generator[Any, Any, Outcome]:
+    """Run response ``resp`` (a ``prompt``-token prompt, started at ``t0``) round by round from
+    ``source``, the first ``pending`` seconds from now, with accept-rate estimate ``alpha_hat``;
+    every round is recorded with the device's ``side`` of it. ``t_first``: the response's
+    first-token time if no round runs. Returns the :class:`Outcome`."""
+    env = ctx.env
+    submit = ctx.server.submit  # called with the request when its uplink ends (Request.send)
+    record_round = ctx.record_round
+    req_ids = ctx.request_ids
+    event = env.event
+    w = ctx.alpha_ema
+    slo = side.slo
+    next_round, downlink = source.next_round, source.downlink
+    t_end = t0
+    rnd = cold = 0
+    while True:
+        plan = next_round(rnd)
+        if plan is None:
+            break
+        lead, pos, k, accepted, committed, draft, up = plan
+        if lead:
+            pending += lead
+        now = env.now
+        t_start = now + pending
+        delay = pending + draft + up
+        arrival = now + delay  # when the request's arrival event fires (Request.send; same sum)
+        n_hat = alpha_hat * k + 1.0
+        budget = n_hat / slo - draft - up
+        prefix = prompt + pos
+        req = Request(
+            next(req_ids), resp, arrival, arrival + budget, n_hat, k, prefix, prefix + committed, event()
+        )
+        # the request reaches the server when its uplink ends (it is the event of its arrival),
+        # and the device sleeps until the verdict: one resume per round
+        req.send(env, delay, submit)
+        yield req.done
+        down = downlink(committed)
+        t_end = env.now + down
+        if rnd == 0:  # the first round's verdict brings the first token
+            t_first = t_end
+            ctx.first_token(resp, t_end)
+        cold += req.cold
+        side.round = rnd
+        side.position = pos
+        side.t_start = t_start
+        side.draft_time = draft
+        side.accepted = accepted
+        side.committed = committed
+        side.uplink_time = up
+        side.budget = budget
+        side.downlink_time = down
+        side.t_end = t_end
+        record_round(side, req)
+        alpha_hat += w * (accepted / k - alpha_hat)
+        rnd += 1
+        pending = down
+    return Outcome(t_end, t_first, rnd, cold, alpha_hat, pending)

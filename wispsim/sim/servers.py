@@ -1,0 +1,174 @@
+"""One server factory: what the devices of a run talk to, built one way for every caller.
+
+Speculative and centralized serving are two server components with one way to submit:
+``ctx.server.submit(x)`` takes a verification round (:class:`~wispsim.sim.verifier.Request`) or a
+response to generate (:class:`~wispsim.sim.centralized.Generation`) and returns the event of its
+verdict. Which of the two a scenario runs is decided here, once (:func:`serving_of`: the only
+place below the entrance hall that reads ``server.mode``); the rest of a run asks the
+:class:`Serving` it gets (``ctx.serving``) to pick between the two (:meth:`Serving.pick`).
+
+- :func:`verifier_parts` builds what a verification replica plans with (its GPU state and limits,
+  KV memory, scheduler, admission control): the simulated :class:`~wispsim.sim.verifier.Verifier`
+  and the real server (:mod:`wispsim.serve.app`) both take them from here;
+- :class:`SimulatedServers` builds the simulated replicas (one per profile) behind the scenario's
+  router where there are several; :func:`~wispsim.sim.simulation.simulate`, replay and the
+  studies run through it, and :mod:`wispsim.serve.swarm` hands in its own server side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import numpy as np
+
+from wispsim.config import Scenario
+from wispsim.model.admission import Admission, make_admission
+from wispsim.model.latency import make_latency
+from wispsim.model.memory import KVMemory
+from wispsim.model.schedulers import SCHEDULERS, GpuState, Scheduler
+from wispsim.model.speculation import resolve as resolve_speculation
+from wispsim.sim.arrivals import load_request_trace
+from wispsim.sim.centralized import CentralizedServer
+from wispsim.sim.router import ROUTERS, CentralRouter
+from wispsim.sim.verifier import Verifier
+
+if TYPE_CHECKING:
+    from wispsim.model.cost import CostModel
+    from wispsim.sim.context import RunContext
+    from wispsim.sim.scenarios import Resolved
+
+SERVER_STREAM = 1_000_000_007  # spawn key of the server's noise stream (apart from device keys)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """How a run's devices are served: ``verifies`` (edge drafting: the server verifies rounds)
+    or not (the server generates every token)."""
+
+    verifies: bool
+
+    def pick(self, speculative: T, centralized: T) -> T:
+        """The one of two things (device loops, remote clients) that fits this serving."""
+        return speculative if self.verifies else centralized
+
+
+def serving_of(scenario: Scenario) -> Serving:
+    """The scenario's serving (policy preset ``server.mode``)."""
+    return Serving(verifies=scenario.server.mode != "centralized")
+
+
+def request_outputs(scenario: Scenario) -> tuple[float, float] | None:
+    """(mean, max) output tokens of a request trace's requests where one sets every response's
+    length (admission control sizes reservations by them), else None."""
+    arr = scenario.arrivals
+    if arr.process != "requests" or not arr.trace:
+        return None
+    req = load_request_trace(arr.trace)
+    return float(req.outputs.mean()), float(req.outputs.max())
+
+
+@dataclass(slots=True)
+class VerifierParts(Generic[T]):
+    """What one verification replica plans with: the scheduler's view of the GPU (the cost model
+    it plans with, a batch's limits), the KV memory model, the scheduler, admission control."""
+
+    gpu: GpuState
+    memory: KVMemory
+    scheduler: Scheduler
+    admission: Admission[T] | None
+
+
+def verifier_parts(
+    scenario: Scenario,
+    planner: CostModel,
+    capacity_tokens: int,
+    block_size: int,
+    outputs: tuple[float, float] | None = None,
+) -> VerifierParts[Any]:
+    """The parts of one verification replica of ``capacity_tokens`` KV tokens in blocks of
+    ``block_size``, planning with ``planner`` (the planning profile's cost model, else the
+    profile's); ``outputs``: :func:`request_outputs`."""
+    srv = scenario.server
+    blocks = capacity_tokens // block_size
+    gpu = GpuState(
+        planner,
+        blocks,
+        block_size,
+        srv.max_batch_requests,
+        srv.max_batch_tokens,
+        srv.delta_ms / 1000.0,
+    )
+    memory = KVMemory(blocks, block_size, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
+    scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
+    return VerifierParts(gpu, memory, scheduler, make_admission(scenario, blocks, block_size, outputs))
+
+
+def server_rng(seed: int, replica: int) -> np.random.Generator:
+    """Replica ``replica``'s random stream (its latency noise)."""
+    key = (SERVER_STREAM,) if replica == 0 else (SERVER_STREAM, replica)
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+class SimulatedServers:
+    """The default server side of a run (:class:`~wispsim.sim.simulation.ServerSide`): one
+    simulated replica per profile of the resolved scenario, behind the scenario's router where
+    there are several."""
+
+    def build(self, ctx: RunContext, resolved: Resolved) -> None:
+        srv = ctx.scenario.server
+        routed = srv.replicas > 1
+        if ctx.serving.verifies:
+            verifiers = _verifiers(ctx, resolved)
+            ctx.server = ROUTERS.get(srv.router, field="server.router")(verifiers) if routed else verifiers[0]
+        else:
+            engines = _centralized_servers(ctx, resolved)
+            ctx.server = CentralRouter(engines, srv.router) if routed else engines[0]
+
+    def info(self, ctx: RunContext) -> dict[str, Any]:
+        return {} if ctx.serving.verifies else {"preemptions": ctx.server.preemptions}
+
+
+def _verifiers(ctx: RunContext, resolved: Resolved) -> list[Verifier]:
+    """One verification server per replica, with its latency noise (a replica tracks its work
+    for the router where there are several)."""
+    sc = ctx.scenario
+    srv = sc.server
+    out = []
+    for r, (prof, cap, bs) in enumerate(
+        zip(resolved.profiles, resolved.capacities, resolved.block_sizes, strict=True)
+    ):
+        # the scheduler plans with the planning profile; ``prof`` prices the batches
+        parts = verifier_parts(sc, resolved.planner(r).estimator, cap, bs, ctx.request_outputs)
+        latency = make_latency(prof, srv, server_rng(ctx.seed, r))
+        out.append(
+            Verifier(ctx.env, r, parts, latency, ctx.batches, ctx.batch_ids, track_work=srv.replicas > 1)
+        )
+    return out
+
+
+def _centralized_servers(ctx: RunContext, resolved: Resolved) -> list[CentralizedServer]:
+    """One centralized engine per replica; under centralized-sd each drafts for itself
+    (``ctx.speculation``: the first replica's drafting, which the devices ask for runs)."""
+    srv = ctx.scenario.server
+    specs = [resolve_speculation(srv, prof) for prof in resolved.profiles]
+    ctx.speculation = specs[0]
+    return [
+        CentralizedServer(
+            ctx.env,
+            cap // bs,
+            bs,
+            srv.max_batch_requests,
+            srv.prefill_chunk_tokens,
+            make_latency(prof, srv, server_rng(ctx.seed, r)),
+            ctx.batches,
+            ctx.batch_ids,
+            replica=r,
+            spec=spec,
+        )
+        for r, (prof, cap, bs, spec) in enumerate(
+            zip(resolved.profiles, resolved.capacities, resolved.block_sizes, specs, strict=True)
+        )
+    ]
