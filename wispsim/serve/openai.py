@@ -33,6 +33,7 @@ from wispsim.config.schema import POLICIES
 from wispsim.serve.client import Client, SwarmError, error_detail
 from wispsim.serve.clock import WallClock
 from wispsim.serve.swarm import RemoteCentral
+from wispsim.sim.centralized import Served
 
 OPTION = "--openai-url"
 
@@ -276,7 +277,7 @@ class OpenAICentral(RemoteCentral):
         finally:
             self.arrivals.extend(rows)
         # the chunks the tokens came in (the responses' ``rounds``, as the simulator counts steps)
-        self.settle(done, (first, len(rows)), time.monotonic() - self.env.origin)
+        self.settle(done, Served(first, len(rows)), time.monotonic() - self.env.origin)
 
 
 def _hinted(detail: str) -> str:

@@ -34,6 +34,7 @@ from wispsim.config import Scenario
 from wispsim.results import Results
 from wispsim.serve.client import Client, SwarmError, error_detail, health
 from wispsim.serve.clock import WallClock
+from wispsim.sim.centralized import Served
 from wispsim.sim.context import RunContext
 from wispsim.sim.records import BatchRecord, SimResult
 from wispsim.sim.scenarios import Resolved
@@ -186,7 +187,7 @@ class RemoteCentral(_Remote):
         except BaseException as e:
             self.fail(e)
             return
-        self.settle(done, first, time.monotonic() - self.env.origin)
+        self.settle(done, Served(first, output), time.monotonic() - self.env.origin)
 
     def submit(self, g: Any) -> Any:
         """Generate ``g`` (a :class:`~wispsim.sim.centralized.Generation`) on the real server."""

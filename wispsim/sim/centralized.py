@@ -19,8 +19,8 @@ With server-side speculation (``spec``, :mod:`wispsim.model.speculation`) a deco
 step verifies ``k + 1`` tokens (L_new = k + 1), holds KV for them (vLLM's lookahead slots), and
 commits the accepted run of its drafts plus one token; the drafter's passes follow the target's
 in the same step (for the responses whose prefill ends in it too: their first drafts). Its
-``done`` event then succeeds with (first-token time, chunks): a step's tokens reach the device as
-one chunk.
+``done`` event succeeds with :class:`Served` (first-token time, chunks) either way: a step's
+tokens reach the device as one chunk.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Generator
 from itertools import count
-from typing import Any
+from typing import Any, NamedTuple
 
 import simpy
 
@@ -185,91 +185,22 @@ class CentralizedServer:
         self.preemptions += 1
 
     def loop(self) -> Generator[Any, Any, None]:
+        """The engine's steps: schedule -> run -> postprocess (vLLM's ``EngineCore.step``)."""
         env = self.env
         while True:
             idle = not self.running
             if idle and not self.waiting:
                 self._wake = env.event()
                 yield self._wake
-            self._admit(self._known if self.async_scheduling and not idle else len(self.waiting))
-            if not self.running:  # the head of the queue can never fit: a config error upstream
-                raise RuntimeError("a centralized request does not fit in KV memory")
-            # grow decodes by one token each, preempting the newest when memory runs out
-            i = 0
-            while i < len(self.running):
-                s = self.running[i]
-                if s.prefilled >= s.context:
-                    need = self._blocks(s.context + self.lookahead) - s.blocks
-                    while need > self.free and self.running[-1] is not s:
-                        self._preempt_last()
-                    if need > self.free:  # s itself is the newest: preempt it
-                        self._preempt_last()
-                        continue
-                    s.blocks += need
-                    self.free -= need
-                i += 1
-            budget = self.step_tokens
-            work: list[tuple[_Seq, int]] = []
-            shape = Shape()
-            decoding = decoded_context = 0
-            for s in self.running:
-                if s.prefilled >= s.context:
-                    new, cached = self.lookahead, s.context
-                    arriving = False
-                    decoding += 1
-                    decoded_context += cached
-                else:
-                    if budget <= 0:
-                        continue
-                    new = min(s.context - s.prefilled, budget)
-                    cached = s.prefilled
-                    arriving = s.new  # its first chunk: the request arrives anew
-                    s.new = False
-                    if cached + new >= s.context:  # its prefill ends: the drafter proposes for it too
-                        decoding += 1
-                        decoded_context += s.context
-                budget -= new
-                work.append((s, new))
-                shape.add(new, cached, arriving)
-            if not work:
+            step = self._schedule(idle)
+            if step is None:
                 continue
-            t_hat = self.latency.cost.price(shape)
-            latency = self.latency.time(shape, t_hat)
-            n_lin, n_int, n_cac = shape.n_linear, shape.n_interactions, shape.n_cached
-            if self.spec is not None:  # the drafter's passes, with the step's noise draw
-                drafting = self.spec.draft_time(n_lin, n_int, n_cac, decoding, decoded_context)
-                latency += drafting * (latency / t_hat if t_hat > 0 else 1.0)
-                t_hat += drafting
             start = env.now
             bid = next(self._ids)
             used = self.total_blocks - self.free
             self._known = len(self.waiting)  # what the step scheduled during this one can see
-            yield env.timeout(latency)
-            finished = []
-            for s, new in work:
-                if s.prefilled >= s.context:  # decode step
-                    step = 1
-                    if s.runs is not None:  # the accepted drafts and the target's own token
-                        k = self.lookahead - 1
-                        run = s.runs[s.generated] if s.generated < len(s.runs) else 0
-                        step = min((run if run < k else k) + 1, s.output - s.generated)
-                    s.context += step
-                    s.prefilled += step
-                    s.generated += step
-                    s.chunks += 1
-                else:
-                    s.prefilled += new
-                    if s.prefilled >= s.context:  # prefill completed: first token comes out
-                        if not s.generated:  # (not a recompute after preemption)
-                            s.first = env.now
-                        s.generated += 1
-                        s.chunks += 1
-                if s.generated >= s.output:
-                    finished.append(s)
-            for s in finished:
-                self.running.remove(s)
-                self.free += s.blocks
-                s.done.succeed(s.first if s.runs is None else (s.first, s.chunks))
+            yield env.timeout(step.latency)
+            finished = self._postprocess(step.work)
             self.batches.append(
                 BatchRecord(
                     bid,
@@ -277,22 +208,136 @@ class CentralizedServer:
                     "step",
                     start,
                     env.now,
-                    len(work),
+                    len(step.work),
                     len(self.running) + len(self.waiting) + len(finished),
-                    n_lin,
-                    n_int,
-                    n_cac,
-                    t_hat,
-                    latency,
+                    step.shape.n_linear,
+                    step.shape.n_interactions,
+                    step.shape.n_cached,
+                    step.t_hat,
+                    step.latency,
                     used,
                     0,
                 )
             )
 
+    # --- schedule: admit, grow (preempting), compose, price --------------------------------
+    def _schedule(self, idle: bool) -> _Step | None:
+        """The next step: admit what fits, grow every decode by its lookahead (preempting the
+        newest where memory runs out), compose the step and price it; None if nothing runs."""
+        self._admit(self._known if self.async_scheduling and not idle else len(self.waiting))
+        if not self.running:  # the head of the queue can never fit: a config error upstream
+            raise RuntimeError("a centralized request does not fit in KV memory")
+        self._grow()
+        step = self._compose()
+        if not step.work:
+            return None
+        step.t_hat = self.latency.cost.price(step.shape)
+        step.latency = self.latency.time(step.shape, step.t_hat)
+        if self.spec is not None:  # the drafter's passes, with the step's noise draw
+            sh = step.shape
+            drafting = self.spec.draft_time(
+                sh.n_linear, sh.n_interactions, sh.n_cached, step.decoding, step.decoded_context
+            )
+            step.latency += drafting * (step.latency / step.t_hat if step.t_hat > 0 else 1.0)
+            step.t_hat += drafting
+        return step
 
-def first_and_chunks(value: float | tuple[float, int], output: int) -> tuple[float, int]:
-    """A response's ``done`` value as (first-token time, chunks it streamed in): plain serving
-    streams one token per chunk."""
-    if isinstance(value, tuple):
-        return float(value[0]), int(value[1])
-    return float(value), output
+    def _grow(self) -> None:
+        """Give every decoding sequence the blocks of its next tokens, preempting the newest
+        sequence while memory runs out (vLLM's recompute preemption)."""
+        i = 0
+        while i < len(self.running):
+            s = self.running[i]
+            if s.prefilled >= s.context:
+                need = self._blocks(s.context + self.lookahead) - s.blocks
+                while need > self.free and self.running[-1] is not s:
+                    self._preempt_last()
+                if need > self.free:  # s itself is the newest: preempt it
+                    self._preempt_last()
+                    continue
+                s.blocks += need
+                self.free -= need
+            i += 1
+
+    def _compose(self) -> _Step:
+        """Decodes for every prefilled sequence, then prefill chunks oldest first within the
+        step's token budget (chunked prefill)."""
+        budget = self.step_tokens
+        step = _Step()
+        shape = step.shape
+        work = step.work
+        for s in self.running:
+            if s.prefilled >= s.context:
+                new, cached = self.lookahead, s.context
+                arriving = False
+                step.decoding += 1
+                step.decoded_context += cached
+            else:
+                if budget <= 0:
+                    continue
+                new = min(s.context - s.prefilled, budget)
+                cached = s.prefilled
+                arriving = s.new  # its first chunk: the request arrives anew
+                s.new = False
+                if cached + new >= s.context:  # its prefill ends: the drafter proposes for it too
+                    step.decoding += 1
+                    step.decoded_context += s.context
+            budget -= new
+            work.append((s, new))
+            shape.add(new, cached, arriving)
+        return step
+
+    # --- postprocess: commit the step's tokens, finish responses ------------------------------
+    def _postprocess(self, work: list[tuple[_Seq, int]]) -> list[_Seq]:
+        """Commit what the step produced; returns the responses it finished (their blocks freed,
+        their ``done`` succeeded with :class:`Served`)."""
+        now = self.env.now
+        finished = []
+        for s, new in work:
+            if s.prefilled >= s.context:  # decode step
+                step = 1
+                if s.runs is not None:  # the accepted drafts and the target's own token
+                    k = self.lookahead - 1
+                    run = s.runs[s.generated] if s.generated < len(s.runs) else 0
+                    step = min((run if run < k else k) + 1, s.output - s.generated)
+                s.context += step
+                s.prefilled += step
+                s.generated += step
+                s.chunks += 1
+            else:
+                s.prefilled += new
+                if s.prefilled >= s.context:  # prefill completed: first token comes out
+                    if not s.generated:  # (not a recompute after preemption)
+                        s.first = now
+                    s.generated += 1
+                    s.chunks += 1
+            if s.generated >= s.output:
+                finished.append(s)
+        for s in finished:
+            self.running.remove(s)
+            self.free += s.blocks
+            s.done.succeed(Served(s.first, s.chunks))
+        return finished
+
+
+class _Step:
+    """One engine step as scheduled: the (sequence, new tokens) it runs, its shape, the decodes
+    the drafter proposes for, and its estimate and latency once priced."""
+
+    __slots__ = ("decoded_context", "decoding", "latency", "shape", "t_hat", "work")
+
+    def __init__(self) -> None:
+        self.work: list[tuple[_Seq, int]] = []
+        self.shape = Shape()
+        self.decoding = 0
+        self.decoded_context = 0
+        self.t_hat = 0.0
+        self.latency = 0.0
+
+
+class Served(NamedTuple):
+    """A generated response's ``done`` value: when the step that gave its first token ended, and
+    how many chunks its tokens streamed in (one per step that gave it tokens)."""
+
+    first: float
+    chunks: int

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wispsim.model.network import TOKEN_ID_BYTES, Link, pick_link_type
-from wispsim.sim.centralized import Generation, first_and_chunks
+from wispsim.sim.centralized import Generation
 from wispsim.sim.context import DeviceRound
 from wispsim.sim.round import RoundPlan, speculative_response
 
@@ -188,7 +188,7 @@ class Device:
             runs = None if spec is None else spec.runs(stream.run, output, self.rng_accept)
             done = ctx.server.submit(Generation(resp, prompt, output, env.event(), 0, runs))
             # when the step that gave the first token ended; the chunks the tokens came in
-            first, chunks = first_and_chunks((yield done), output)
+            first, chunks = yield done
             # one downlink time (one jitter draw) for every token: the first and the last alike
             down = link.down(header + TOKEN_ID_BYTES)
             t_end = env.now + down

@@ -32,7 +32,7 @@ from wispsim.config.server import SpeculationConfig
 from wispsim.model.latency import LinearLatency
 from wispsim.model.profiles import Profile
 from wispsim.model.speculation import resolve
-from wispsim.sim.centralized import CentralizedServer, Generation, first_and_chunks
+from wispsim.sim.centralized import CentralizedServer, Generation
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +169,7 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
             yield env.timeout(frontend)
         runs = None if spec is None else spec.runs(nothing, outs[i], accept_rng)
         done = server.submit(Generation(i, ins[i], outs[i], env.event(), hit[i], runs))
-        first_token[i], chunks[i] = first_and_chunks((yield done), outs[i])
+        first_token[i], chunks[i] = yield done
         end[i] = env.now
 
     rate = run.request_rate if run.request_rate is not None and np.isfinite(run.request_rate) else None

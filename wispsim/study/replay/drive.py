@@ -250,7 +250,7 @@ def _replay_centralized(
             continue
         yield env.timeout(pending + r.rounds[0].lead + r.rounds[0].up)
         done = ctx.server.submit(Generation(resp, r.prompt, r.output, env.event()))
-        first = yield done  # the end of the step that gave the first token
+        first, _ = yield done  # the end of the step that gave the first token
         down = r.rounds[-1].down
         ctx.finish_response(
             resp, dev, r.slo, t0, env.now + down, first + down, r.prompt, r.output, r.output, 1
