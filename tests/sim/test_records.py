@@ -146,7 +146,8 @@ def test_record_round_packs_the_fields_it_names_on_error() -> None:
     import simpy
 
     from wispsim.model.profiles import load_profile
-    from wispsim.sim.context import DeviceRound, RunContext, _round_row
+    from wispsim.sim.context import DeviceRound, RunContext
+    from wispsim.sim.recorder import _round_row
     from wispsim.sim.verifier import Request
 
     sc = load_scenario()
@@ -158,11 +159,11 @@ def test_record_round_packs_the_fields_it_names_on_error() -> None:
     side.draft_time, side.forward_passes, side.predictor_calls = 0.09, 3, 1
     side.accepted, side.committed, side.uplink_time, side.budget = 2, 3, 0.02, 0.25
     side.downlink_time, side.t_end, side.measured = 0.01, 2.6, True
-    ctx.record_round(side, req)
-    assert bytes(ctx.rounds.buf) == ctx.rounds.pack(*_round_row(side, req))  # type: ignore[misc]
+    ctx.recorder.record_round(side, req)
+    assert bytes(ctx.recorder.rounds.buf) == ctx.recorder.rounds.pack(*_round_row(side, req))  # type: ignore[misc]
     row = RoundRecord(*_round_row(side, req))
     assert (row.device, row.response, row.round, row.k, row.arrival, row.budget) == (5, 4, 2, 3, 2.0, 0.25)
     assert (row.tau_d, row.deadline, row.l_new, row.t_end, row.measured) == (0.03, 2.3, 303, 2.6, True)
     side.round = 2.0  # type: ignore[assignment]  # a float round index
     with pytest.raises(TypeError, match=r"RoundRecord\.round: expected int, got float 2\.0"):
-        ctx.record_round(side, req)
+        ctx.recorder.record_round(side, req)

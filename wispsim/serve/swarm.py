@@ -396,7 +396,7 @@ class _ServerClients:
 
 
 def _ticker(env: WallClock, ctx: RunContext, progress: Callable[[float, float], None]) -> Any:
-    end = ctx.window[1]
+    end = ctx.recorder.window[1]
     while True:
         progress(env.now, end)
         yield env.timeout(1.0)

@@ -153,14 +153,14 @@ class Device:
             self._pos, self._output, self._prompt = 0, output, prompt
             t0 = env.now + pending + think
             pending += think
-            resp = ctx.open_response(t0, index, slo, prompt, output)
-            side.measured = ctx.is_measured(resp)
+            resp = ctx.recorder.open_response(t0, index, slo, prompt, output)
+            side.measured = ctx.recorder.is_measured(resp)
             out = yield from speculative_response(
                 ctx, side, self, resp, prompt, t0, pending, self.alpha_hat, t0
             )
             self.alpha_hat, pending = out.alpha_hat, out.pending
             server.drop(resp)
-            ctx.finish_response(
+            ctx.recorder.finish_response(
                 resp, index, slo, t0, out.t_end, out.t_first, prompt, output, out.rounds, out.cold_rounds
             )
             if self.once:
@@ -172,6 +172,7 @@ class Device:
         env = ctx.env
         link = self.link
         header = ctx.header_bytes
+        rec = ctx.recorder
         pending = self.start_offset
         while True:
             pending = yield from self._gate(pending)
@@ -180,7 +181,7 @@ class Device:
             stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, 0)
             prompt, output = stream.prompt_len, stream.output_len
             t0 = env.now + pending + think
-            resp = ctx.open_response(t0, self.index, self.slo, prompt, output)
+            resp = rec.open_response(t0, self.index, self.slo, prompt, output)
             up = link.up(header + prompt * TOKEN_ID_BYTES)
             yield env.timeout(pending + think + up)
             # under centralized-sd the server drafts for itself: which of its drafts the target accepts
@@ -193,7 +194,7 @@ class Device:
             down = link.down(header + TOKEN_ID_BYTES)
             t_end = env.now + down
             t_first = first + down
-            ctx.finish_response(resp, self.index, self.slo, t0, t_end, t_first, prompt, output, chunks, 1)
+            rec.finish_response(resp, self.index, self.slo, t0, t_end, t_first, prompt, output, chunks, 1)
             pending = down
             if self.once:
                 return

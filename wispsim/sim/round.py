@@ -75,7 +75,7 @@ def speculative_response(
     first-token time if no round runs. Returns the :class:`Outcome`."""
     env = ctx.env
     submit = ctx.server.submit  # called with the request when its uplink ends (Request.send)
-    record_round = ctx.record_round
+    record_round = ctx.recorder.record_round
     req_ids = ctx.request_ids
     event = env.event
     w = ctx.alpha_ema
@@ -108,7 +108,7 @@ def speculative_response(
         t_end = env.now + down
         if rnd == 0:  # the first round's verdict brings the first token
             t_first = t_end
-            ctx.first_token(resp, t_end)
+            ctx.recorder.first_token(resp, t_end)
         cold += req.cold
         side.round = rnd
         side.position = pos

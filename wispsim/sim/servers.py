@@ -144,7 +144,9 @@ def _verifiers(ctx: RunContext, resolved: Resolved) -> list[Verifier]:
         parts = verifier_parts(sc, resolved.planner(r).estimator, cap, bs, ctx.request_outputs)
         latency = make_latency(prof, srv, server_rng(ctx.seed, r))
         out.append(
-            Verifier(ctx.env, r, parts, latency, ctx.batches, ctx.batch_ids, track_work=srv.replicas > 1)
+            Verifier(
+                ctx.env, r, parts, latency, ctx.recorder.batches, ctx.batch_ids, track_work=srv.replicas > 1
+            )
         )
     return out
 
@@ -163,7 +165,7 @@ def _centralized_servers(ctx: RunContext, resolved: Resolved) -> list[Centralize
             srv.max_batch_requests,
             srv.prefill_chunk_tokens,
             make_latency(prof, srv, server_rng(ctx.seed, r)),
-            ctx.batches,
+            ctx.recorder.batches,
             ctx.batch_ids,
             replica=r,
             spec=spec,

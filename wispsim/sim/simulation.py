@@ -97,8 +97,8 @@ def simulate(
     servers = SimulatedServers() if servers is None else servers
     servers.build(ctx, resolved)
     (SimulatedDevices() if load is None else load).launch(ctx, n)
-    env.process(ctx.watchdog())
-    env.run(until=ctx.done)
+    env.process(ctx.recorder.watchdog())
+    env.run(until=ctx.recorder.done)  # every measured response decided
     return _collect(ctx, resolved, servers.info(ctx), wall0)
 
 
@@ -110,7 +110,8 @@ def _request_lengths(ctx: RunContext) -> None:
     outputs = ctx.request_outputs = request_outputs(sc)
     if outputs is not None and sc.workload.drain_limit_s is None:
         slos = [g.slo for g in sc.devices.groups] or list(sc.devices.classes)
-        ctx.drain_s = max(ctx.drain_s, outputs[1] / min(slos))
+        rec = ctx.recorder
+        rec.drain_s = max(rec.drain_s, outputs[1] / min(slos))
 
 
 class SimulatedDevices:
@@ -137,14 +138,15 @@ def _collect(ctx: RunContext, resolved: Resolved, notes: dict[str, Any], wall0: 
     if sc.arrivals.process != "closed":
         info["devices_started"] = ctx.devices_started
     info |= notes
+    rounds, batches, responses = ctx.recorder.close()
     return SimResult(
         scenario=sc,
         seed=ctx.seed,
         devices=ctx.devices_started,  # closed: N; open or replayed: as many as started
-        round_records=ctx.rounds.close(),
-        batches=ctx.batches.close().frame(),
-        responses=ctx.responses.close().frame().sort_values("response", kind="stable").reset_index(drop=True),
-        window=ctx.window,
+        round_records=rounds,
+        batches=batches,
+        responses=responses,
+        window=ctx.recorder.window,
         sim_end=ctx.env.now,
         wall_s=time.perf_counter() - wall0,
         kv_blocks=resolved.capacities[0] // resolved.block_sizes[0],

@@ -169,7 +169,7 @@ def _recording_stopped(
     ``notes.truncated``)."""
     if r.measured and elapsed >= r.elapsed - 1e-9:
         return
-    if ctx.is_measured(resp) and ctx.close_response(resp):
+    if ctx.recorder.is_measured(resp) and ctx.recorder.close_response(resp):
         notes.truncated[resp] = r.slo
 
 
@@ -213,10 +213,10 @@ def _replay_speculative(
         slo, prompt = r.slo, r.prompt
         pending += r.gap
         t0 = env.now + pending
-        resp = ctx.open_response(t0, dev, slo, prompt, r.output)
+        resp = ctx.recorder.open_response(t0, dev, slo, prompt, r.output)
         notes.ids[resp] = r.log_id
         side.slo = slo
-        side.measured = ctx.is_measured(resp)
+        side.measured = ctx.recorder.is_measured(resp)
         source.rounds = r.rounds
         # no round recorded: no token came out (t_first NaN)
         out = yield from speculative_response(
@@ -225,7 +225,7 @@ def _replay_speculative(
         alpha_hat, pending = out.alpha_hat, out.pending
         if r.finished:
             server.drop(resp)
-            ctx.finish_response(
+            ctx.recorder.finish_response(
                 resp, dev, slo, t0, out.t_end, out.t_first, prompt, r.output, out.rounds, out.cold_rounds
             )
         else:
@@ -243,7 +243,7 @@ def _replay_centralized(
     for r in responses:
         pending += r.gap
         t0 = env.now + pending
-        resp = ctx.open_response(t0, dev, r.slo, r.prompt, r.output)
+        resp = ctx.recorder.open_response(t0, dev, r.slo, r.prompt, r.output)
         notes.ids[resp] = r.log_id
         if not r.rounds or not r.known:
             _recording_stopped(ctx, r, resp, 0.0, notes)  # no uplink time, or an unknown length
@@ -252,7 +252,7 @@ def _replay_centralized(
         done = ctx.server.submit(Generation(resp, r.prompt, r.output, env.event()))
         first, _ = yield done  # the end of the step that gave the first token
         down = r.rounds[-1].down
-        ctx.finish_response(
+        ctx.recorder.finish_response(
             resp, dev, r.slo, t0, env.now + down, first + down, r.prompt, r.output, r.output, 1
         )
         pending = down
