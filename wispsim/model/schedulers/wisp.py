@@ -33,20 +33,39 @@ from wispsim.model.batch import Batch
 from wispsim.model.schedulers.base import SCHEDULERS, GpuState, P
 
 
+MEMO_LIMIT = 1 << 16  # (L_new, L_cached) pairs remembered per scheduler before it starts over
+
+
 @SCHEDULERS.register("wisp")
 class WispScheduler:
+    """The scheduler of the module text. It remembers each (L_new, L_cached)'s costs under the
+    cost model it last planned with: a cache, not state (the same queue gives the same batch),
+    because every queued round is priced at every dispatch epoch and rounds repeat their shapes."""
+
+    def __init__(self) -> None:
+        self._cost: object = None
+        self._memo: dict[int, tuple[float, float]] = {}
+
     def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> Batch[P]:  # type: ignore[type-var]
         batch: Batch[P] = gpu.batch()  # type: ignore[type-var]
         if not queue:
             return batch
         cost = gpu.estimator
+        if cost is not self._cost or len(self._memo) > MEMO_LIMIT:
+            self._cost, self._memo = cost, {}
+        memo = self._memo
         request_costs = cost.request_costs
         delta = gpu.delta
         critical: list[tuple[float, float, int, float]] = []
         late: list[tuple[float, int, int, float]] = []  # (arrival, 0, index, v): oldest first
         other: list[tuple[float, float, int, float]] = []
         for idx, r in enumerate(queue):
-            v, single = request_costs(r.l_new, r.l_cached)
+            l_new, l_cached = r.l_new, r.l_cached
+            key = l_new << 32 | l_cached
+            costs = memo.get(key)
+            if costs is None:
+                costs = memo[key] = request_costs(l_new, l_cached)
+            v, single = costs
             if now + single > r.deadline:
                 late.append((r.arrival, 0, idx, v))
             elif now >= r.deadline - single - delta:
