@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from wispsim.model.batch import Batch
 from wispsim.model.schedulers.base import SCHEDULERS, GpuState, P
 
-
 MEMO_LIMIT = 1 << 16  # (L_new, L_cached) pairs remembered per scheduler before it starts over
 
 
