@@ -30,7 +30,7 @@ def one(devices: int, window: float, policy: str) -> dict[str, object]:
     """Run one configuration in this process and return its figures."""
     from wispsim.analysis.metrics import replica_summary, summarize
     from wispsim.model.fleet import fleet_size
-    from wispsim.sim.scenarios import load_scenario
+    from wispsim.sim.scenarios import load_scenario, resolve_server
     from wispsim.sim.simulation import simulate
 
     data = yaml.safe_load((ROOT / "scenarios" / "fleet-2000.yaml").read_text())
@@ -49,7 +49,7 @@ def one(devices: int, window: float, policy: str) -> dict[str, object]:
     os.unlink(f.name)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
-    res = simulate(sc, devices=fleet_size(sc))
+    res = simulate(resolve_server(sc), devices=fleet_size(sc))
     sim_s = time.perf_counter() - t0
     summary = summarize(res)
     replica_summary(res)

@@ -43,7 +43,7 @@ import simpy
 from wispsim.config import Scenario
 from wispsim.model.profiles import load_profile
 from wispsim.sim.records import RecordTable, RoundRecord, SimResult
-from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.scenarios import load_scenario, resolve_server
 from wispsim.sim.simulation import simulate
 from wispsim.sim.verifier import Request, succeed_together
 
@@ -285,7 +285,7 @@ def profile() -> None:
     sc = load_scenario().with_policy("wisp")
     prof = cProfile.Profile()
     prof.enable()
-    res = simulate(sc, devices=100, seed=0)
+    res = simulate(resolve_server(sc), devices=100, seed=0)
     prof.disable()
     print(
         f"\ncProfile, default scenario (classes 2,4,6,8), N=100: {len(res.rounds)} rounds, "

@@ -4,7 +4,7 @@ Edge devices draft tokens with a small model; a GPU server verifies the drafts i
 the large model. wispsim answers how many devices a verifier can serve while every device keeps
 its token-speed SLO, under which policy, and where the knee is. Start with ``wispsim --help`` or::
 
-    from wispsim import load_scenario, simulate, summarize
+    from wispsim import check, load_scenario, simulate, summarize
 
 The package is layered (``docs/architecture.md``); this module only re-exports, lazily, so that
 importing a low layer such as :mod:`wispsim.errors` does not load the simulator.
@@ -16,14 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_scenario", "simulate", "summarize"]
+__all__ = ["__version__", "check", "load_scenario", "simulate", "summarize"]
 
 if TYPE_CHECKING:
     from wispsim.analysis.metrics import summarize
+    from wispsim.runs.resolve import check
     from wispsim.sim.scenarios import load_scenario
     from wispsim.sim.simulation import simulate
 
 _EXPORTS = {
+    "check": "wispsim.runs.resolve",
     "load_scenario": "wispsim.sim.scenarios",
     "simulate": "wispsim.sim.simulation",
     "summarize": "wispsim.analysis.metrics",

@@ -12,6 +12,7 @@ import pytest
 
 from wispsim.analysis.metrics import summarize
 from wispsim.analysis.token_latency import TOKEN_LATENCY_COLUMNS, pooled_quantile, token_latency
+from wispsim.sim.scenarios import resolve_server
 from wispsim.sim.simulation import simulate
 
 approx = pytest.approx
@@ -21,7 +22,7 @@ DOWN1 = 0.005 + (64 + 4) / 1e6  # one token down: 68 B
 def test_centralized_ttft_and_tpot_come_from_the_steps(det_scenario) -> None:
     # One device: step 1 prefills the prompt and gives the first token, steps 2-7 decode one token
     # each. TTFT = end of step 1 - start + one token's downlink; TPOT = the mean decode step.
-    res = simulate(det_scenario(policy="centralized", devices={"count": 1}))
+    res = simulate(resolve_server(det_scenario(policy="centralized", devices={"count": 1})))
     steps = res.batches.iloc[:7]
     assert steps.n_linear.tolist() == [16, 1, 1, 1, 1, 1, 1]
     r = res.responses.iloc[0]
@@ -44,7 +45,9 @@ def test_centralized_ttft_and_tpot_come_from_the_steps(det_scenario) -> None:
 def test_centralized_first_token_comes_from_the_step_that_ends_the_prefill(det_scenario) -> None:
     # chunks of 10 tokens: the 16-token prompt takes steps 1 and 2; the first token is step 2's
     res = simulate(
-        det_scenario(policy="centralized", devices={"count": 1}, server={"prefill_chunk_tokens": 10})
+        resolve_server(
+            det_scenario(policy="centralized", devices={"count": 1}, server={"prefill_chunk_tokens": 10})
+        )
     )
     assert res.batches.n_linear.iloc[:3].tolist() == [10, 6, 1]
     r = res.responses.iloc[0]
@@ -53,7 +56,7 @@ def test_centralized_first_token_comes_from_the_step_that_ends_the_prefill(det_s
 
 def test_centralized_single_token_response_has_ttft_equal_to_e2e(det_scenario) -> None:
     one = {"value": 1, "min": 1, "max": 1}
-    res = simulate(det_scenario(policy="centralized", workload={"output_tokens": one}))
+    res = simulate(resolve_server(det_scenario(policy="centralized", workload={"output_tokens": one})))
     r = res.responses[res.responses.measured]
     assert (r.t_first == r.t_end).all()
     got = token_latency(res.responses, res.window)
@@ -63,7 +66,7 @@ def test_centralized_single_token_response_has_ttft_equal_to_e2e(det_scenario) -
 
 def test_speculative_first_token_is_the_first_rounds_verdict(det_scenario) -> None:
     # test_simulation's two devices: rounds end at 0.064468, 0.125488 and 0.166314
-    res = simulate(det_scenario(workload={"duration_s": 0.5}))
+    res = simulate(resolve_server(det_scenario(workload={"duration_s": 0.5})))
     first = res.rounds[res.rounds["round"] == 0].set_index("response").t_end
     resp = res.responses.set_index("response")
     done = resp[~resp.censored]
@@ -89,10 +92,12 @@ def test_censored_response_keeps_its_first_token_if_it_came(det_scenario, durati
     # window's end: after their first token at 0.5 s, before it at 0.2 s (NaN)
     slow = {"lan": {"latency_ms": 200.0}}
     res = simulate(
-        det_scenario(
-            devices={"classes": [50.0]},
-            network={"link_types": slow},
-            workload={"duration_s": duration},
+        resolve_server(
+            det_scenario(
+                devices={"classes": [50.0]},
+                network={"link_types": slow},
+                workload={"duration_s": duration},
+            )
         )
     )
     r = res.responses[res.responses.measured]
@@ -207,4 +212,6 @@ def test_swarm_first_token_is_the_first_streamed_line() -> None:
     fn()  # the reply is settled when the stream ended, on the environment's clock
     env.run()
     assert [a[1] for a in remote.arrivals] == [1, 2, 3]
-    assert done.value == remote.arrivals[0][2] < remote.arrivals[-1][2]
+    first, chunks = done.value
+    assert first == remote.arrivals[0][2] < remote.arrivals[-1][2]
+    assert chunks == 3  # counted as the response's output tokens, as the swarm always has

@@ -59,6 +59,7 @@ def test_run_writes_records_summary_and_resolved_scenario(tmp_path: Path) -> Non
     assert (out / "summary.csv").read_bytes() == (out2 / "summary.csv").read_bytes()
 
 
+@pytest.mark.slow
 def test_sweep_is_byte_reproducible(tmp_path: Path) -> None:
     args = [
         "sweep",

@@ -22,6 +22,8 @@ from wispsim.measure.profile.plan import PlanOptions, make_plan, split_ints, wri
 from wispsim.model.archs import load_arch
 from wispsim.model.measured import read_measurements
 
+pytestmark = pytest.mark.slow  # starts a real vLLM engine
+
 ARCH = load_arch("tiny-vllm")
 LIMITS = {"max_len": 2048, "max_batch_tokens": 8192, "max_seqs": 64}
 

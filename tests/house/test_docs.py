@@ -27,10 +27,10 @@ def test_readme_python_blocks_run(code: str, tmp_path: Path) -> None:
     if "@SCHEDULERS.register" in code:
         # the plug-in example must really work as a scheduler
         check = (
-            "\nfrom wispsim import load_scenario, simulate\n"
+            "\nfrom wispsim import check, load_scenario, simulate\n"
             "sc = load_scenario(overrides={'policy': 'custom', 'server': {'scheduler': 'shortest'},"
             " 'workload': {'warmup_s': 2, 'duration_s': 5}}).with_devices(6)\n"
-            "assert len(simulate(sc).rounds) > 0\n"
+            "assert len(simulate(check(sc)).rounds) > 0\n"
         )
     p = subprocess.run(
         [sys.executable, "-c", code + check], capture_output=True, text=True, cwd=tmp_path, timeout=300
@@ -68,6 +68,7 @@ def test_readme_mentions_every_command() -> None:
     assert not missing, f"README does not mention: {missing}"
 
 
+@pytest.mark.slow
 def test_wheel_carries_profiles_traces_and_default_scenario(tmp_path: Path) -> None:
     """A plain `pip install .` must find profiles and the default scenario (package data)."""
     import zipfile

@@ -40,6 +40,8 @@ from tests.support import ROOT
 from wispsim.errors import WispsimError
 from wispsim.paths import profiles_dir, traces_dir
 
+pytestmark = pytest.mark.slow  # hypothesis runs every input family: minutes
+
 QUICK = ["--devices", "4", "--set", "workload.duration_s=3", "--set", "workload.warmup_s=0"]
 
 

@@ -19,6 +19,8 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 ipykernel_spec = pytest.importorskip("ipykernel.kernelspec")
 
+pytestmark = pytest.mark.slow  # executes the notebooks on results folders the CLI builds
+
 NOTEBOOKS = ROOT / "notebooks"
 
 

@@ -29,7 +29,7 @@ from wispsim.measure.predictor.labels import label_trace, label_traces, split_gr
 from wispsim.measure.predictor.train import MODEL_KINDS, train
 from wispsim.model.acceptance import FEATURES, find_trace, load_trace
 from wispsim.model.predictor import NpzPredictor, load_exported, make_predictor
-from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.scenarios import load_scenario, resolve_server
 from wispsim.sim.simulation import simulate
 
 FIXTURE = "fixture-synthetic"
@@ -174,12 +174,12 @@ def test_npz_predictor_in_a_short_simulation(trained: list[Trained]) -> None:
         }
     )
     assert sc.drafting.controller == "predictor"
-    res = simulate(sc)
+    res = simulate(resolve_server(sc))
     r = res.rounds
     assert len(r) > 50 and r.predictor_calls.sum() > 0
     assert (r.k <= sc.drafting.k_max).all() and (r.accepted <= r.k).all()
     assert (r.k < sc.drafting.k_max).any()  # the predictor stopped some windows early
-    again = simulate(sc)
+    again = simulate(resolve_server(sc))
     assert again.rounds.equals(r)
 
 

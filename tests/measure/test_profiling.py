@@ -37,7 +37,7 @@ from wispsim.model.estimator import Estimator
 from wispsim.model.latency import LATENCY
 from wispsim.model.measured import MeasuredTable, read_measurements
 from wispsim.model.profiles import load_profile, parse_profile
-from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.scenarios import load_scenario, resolve_server
 
 # the published A100 / Qwen3-32B coefficients (SPEC 4) as the synthetic truth
 TRUE = {"a": 3.314e-5, "b_compute": 3.450e-8, "b_read": 4.620e-6, "c": 1.486e-2}
@@ -280,7 +280,7 @@ def test_profile_carries_every_form_and_a_scenario_picks_one(measured: tuple[Pat
     from wispsim.sim.simulation import simulate
 
     over = deterministic_overrides(str(out), server={"estimator_form": "per-request"})
-    res = simulate(load_scenario(overrides=over))
+    res = simulate(resolve_server(load_scenario(overrides=over)))
     assert len(res.batches) > 0
     for b in res.batches.itertuples():  # no noise: each batch takes the per-request estimate
         want = per.estimator.batch(b.n_linear, b.n_interactions, b.n_cached, b.size)
@@ -570,7 +570,7 @@ def test_simulation_replays_measured_latencies(measured: tuple[Path, Path]) -> N
 
     _, out = measured
     over = deterministic_overrides(str(out), server={"latency_model": "measured"})
-    res = simulate(load_scenario(overrides=over))
+    res = simulate(resolve_server(load_scenario(overrides=over)))
     prof = load_profile(str(out))
     lat = LATENCY.get("measured")(prof, _server(str(out), "measured"), np.random.default_rng(0))
     assert len(res.batches) > 0

@@ -22,6 +22,8 @@ pytest.importorskip("transformers")
 from tests.support import cli  # noqa: E402
 from wispsim.model.acceptance import FEATURES, load_trace  # noqa: E402
 
+pytestmark = pytest.mark.slow  # records traces with real vLLM engines
+
 WORDS = 48  # the tokenizer's vocabulary (w0 = EOS); the models' logits are wider
 VOCAB = 512
 NOISE = 0.1  # the draft: the target plus this much noise (in each weight's std)

@@ -68,6 +68,7 @@ def test_inspect_figures_by_hand(tmp_path: Path) -> None:
     assert bins[0.9]["accept_rate"] == 1.0 and bins[0.2]["accept_rate"] == 0.0
 
 
+@pytest.mark.slow
 def test_trace_inspect_cli_prints_and_plots(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "t.parquet", [[1, 0, 1, 1, 1, 0, 1, 1]])
     png = tmp_path / "fig.png"

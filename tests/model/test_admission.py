@@ -8,7 +8,7 @@ import pytest
 from wispsim.config import POLICIES
 from wispsim.errors import ConfigError
 from wispsim.model.admission import Admission
-from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.scenarios import load_scenario, resolve_server
 from wispsim.sim.simulation import simulate
 
 
@@ -104,7 +104,7 @@ def held(rounds: pd.DataFrame) -> int:
 
 
 def test_no_active_prefix_is_evicted_under_admission_control(det_scenario) -> None:
-    res = simulate(scenario(det_scenario, "admission"))
+    res = simulate(resolve_server(scenario(det_scenario, "admission")))
     r = res.rounds
     assert int(res.batches.evictions.sum()) == 0
     later = r[r["round"] > 0]
@@ -120,7 +120,7 @@ def test_no_active_prefix_is_evicted_under_admission_control(det_scenario) -> No
 
 
 def test_lru_on_the_same_memory_evicts_running_prefixes(det_scenario) -> None:
-    res = simulate(scenario(det_scenario, "lru"))
+    res = simulate(resolve_server(scenario(det_scenario, "lru")))
     later = res.rounds[res.rounds["round"] > 0]
     assert int(res.batches.evictions.sum()) > 0 and later.cold.any()
     assert held(res.rounds) > 2  # everyone runs at once and thrashes
@@ -128,7 +128,7 @@ def test_lru_on_the_same_memory_evicts_running_prefixes(det_scenario) -> None:
 
 def test_admission_order_and_headroom_come_from_the_scenario(det_scenario) -> None:
     sc = scenario(det_scenario, "admission", kv_admission_order="deadline", kv_headroom=0.5)
-    res = simulate(sc)
+    res = simulate(resolve_server(sc))
     assert held(res.rounds) == 1  # half of 4 blocks: one 2-block reservation at a time
     assert int(res.batches.evictions.sum()) == 0
 

@@ -11,6 +11,7 @@ from wispsim.config import DraftingConfig, PredictorConfig
 from wispsim.errors import ConfigError
 from wispsim.model.acceptance import FEATURES, ResponseStream, accept_runs
 from wispsim.model.drafting import FixedController, PredictorController, make_controller
+from wispsim.sim.scenarios import resolve_server
 
 
 def stream_with_top1(top1: list[float], pad: int = 3) -> ResponseStream:
@@ -115,6 +116,10 @@ def test_predictor_threshold_null_is_the_files_own_and_a_number_overrides_it(det
             "drafting": {"predictor": {"threshold": threshold}},
             "workload": {"warmup_s": 1, "duration_s": 4},
         }
-        return float(simulate(load_scenario(overrides=over).with_devices(8, (4.0,)), seed=0).rounds.k.mean())
+        return float(
+            simulate(
+                resolve_server(load_scenario(overrides=over).with_devices(8, (4.0,))), seed=0
+            ).rounds.k.mean()
+        )
 
     assert mean_k(0.3) > mean_k(None) > mean_k(0.95)

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wispsim.model.memory import KVMemory
+from wispsim.sim.scenarios import resolve_server
 from wispsim.sim.simulation import simulate
 
 
@@ -177,7 +178,7 @@ def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
         "acceptance": {"model": "latent"},
         "drafting": {"predictor": {"name": "confidence"}},
     }
-    res = simulate(load_scenario(overrides=over).with_devices(80, (8.0,)), seed=0)
+    res = simulate(resolve_server(load_scenario(overrides=over).with_devices(80, (8.0,))), seed=0)
     r = res.rounds
     partial = r[(r.l_cached > 0) & (r.l_new > r.k)]
     assert len(partial) > 0  # some rounds found only the head of their prefix cached
@@ -196,9 +197,9 @@ def test_block_granular_reuse_forwards_the_tail_after_the_last_whole_block(det_s
         "workload": {"prompt_tokens": {"dist": "constant", "value": 40, "min": 40, "max": 40}},
         "server": {"block_size": 16},
     }
-    token = simulate(det_scenario(**sections)).rounds
+    token = simulate(resolve_server(det_scenario(**sections))).rounds
     sections["server"] = {"block_size": 16, "prefix_reuse": "block"}
-    block = simulate(det_scenario(**sections)).rounds
+    block = simulate(resolve_server(det_scenario(**sections))).rounds
     warm_t, warm_b = token[token.l_cached > 0], block[~block.cold]
     assert len(warm_t) and len(warm_b)
     assert (warm_t.l_new == warm_t.k).all()  # token reuse: only the drafts are new
@@ -227,10 +228,13 @@ def test_block_size_comes_from_the_profiles_engine_unless_the_scenario_sets_one(
     assert block_size(None, load_profile("a100-qwen3-32b-paper")) == 16
     server = {"profile": str(path), "gpu_memory_utilization": 1.0, "activation_reserve_gib": 0.0}
     over = {"server": server, "workload": {"warmup_s": 0, "duration_s": 2}}
-    res = simulate(load_scenario(overrides=over).with_devices(4, (4.0,)), seed=0)
+    res = simulate(resolve_server(load_scenario(overrides=over).with_devices(4, (4.0,))), seed=0)
     assert res.kv_blocks == 1000 and res.block_size == 128
     over["server"] = {**server, "block_size": 16}
-    assert simulate(load_scenario(overrides=over).with_devices(4, (4.0,)), seed=0).kv_blocks == 8000
+    assert (
+        simulate(resolve_server(load_scenario(overrides=over).with_devices(4, (4.0,))), seed=0).kv_blocks
+        == 8000
+    )
 
 
 @settings(max_examples=150, deadline=None)

@@ -24,7 +24,7 @@ from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.model.speculation import Speculation, rate_for_length, resolve
 from wispsim.sim.centralized import CentralizedServer, Generation
-from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.scenarios import load_scenario, resolve_server
 
 
 class FixedDraft(Speculation):
@@ -193,8 +193,12 @@ def test_server_side_drafting_speeds_up_a_lightly_loaded_fleet() -> None:
     from wispsim.sim.simulation import simulate
 
     base = {"server": {"profile": "h100-qwen3-32b"}, "workload": {"duration_s": 30, "warmup_s": 5}}
-    plain = simulate(load_scenario(None, {**base, "policy": "centralized"}), devices=4, seed=1)
-    sd = simulate(load_scenario(None, {**base, "policy": "centralized-sd"}), devices=4, seed=1)
+    plain = simulate(
+        resolve_server(load_scenario(None, {**base, "policy": "centralized"})), devices=4, seed=1
+    )
+    sd = simulate(
+        resolve_server(load_scenario(None, {**base, "policy": "centralized-sd"})), devices=4, seed=1
+    )
     speed = lambda r: float(r.responses[r.responses.measured].speed.median())  # noqa: E731
     assert speed(sd) > 1.3 * speed(plain)
     # fewer chunks than tokens: several tokens per step

@@ -69,6 +69,7 @@ def labels_as_str(path: Path) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_curves_and_capacity_write_pngs_inside_the_folder(compare_dir: Path) -> None:
     invoke("curves", str(compare_dir))
     assert is_png(compare_dir / "violation_curves.png")
@@ -76,6 +77,7 @@ def test_curves_and_capacity_write_pngs_inside_the_folder(compare_dir: Path) -> 
     assert is_png(compare_dir / "capacity.png")
 
 
+@pytest.mark.slow
 def test_bursty_writes_one_figure_for_several_runs(bursty_runs: dict[str, Path], tmp_path: Path) -> None:
     folders = [str(f) for f in bursty_runs.values()]
     invoke("bursty", *folders)
@@ -85,6 +87,7 @@ def test_bursty_writes_one_figure_for_several_runs(bursty_runs: dict[str, Path],
     assert is_png(out)
 
 
+@pytest.mark.slow
 def test_attribution_writes_the_figure_and_prints_the_shares(bursty_runs: dict[str, Path]) -> None:
     text = invoke("attribution", str(bursty_runs["fcfs"]))
     assert is_png(bursty_runs["fcfs"] / "attribution.png")
@@ -143,6 +146,7 @@ def test_violation_curves_reads_epsilon_and_draws_a_shared_mix(tmp_path: Path) -
         assert (seg[0][1], seg[1][1]) == (k.ci_low, k.ci_high)
 
 
+@pytest.mark.slow
 def test_the_figures_draw_what_the_folder_holds(compare_dir: Path, bursty_runs: dict[str, Path]) -> None:
     """Knees at capacity.csv's capacity and interval, curves at curve_pooled.csv's violation_rate,
     bars at capacity with ci_low..ci_high error bars; bursts at bursts.csv's peaks."""
@@ -253,6 +257,7 @@ def test_without_responses_a_response_is_violated_when_its_rounds_are_too_slow()
     assert violated_rounds(rounds).response.tolist() == [1, 1]
 
 
+@pytest.mark.slow
 def test_attribution_of_a_real_run_counts_every_violated_round(bursty_runs: dict[str, Path]) -> None:
     f = bursty_runs["wisp"]
     rounds, batches = pd.read_parquet(f / "rounds.parquet"), pd.read_parquet(f / "batches.parquet")
@@ -268,6 +273,7 @@ def test_attribution_of_a_real_run_counts_every_violated_round(bursty_runs: dict
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -381,6 +387,7 @@ SPOILED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SPOILED)
 def test_spoiled_tables_and_bad_outputs_are_one_line_errors(
     case: str, tmp_path: Path, compare_dir: Path, bursty_runs: dict[str, Path]
@@ -399,6 +406,7 @@ def test_spoiled_tables_and_bad_outputs_are_one_line_errors(
     assert not list(folder.glob("*.png"))
 
 
+@pytest.mark.slow
 def test_class_labels_are_matched_as_numbers_and_the_figure_goes_where_it_says(
     compare_dir: Path, tmp_path: Path
 ) -> None:
@@ -440,6 +448,7 @@ def test_capacity_bars_of_one_class_raise_no_warning() -> None:
     assert len(fig.axes[0].patches) == 2
 
 
+@pytest.mark.slow
 def test_every_figure_fits_its_titles_counts_in_whole_ticks_and_hides_no_point(
     compare_dir: Path, bursty_runs: dict[str, Path], tmp_path: Path
 ) -> None:

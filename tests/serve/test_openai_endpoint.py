@@ -164,6 +164,7 @@ def check_records(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return resp, tokens
 
 
+@pytest.mark.slow
 def test_swarm_drives_vllm_serve(server: str, capsys, monkeypatch, tmp_path: Path) -> None:
     out = tmp_path / "swarm"
     code, _, err = cli(capsys, monkeypatch, "swarm", str(SCENARIO), "--policy", "centralized",
@@ -180,6 +181,7 @@ def test_swarm_drives_vllm_serve(server: str, capsys, monkeypatch, tmp_path: Pat
     assert pd.read_csv(out / "summary.csv").gpu_utilization.isna().all()  # unknown, not zero
 
 
+@pytest.mark.slow
 def test_validate_against_vllm_serve(server: str, capsys, monkeypatch, tmp_path: Path) -> None:
     out = tmp_path / "v"
     code, _, err = cli(capsys, monkeypatch, "validate", str(SCENARIO), "--openai-url", server,
@@ -194,6 +196,7 @@ def test_validate_against_vllm_serve(server: str, capsys, monkeypatch, tmp_path:
     assert (point / "real_tokens.parquet").is_file() and (out / "capacity.csv").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "words"),
     [
@@ -216,6 +219,7 @@ def test_bad_input_against_vllm_is_one_line(
     assert len(err.strip().splitlines()) == 1 and all(w in err for w in words), err
 
 
+@pytest.mark.slow
 def test_swarm_drives_vllm_serve_with_a_draft_model(servers, capsys, monkeypatch, tmp_path: Path) -> None:
     """Server-side speculative decoding on vLLM's CPU backend: chunks carry several tokens,
     counted exactly (vLLM's cumulative usage per chunk)."""

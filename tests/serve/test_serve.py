@@ -20,7 +20,7 @@ for _module in ("fastapi", "uvicorn", "httpx", "psutil"):
     pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
 
 from tests.support import ROOT, cli, write_profile  # noqa: E402
-from wispsim.sim.scenarios import load_scenario  # noqa: E402
+from wispsim.sim.scenarios import load_scenario, resolve_server  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "validation-cpu.yaml"
 BLOCK = 128
@@ -276,7 +276,7 @@ def test_swarm_records_what_the_server_did_and_the_log_replays(fake_server, tmp_
 
     url, backend = fake_server("wisp")
     sc = scenario("wisp", warmup_s=0.5, duration_s=3.0).with_devices(3)
-    run = run_swarm(sc, url)
+    run = run_swarm(resolve_server(sc), url)
     r = run.result.rounds
     assert len(r) > 20 and r.batch.ge(0).all()
     assert (r.dispatch >= r.arrival - 0.05).all()  # one host: the clocks agree (loose: a loaded machine)
@@ -359,6 +359,7 @@ def test_capacity_is_the_last_n_before_the_first_miss() -> None:
     assert capacity_of({2: 0.0, 4: float("nan")}, 0.05) == 2
 
 
+@pytest.mark.slow
 def test_validate_real_from_simulates_stored_real_points_again(
     fake_server, capsys, monkeypatch, tmp_path: Path
 ) -> None:
@@ -375,7 +376,7 @@ def test_validate_real_from_simulates_stored_real_points_again(
     sc = scenario("wisp", warmup_s=0.5, duration_s=2.0).with_devices(2)
     first = tmp_path / "first"
     folder = point(Results(first), "compute", "wisp", 2)
-    store_real(folder, sc, run_swarm(sc, url))
+    store_real(folder, sc, run_swarm(resolve_server(sc), url))
     done = store_sim(folder, SimSide(sc), 2)
     assert (folder / DONE).is_file() and done["real"]["responses"] >= 1
     assert done["server"]["kv_capacity_tokens"] == FACTS["kv_capacity_tokens"]
@@ -413,6 +414,7 @@ def test_validate_real_from_simulates_stored_real_points_again(
     assert sim_srv["profile"] == str(fitted) and sim_srv["planning_profile"] == served["profile"]
 
 
+@pytest.mark.slow
 def test_profile_fit_reads_a_deployment_batch_log(fake_server, capsys, monkeypatch, tmp_path: Path) -> None:
     """The fake engine takes 2 ms + 0.05 ms per new token: the fit from its logged batches finds that."""
     import json
@@ -425,7 +427,7 @@ def test_profile_fit_reads_a_deployment_batch_log(fake_server, capsys, monkeypat
     url, _ = fake_server("wisp")
     sc = scenario("wisp", warmup_s=0.5, duration_s=3.0).with_devices(3)
     folder = point(Results(tmp_path / "v"), "compute", "wisp", 3)
-    store_real(folder, sc, run_swarm(sc, url))
+    store_real(folder, sc, run_swarm(resolve_server(sc), url))
     out = tmp_path / "prof" / "deployed.yaml"
     code, _, err = cli(capsys, monkeypatch, "profile", "fit", str(tmp_path / "v"), "--out", str(out),
                        "--bootstrap", "20", "--no-plots", "--folds", "2")  # fmt: skip

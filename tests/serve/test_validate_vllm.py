@@ -21,6 +21,8 @@ pytest.importorskip("vllm")
 for _module in ("fastapi", "uvicorn", "httpx", "psutil"):  # `wispsim validate` starts `wispsim serve`
     pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
 
+pytestmark = pytest.mark.slow  # validates against a real vLLM server
+
 SCENARIO = ROOT / "scenarios" / "validation-cpu.yaml"
 
 

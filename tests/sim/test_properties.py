@@ -23,6 +23,7 @@ from wispsim.model.memory import KVMemory
 from wispsim.model.profiles import load_profile
 from wispsim.sim.device import STREAM_ACCEPT, STREAM_CONST, STREAM_NET, STREAM_WORK, device_rng
 from wispsim.sim.records import SimResult
+from wispsim.sim.scenarios import resolve_server
 from wispsim.sim.simulation import simulate
 
 PUBLISHED = {"a": 3.314e-5, "b_compute": 3.450e-8, "b_read": 4.620e-6, "c": 1.486e-2}
@@ -89,7 +90,7 @@ class CheckedKVMemory(KVMemory):
 
 def run_checked(sc: Scenario, devices: int, seed: int | None = None) -> SimResult:
     with mock.patch("wispsim.sim.servers.KVMemory", CheckedKVMemory):
-        return simulate(sc, devices=devices, seed=seed)
+        return simulate(resolve_server(sc), devices=devices, seed=seed)
 
 
 def check_round_laws(res: SimResult) -> None:
@@ -201,6 +202,7 @@ def check_wisp_deadlines(res: SimResult) -> None:
     assert (on_time.t_dispatch + on_time.t_hat <= on_time.deadline + 1e-9).all()
 
 
+@pytest.mark.slow
 @SIM_SETTINGS
 @given(data=st.data())
 def test_simulation_laws(profiles: dict[str, str], data: st.DataObject) -> None:
@@ -241,10 +243,10 @@ def test_tight_memory_scenario_really_evicts(profiles: dict[str, str]) -> None:
 @pytest.mark.parametrize("policy", ["wisp", "sled", "centralized"])
 def test_same_seed_same_records(policy: str) -> None:
     sc = small_scenario(policy=policy)
-    a, b = simulate(sc, devices=6, seed=11), simulate(sc, devices=6, seed=11)
+    a, b = simulate(resolve_server(sc), devices=6, seed=11), simulate(resolve_server(sc), devices=6, seed=11)
     for name in ("rounds", "batches", "responses"):
         pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))
-    c = simulate(sc, devices=6, seed=12)
+    c = simulate(resolve_server(sc), devices=6, seed=12)
     assert not a.responses[["prompt_len", "output_len"]].equals(c.responses[["prompt_len", "output_len"]])
 
 
@@ -284,6 +286,7 @@ def per_device(res: SimResult, device: int) -> tuple[pd.DataFrame, pd.DataFrame]
     )
 
 
+@pytest.mark.slow
 @SIM_SETTINGS
 @given(
     n=st.integers(1, 8),
@@ -295,7 +298,10 @@ def test_adding_a_device_does_not_change_what_the_others_draw(
     n: int, seed: int, policy: str, model: str
 ) -> None:
     sc = small_scenario(policy=policy, acceptance={"model": model})
-    small, big = simulate(sc, devices=n, seed=seed), simulate(sc, devices=n + 1, seed=seed)
+    small, big = (
+        simulate(resolve_server(sc), devices=n, seed=seed),
+        simulate(resolve_server(sc), devices=n + 1, seed=seed),
+    )
     compared = 0
     for d in range(n):
         resp_a, rounds_a = per_device(small, d)
@@ -317,8 +323,8 @@ def test_adding_a_device_does_not_change_what_the_others_draw(
 def test_crn_control_a_different_seed_changes_the_draws() -> None:
     # the comparison above is not vacuous: another seed gives device 0 other responses
     sc = small_scenario()
-    a, _ = per_device(simulate(sc, devices=3, seed=1), 0)
-    b, _ = per_device(simulate(sc, devices=3, seed=2), 0)
+    a, _ = per_device(simulate(resolve_server(sc), devices=3, seed=1), 0)
+    b, _ = per_device(simulate(resolve_server(sc), devices=3, seed=2), 0)
     m = min(len(a), len(b))
     assert not a.iloc[:m].equals(b.iloc[:m])
 

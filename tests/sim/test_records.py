@@ -13,7 +13,7 @@ import pytest
 from wispsim.analysis.metrics import device_counts, replica_summary, summarize
 from wispsim.analysis.timeseries import compliance_series, server_series
 from wispsim.sim.records import BatchRecord, RecordTable, RoundRecord, frame
-from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.scenarios import load_scenario, resolve_server
 from wispsim.sim.simulation import simulate
 
 CLASSES = (2.0, 4.0, 6.0, 8.0)
@@ -42,8 +42,8 @@ def test_spilled_records_give_the_same_records_and_summaries(over: dict, devices
     sc = load_scenario(
         overrides={**over, "server": server, "workload": {"warmup_s": 5, "duration_s": 20}}
     ).with_devices(devices, CLASSES)
-    kept = simulate(sc)
-    spilled = simulate(sc, memory_rows=500)  # chunks of 500 rows, on disk past the first 500
+    kept = simulate(resolve_server(sc))
+    spilled = simulate(resolve_server(sc), memory_rows=500)  # chunks of 500 rows, on disk past the first 500
     if len(kept.round_records):
         assert not kept.round_records.spilled and spilled.round_records.spilled
         assert spilled.round_records.path is not None and spilled.round_records.path.exists()
@@ -54,6 +54,7 @@ def test_spilled_records_give_the_same_records_and_summaries(over: dict, devices
     pd.testing.assert_frame_equal(spilled.responses, kept.responses)
 
 
+@pytest.mark.slow
 def test_records_match_tuples_converted_at_once() -> None:
     """Chunked column arrays are the records the simulator appended, in order, with the schema's
     dtypes (what a single conversion of every tuple gives)."""
@@ -99,7 +100,7 @@ def test_a_spill_file_goes_when_its_records_do() -> None:
 
 def test_a_spilled_run_writes_the_same_files(tmp_path: Path) -> None:
     sc = load_scenario(overrides={"workload": {"warmup_s": 5, "duration_s": 10}}).with_devices(12, CLASSES)
-    kept, spilled = simulate(sc), simulate(sc, memory_rows=300)
+    kept, spilled = simulate(resolve_server(sc)), simulate(resolve_server(sc), memory_rows=300)
     kept.round_records.to_parquet(tmp_path / "a.parquet")
     spilled.round_records.to_parquet(tmp_path / "b.parquet")
     a, b = (pd.read_parquet(tmp_path / f"{x}.parquet") for x in "ab")
@@ -116,8 +117,8 @@ def test_records_all_stores_a_spilled_runs_rounds_and_they_travel_by_pickle(tmp_
     from wispsim.study.points import Point, compute_point, store_point
 
     sc = load_scenario(overrides={"workload": {"warmup_s": 5, "duration_s": 10}}).with_devices(12, CLASSES)
-    kept = simulate(sc)
-    spilled = simulate(sc, memory_rows=300)
+    kept = simulate(resolve_server(sc))
+    spilled = simulate(resolve_server(sc), memory_rows=300)
     again = pickle.loads(pickle.dumps(spilled.round_records))
     assert not again.spilled and len(again) == len(kept.round_records)
     pd.testing.assert_frame_equal(again.frame(), kept.rounds)

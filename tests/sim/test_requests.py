@@ -10,7 +10,7 @@ import pytest
 
 from wispsim.errors import ConfigError
 from wispsim.sim.arrivals import load_request_trace
-from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.scenarios import load_scenario, resolve_server
 from wispsim.sim.simulation import simulate
 
 ROWS = {
@@ -41,7 +41,7 @@ def scenario(trace: str, **arrivals: object):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_each_request_is_one_response_at_its_time_with_its_lengths(tmp_path: Path, suffix: str) -> None:
-    res = simulate(scenario(write(tmp_path / f"req{suffix}")))
+    res = simulate(resolve_server(scenario(write(tmp_path / f"req{suffix}"))))
     r = res.responses.sort_values("response")
     assert list(r.t_start) == ROWS["time_s"]
     assert list(r.prompt_len) == ROWS["prompt_tokens"] and list(r.output_len) == ROWS["output_tokens"]
@@ -50,7 +50,7 @@ def test_each_request_is_one_response_at_its_time_with_its_lengths(tmp_path: Pat
 
 
 def test_scale_multiplies_the_arrival_rate(tmp_path: Path) -> None:
-    res = simulate(scenario(write(tmp_path / "req.csv"), scale=2.0))
+    res = simulate(resolve_server(scenario(write(tmp_path / "req.csv"), scale=2.0)))
     assert list(res.responses.sort_values("response").t_start) == [t / 2 for t in ROWS["time_s"]]
 
 
@@ -83,7 +83,7 @@ def test_bad_request_files_are_one_line_errors_naming_file_and_column(
 def test_a_request_longer_than_the_kv_cache_names_its_row(tmp_path: Path) -> None:
     rows = {**ROWS, "prompt_tokens": [100, 50, 300_000, 20, 64]}
     with pytest.raises(ConfigError, match=r"row 3: 300,000 \+ 5 tokens .* do not fit the KV cache"):
-        simulate(scenario(write(tmp_path / "long.csv", rows)))
+        simulate(resolve_server(scenario(write(tmp_path / "long.csv", rows))))
 
 
 def test_scenario_checks_the_file_and_the_acceptance_lengths(tmp_path: Path) -> None:
@@ -124,7 +124,7 @@ def test_a_request_longer_than_the_workload_allows_is_waited_for_not_censored(tm
             "workload": {"warmup_s": 0, "duration_s": 1, "output_tokens": {"max": 64, "mean": 32}},
         }
     )
-    res = simulate(sc)
+    res = simulate(resolve_server(sc))
     r = res.responses.iloc[0]
     # the workload alone would stop waiting 64 / 8 = 8 s after the 1 s window and censor it
     assert r.output_len == 600 and not r.censored and r.t_end > 1 + 64 / 8

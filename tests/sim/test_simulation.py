@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from tests.support import deterministic_overrides, write_profile
-from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.scenarios import load_scenario, resolve_server
 from wispsim.sim.simulation import simulate
 
 A, BC, BR, C = 1e-4, 1e-6, 1e-5, 0.01
@@ -47,7 +47,7 @@ def first_response_rounds(rounds: pd.DataFrame, device: int) -> pd.DataFrame:
 
 
 def test_fcfs_two_devices_share_one_batch(det_scenario) -> None:
-    res = simulate(det_scenario())
+    res = simulate(resolve_server(det_scenario()))
     # Round 0: both devices draft 40 ms, send 144 B: arrive together at 0.045144 and go in one
     # cold batch: L_new = 16 + 2 = 18 each, nothing cached:
     #   T = 10 ms + 2 x (18e-4 + 18*18e-6) = 0.01 + 0.0036 + 0.000648 = 0.014248 -> ends 0.059392
@@ -104,7 +104,7 @@ def test_style_guide_example_with_the_published_profile(det_scenario) -> None:
     # rounds finish at t=0.0612". Same scenario on the shipped Qwen3-32B/A100 profile:
     #   T = 36 x 3.314e-5 + 648 x 3.45e-8 + 0 + 1.486e-2 = 0.00119304 + 0.000022356 + 0.01486
     #     = 0.016075396 -> the batch ends at 0.045144 + 0.016075396 = 0.061219396
-    res = simulate(det_scenario(server={"profile": "a100-qwen3-32b-paper"}))
+    res = simulate(resolve_server(det_scenario(server={"profile": "a100-qwen3-32b-paper"})))
     b = res.batches.iloc[0]
     assert b["size"] == 2
     assert b["t_dispatch"] == approx(0.045144)
@@ -115,7 +115,7 @@ def test_style_guide_example_with_the_published_profile(det_scenario) -> None:
 
 
 def test_fcfs_one_request_per_batch_queues_the_second_device(det_scenario) -> None:
-    res = simulate(det_scenario(server={"max_batch_requests": 1}))
+    res = simulate(resolve_server(det_scenario(server={"max_batch_requests": 1})))
     # Both arrive at 0.045144; device 0 submitted first and goes alone:
     #   T = 0.01 + 18e-4 + 18*18e-6 = 0.012124 -> ends 0.057268
     # device 1 waits in the queue for exactly that long, then runs 0.057268 -> 0.069392.
@@ -141,7 +141,7 @@ def test_fcfs_one_request_per_batch_queues_the_second_device(det_scenario) -> No
 def test_round_budget_and_deadline_follow_the_slo(det_scenario) -> None:
     # tau_c = N_hat / s_c - T_draft - T_network with N_hat = alpha_hat * k + 1. Every token is
     # accepted, so alpha_hat starts (expected ratio at rate 1) and stays at 1.
-    res = simulate(det_scenario(devices={"classes": [2.0]}))
+    res = simulate(resolve_server(det_scenario(devices={"classes": [2.0]})))
     r = first_response_rounds(res.rounds, 0)
     # round 0: N_hat = 3, s = 2 tok/s: 1.5 - 0.04 - 0.005144 = 1.454856
     # round 2: N_hat = 2 (k = 1): 1.0 - 0.02 - 0.005072 = 0.974928
@@ -153,7 +153,7 @@ def test_round_budget_and_deadline_follow_the_slo(det_scenario) -> None:
 def test_no_acceptance_commits_one_token_per_round(det_scenario) -> None:
     # Nothing accepted: every round commits the target's one token, so 7 rounds per response,
     # each sending k = 2 drafts (k stays 2 until fewer than 3 tokens are left).
-    res = simulate(det_scenario(acceptance={"model": "test-none"}))
+    res = simulate(resolve_server(det_scenario(acceptance={"model": "test-none"})))
     r = first_response_rounds(res.rounds, 0)
     assert r.position.tolist() == list(range(7))
     assert r.accepted.tolist() == [0] * 7
@@ -185,7 +185,7 @@ def test_evicted_prefix_makes_the_next_round_cold(tmp_path: Path) -> None:
             "output_tokens": {"value": 12, "min": 12, "max": 12},
         },
     )
-    res = simulate(load_scenario(overrides=over))
+    res = simulate(resolve_server(load_scenario(overrides=over)))
     assert res.kv_blocks == 3
     b = res.batches
     assert b.loc[0, ["size", "n_linear", "evictions"]].tolist() == [1, 22, 0]
@@ -199,7 +199,9 @@ def test_evicted_prefix_makes_the_next_round_cold(tmp_path: Path) -> None:
 
     # Control: with room for both prefixes the same round is warm (2 new on 23 cached).
     roomy = str(write_profile(tmp_path / "roomy.yaml", capacity_tokens=4096))
-    res2 = simulate(load_scenario(overrides=deterministic_overrides(roomy, workload=over["workload"])))
+    res2 = simulate(
+        resolve_server(load_scenario(overrides=deterministic_overrides(roomy, workload=over["workload"])))
+    )
     r0 = first_response_rounds(res2.rounds, 0)
     assert bool(r0.loc[1, "cold"]) is False
     assert r0.loc[1, ["l_new", "l_cached"]].tolist() == [2, 23]
@@ -208,7 +210,7 @@ def test_evicted_prefix_makes_the_next_round_cold(tmp_path: Path) -> None:
 
 def test_without_prefix_cache_every_round_recomputes_the_prefix(det_scenario) -> None:
     # SLED: no prefix cache, so L_new = prompt + position + k and L_cached = 0 in every round.
-    res = simulate(det_scenario(server={"prefix_cache": False}))
+    res = simulate(resolve_server(det_scenario(server={"prefix_cache": False})))
     r = res.rounds
     assert r.cold.all()
     assert (r.l_cached == 0).all()
@@ -223,8 +225,8 @@ def test_without_prefix_cache_every_round_recomputes_the_prefix(det_scenario) ->
 
 def test_wisp_policy_runs_the_deterministic_scenario(det_scenario) -> None:
     # Uncongested: WISP batches exactly like FCFS here (both requests fit and meet deadlines).
-    fc = simulate(det_scenario())
-    ws = simulate(det_scenario(server={"scheduler": "wisp"}))
+    fc = simulate(resolve_server(det_scenario()))
+    ws = simulate(resolve_server(det_scenario(server={"scheduler": "wisp"})))
     cols = ["device", "round", "arrival", "dispatch", "verify_time", "t_end"]
     pd.testing.assert_frame_equal(fc.rounds[cols], ws.rounds[cols])
 
@@ -234,7 +236,7 @@ def test_centralized_policy_end_to_end(det_scenario) -> None:
     # both prompts arrive together; step 1 prefills both (N_linear 32, 2 x 16^2 interactions):
     #   T = 0.01 + 32e-4 + 512e-6 = 0.013712; then 6 decode steps on contexts 16..21:
     #   T_j = 0.01 + 2 x (1e-4 + (c+1)*1e-6 + c*1e-5) for c = 16..21.
-    res = simulate(det_scenario(policy="centralized"))
+    res = simulate(resolve_server(det_scenario(policy="centralized")))
     steps = res.batches.iloc[:7]
     assert (steps.kind == "step").all()
     assert steps.n_linear.tolist() == [32, 2, 2, 2, 2, 2, 2]
@@ -259,7 +261,7 @@ def test_evictions_in_the_batch_records_explain_every_cold_round(tmp_path: Path)
             "output_tokens": {"value": 12, "min": 12, "max": 12},
         },
     )
-    res = simulate(load_scenario(overrides=over))
+    res = simulate(resolve_server(load_scenario(overrides=over)))
     later_cold = int((res.rounds.cold & (res.rounds["round"] > 0)).sum())
     assert later_cold > 0
     assert res.batches.evictions.sum() >= later_cold
@@ -269,7 +271,7 @@ def test_measured_window_and_run_end(det_scenario) -> None:
     # Only responses starting in [warmup, warmup + duration) = [0, 0.01) are measured: the
     # first one of each device. The run ends once they are decided (the watchdog checks every
     # 0.5 s after the window closes at 0.01 s: at 0.51 s).
-    res = simulate(det_scenario())
+    res = simulate(resolve_server(det_scenario()))
     resp = res.responses
     assert resp[resp.measured].response.tolist() == [0, 1]
     assert res.window == (0.0, 0.01)

@@ -20,7 +20,7 @@ from wispsim.cli.main import app
 from wispsim.errors import ConfigError
 from wispsim.model.fleet import device_specs, fleet_classes, fleet_size
 from wispsim.sim.arrivals import ArrivalTrace, bursty_trace, load_arrival_trace
-from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.scenarios import load_scenario, resolve_server
 from wispsim.sim.simulation import simulate
 
 
@@ -69,7 +69,7 @@ def test_fleet_groups_run_with_their_own_speeds_and_links(det_scenario) -> None:
         },
         workload={"duration_s": 2.0},
     )
-    res = simulate(sc, devices=fleet_size(sc))
+    res = simulate(resolve_server(sc), devices=fleet_size(sc))
     r = res.rounds
     assert sorted(r.groupby("device").slo.first().tolist()) == [1.0, 1.0, 3.0]
     assert np.allclose(r[r.slo == 1.0].tau_d, 0.1) and np.allclose(r[r.slo == 3.0].tau_d, 0.02)
@@ -114,7 +114,7 @@ def test_concurrency_trace_activates_devices_when_the_trace_says(det_scenario, t
         arrivals={"process": "trace", "trace": trace, "kind": "concurrency"},
         workload={"duration_s": 6.0},
     )
-    res = simulate(sc)
+    res = simulate(resolve_server(sc))
     resp = res.responses
     assert res.devices == 3  # the pool is the trace's peak
     assert resp.t_start.min() >= 1.0  # nobody starts before the target rises
@@ -127,7 +127,7 @@ def test_concurrency_trace_activates_devices_when_the_trace_says(det_scenario, t
 
 def test_poisson_sessions_arrive_at_the_rate(det_scenario) -> None:
     sc = det_scenario(arrivals={"process": "poisson", "rate": 20.0}, workload={"duration_s": 50.0})
-    res = simulate(sc)
+    res = simulate(resolve_server(sc))
     started = res.responses[res.responses.t_start < 50.0]
     # Poisson count over 50 s at 20/s: mean 1000, sd 31.6
     assert abs(len(started) - 1000) < 4 * math.sqrt(1000)
@@ -142,7 +142,7 @@ def test_rate_trace_thins_to_the_traced_rate(det_scenario, tmp_path: Path) -> No
         arrivals={"process": "trace", "trace": trace, "kind": "rate"},
         workload={"duration_s": 30.0},
     )
-    t = simulate(sc).responses.t_start
+    t = simulate(resolve_server(sc)).responses.t_start
     assert t.between(10.0, 20.0).all() and abs(len(t) - 100) < 4 * 10
 
 
@@ -176,7 +176,7 @@ def _rounds_with_replica(res) -> pd.DataFrame:
 
 
 def test_affinity_keeps_each_response_on_one_replica(det_scenario) -> None:
-    res = simulate(_routed(det_scenario, "affinity"))
+    res = simulate(resolve_server(_routed(det_scenario, "affinity")))
     r = _rounds_with_replica(res)
     assert r.groupby("response").replica.nunique().max() == 1
     assert set(r.replica) == {0, 1}
@@ -184,14 +184,14 @@ def test_affinity_keeps_each_response_on_one_replica(det_scenario) -> None:
 
 
 def test_round_robin_scatters_rounds_and_loses_the_cache(det_scenario) -> None:
-    rr = _rounds_with_replica(simulate(_routed(det_scenario, "round-robin")))
-    aff = _rounds_with_replica(simulate(_routed(det_scenario, "affinity")))
+    rr = _rounds_with_replica(simulate(resolve_server(_routed(det_scenario, "round-robin"))))
+    aff = _rounds_with_replica(simulate(resolve_server(_routed(det_scenario, "affinity"))))
     assert rr.groupby("response").replica.nunique().max() == 2
     assert rr.cold.mean() > aff.cold.mean() + 0.2
 
 
 def test_least_work_prefers_the_cached_replica_and_spreads_load(det_scenario) -> None:
-    r = _rounds_with_replica(simulate(_routed(det_scenario, "least-work")))
+    r = _rounds_with_replica(simulate(resolve_server(_routed(det_scenario, "least-work"))))
     assert set(r.replica) == {0, 1}
     assert r[r["round"] > 0].cold.mean() < 0.2
 
@@ -199,7 +199,7 @@ def test_least_work_prefers_the_cached_replica_and_spreads_load(det_scenario) ->
 def test_replicas_have_their_own_profiles(det_scenario, tmp_path: Path) -> None:
     slow = str(write_profile(tmp_path / "slow.yaml", c=0.05))
     fast = str(write_profile(tmp_path / "fast.yaml"))
-    res = simulate(_routed(det_scenario, "round-robin", replica_profiles=[fast, slow]))
+    res = simulate(resolve_server(_routed(det_scenario, "round-robin", replica_profiles=[fast, slow])))
     b = res.batches
     # no noise: each batch takes its replica's formula; the constant c differs by 0.04 s
     assert np.allclose(b[b.replica == 1].latency - b[b.replica == 1].t_hat, 0)
@@ -220,14 +220,14 @@ def test_replica_profiles_must_match_the_count(tiny_profile: str) -> None:
 
 
 def test_one_replica_is_unchanged_by_the_router_setting(det_scenario) -> None:
-    a = simulate(_routed(det_scenario, "affinity", replicas=1))
-    b = simulate(_routed(det_scenario, "round-robin", replicas=1))
+    a = simulate(resolve_server(_routed(det_scenario, "affinity", replicas=1)))
+    b = simulate(resolve_server(_routed(det_scenario, "round-robin", replicas=1)))
     pd.testing.assert_frame_equal(a.rounds, b.rounds)
 
 
 def test_centralized_replicas_place_whole_responses(det_scenario) -> None:
     sc = _routed(det_scenario, "least-work", replicas=3, mode="centralized")
-    res = simulate(sc)
+    res = simulate(resolve_server(sc))
     assert set(res.batches.replica) == {0, 1, 2}
     assert summarize(res).gpu_utilization.max() <= 1.0
 
@@ -249,7 +249,7 @@ def test_burst_recovery_is_measured_from_the_peak() -> None:
 
 
 def test_compliance_series_counts_decided_responses(det_scenario) -> None:
-    res = simulate(det_scenario(devices={"count": 4}, workload={"duration_s": 20.0}))
+    res = simulate(resolve_server(det_scenario(devices={"count": 4}, workload={"duration_s": 20.0})))
     comp = compliance_series(res, step_s=5.0, window_s=5.0, min_responses=1)
     allc = comp[comp["class"].isna()]
     assert allc.decided.sum() == res.responses.measured.sum()  # windows tile the time axis
@@ -305,6 +305,7 @@ def test_cli_bad_workload_options_are_one_line_errors(args: list[str], needle: s
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_cli_plan_finds_the_smallest_feasible_replica_count(tmp_path: Path) -> None:
     out = tmp_path / "plan"
     args = ["plan", "--fleet", "4:60,8:60", "--start", "1", "--price-per-gpu-hour", "2.5", "-o", str(out)]

@@ -36,6 +36,7 @@ def complete_points(out: Path) -> dict[str, float]:
     return {p.name: (p / "summary.csv").stat().st_mtime for p in d.iterdir() if (p / "summary.csv").is_file()}
 
 
+@pytest.mark.slow
 def test_killed_sweep_resumes_and_matches_an_uninterrupted_one(tmp_path: Path) -> None:
     whole = tmp_path / "whole"
     r = subprocess.run(sweep_cmd(whole), capture_output=True, text=True, timeout=600)
@@ -75,6 +76,7 @@ def _small_sweep(runner) -> tuple[pd.DataFrame, pd.DataFrame]:
     return res.capacity, res.curve
 
 
+@pytest.mark.slow
 def test_ray_backend_equals_local(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     local_cap, local_curve = _small_sweep(LocalRunner(2, tmp_path / "local"))

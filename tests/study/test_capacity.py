@@ -5,7 +5,17 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from wispsim.study.capacity_search import CapacitySearch, PointStats, pooled_stats
+from wispsim.study.capacity_search import (
+    CapacitySearch,
+    EdgeSearch,
+    Gallop,
+    PointStats,
+    midpoint,
+    per_wave,
+    pooled_stats,
+    run_search,
+)
+from wispsim.study.points import PointResult
 
 
 def _run(search: CapacitySearch, curve) -> list[int]:
@@ -79,3 +89,101 @@ def test_pooled_stats_pool_responses_and_bootstrap_devices() -> None:
     st2 = pooled_stats(4, mix)
     assert st2.per_class == {"2": 0.0, "8": pytest.approx(0.1)}
     assert st2.violation == pytest.approx(0.1)  # the decision uses the worst class
+
+
+# ------------------------------------------------------------------------------------------
+# the one search every sizing command drives (EdgeSearch), on a known knee
+# ------------------------------------------------------------------------------------------
+
+
+def _waves(search: EdgeSearch, ok) -> list[list[int]]:
+    """Drive ``search`` against a verdict x -> feasible; return its waves in order."""
+    waves = []
+    while todo := search.next():
+        waves.append(todo)
+        for x in todo:
+            v = 0.0 if ok(x) else 0.5
+            search.evaluated[x] = PointStats(x, v, v, v, {"8": v}, 100)
+    return waves
+
+
+def test_replica_search_doubles_then_cuts_in_thirds_two_a_wave() -> None:
+    s = EdgeSearch(0.05, more_helps=True, low=1, high=512, first=[10, 20], width=2)
+    waves = _waves(s, lambda r: r >= 23)
+    # up 2x and 4x from 20, then (20, 40) in thirds (rounded), (20, 27), (22, 25)
+    assert waves == [[10, 20], [40, 80], [27, 33], [22, 25], [23, 24]]
+    assert s.answer == 23 and s.bounds() == (22, 23)
+
+
+def test_device_search_doubles_then_bisects_down_to_the_knee() -> None:
+    s = EdgeSearch(0.05, more_helps=False, low=1, high=4096, first=[8], split=midpoint)
+    waves = _waves(s, lambda n: n <= 37)
+    assert [w[0] for w in waves] == [8, 16, 32, 64, 48, 40, 36, 38, 37]
+    assert all(len(w) == 1 for w in waves)
+    assert s.answer == 37 and s.bounds() == (37, 38)
+
+
+@pytest.mark.parametrize(
+    ("x0", "waves"),
+    [
+        (10, [[9, 10], [11], [13], [17], [25], [21], [23], [22]]),  # up: 1, 2, 4, 8 past x0
+        (30, [[29, 30], [27], [23], [15], [19], [21], [22]]),  # down: 2, 4, 8 below x0 - 1
+    ],
+)
+def test_gallop_walks_away_from_a_guess_then_narrows(x0: int, waves: list[list[int]]) -> None:
+    s = EdgeSearch(0.05, more_helps=True, low=1, high=512, first=[x0 - 1, x0], steps=Gallop(x0))
+    assert _waves(s, lambda r: r >= 23) == waves
+    assert s.answer == 23
+
+
+def test_steps_stay_inside_the_range_and_say_when_nothing_passes() -> None:
+    s = EdgeSearch(0.05, more_helps=True, low=1, high=50, first=[8], width=3)
+    assert _waves(s, lambda r: False) == [[8], [16, 32, 50]]  # 64 held to 50, then it stops
+    assert s.answer is None and max(s.evaluated) == 50
+    d = EdgeSearch(0.05, more_helps=False, low=4, high=100, first=[64], width=2)
+    assert _waves(d, lambda n: False) == [[64], [16, 32], [4, 8]]
+    assert d.answer is None and d.bounds() == (None, 4)  # not even ``low`` passes
+
+
+def test_no_responses_is_not_feasible() -> None:
+    s = EdgeSearch(0.05, more_helps=True, low=1, high=4, first=[2])
+    s.next()
+    s.evaluated[2] = PointStats(2, float("nan"), float("nan"), float("nan"), {}, 0)
+    assert not s.turned(2) and s.next() == [4]
+
+
+class _SeedRunner:
+    """Answers each point at once: violated when its replica count is below 5; logs (R, seed)."""
+
+    jobs = 4
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int]] = []
+
+    def map(self, points):
+        out = []
+        for p in points:
+            r = p.scenario.server.replicas
+            self.seen.append((r, p.seed))
+            bad = int(r < 5) * (1 + p.seed)  # the seeds disagree: pooled 3 of 20
+            counts = pd.DataFrame({"device": [0], "slo": [8.0], "violated": [bad], "responses": [10]})
+            out.append(PointResult("k", pd.DataFrame(), counts))
+        return out
+
+
+def test_run_search_maps_every_seed_of_a_wave_at_once_and_pools_them() -> None:
+    from wispsim.sim.scenarios import load_scenario
+    from wispsim.study.replicas import with_replicas
+
+    sc = load_scenario()
+    runner = _SeedRunner()
+    seeds = [0, 1]
+    s = EdgeSearch(0.05, more_helps=True, low=1, high=64, first=[2, 4], width=per_wave(runner, seeds))  # type: ignore[arg-type]
+    heard = []
+    got = run_search(
+        s, runner, seeds, lambda r: (with_replicas(sc, r), 10), lambda r, st, res: heard.append(r)
+    )  # type: ignore[arg-type]
+    assert got == 5
+    assert runner.seen[:4] == [(2, 0), (2, 1), (4, 0), (4, 1)]  # x-major, seed-minor
+    assert heard == [2, 4, 8, 16, 5, 7]
+    assert s.evaluated[4].violation == pytest.approx(3 / 20)

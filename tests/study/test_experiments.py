@@ -51,6 +51,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work / "experiments" / "quick"
 
 
+@pytest.mark.slow
 def test_every_study_writes_its_section_and_figures(quick_run: Path) -> None:
     from wispsim.study.experiments.spec import list_experiments
 
@@ -70,6 +71,7 @@ def test_every_study_writes_its_section_and_figures(quick_run: Path) -> None:
     assert "Not run yet" not in report
 
 
+@pytest.mark.slow
 def test_quick_capacity_and_mix_tables_have_numbers(quick_run: Path) -> None:
     cap = pd.read_csv(quick_run / "capacity" / "a100-qwen3-32b" / "capacity.csv")
     assert set(cap.policy) == {"wisp", "sled"} and (cap.capacity > 0).all()
@@ -86,6 +88,7 @@ def test_unknown_experiment_lists_the_known_ones() -> None:
         load_spec("nope")
 
 
+@pytest.mark.slow
 def test_a_rerun_loads_points_and_reports_who_computed_them(quick_run: Path) -> None:
     """The header of a study built from stored points names the git commit in their meta.json."""
     import json

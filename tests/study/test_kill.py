@@ -114,6 +114,7 @@ def _sweep(out: Path) -> list[str]:
     return [sys.executable, "-m", "wispsim.cli", *SWEEP, "-j", "2", "-o", str(out)]
 
 
+@pytest.mark.slow
 def test_process_kill9_of_a_sweep_leaves_no_worker_and_it_resumes(tmp_path: Path) -> None:
     cut, whole, tag = tmp_path / "cut", tmp_path / "whole", uuid.uuid4().hex
     proc = subprocess.Popen(
@@ -183,6 +184,7 @@ POOL_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "where"), [("spawn", "main"), ("forkserver", "main"), ("fork", "thread")])
 def test_process_pool_workers_die_with_their_owner(method: str, where: str) -> None:
     tag = uuid.uuid4().hex

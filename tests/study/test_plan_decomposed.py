@@ -218,6 +218,7 @@ def test_infeasible_below_one_device_of_each_kind() -> None:
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_decomposed_and_full_agree_within_one_replica(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -20,7 +20,7 @@ from wispsim.cli.main import app
 from wispsim.config import Scenario
 from wispsim.errors import ConfigError
 from wispsim.sim.records import SimResult
-from wispsim.sim.scenarios import load_scenario
+from wispsim.sim.scenarios import load_scenario, resolve_server
 from wispsim.sim.simulation import simulate
 from wispsim.study.replay.compare import compare, recorded_responses, wilson
 from wispsim.study.replay.drive import log_scenario, replay
@@ -41,7 +41,7 @@ def short(policy: str = RECORDED) -> Scenario:
 
 @pytest.fixture(scope="module")
 def recorded() -> SimResult:
-    return simulate(short(), seed=SEED)
+    return simulate(resolve_server(short()), seed=SEED)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_censored_responses_without_rounds_travel_in_the_sidecar(tmp_path: Path)
         "devices": {"classes": [8]},
     }
     sc = load_scenario(overrides=over).with_devices(300)
-    orig = simulate(sc, seed=2)
+    orig = simulate(resolve_server(sc), seed=2)
     path = write_log(orig, tmp_path / "over.csv")
     log, meta = read_log(path)
     assert meta["unfinished"] and all(u["measured"] for u in meta["unfinished"])
@@ -160,7 +160,7 @@ def _whatif(log_file: Path, policy: str) -> tuple[pd.DataFrame, SimResult, SimRe
     log, meta = read_log(log_file)
     sc = log_scenario(meta, "meta").with_policy(policy)
     res = replay(sc, log, meta)
-    return compare(log, res, meta).set_index("class"), res, simulate(sc, seed=SEED)
+    return compare(log, res, meta).set_index("class"), res, simulate(resolve_server(sc), seed=SEED)
 
 
 def test_what_if_fcfs_matches_a_direct_fcfs_run(log_file: Path) -> None:
@@ -189,9 +189,11 @@ def test_what_if_centralized_serves_the_recorded_responses(log_file: Path) -> No
 
 def test_a_centralized_run_has_no_log(tmp_path: Path) -> None:
     res = simulate(
-        load_scenario(overrides={"workload": {"warmup_s": 1, "duration_s": 3}})
-        .with_policy("centralized")
-        .with_devices(4)
+        resolve_server(
+            load_scenario(overrides={"workload": {"warmup_s": 1, "duration_s": 3}})
+            .with_policy("centralized")
+            .with_devices(4)
+        )
     )
     with pytest.raises(ConfigError, match="replay needs the log of a speculative run"):
         write_log(res, tmp_path / "c.parquet")
@@ -281,6 +283,7 @@ def test_a_minimal_real_log_without_server_columns_replays(log_file: Path, tmp_p
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_run_log_then_replay(tmp_path: Path) -> None:
     quick = ["--set", "workload.warmup_s=5", "--set", "workload.duration_s=30"]
     log = tmp_path / "run" / "log.csv"

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 import wispsim.study.points as sweep_mod
 from wispsim.sim.scenarios import load_scenario
@@ -29,6 +30,7 @@ def _quick_sweep(out: Path, jobs: int = 1):
         )
 
 
+@pytest.mark.slow
 def test_sweep_finds_a_knee_and_keeps_every_point(tmp_path: Path) -> None:
     res = _quick_sweep(tmp_path)
     cap = res.capacity.set_index("policy")
@@ -46,6 +48,7 @@ def test_sweep_finds_a_knee_and_keeps_every_point(tmp_path: Path) -> None:
     assert all((p / "summary.csv").is_file() and (p / "scenario.yaml").is_file() for p in points)
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_resumes_without_rerunning_finished_points(tmp_path: Path, monkeypatch) -> None:
     first = _quick_sweep(tmp_path / "a")
     # simulate an interruption: half of the finished points are lost, the rest kept
@@ -74,6 +77,7 @@ def test_point_key_depends_on_config_devices_and_seed() -> None:
     assert len({k, Point(sc, 11, 0).key, Point(sc, 10, 1).key, Point(sc.with_policy("sled"), 10, 0).key}) == 4
 
 
+@pytest.mark.slow
 def test_process_pool_gives_the_same_results_as_serial(tmp_path: Path) -> None:
     serial = _quick_sweep(tmp_path / "s", jobs=1)
     pooled = _quick_sweep(tmp_path / "p", jobs=2)

@@ -287,14 +287,17 @@ def derive_cmd(
     check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
     if form not in ("roofline", "additive"):
         raise ConfigError("--form", form, "allowed: roofline, additive")
-    if form == "roofline":
-        from wispsim.measure.profile.derive import roofline_named
+    from wispsim.runs.resolve import DERIVE_OPTIONS, blaming
 
-        prof = roofline_named(arch, gpu or "a100-80gb", count or 1, dtype, kv_dtype, name or out.stem)
-    else:
-        prof = derive_named(
-            source, arch, gpu=gpu, count=count, name=name or out.stem, c_rule=c_rule, dtype=dtype
-        )
+    with blaming(DERIVE_OPTIONS):  # a profile field at fault, named by the option that set it
+        if form == "roofline":
+            from wispsim.measure.profile.derive import roofline_named
+
+            prof = roofline_named(arch, gpu or "a100-80gb", count or 1, dtype, kv_dtype, name or out.stem)
+        else:
+            prof = derive_named(
+                source, arch, gpu=gpu, count=count, name=name or out.stem, c_rule=c_rule, dtype=dtype
+            )
     text = render(prof)
     p = parse_profile(yaml.safe_load(text), str(out))
     with writing("--out", out):

@@ -326,15 +326,14 @@ class Scenario:
     def replace(self, **changes: Any) -> Scenario:
         return dataclasses.replace(self, **changes)
 
-    def with_policy(self, policy: str, source: str = "--policy") -> Scenario:
-        """This scenario under a named policy preset (SPEC 3): sets drafting and server fields."""
+    def with_policy(self, policy: str, source: str = "scenario") -> Scenario:
+        """This scenario under a named policy preset (SPEC 3): sets drafting and server fields.
+        An unknown name is a :class:`ConfigError` naming ``source`` and the field ``policy``."""
         if policy == "custom":
             return self.replace(policy=policy)
         if policy not in POLICIES:
             raise ConfigError(
-                source,
-                "" if source.startswith("--") else "policy",
-                f"unknown policy {policy!r}; allowed: {', '.join(POLICY_NAMES)}",
+                source, "policy", f"unknown policy {policy!r}; allowed: {', '.join(POLICY_NAMES)}"
             )
         p = POLICIES[policy]
         drafting = dataclasses.replace(self.drafting, controller=p["controller"])
@@ -354,20 +353,20 @@ class Scenario:
         return self.replace(policy=policy, drafting=drafting, server=server)
 
     def with_devices(
-        self, count: int, classes: tuple[float, ...] | None = None, source: str = "--devices"
+        self, count: int, classes: tuple[float, ...] | None = None, source: str = "scenario"
     ) -> Scenario:
         """N devices; ``classes`` replaces the class list (and drops a fleet's groups).
 
-        A bad count or class is a :class:`ConfigError` naming ``source`` (the option)."""
+        A bad count or class is a :class:`ConfigError` naming ``source`` and the field
+        (``devices.count``, ``devices.classes``)."""
         try:
             devices = dataclasses.replace(self.devices, count=count)
             if classes is not None and self.devices.groups:
                 devices = dataclasses.replace(devices, groups=())
             if classes is not None:
-                source = "--classes"
                 devices = dataclasses.replace(devices, classes=tuple(float(c) for c in classes))
         except FieldError as e:
-            raise ConfigError(source, "", f"devices.{e.field}: {e.problem}") from None
+            raise ConfigError(source, f"devices.{e.field}", e.problem) from None
         return self.replace(devices=devices)
 
     def with_replicas(self, replicas: int | None, router: str | None) -> Scenario:

@@ -242,7 +242,9 @@ def load_arch(name_or_path: str) -> Arch:
         p = _DATA / "archs" / f"{name_or_path}.yaml"
     if not p.is_file():
         raise ConfigError(
-            "--arch", "", f"unknown architecture {name_or_path!r}; known: {', '.join(available_archs())}"
+            "profile",
+            "model.arch",
+            f"unknown architecture {name_or_path!r}; known: {', '.join(available_archs())}",
         )
     data = yaml.safe_load(p.read_text())
     if not isinstance(data, dict):
@@ -274,7 +276,7 @@ def _gpu_table() -> dict[str, dict[str, Any]]:
 def load_gpu(key: str) -> GPU:
     table = _gpu_table()
     if key not in table:
-        raise ConfigError("--gpu", "", f"unknown GPU {key!r}; known: {', '.join(sorted(table))}")
+        raise ConfigError("profile", "gpu", f"unknown GPU {key!r}; known: {', '.join(sorted(table))}")
     d = table[key]
     return GPU(
         key=key,

@@ -60,14 +60,16 @@ def physical_profile(
     """The profile mapping of ``arch`` on ``count`` x ``gpu`` at ``precision`` (module docstring).
     ``params`` (efficiency and overhead_ms mappings) overrides the calibration's."""
     if precision not in PRECISIONS:
-        raise ConfigError("--dtype", precision, f"allowed: {', '.join(PRECISIONS)}")
+        raise ConfigError("profile", "precision", f"got {precision!r}; allowed: {', '.join(PRECISIONS)}")
     if kv_dtype not in KV_DTYPES:
-        raise ConfigError("--kv-dtype", kv_dtype, f"allowed: {', '.join(KV_DTYPES)}")
+        raise ConfigError("profile", "kv_dtype", f"got {kv_dtype!r}; allowed: {', '.join(KV_DTYPES)}")
     if precision == "fp8" and gpu.fp8_tflops is None:
-        raise ConfigError("--dtype", precision, f"{gpu.name} has no fp8 tensor cores; allowed: bf16")
+        raise ConfigError("profile", "precision", f"{gpu.name} has no fp8 tensor cores; allowed: bf16")
     if count > 1 and gpu.nvlink_gbs is None:
         raise ConfigError(
-            "--count", str(count), f"{gpu.key}: gpus.yaml gives no nvlink_gbs for tensor parallelism"
+            "profile",
+            "gpu_count",
+            f"got {count}: gpus.yaml gives {gpu.key} no nvlink_gbs for tensor parallelism",
         )
     cal = calibration(calibration_name)
     chosen = (

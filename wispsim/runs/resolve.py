@@ -38,8 +38,26 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "--replicas": ("server.replicas", "server.replica_profiles"),
     "--router": ("server.router",),
     "--profile": ("server.profile", "server.replica_profiles"),
-    "--policy": ("drafting.controller", "server.mode", "server.scheduler", "server.prefix_cache"),
+    "--policy": ("policy", "drafting.controller", "server.mode", "server.scheduler", "server.prefix_cache"),
 }
+# the option-only fields below runs/ name: a profile's (profile derive) and simulate's device count
+DERIVE_OPTIONS = {
+    "precision": "--dtype",
+    "kv_dtype": "--kv-dtype",
+    "gpu_count": "--count",
+    "model.arch": "--arch",
+    "gpu": "--gpu",
+}
+
+
+@contextmanager
+def blaming(owners: dict[str, str]) -> Iterator[None]:
+    """A :class:`ConfigError` raised below the entrance hall names a field; re-raised naming the
+    option that set it (``owners``: field -> option), if any did."""
+    try:
+        yield
+    except ConfigError as e:
+        raise relabel(e, owners) from None
 
 
 @dataclass(frozen=True)
@@ -111,8 +129,10 @@ def check(sc: Scenario, options: Options | None = None) -> Resolved:
 def apply_options(sc: Scenario, o: Options) -> Scenario:
     """``o`` applied to ``sc`` in the order a user reads them: policy, arrivals, replicas and
     router, fleet, profile, devices and classes, seed."""
+    owners = o.owners()
     if o.policy is not None:
-        sc = sc.with_policy(o.policy)
+        with blaming(owners):
+            sc = sc.with_policy(o.policy)
     with applying("--arrivals", {"tail": "--tail"}):
         sc = apply_arrivals(sc, o.arrivals, o.tail)
     if o.replicas is not None and not 1 <= o.replicas <= MAX_REPLICAS:
@@ -129,7 +149,7 @@ def apply_options(sc: Scenario, o: Options) -> Scenario:
             srv = dataclasses.replace(sc.server, profile=o.profile, replica_profiles=())
             sc = sc.replace(server=srv)
     if o.devices is not None or o.classes is not None:
-        with applying("--devices", {"class": "--classes", "slo": "--classes"}):
+        with blaming(owners), applying("--devices", {"class": "--classes", "slo": "--classes"}):
             sc = sc.with_devices(o.devices or sc.devices.count, o.classes)
     if o.seed is not None:
         with applying("--seed"):

@@ -22,6 +22,7 @@ from wispsim.results import Results, check_output_file, writing
 from wispsim.runs.resolve import (
     Options,
     apply_options,
+    blaming,
     check_poisson_rate,
     check_series_step,
     load,
@@ -160,7 +161,8 @@ def replay(
     else:
         sc = log_scenario(meta, str(meta_path(log)), parse_set(sets or []))
         if policy is not None:
-            sc = sc.with_policy(policy)
+            with blaming({"policy": "--policy"}):
+                sc = sc.with_policy(policy)
     notes = []
     if file is None and not any(s.startswith("server.profile=") for s in sets or []):
         # the recorded server's profile: it must be one measured in that server's engine layout

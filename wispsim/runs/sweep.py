@@ -21,6 +21,7 @@ from wispsim.results import Results
 from wispsim.runs.resolve import (
     Options,
     applying,
+    blaming,
     check,
     check_backend,
     check_seeds,
@@ -85,7 +86,7 @@ def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Repo
     seed_list = check_seeds(sc.seed if req.seed is None else req.seed, req.seeds)
     base: dict[str, Scenario] = {}
     for p in req.policies:
-        with applying("--classes"):
+        with blaming({"policy": "--policy", "devices": "--classes"}), applying("--classes"):
             s = sc.with_policy(p).with_devices(sc.devices.count, cls)
         base[p] = check(s, Options(policy=p if p != sc.policy else None, classes=req.classes)).scenario
     with folder.writing():  # the folder is incomplete until the manifest
@@ -215,7 +216,8 @@ def estimator_compare(
     check_start(req.start, req.max_devices)
     check_backend(req.backend, req.address)
     policy = req.policies[0]
-    sc = load(req.scenario, req.sets).with_policy(policy)
+    with blaming({"policy": "--policy"}):
+        sc = load(req.scenario, req.sets).with_policy(policy)
     prof_name = profile or sc.server.profile
     prof = load_profile(prof_name)
     if prof.kind != "measured":

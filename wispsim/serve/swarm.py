@@ -315,20 +315,19 @@ def probe(sc: Scenario, server: str | Server) -> dict[str, Any]:
 
 
 def run_swarm(
-    sc: Scenario | Resolved,
+    resolved: Resolved,
     server: str | Server,
     devices: int | None = None,
     seed: int | None = None,
     progress: Callable[[float, float], None] | None = None,
     reset: bool = True,
 ) -> SwarmRun:
-    """Run ``devices`` devices of ``sc`` against ``server`` (a :class:`Server`, or the URL of
-    ``wispsim serve``, reset first if ``reset``) for the scenario's window (and its drain), then
-    fetch the server's batch log. A resolved ``sc`` (:func:`wispsim.runs.resolve.resolve`) is
-    simulated as it is; a plain scenario is resolved by ``simulate``."""
+    """Run ``devices`` devices of a resolved scenario (:func:`wispsim.runs.resolve.resolve`)
+    against ``server`` (a :class:`Server`, or the URL of ``wispsim serve``, reset first if
+    ``reset``) for the scenario's window (and its drain), then fetch the server's batch log."""
     from wispsim.sim.simulation import simulate
 
-    scenario = sc.scenario if isinstance(sc, Resolved) else sc
+    scenario = resolved.scenario
     target = WispsimServer(server, reset) if isinstance(server, str) else server
     n = devices if devices is not None else scenario.devices.count
     client = Client(target.url, n, target.read_timeout)
@@ -339,7 +338,7 @@ def run_swarm(
         side = _ServerClients(
             env, lambda: target.remote(scenario, env, client, offset, facts, run_seed), n, progress
         )
-        res = simulate(sc, n, seed, servers=side, env=env)
+        res = simulate(resolved, n, seed, servers=side, env=env)
         log = target.log(client)
     finally:
         client.close()

@@ -24,7 +24,7 @@ from wispsim.sim.recorder import DeviceRound, Recorder
 from wispsim.sim.records import MEMORY_ROWS
 
 if TYPE_CHECKING:
-    from wispsim.sim.servers import Serving
+    from wispsim.sim.serving import Serving
 
 __all__ = ["ArrivalProcess", "DeviceRound", "RunContext"]
 

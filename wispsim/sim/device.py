@@ -124,7 +124,7 @@ class Device:
         side.forward_passes = passes
         side.predictor_calls = calls
         self._pos = pos + committed
-        return RoundPlan(0.0, pos, k, accepted, committed, draft, up)
+        return (0.0, pos, k, accepted, committed, draft, up)
 
     def downlink(self, committed: int) -> float:
         link = self.link

@@ -21,16 +21,15 @@ if TYPE_CHECKING:
     from wispsim.sim.context import DeviceRound, RunContext
 
 
-class RoundPlan(NamedTuple):
-    """A round's device-side facts before it is sent."""
-
-    lead: float  # device time before drafting starts (besides what the previous round owed)
-    position: int  # committed output tokens before the round
-    k: int  # draft tokens sent
-    accepted: int  # of them, the target accepts
-    committed: int  # tokens the round commits (accepted + the target's own, within the output)
-    draft: float  # seconds drafting (and asking the predictor)
-    up: float  # seconds on the uplink
+# A round's device-side facts before it is sent, a plain tuple (made once per round):
+#   lead       device time before drafting starts (besides what the previous round owed)
+#   position   committed output tokens before the round
+#   k          draft tokens sent
+#   accepted   of them, the target accepts
+#   committed  tokens the round commits (accepted + the target's own, within the output)
+#   draft      seconds drafting (and asking the predictor)
+#   up         seconds on the uplink
+RoundPlan = tuple[float, int, int, int, int, float, float]
 
 
 class RoundSource(Protocol):

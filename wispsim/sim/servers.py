@@ -17,21 +17,21 @@ place below the entrance hall that reads ``server.mode``); the rest of a run ask
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from wispsim.config import Scenario
-from wispsim.model.admission import Admission, make_admission
+from wispsim.model.admission import make_admission
 from wispsim.model.latency import make_latency
 from wispsim.model.memory import KVMemory
-from wispsim.model.schedulers import SCHEDULERS, GpuState, Scheduler
+from wispsim.model.schedulers import SCHEDULERS, GpuState
 from wispsim.model.speculation import resolve as resolve_speculation
 from wispsim.sim.arrivals import load_request_trace
 from wispsim.sim.centralized import CentralizedServer
 from wispsim.sim.router import ROUTERS, CentralRouter
-from wispsim.sim.verifier import Verifier
+from wispsim.sim.serving import Serving, serving_of
+from wispsim.sim.verifier import Verifier, VerifierParts
 
 if TYPE_CHECKING:
     from wispsim.model.cost import CostModel
@@ -40,24 +40,7 @@ if TYPE_CHECKING:
 
 SERVER_STREAM = 1_000_000_007  # spawn key of the server's noise stream (apart from device keys)
 
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Serving:
-    """How a run's devices are served: ``verifies`` (edge drafting: the server verifies rounds)
-    or not (the server generates every token)."""
-
-    verifies: bool
-
-    def pick(self, speculative: T, centralized: T) -> T:
-        """The one of two things (device loops, remote clients) that fits this serving."""
-        return speculative if self.verifies else centralized
-
-
-def serving_of(scenario: Scenario) -> Serving:
-    """The scenario's serving (policy preset ``server.mode``)."""
-    return Serving(verifies=scenario.server.mode != "centralized")
+__all__ = ["Serving", "SimulatedServers", "VerifierParts", "request_outputs", "serving_of", "verifier_parts"]
 
 
 def request_outputs(scenario: Scenario) -> tuple[float, float] | None:
@@ -68,17 +51,6 @@ def request_outputs(scenario: Scenario) -> tuple[float, float] | None:
         return None
     req = load_request_trace(arr.trace)
     return float(req.outputs.mean()), float(req.outputs.max())
-
-
-@dataclass(slots=True)
-class VerifierParts(Generic[T]):
-    """What one verification replica plans with: the scheduler's view of the GPU (the cost model
-    it plans with, a batch's limits), the KV memory model, the scheduler, admission control."""
-
-    gpu: GpuState
-    memory: KVMemory
-    scheduler: Scheduler
-    admission: Admission[T] | None
 
 
 def verifier_parts(

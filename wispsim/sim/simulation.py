@@ -32,7 +32,6 @@ from typing import Any, Protocol
 
 import simpy
 
-from wispsim.config import Scenario
 from wispsim.config.limits import MAX_DEVICES
 from wispsim.errors import ConfigError
 from wispsim.model.fleet import device_specs, fleet_size
@@ -40,7 +39,7 @@ from wispsim.sim.arrivals import make_arrivals
 from wispsim.sim.context import RunContext
 from wispsim.sim.device import Device
 from wispsim.sim.records import MEMORY_ROWS, SimResult
-from wispsim.sim.scenarios import Resolved, resolve_server
+from wispsim.sim.scenarios import Resolved
 from wispsim.sim.servers import SimulatedServers, request_outputs, serving_of
 
 
@@ -66,7 +65,7 @@ class DeviceSide(Protocol):
 
 
 def simulate(
-    scenario: Scenario | Resolved,
+    resolved: Resolved,
     devices: int | None = None,
     seed: int | None = None,
     *,
@@ -75,21 +74,28 @@ def simulate(
     env: simpy.Environment | None = None,
     memory_rows: int = MEMORY_ROWS,
 ) -> SimResult:
-    """Run one simulation of ``scenario`` with ``devices`` devices (default: devices.count).
+    """Run one simulation of a resolved scenario with ``devices`` devices (default: its
+    ``devices.count``).
 
-    ``scenario`` is a :class:`~wispsim.sim.scenarios.Resolved` (the resolver's: taken as it is,
-    nothing is loaded or checked again) or a plain scenario, resolved here. ``servers``, ``load``
+    ``resolved`` is a :class:`~wispsim.sim.scenarios.Resolved`, taken as it is: nothing is loaded
+    or checked again (:func:`wispsim.runs.resolve.check`, or ``wispsim.check`` from Python,
+    resolves a scenario, once). A bad device count names the field ``devices.count``; the
+    entrance hall (:mod:`wispsim.runs`) names the option that set it. ``servers``, ``load``
     and ``env`` are the run's components (module text; default: simulated servers, the arrival
     process with simulated devices, a fresh SimPy environment). ``memory_rows``: records a table
     keeps in memory before it spills to a temporary Parquet file (:mod:`wispsim.sim.records`); the
     records, and every summary of them, are the same either way.
     """
     wall0 = time.perf_counter()
-    resolved = scenario if isinstance(scenario, Resolved) else resolve_server(scenario)
+    if not isinstance(resolved, Resolved):
+        raise TypeError(
+            f"simulate takes a resolved scenario, got {type(resolved).__name__}: resolve it once "
+            "with wispsim.check(scenario)"
+        )
     sc = resolved.scenario
     n = devices if devices is not None else sc.devices.count
     if not 1 <= n <= MAX_DEVICES:
-        raise ConfigError("--devices", "devices", f"must be in [1, {MAX_DEVICES:,}], got {n:,}")
+        raise ConfigError("scenario", "devices.count", f"must be in [1, {MAX_DEVICES:,}], got {n:,}")
     env = simpy.Environment() if env is None else env
     ctx = RunContext(env, sc, sc.seed if seed is None else seed, resolved.profiles[0], memory_rows)
     ctx.serving = serving_of(sc)

@@ -9,16 +9,30 @@ part sets everyone's finish time.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import simpy
 from simpy.events import NORMAL, PENDING, Event
 
+from wispsim.model.admission import Admission
 from wispsim.model.latency import LatencyModel
+from wispsim.model.memory import KVMemory
+from wispsim.model.schedulers import GpuState, Scheduler
 from wispsim.sim.records import BatchRecord
 
-if TYPE_CHECKING:
-    from wispsim.sim.servers import VerifierParts
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class VerifierParts(Generic[T]):
+    """What one verification replica plans with: the scheduler's view of the GPU (the cost model
+    it plans with, a batch's limits), the KV memory model, the scheduler, admission control."""
+
+    gpu: GpuState
+    memory: KVMemory
+    scheduler: Scheduler
+    admission: Admission[T] | None
 
 
 class Request(Event):

@@ -4,9 +4,10 @@ Behind the ``affinity`` router a response stays on the replica that took its fir
 replica has its own queue, KV memory and prefix cache. With closed-loop devices or Poisson sessions
 the replicas are then separate queues, each carrying about N/R of the fleet. So the fleet can be
 sized from simulations of *one* replica. Find the largest number of devices n* that one replica
-serves with every class's pooled violation rate (over the seeds) at most epsilon, searching n like
-the capacity search. The answer is then R = ceil(N / n*). Each simulation is one replica and n*
-devices, instead of the whole fleet against R replicas, so the cost does not grow with N.
+serves with every class's pooled violation rate (over the seeds) at most epsilon, with the capacity
+search (:class:`~wispsim.study.capacity_search.EdgeSearch`). The answer is then R = ceil(N / n*).
+Each simulation is one replica and n* devices, instead of the whole fleet against R replicas, so
+the cost does not grow with N.
 
 **A replica's share.** The n devices of a share are a proportional sample of the fleet's groups
 (class x device type x link), apportioned by :func:`share_counts`. Every group with devices gets at
@@ -28,12 +29,13 @@ confirmation decides. Without admission control (``wisp-lru``) the two agreed on
 replica serves 89 devices, and the full cluster passes at ceil(2000 / 89) = 23 and fails at 22.
 
 **Confirmation.** The decomposed answer is then simulated behind the real router, starting at R
-and R - 1 and searching from there (galloping away from R, then bisecting) to the edge between
-failing and passing. This runs on the whole cluster if the fleet has at most ``confirm_devices``
-devices, and the full cluster's smallest passing R is the answer. Larger fleets are confirmed on
-a *slice*: k replicas carrying k shares, as many as fit in ``confirm_devices``. The slice search
-finds the most devices per replica, x, that k routed replicas serve, and the answer is
-ceil(N / x). A slice measures the router's imbalance among k replicas, not among all R.
+and R - 1 and searching from there (the same search, galloping away from R, then bisecting) to
+the edge between failing and passing. This runs on the whole cluster if the fleet has at most
+``confirm_devices`` devices, and the full cluster's smallest passing R is the answer. Larger
+fleets are confirmed on a *slice*: k replicas carrying k shares, as many as fit in
+``confirm_devices``. The slice search finds the most devices per replica, x, that k routed
+replicas serve, and the answer is ceil(N / x). A slice measures the router's imbalance among k
+replicas, not among all R.
 
 The decomposition holds only where replicas are separate queues
 (:func:`wispsim.study.cluster.decomposition_blocker` says why it does not hold otherwise: a
@@ -52,8 +54,9 @@ import pandas as pd
 
 from wispsim.config import Scenario
 from wispsim.model.fleet import fleet_size
-from wispsim.study.points import Point, PointResult
-from wispsim.study.replicas import PlanResult, pooled_over_seeds, stats_row, with_replicas
+from wispsim.study.capacity_search import EdgeSearch, Gallop, PointStats, feasible, per_wave, run_search
+from wispsim.study.points import PointResult
+from wispsim.study.replicas import PlanResult, stats_row, with_replicas
 from wispsim.study.runners import Runner
 
 CONFIRM_DEVICES = 1000  # default: the largest confirmation simulation, in devices
@@ -109,11 +112,6 @@ def share_scenario(scenario: Scenario, devices: int, replicas: int = 1) -> Scena
     return sc
 
 
-def _feasible(v: object, epsilon: float) -> bool:
-    x = float(v)  # type: ignore[arg-type]
-    return not math.isnan(x) and x <= epsilon
-
-
 def largest_share(
     scenario: Scenario,
     runner: Runner,
@@ -132,100 +130,19 @@ def largest_share(
     n_all = fleet_size(scenario)
     rows: dict[int, dict[str, object]] = {}
     first: dict[int, PointResult] = {}
-    width = max(1, runner.jobs // len(seeds))
-
-    def evaluate(cands: list[int]) -> None:
-        todo = sorted({min(max(c, least), n_all) for c in cands} - set(rows))
-        if not todo:
-            return
-        points = [Point(share_scenario(scenario, n), n, s) for n in todo for s in seeds]
-        results = runner.map(points)
-        for i, n in enumerate(todo):
-            mine = results[i * len(seeds) : (i + 1) * len(seeds)]
-            st = pooled_over_seeds(n, mine, seeds)
-            rows[n] = stats_row(st, devices_per_replica=n, implied_replicas=math.ceil(n_all / n))
-            first[n] = mine[0]
-            if progress:
-                progress(len(rows), f"one replica, {n} devices: worst class {st.violation:.3f}")
-
-    def ok(n: int) -> bool:
-        return _feasible(rows[n]["max_violation"], epsilon)
-
-    def bounds() -> tuple[int | None, int | None]:
-        """(largest feasible share below the smallest infeasible one, that infeasible one)."""
-        bad = min((n for n in rows if not ok(n)), default=None)
-        good = max((n for n in rows if ok(n) and (bad is None or n < bad)), default=None)
-        return good, bad
-
-    def table() -> pd.DataFrame:
-        return pd.DataFrame([rows[n] for n in sorted(rows)])
-
+    width = per_wave(runner, seeds)
     n0 = min(max(start, least), n_all)
-    evaluate([n0, *[n0 >> k for k in range(1, width)]])
-    good, bad = bounds()
-    while good is None:  # halve down until a share is feasible
-        assert bad is not None
-        if bad <= least:
-            return None, table(), first
-        evaluate([bad >> k for k in range(1, width + 1)])
-        good, bad = bounds()
-    while bad is None:  # double up until a share is infeasible (or the whole fleet fits)
-        assert good is not None
-        if good >= n_all:
-            return good, table(), first
-        evaluate([good << k for k in range(1, width + 1)])
-        good, bad = bounds()
-    assert good is not None
-    while bad - good > 1:  # k-section between the largest feasible and the smallest infeasible
-        k = min(width, bad - good - 1)
-        evaluate([good + round((bad - good) * (i + 1) / (k + 1)) for i in range(k)])
-        good, bad = bounds()
-        assert good is not None and bad is not None
-    return good, table(), first
+    wave = sorted({min(max(c, least), n_all) for c in [n0, *[n0 >> k for k in range(1, width)]]})
+    search = EdgeSearch(epsilon, more_helps=False, low=least, high=n_all, first=wave, width=width)
 
+    def seen(n: int, st: PointStats, res: PointResult) -> None:
+        rows[n] = stats_row(st, devices_per_replica=n, implied_replicas=math.ceil(n_all / n))
+        first[n] = res
+        if progress:
+            progress(len(rows), f"one replica, {n} devices: worst class {st.violation:.3f}")
 
-def _edge(
-    evaluate: Callable[[list[int]], None],
-    ok: Callable[[int], bool | None],
-    x0: int,
-    lo: int,
-    hi: int,
-    width: int,
-) -> int | None:
-    """The smallest x in [lo, hi] that passes, searched from ``x0``, for a verdict ``ok`` that
-    never turns from pass to fail as x grows (None: not evaluated yet).
-
-    Evaluates x0 - 1 and x0; then gallops away from x0 (steps 1, 2, 4, ... times the distance
-    so far) until the edge between a failing and a passing x is bracketed, and narrows the
-    bracket with ``width`` values per wave. None when nothing up to ``hi`` passes.
-    """
-    seen: set[int] = set()
-
-    def run(xs: list[int]) -> None:
-        todo = sorted({min(max(x, lo), hi) for x in xs} - seen)
-        seen.update(todo)
-        evaluate(todo)
-
-    run([x for x in (x0 - 1, x0) if lo <= x <= hi])
-    while True:
-        passing = [x for x in seen if ok(x)]
-        top = min(passing, default=None)  # the smallest x known to pass
-        below = [x for x in seen if not ok(x) and (top is None or x < top)]
-        bottom = max(below, default=None)  # the largest x known to fail below it
-        if top is None:
-            assert bottom is not None
-            if bottom >= hi:
-                return None
-            step = max(1, bottom - x0 + 1)
-            run([bottom + step * 2**i for i in range(width)])
-        elif top == lo or bottom == top - 1:
-            return top
-        elif bottom is None:
-            step = max(1, x0 - top + 1)
-            run([top - step * 2**i for i in range(width)])
-        else:
-            k = min(width, top - bottom - 1)
-            run([bottom + round((top - bottom) * (i + 1) / (k + 1)) for i in range(k)])
+    share = run_search(search, runner, seeds, lambda n: (share_scenario(scenario, n), n), seen)
+    return share, pd.DataFrame([rows[n] for n in sorted(rows)]), first
 
 
 def confirm(
@@ -245,14 +162,13 @@ def confirm(
     the first seed's result at that count.
 
     The whole cluster (``slice_replicas`` None) at R = ceil(N / ``share``) and R - 1, then the
-    smallest passing R next to them (:func:`_edge`). A slice: ``slice_replicas`` replicas
-    carrying ``share`` and ``share`` + 1 devices each, then the most devices per replica that
-    pass next to them; the answer is ceil(N / that).
+    smallest passing R next to them (galloping away, then narrowing). A slice: ``slice_replicas``
+    replicas carrying ``share`` and ``share`` + 1 devices each, then the most devices per replica
+    that pass next to them, walked as x = -devices per replica; the answer is ceil(N / that).
     """
     n = fleet_size(scenario)
     rows: dict[int, dict[str, object]] = {}
     first: dict[int, PointResult] = {}
-    width = max(1, runner.jobs // len(seeds))
 
     def case(x: int) -> tuple[Scenario, int, int]:
         """(scenario, devices, replicas of the cluster it stands for) at walk position ``x``."""
@@ -265,36 +181,32 @@ def confirm(
             math.ceil(n / per),
         )
 
-    def evaluate(xs: list[int]) -> None:
-        todo = sorted(set(xs) - set(rows))
-        if not todo:
-            return
-        cases = [case(x) for x in todo]
-        results = runner.map([Point(sc, m, s) for sc, m, _ in cases for s in seeds])
-        for i, (x, (sc, m, r)) in enumerate(zip(todo, cases, strict=True)):
-            mine = results[i * len(seeds) : (i + 1) * len(seeds)]
-            st = pooled_over_seeds(m, mine, seeds)
-            k = sc.server.replicas
-            rows[x] = stats_row(
-                st,
-                replicas=r,
-                simulated_replicas=k,
-                simulated_devices=m,
-                devices_per_replica=round(m / k, 2),
-            )
-            rows[x]["ok"] = _feasible(st.violation, epsilon)
-            first[x] = mine[0]
-            if progress:
-                what = f"R={r}" if slice_replicas is None else f"{k} replicas x {m // k} devices"
-                progress(done + len(rows), f"confirm {what}: worst class {st.violation:.3f}")
-
-    def ok(x: int) -> bool | None:
-        return bool(rows[x]["ok"]) if x in rows else None
+    def seen(x: int, st: PointStats, res: PointResult) -> None:
+        sc, m, r = case(x)
+        k = sc.server.replicas
+        rows[x] = stats_row(
+            st, replicas=r, simulated_replicas=k, simulated_devices=m, devices_per_replica=round(m / k, 2)
+        )
+        rows[x]["ok"] = feasible(st.violation, epsilon)
+        first[x] = res
+        if progress:
+            what = f"R={r}" if slice_replicas is None else f"{k} replicas x {m // k} devices"
+            progress(done + len(rows), f"confirm {what}: worst class {st.violation:.3f}")
 
     if slice_replicas is None:
-        x = _edge(evaluate, ok, math.ceil(n / share), 1, max_replicas, width)
+        x0, lo, hi = math.ceil(n / share), 1, max_replicas
     else:
-        x = _edge(evaluate, ok, -share, -n, -max(least, math.ceil(n / max_replicas)), width)
+        x0, lo, hi = -share, -n, -max(least, math.ceil(n / max_replicas))
+    search = EdgeSearch(
+        epsilon,
+        more_helps=True,
+        low=lo,
+        high=hi,
+        first=[x for x in (x0 - 1, x0) if lo <= x <= hi],
+        width=per_wave(runner, seeds),
+        steps=Gallop(x0),
+    )
+    x = run_search(search, runner, seeds, lambda x: case(x)[:2], seen)
     table = pd.DataFrame([rows[y] for y in sorted(rows, key=lambda y: case(y)[1:])])
     if x is None:
         return None, table, None

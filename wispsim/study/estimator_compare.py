@@ -16,6 +16,7 @@ import pandas as pd
 
 from wispsim.config import Scenario
 from wispsim.model.measured import load_table
+from wispsim.sim.scenarios import resolve_server
 from wispsim.sim.simulation import simulate
 from wispsim.study.capacity import SweepResult
 
@@ -54,7 +55,7 @@ def coverage(sc: Scenario, cls: str | float, n: int, seed: int, data: Path | Non
     like ``8`` or a number) at ``n`` devices."""
     if n <= 0 or data is None:
         return float("nan")
-    res = simulate(sc.with_devices(n, (float(cls),)), seed=seed)
+    res = simulate(resolve_server(sc.with_devices(n, (float(cls),))), seed=seed)
     b = res.batches
     b = b[b.kind == "verify"] if "kind" in b else b
     if b.empty:

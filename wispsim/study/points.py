@@ -30,6 +30,7 @@ from wispsim.analysis.metrics import device_counts, replica_summary, summarize
 from wispsim.config import Scenario
 from wispsim.provenance import code_commit, file_digest
 from wispsim.sim.records import StoredRecords
+from wispsim.sim.scenarios import resolve_server
 from wispsim.sim.simulation import simulate
 
 RECORD_MODES = ("none", "responses", "all")
@@ -153,7 +154,7 @@ class PointOutput:
 
 def compute_point(point: Point, records: str = "responses") -> PointOutput:
     """Simulate one point (no disk access: safe on a remote Ray worker)."""
-    res = simulate(point.scenario, point.devices, point.seed)
+    res = simulate(resolve_server(point.scenario), point.devices, point.seed)
     frames: dict[str, pd.DataFrame] = {}
     if records in ("responses", "all"):
         frames["responses"] = res.responses

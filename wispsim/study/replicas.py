@@ -4,9 +4,10 @@
 and link type; or ``--fleet 2:500,4:500``), a policy and a profile, and searches the replica count
 R with simulations: the whole fleet runs against R replicas behind the scenario's router, and R
 is *feasible* when every class's pooled violation rate (over the seeds) is at most epsilon. The
-search brackets from a starting guess (doubling up while infeasible, halving down while
-feasible) and then bisects, assuming more replicas never hurt. Every simulation is a stored
-point (:mod:`wispsim.study.points`), so an interrupted plan resumes where it stopped.
+search (:class:`~wispsim.study.capacity_search.EdgeSearch`) brackets from a starting guess
+(doubling up while infeasible, halving down while feasible) and then bisects, assuming more
+replicas never hurt. Every simulation is a stored point (:mod:`wispsim.study.points`), so an
+interrupted plan resumes where it stopped.
 
 At the answer it reports each replica's load (rounds per second, utilization, batch size, queue
 and verify p95, cold-round share) and, when the profile has ``hardware.price_per_gpu_hour`` (or
@@ -24,8 +25,8 @@ import pandas as pd
 
 from wispsim.config import Scenario
 from wispsim.model.fleet import fleet_size
-from wispsim.study.capacity_search import PointStats, pooled_stats
-from wispsim.study.points import Point, PointResult
+from wispsim.study.capacity_search import EdgeSearch, PointStats, per_wave, run_search
+from wispsim.study.points import PointResult
 from wispsim.study.runners import Runner
 
 
@@ -48,14 +49,6 @@ class PlanResult:
 def with_replicas(scenario: Scenario, replicas: int) -> Scenario:
     srv = dataclasses.replace(scenario.server, replicas=replicas, replica_profiles=())
     return scenario.replace(server=srv)
-
-
-def pooled_over_seeds(devices: int, results: list[PointResult], seeds: list[int]) -> PointStats:
-    """Violation statistics of one configuration pooled over its seeds' points."""
-    counts = pd.concat(
-        [r.counts.assign(seed=s) for r, s in zip(results, seeds, strict=True)], ignore_index=True
-    )
-    return pooled_stats(devices, counts)
 
 
 def stats_row(stats: PointStats, **first: object) -> dict[str, object]:
@@ -87,54 +80,20 @@ def plan_replicas(
     n = fleet_size(scenario)
     rows: dict[int, dict[str, object]] = {}
     replica_load: dict[int, pd.DataFrame] = {}
-    width = max(1, runner.jobs // len(seeds))  # replica counts per wave
-
-    def evaluate(cands: list[int]) -> None:
-        todo = sorted({r for r in cands if r not in rows})
-        if not todo:
-            return
-        points = [Point(with_replicas(scenario, r), n, s) for r in todo for s in seeds]
-        results = runner.map(points)
-        for i, r in enumerate(todo):
-            mine = results[i * len(seeds) : (i + 1) * len(seeds)]
-            st = pooled_over_seeds(n, mine, seeds)
-            rows[r] = stats_row(st, replicas=r)
-            if mine[0].replicas is not None:
-                replica_load[r] = mine[0].replicas
-            if progress:
-                progress(len(rows), f"R={r}: worst class {st.violation:.3f}")
-
-    def ok(r: int) -> bool:
-        v = float(rows[r]["max_violation"])  # type: ignore[arg-type]
-        return not math.isnan(v) and v <= epsilon
-
-    def bounds() -> tuple[int, int | None]:
-        feas = [r for r in rows if ok(r)]
-        hi = min(feas) if feas else None
-        below = [r for r in rows if not ok(r) and (hi is None or r < hi)]
-        return (max(below) if below else 0), hi
-
-    def table() -> pd.DataFrame:
-        return pd.DataFrame([rows[r] for r in sorted(rows)])
-
+    width = per_wave(runner, seeds)
     r0 = min(max(1, start if start is not None else math.ceil(n / 100)), max_replicas)
-    evaluate(sorted({r0, *[max(1, r0 >> k) for k in range(1, width)]}))
-    lo, hi = bounds()
-    while hi is None:  # double until feasible
-        if lo >= max_replicas:
-            return PlanResult(
-                None, n, table(), None, len(rows), [f"infeasible up to {max_replicas} replicas"]
-            )
-        evaluate([min(lo << k, max_replicas) for k in range(1, width + 1)])
-        lo, hi = bounds()
-    best: int = hi
-    while best > 1 and lo == 0 and min(rows) == best:  # feasible at the smallest tried: halve down
-        evaluate(sorted({max(1, best >> k) for k in range(1, width + 1)}))
-        lo, hi = bounds()
-        best = hi if hi is not None else best
-    while best - lo > 1:  # k-section between the largest infeasible and the smallest feasible
-        k = min(width, best - lo - 1)
-        evaluate([lo + round((best - lo) * (i + 1) / (k + 1)) for i in range(k)])
-        lo, hi = bounds()
-        best = hi if hi is not None else best
-    return PlanResult(best, n, table(), replica_load.get(best), len(rows))
+    first = sorted({r0, *[max(1, r0 >> k) for k in range(1, width)]})
+    search = EdgeSearch(epsilon, more_helps=True, low=1, high=max_replicas, first=first, width=width)
+
+    def seen(r: int, st: PointStats, res: PointResult) -> None:
+        rows[r] = stats_row(st, replicas=r)
+        if res.replicas is not None:
+            replica_load[r] = res.replicas
+        if progress:
+            progress(len(rows), f"R={r}: worst class {st.violation:.3f}")
+
+    best = run_search(search, runner, seeds, lambda r: (with_replicas(scenario, r), n), seen)
+    table = pd.DataFrame([rows[r] for r in sorted(rows)])
+    if best is None:
+        return PlanResult(None, n, table, None, len(rows), [f"infeasible up to {max_replicas} replicas"])
+    return PlanResult(best, n, table, replica_load.get(best), len(rows))

@@ -17,6 +17,7 @@ from wispsim.errors import ConfigError
 from wispsim.plots import ablation_bars, attribution, bursty_compare
 from wispsim.results import Results
 from wispsim.sim.arrivals import driven_by_trace
+from wispsim.sim.scenarios import resolve_server
 from wispsim.sim.simulation import simulate
 from wispsim.study.ablation import ablate_predictor
 from wispsim.study.experiments.run import Context, Section, md_table
@@ -38,7 +39,7 @@ def study_bursty(ctx: Context) -> Section:
             tail = float(spec.get("tail", 300))
             sc = driven_by_trace(base, "trace", trace, base.arrivals.kind, tail, "bursty")
             folder = ctx.out / f"{p}-seed{seed}"
-            res = simulate(sc, seed=seed)
+            res = simulate(resolve_server(sc), seed=seed)
             ctx.simulated += 1
             out = Results(folder, f"experiment {ctx.name}").create()
             out.text("scenario.yaml", sc.to_yaml())
@@ -117,7 +118,7 @@ def study_attribution(ctx: Context) -> Section:
         sc = ctx.scenario().with_policy(p)
         if spec.get("classes"):
             sc = sc.with_devices(n, tuple(float(c) for c in spec["classes"]))
-        res = simulate(sc, devices=n, seed=seed)
+        res = simulate(resolve_server(sc), devices=n, seed=seed)
         ctx.simulated += 1
         folder = ctx.out / p
         folder.mkdir(parents=True, exist_ok=True)

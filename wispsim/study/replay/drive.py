@@ -190,7 +190,7 @@ class _RecordedRounds:
         self.current = rnd
         lead, draft, up, _, k, accepted, committed, pos = self.rounds[rnd]
         self.side.tau_d = draft / k  # drafting time per sent token: the log has no forward passes
-        return RoundPlan(lead, pos, k, accepted, committed, draft, up)
+        return (lead, pos, k, accepted, committed, draft, up)
 
     def downlink(self, committed: int) -> float:
         return self.rounds[self.current].down
