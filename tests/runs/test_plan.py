@@ -85,11 +85,6 @@ def test_auto_falls_back_to_the_full_search_and_says_why(scenario_file: Scenario
     assert (m["method"], m["router"]) == ("full", "round-robin")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runs.plan passes the method it chose ('full') to plan_cluster, which then sees no "
-    "fallback: the manifest's fallback is None although auto fell back",
-)
 def test_the_manifest_says_why_auto_fell_back(scenario_file: ScenarioFile, tmp_path: Path) -> None:
     _round_robin(scenario_file, tmp_path)
     assert "server.router is 'round-robin'" in (manifest(tmp_path / "plan")["fallback"] or "")

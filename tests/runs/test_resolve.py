@@ -203,3 +203,13 @@ def test_poisson_rate_is_checked_early_only_when_it_is_a_number() -> None:
         check_poisson_rate(fine)
     refused(lambda: check_poisson_rate("poisson:inf"), "--arrivals", "", "finite rate")
     refused(lambda: check_poisson_rate("poisson:1e9"), "--arrivals", "", "got '1e9'")
+
+
+def test_zero_devices_from_python_is_refused_not_ignored() -> None:
+    """``Options(devices=0)`` used to keep the file's count (``0 or count``); the CLI refuses 0
+    before it gets here, a Python caller is told the same."""
+    from wispsim.runs.resolve import apply_options
+    from wispsim.sim.scenarios import load_scenario
+
+    with pytest.raises(ConfigError, match=r"^--devices: devices\.count: must be in \[1, "):
+        apply_options(load_scenario(), Options(devices=0))

@@ -110,7 +110,7 @@ def plan(
         "seeds": seed_list,
         "epsilon": eps,
         "method": res.method,
-        "fallback": res.fallback,
+        "fallback": fallback,  # why auto fell back to the full search (the method plan_cluster was given)
         "replicas": res.replicas,
         "devices_per_replica": res.share,
         "decomposed_replicas": res.decomposed,

@@ -150,7 +150,7 @@ def apply_options(sc: Scenario, o: Options) -> Scenario:
             sc = sc.replace(server=srv)
     if o.devices is not None or o.classes is not None:
         with blaming(owners), applying("--devices", {"class": "--classes", "slo": "--classes"}):
-            sc = sc.with_devices(o.devices or sc.devices.count, o.classes)
+            sc = sc.with_devices(sc.devices.count if o.devices is None else o.devices, o.classes)
     if o.seed is not None:
         with applying("--seed"):
             sc = sc.replace(seed=o.seed)
