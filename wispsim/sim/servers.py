@@ -3,9 +3,9 @@
 Speculative and centralized serving are two server components with one way to submit:
 ``ctx.server.submit(x)`` takes a verification round (:class:`~wispsim.sim.verifier.Request`) or a
 response to generate (:class:`~wispsim.sim.centralized.Generation`) and returns the event of its
-verdict. Which of the two a scenario runs is decided here, once (:func:`serving_of`: the only
-place below the entrance hall that reads ``server.mode``); the rest of a run asks the
-:class:`Serving` it gets (``ctx.serving``) to pick between the two (:meth:`Serving.pick`).
+verdict. Which of the two a scenario runs is decided once (:func:`~wispsim.sim.serving.serving_of`);
+the factory builds that one, and the rest of a run asks the :class:`~wispsim.sim.serving.Serving`
+it gets (``ctx.serving``) to pick between the two.
 
 - :func:`verifier_parts` builds what a verification replica plans with (its GPU state and limits,
   KV memory, scheduler, admission control): the simulated :class:`~wispsim.sim.verifier.Verifier`
