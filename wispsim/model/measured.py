@@ -229,7 +229,7 @@ class MeasuredCost(AggregateCost):
         return float(self.table.latency[i]) * factor
 
     def marginal(self, l_new: int, l_cached: int) -> float:
-        return self.estimator.marginal(l_new, l_cached)  # type: ignore[attr-defined,no-any-return]
+        return self.estimator.marginal(l_new, l_cached)
 
     @property
     def fastest(self) -> float:

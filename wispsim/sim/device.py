@@ -58,6 +58,11 @@ class Device:
         "tau_d",
         "tau_p",
     )
+    # the current response, for next_round (set by run_speculative)
+    _pos: int
+    _output: int
+    _prompt: int
+    _runs: list[int]
 
     def __init__(self, ctx: RunContext, index: int, spec: DeviceSpec, once: bool = False) -> None:
         """Device ``index`` of class ``spec.slo``; ``once``: an open session (one response, now)."""

@@ -22,7 +22,14 @@ import pandas as pd
 import simpy
 
 from wispsim.config import Scenario
-from wispsim.sim.records import MEMORY_ROWS, BatchRecord, RecordTable, ResponseRecord, RoundRecord
+from wispsim.sim.records import (
+    MEMORY_ROWS,
+    BatchRecord,
+    RecordTable,
+    ResponseRecord,
+    RoundRecord,
+    StoredRecords,
+)
 
 if TYPE_CHECKING:
     from wispsim.sim.verifier import Request
@@ -111,7 +118,7 @@ class Recorder:
         self._first: dict[int, float] = {}
         self.done = env.event()
 
-    def close(self) -> tuple[RecordTable, pd.DataFrame, pd.DataFrame]:
+    def close(self) -> tuple[StoredRecords, pd.DataFrame, pd.DataFrame]:
         """The run's records once it has ended: the round table, the batches and the responses
         (in response order)."""
         responses = self.responses.close().frame().sort_values("response", kind="stable")

@@ -67,13 +67,13 @@ class GpuState:
         limits = Limits(self.total_blocks, self.block_size, self.max_requests, self.max_new_tokens)
         object.__setattr__(self, "limits", limits)
 
-    def batch(self) -> Batch[P]:  # type: ignore[type-var]
+    def batch(self) -> Batch[P]:
         """An empty batch under this replica's limits."""
         return Batch(self.limits)
 
 
 class Scheduler(Protocol):
-    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> Batch[P]:  # type: ignore[type-var]
+    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> Batch[P]:
         """The batch to dispatch now, with its estimate: distinct members of ``queue``, non-empty
         if ``queue`` is."""
         ...

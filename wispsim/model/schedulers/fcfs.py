@@ -13,8 +13,8 @@ class FCFSScheduler:
     """Take requests in arrival order; stop at the first that does not fit (never reorders).
     Deadline-blind: the batch is priced once, when it is formed."""
 
-    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> Batch[P]:  # type: ignore[type-var]
-        b: Batch[P] = gpu.batch()  # type: ignore[type-var]
+    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> Batch[P]:
+        b: Batch[P] = gpu.batch()
         if not queue:
             return b
         for r in queue:

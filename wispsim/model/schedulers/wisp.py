@@ -45,8 +45,8 @@ class WispScheduler:
         self._cost: object = None
         self._memo: dict[int, tuple[float, float]] = {}
 
-    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> Batch[P]:  # type: ignore[type-var]
-        batch: Batch[P] = gpu.batch()  # type: ignore[type-var]
+    def select(self, queue: Sequence[P], now: float, gpu: GpuState) -> Batch[P]:
+        batch: Batch[P] = gpu.batch()
         if not queue:
             return batch
         cost = gpu.estimator
@@ -56,7 +56,7 @@ class WispScheduler:
         request_costs = cost.request_costs
         delta = gpu.delta
         critical: list[tuple[float, float, int, float]] = []
-        late: list[tuple[float, int, int, float]] = []  # (arrival, 0, index, v): oldest first
+        late: list[tuple[float, float, int, float]] = []  # (arrival, 0, index, v): oldest first
         other: list[tuple[float, float, int, float]] = []
         for idx, r in enumerate(queue):
             l_new, l_cached = r.l_new, r.l_cached
@@ -80,7 +80,8 @@ class WispScheduler:
         total = 0.0
         dmin = math.inf
         critical_failed = False
-        for phase, candidates in enumerate((critical, late, other)):
+        phases: tuple[list[tuple[float, float, int, float]], ...] = (critical, late, other)
+        for phase, candidates in enumerate(phases):
             if phase == 2 and critical_failed:
                 break  # a critical request did not fit: no non-critical fill
             is_late = phase == 1
