@@ -245,7 +245,7 @@ def check_server(sc: Scenario, client: Client) -> tuple[dict[str, Any], float]:
     """The server's facts and clock offset; a one-line error if it is unreachable or serves
     another policy than ``sc``'s."""
     facts, offset = health(client)
-    want = "centralized" if sc.server.mode == "centralized" else "speculative"
+    want = serving_of(sc).pick("speculative", "centralized")  # as /health names it
     if facts.get("mode") != want or facts.get("policy") != sc.policy:
         raise SwarmError(
             f"{client.url}: the server runs {facts.get('policy')} ({facts.get('mode')}), the swarm's "

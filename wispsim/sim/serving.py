@@ -2,8 +2,11 @@
 
 Speculative and centralized serving are two server components (:mod:`wispsim.sim.servers`) with
 one way to submit. Which one a scenario runs is read from its policy preset here, once
-(:func:`serving_of`: the one place below the entrance hall that reads ``server.mode``); the rest
-of a run asks the :class:`Serving` it is handed (``ctx.serving``) to pick between the two.
+(:func:`serving_of`); a run, its replay and the real swarm ask the :class:`Serving` they are
+handed (``ctx.serving``) to pick between the two. Besides this, ``server.mode`` is read only where
+a scenario is checked (:mod:`wispsim.sim.scenarios`, and whether server-side speculation applies,
+:func:`wispsim.model.speculation.resolve`) and where the real server is built
+(:mod:`wispsim.serve.app`).
 """
 
 from __future__ import annotations
