@@ -287,3 +287,43 @@ class FakeLatency:
     def time(self, shape: Shape, t_hat: float) -> float:
         self.calls.append((shape.n_linear, shape.n_interactions, shape.n_cached))
         return t_hat
+
+
+def scheduler_cases(
+    estimators: list[Any], queue: int = 12, blocks: int = 200, requests: int = 8, new_tokens: int = 1500
+) -> Any:
+    """A hypothesis strategy of (queue, now, GPU state) for scheduler properties: up to ``queue``
+    pending rounds at now = 1 s (deadlines from 50 ms ago to 250 ms ahead, prefixes cold to
+    1,500 cached tokens), a replica of up to ``blocks`` blocks, ``requests`` requests and
+    ``new_tokens`` new tokens a batch, planning with one of ``estimators``."""
+    from hypothesis import strategies as st
+
+    from wispsim.model.schedulers import GpuState, Pending
+
+    @st.composite
+    def cases(draw: st.DrawFn) -> tuple[list[Pending], float, GpuState]:
+        n = draw(st.integers(0, queue))
+        now = 1.0
+        arrivals = sorted(draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n)))
+        q = [
+            Pending(
+                rid=i,
+                arrival=arrivals[i],
+                deadline=now + draw(st.floats(-0.05, 0.25)),
+                n_hat=draw(st.floats(1.0, 9.0)),
+                l_new=draw(st.integers(1, 400)),
+                l_cached=draw(st.sampled_from([0, 0, 1, 50, 300, 1500])),
+            )
+            for i in range(n)
+        ]
+        g = GpuState(
+            estimator=draw(st.sampled_from(estimators)),
+            total_blocks=draw(st.integers(1, blocks)),
+            block_size=draw(st.sampled_from([1, 16])),
+            max_requests=draw(st.integers(1, requests)),
+            max_new_tokens=draw(st.integers(1, new_tokens)),
+            delta=draw(st.sampled_from([0.0, 0.005])),
+        )
+        return q, now, g
+
+    return cases()

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support import scheduler_cases
 from wispsim.model.archs import load_arch, load_gpu
 from wispsim.model.batch import Batch, Limits, Shape, blocks
 from wispsim.model.cost import CostModel
@@ -117,35 +118,11 @@ def test_incremental_price_equals_full_price(form: str, batch: list[tuple[int, i
     assert (v, alone) == (cost.marginal(*batch[0]), cost.alone(*batch[0]))
 
 
-@st.composite
-def queues(draw: st.DrawFn) -> tuple[list[Pending], float, GpuState]:
-    n = draw(st.integers(0, 14))
-    now = 1.0
-    arrivals = sorted(draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n)))
-    q = [
-        Pending(
-            rid=i,
-            arrival=arrivals[i],
-            deadline=now + draw(st.floats(-0.05, 0.25)),
-            n_hat=draw(st.floats(1.0, 9.0)),
-            l_new=draw(st.integers(1, 400)),
-            l_cached=draw(st.sampled_from([0, 0, 1, 50, 300, 1500])),
-        )
-        for i in range(n)
-    ]
-    g = GpuState(
-        estimator=FORMS[draw(st.sampled_from(list(FORMS)))],
-        total_blocks=draw(st.integers(1, 300)),
-        block_size=draw(st.sampled_from([1, 16])),
-        max_requests=draw(st.integers(1, 16)),
-        max_new_tokens=draw(st.integers(1, 2000)),
-        delta=draw(st.sampled_from([0.0, 0.005])),
-    )
-    return q, now, g
+CASES = scheduler_cases(list(FORMS.values()), queue=14, blocks=300, requests=16, new_tokens=2000)
 
 
 @settings(max_examples=400, deadline=None)
-@given(queues())
+@given(CASES)
 def test_schedulers_return_their_batch_priced_once(case: tuple[list[Pending], float, GpuState]) -> None:
     q, now, g = case
     for sched in (FCFSScheduler(), WispScheduler()):
@@ -156,7 +133,7 @@ def test_schedulers_return_their_batch_priced_once(case: tuple[list[Pending], fl
 
 
 @settings(max_examples=400, deadline=None)
-@given(queues())
+@given(CASES)
 def test_wisp_never_admits_a_batch_its_estimate_says_misses_a_deadline(
     case: tuple[list[Pending], float, GpuState],
 ) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
+from tests.support import scheduler_cases
 from wispsim.errors import ConfigError
 from wispsim.model.estimator import Estimator
 from wispsim.model.schedulers import SCHEDULERS, GpuState, Pending
@@ -228,31 +228,7 @@ def test_fcfs_ignores_deadlines() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@st.composite
-def queues(draw: st.DrawFn) -> tuple[list[Pending], float, GpuState]:
-    n = draw(st.integers(0, 12))
-    now = 1.0
-    arrivals = sorted(draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n)))
-    q = [
-        Pending(
-            rid=i,
-            arrival=arrivals[i],
-            deadline=now + draw(st.floats(-0.05, 0.25)),
-            n_hat=draw(st.floats(1.0, 9.0)),
-            l_new=draw(st.integers(1, 400)),
-            l_cached=draw(st.sampled_from([0, 0, 1, 50, 300, 1500])),
-        )
-        for i in range(n)
-    ]
-    g = GpuState(
-        estimator=PUBLISHED,
-        total_blocks=draw(st.integers(1, 200)),
-        block_size=draw(st.sampled_from([1, 16])),
-        max_requests=draw(st.integers(1, 8)),
-        max_new_tokens=draw(st.integers(1, 1500)),
-        delta=draw(st.sampled_from([0.0, 0.005])),
-    )
-    return q, now, g
+CASES = scheduler_cases([PUBLISHED])
 
 
 def fits(batch: list[Pending], g: GpuState) -> bool:
@@ -277,7 +253,7 @@ def check_common(batch: list[Pending], q: list[Pending], g: GpuState) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(queues())
+@given(CASES)
 def test_fcfs_batch_fits_and_is_a_prefix(case: tuple[list[Pending], float, GpuState]) -> None:
     q, now, g = case
     batch = fcfs.select(q, now, g).members
@@ -297,7 +273,7 @@ def classify(r: Pending, now: float, g: GpuState) -> str:
 
 
 @settings(max_examples=300, deadline=None)
-@given(queues())
+@given(CASES)
 def test_wisp_batch_fits_meets_deadlines_and_follows_phases(
     case: tuple[list[Pending], float, GpuState],
 ) -> None:

@@ -80,28 +80,20 @@ class _Seq:
         "runs",
     )
 
-    def __init__(
-        self,
-        rid: int,
-        prompt: int,
-        output: int,
-        done: simpy.Event,
-        hit: int = 0,
-        runs: list[int] | None = None,
-    ) -> None:
-        self.rid = rid
-        self.prompt = prompt
-        self.output = output
-        self.done = done
+    def __init__(self, g: Generation) -> None:
+        self.rid = g.rid
+        self.prompt = prompt = g.prompt
+        self.output = g.output
+        self.done = g.done
         self.generated = 0
         self.first = 0.0  # when the step that gave the first token ended (done's value)
-        self.hit = min(hit, prompt - 1)  # prompt tokens the prefix cache holds (a shared system prompt)
+        self.hit = min(g.hit, prompt - 1)  # prompt tokens the prefix cache holds (a shared system prompt)
         self.prefilled = self.hit  # tokens of prompt + generated-so-far whose KV is computed
         self.new = True  # not yet scheduled: its first chunk is a request arriving anew
         self.context = prompt  # tokens that must be in KV before decoding
         self.blocks = 0
         self.chunks = 0  # steps that gave it tokens (one streamed chunk each)
-        self.runs = runs  # speculation: drafts accepted in a row from each output position
+        self.runs = g.runs  # speculation: drafts accepted in a row from each output position
 
 
 class CentralizedServer:
@@ -153,7 +145,7 @@ class CentralizedServer:
         """Queue a response to generate; returns the event of its ``done`` value."""
         if self.spec is not None and g.runs is None:
             raise ValueError("a speculating server needs each response's acceptance runs")
-        self.waiting.append(_Seq(g.rid, g.prompt, g.output, g.done, g.hit, g.runs))
+        self.waiting.append(_Seq(g))
         if self._wake is not None:
             self._wake.succeed()
             self._wake = None
