@@ -35,6 +35,7 @@ from wispsim.model.admission import Admission
 from wispsim.model.batch import Shape
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import GpuState, Scheduler
+from wispsim.sim.verifier import schedule
 
 
 class ServeError(WispsimError):
@@ -261,17 +262,13 @@ class VerifyServer:
         self.queue = [r for r in self.queue if r.session in self.sessions and not r.done.done()]
         if not self.queue:
             return
-        memory.refresh(self.queue)
         queue_len = len(self.queue)
-        selected = self.scheduler.select(self.queue, now, self.gpu)
+        bid = next(self._batch_ids)
+        # the simulated verifier's dispatch epoch, on the wall clock
+        selected, self.queue, evicted = schedule(self.queue, now, self.gpu, self.scheduler, memory, bid)
         batch, plan_shape = selected.members, selected.shape
         t_hat = selected.estimate  # the scheduler's estimate: the batch is not priced again
-        bid = next(self._batch_ids)
         plan = [(r.l_new, r.l_cached) for r in batch]
-        for r in batch:
-            r.batch = bid
-        self.queue = [r for r in self.queue if r.batch != bid]
-        evicted = memory.allocate([(r.session, r.l_new + r.l_cached) for r in batch])
         blocks_used = memory.used
         seqs = [self.sessions[r.session].tokens + r.draft for r in batch]
         ended, self._ended = self._ended, []

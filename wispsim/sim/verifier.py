@@ -16,6 +16,7 @@ import simpy
 from simpy.events import NORMAL, PENDING, Event
 
 from wispsim.model.admission import Admission
+from wispsim.model.batch import Batch
 from wispsim.model.latency import LatencyModel
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import GpuState, Scheduler
@@ -138,6 +139,25 @@ def _process(events: list[Event]) -> None:
             callback(ev)
 
 
+def schedule(
+    queue: list[Any], now: float, gpu: GpuState, scheduler: Scheduler, memory: KVMemory, bid: int
+) -> tuple[Batch[Any], list[Any], int]:
+    """A verification server's dispatch epoch, on either clock (the simulated :class:`Verifier`
+    and the real server, :mod:`wispsim.serve.verify`): refresh every queued round's L_new /
+    L_cached from the prefix cache, ask the scheduler for a batch with its estimate, mark its
+    members with ``bid`` and make room for them in KV memory. Returns the batch, the rounds still
+    queued, and how many prefixes were evicted."""
+    memory.refresh(queue)
+    batch = scheduler.select(queue, now, gpu)
+    members = batch.members
+    for r in members:
+        r.batch = bid
+    # the whole queue dispatched is the common case
+    rest = [] if len(members) == len(queue) else [r for r in queue if r.batch != bid]
+    evicted = memory.allocate([(r.session, r.l_new + r.l_cached) for r in members])
+    return batch, rest, evicted
+
+
 class Verifier:
     """One GPU replica running speculative verification."""
 
@@ -226,20 +246,12 @@ class Verifier:
                 self._wake = env.event()
                 yield self._wake
             now = env.now
-            memory.refresh(self.queue)
             queue_len = len(self.queue)
             # schedule: the batch, with the estimate it was planned with
-            batch = self.scheduler.select(self.queue, now, self.gpu)
+            bid = next(self._batch_ids)
+            batch, self.queue, evicted = schedule(self.queue, now, self.gpu, self.scheduler, memory, bid)
             members = batch.members
             shape = batch.shape
-            bid = next(self._batch_ids)
-            for r in members:
-                r.batch = bid
-            if len(members) == queue_len:
-                self.queue = []  # the whole queue is dispatched (the common case)
-            else:
-                self.queue = [r for r in self.queue if r.batch != bid]
-            evicted = memory.allocate([(r.session, r.l_new + r.l_cached) for r in members])
             # run: every verification round is a request arriving anew, re-submitted with its
             # prefix; the server's profile prices it (once more only if the planner's differs)
             t_hat = batch.estimate
