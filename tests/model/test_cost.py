@@ -84,7 +84,7 @@ def test_batch_checks_its_limits_when_a_member_is_added() -> None:
     first = Pending(0, 0.0, l_new=20, l_cached=12)  # 32 tokens: 2 blocks
     assert b.fits(first)
     b.add(first)
-    assert (b.blocks, b.new_tokens, len(b)) == (2, 20, 1)
+    assert (b.blocks, b.new_tokens, len(b.members)) == (2, 20, 1)
     assert not b.fits(Pending(1, 0.0, l_new=21, l_cached=0))  # 41 new tokens > 40
     assert not b.fits(Pending(2, 0.0, l_new=1, l_cached=16))  # 2 more blocks > 3
     assert b.fits(Pending(3, 0.0, l_new=1, l_cached=15))  # 1 block

@@ -27,11 +27,6 @@ def blocks(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
-def interactions(l_new: int, l_cached: int) -> int:
-    """Query-key pairs of one request's pass: each of its L_new tokens attends to L_total."""
-    return (l_new + l_cached) * l_new
-
-
 class Shape:
     """The sums a cost form prices (module docstring). Mutable: a batch grows one member at a
     time; :meth:`add` is the only place the sums are formed."""
@@ -56,7 +51,7 @@ class Shape:
         """One more member of L_new new and L_cached cached tokens (``arriving``: it is a request
         arriving anew, as every verification round is)."""
         self.n_linear += l_new
-        self.n_interactions += (l_new + l_cached) * l_new  # interactions(), inlined: once per member
+        self.n_interactions += (l_new + l_cached) * l_new  # each new token attends to L_total
         self.n_cached += l_cached
         self.n_requests += 1
         self.n_arrivals += arriving
@@ -135,6 +130,3 @@ class Batch(Generic[M]):
         self.shape.add(r.l_new, r.l_cached)
         self.blocks += self.need(r) if need is None else need
         self.new_tokens += r.l_new
-
-    def __len__(self) -> int:
-        return len(self.members)

@@ -15,12 +15,12 @@ exactly (the sums are integers; property-tested over every form).
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterable
+from typing import Protocol
 
 from wispsim.model.batch import Shape
 
 
-@runtime_checkable
 class CostModel(Protocol):
     """Prices a pass (seconds of GPU time, ``T_hat``)."""
 
@@ -103,6 +103,6 @@ class AggregateCost:
     def request_costs(self, l_new: int, l_cached: int) -> tuple[float, float]:
         return self.marginal(l_new, l_cached), self.alone(l_new, l_cached)
 
-    def of(self, requests: object) -> float:
+    def of(self, requests: Iterable[tuple[int, int]]) -> float:
         """``T_hat`` of a verification batch given its (L_new, L_cached) pairs."""
-        return self.price(Shape.of(requests))  # type: ignore[arg-type]
+        return self.price(Shape.of(requests))

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from wispsim.model.batch import Shape
-from wispsim.model.cost import AggregateCost, CostModel
+from wispsim.model.cost import AggregateCost
 from wispsim.registry import Registry
 
 
@@ -73,10 +73,6 @@ class Estimator(AggregateCost):
         """``T_hat`` of a batch holding only this request: ``v_i + c`` of SPEC 3.1."""
         return self.c + self.marginal(l_new, l_cached)
 
-    def request_costs(self, l_new: int, l_cached: int) -> tuple[float, float]:
-        v = l_new * (self.a + self.b_compute * (l_new + l_cached)) + self.b_read * l_cached + self.d
-        return v, self.c + v
-
     @property
     def fastest(self) -> float:
         """The cheapest pass there is: the batch constant (the paper's form has nothing else)."""
@@ -122,9 +118,6 @@ FORMS.register("roofline")(
 )
 DEFAULT_FORM = "additive"
 LINEAR_FORMS = ("additive", "per-request")  # fitted by least squares on a measurement table
-
-# what prices a pass wherever the estimator is: any cost form (wispsim.model.cost)
-Cost = CostModel
 
 
 def aggregates(requests: Iterable[tuple[int, int]]) -> tuple[int, int, int]:

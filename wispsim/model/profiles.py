@@ -20,7 +20,8 @@ from typing import Any
 from wispsim.config import read_yaml
 from wispsim.errors import ConfigError
 from wispsim.model.archs import DTYPE_BYTES
-from wispsim.model.estimator import DEFAULT_FORM, FORMS, Cost, Estimator
+from wispsim.model.cost import CostModel
+from wispsim.model.estimator import DEFAULT_FORM, FORMS, Estimator
 from wispsim.model.physical import parse_roofline
 from wispsim.model.profile_fields import (
     PROFILE_MAXIMA,
@@ -92,7 +93,7 @@ class Profile:
 
     name: str
     source: str
-    estimator: Cost
+    estimator: CostModel
     ci95: dict[str, tuple[float, float]]
     noise_sigma: float
     gpu: str
@@ -111,7 +112,7 @@ class Profile:
     nvlink_gbs: float | None = None
     price_per_gpu_hour: float | None = None  # hardware.price_per_gpu_hour, for `wispsim plan`
     # every estimator form the profile carries, by name (``coefficients`` is ``additive``)
-    forms: dict[str, Cost] = field(default_factory=dict)
+    forms: dict[str, CostModel] = field(default_factory=dict)
     form_fits: dict[str, dict[str, Any]] = field(default_factory=dict)
     kv_block_size: int | None = None  # tokens per KV block of the engine it was measured on
     # where vLLM's engine core ran when it was measured: "in-process" (the server's process) or
@@ -346,7 +347,7 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
     )
     if "coefficients" in data or roofline is None:
         values, ci95 = _coefficients(data, src)
-        estimator: Cost = _estimator(values, DEFAULT_FORM)
+        estimator: CostModel = _estimator(values, DEFAULT_FORM)
         forms, form_fits = _forms(data, src, estimator)
     else:
         ci95, forms, form_fits = {}, {}, {}
