@@ -185,10 +185,13 @@ class HFEngine(Engine):
             self.torch.cuda.empty_cache()
 
 
-def check_packed_attention(engine: HFEngine, reference: str = "per-request", tol: float = 2e-2) -> float:
+def check_packed_attention(engine: HFEngine, reference: str = "per-request", tol: float = 0.1) -> float:
     """Largest relative difference between the packed forward's logits and a reference on a small
     mixed batch: one forward per request with its own cache (``per-request``), or the ``loop``
-    attention method. Raises if it exceeds ``tol``."""
+    attention method. Raises if it exceeds ``tol``. On an H200 at bf16 (benchmarks/gpu/
+    check_varlen.py, 2026-11-26) the causal varlen pass differs from the SDPA loop by 0.036
+    (Llama-2-7B) and 0.022 (Qwen3-14B, GQA) through their random-weight layers, a non-causal
+    (wrong) mask by 1.5 and 1.2: ``tol`` sits between the two."""
     torch = engine.torch
     rng = np.random.default_rng(np.random.SeedSequence([7, zlib.crc32(b"check"), 0, 0]))
     batch = random_batch(rng, (3, 1, 4, 2), (5, 9, 0, 2), engine.vocab)

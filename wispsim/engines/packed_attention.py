@@ -12,6 +12,8 @@ torch and transformers are imported when these functions run, never at import.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +59,12 @@ _LAYOUT: list[PackedLayout | None] = [None]
 _METHOD: list[str] = ["loop"]
 
 
+@functools.cache
+def _varlen_kwargs(fn: Any) -> frozenset[str]:
+    """The keyword arguments this torch's ``varlen_attn`` takes."""
+    return frozenset(inspect.signature(fn).parameters)
+
+
 def packed_attention(
     module: Any,
     query: Any,
@@ -84,18 +92,18 @@ def packed_attention(
         q = query[0].transpose(0, 1).contiguous()
         k = key[0].transpose(0, 1).index_select(0, layout._gather)
         v = value[0].transpose(0, 1).index_select(0, layout._gather)
-        out: Any = varlen_attn(
-            q,
-            k,
-            v,
-            layout.cu_q,
-            layout.cu_k,
-            layout.max_q,
-            layout.max_k,
-            scale=scaling,
-            window_size=(-1, 0),
-            enable_gqa=gqa,
-        )
+        # torch's varlen API grew between releases: causal is ``window_size=(-1, 0)`` from 2.12
+        # (``is_causal`` before; both align the diagonal bottom-right, after the cached prefix),
+        # and grouped KV heads are ``enable_gqa`` from 2.12 (repeated by hand before)
+        accepts = _varlen_kwargs(varlen_attn)
+        kw: dict[str, Any] = {"scale": scaling}
+        kw.update({"window_size": (-1, 0)} if "window_size" in accepts else {"is_causal": True})
+        if gqa and "enable_gqa" in accepts:
+            kw["enable_gqa"] = True
+        elif gqa:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        out: Any = varlen_attn(q, k, v, layout.cu_q, layout.cu_k, layout.max_q, layout.max_k, **kw)
         return out.unsqueeze(0), None
     out = query.new_empty(1, query.shape[2], query.shape[1], query.shape[3])
     for i, (q0, n, c0, c, k0) in enumerate(layout.segments):
