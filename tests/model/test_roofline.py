@@ -33,7 +33,7 @@ def roofline(arch: str, gpu: str, tp: int = 1, **kw: float) -> Roofline:
         kv_dtype_bytes=2,
         bandwidth=g.hbm_bandwidth_gbs * 1e9,
         peak_flops=g.bf16_tflops * 1e12,
-        link_bandwidth=(g.nvlink_gbs or 64.0) * 1e9,
+        link_bandwidth=(g.link_gbs or 64.0) * 1e9,
         **kw,
     )
 
@@ -102,7 +102,7 @@ def test_shipped_calibration_respects_the_floor(arch: str, gpu: str) -> None:
     count = 1
     while a.weight_bytes(2) > 0.8 * g.memory_gib * 2**30 * count:  # as many GPUs as the weights need
         count *= 2
-    if count > 1 and g.nvlink_gbs is None:
+    if count > 1 and g.link_gbs is None:
         pytest.skip(f"{gpu} has no NVLink figure for tensor parallelism")
     prof = parse_profile(physical_profile(a, g, count=count), "test")
     est = prof.estimator
@@ -174,15 +174,17 @@ def _profile(tmp: Path, **changes: object) -> dict[str, object]:
         ({"model__weight_bytes": 30e9}, "model.weight_bytes"),
         ({"model__arch": "no-such-model"}, "model.arch"),
         ({"estimator": "additive"}, "estimator"),
-        ({"hardware__count": 2, "hardware__nvlink_gbs": None}, "hardware.nvlink_gbs"),
+        ({"hardware__count": 2, "hardware__link_gbs": None}, "hardware.link_gbs"),
+        ({"roofline__kernels__kernel_us": -1}, "roofline.kernels.kernel_us"),
+        ({"roofline__kernels__warp_us": 1}, "roofline.kernels.warp_us"),
     ],
 )
 def test_roofline_profile_errors_name_the_field(
     tmp_path: Path, change: dict[str, object], field: str
 ) -> None:
     data = _profile(tmp_path, **change)
-    if data["hardware"].get("nvlink_gbs", 0) is None:  # type: ignore[union-attr]
-        del data["hardware"]["nvlink_gbs"]  # type: ignore[union-attr]
+    if data["hardware"].get("link_gbs", 0) is None:  # type: ignore[union-attr]
+        del data["hardware"]["link_gbs"]  # type: ignore[union-attr]
     with pytest.raises(ConfigError) as err:
         parse_profile(yaml.safe_load(yaml.safe_dump(data)), "p.yaml")
     assert err.value.field == field

@@ -19,7 +19,7 @@ import typer
 from rich.markup import escape
 
 from wispsim import __version__
-from wispsim.cli import plan, run, serve, sweep
+from wispsim.cli import bench, plan, run, serve, sweep
 from wispsim.cli.arrivals import arrivals_app
 from wispsim.cli.common import err_console
 from wispsim.cli.estimator import estimator_app
@@ -44,6 +44,7 @@ run.register(app)  # run, replay
 plan.register(app)  # plan
 sweep.register(app)  # sweep, compare
 serve.register(app)  # serve, swarm, validate
+bench.register(app)  # bench: vllm bench serve against a simulated vllm serve
 app.add_typer(scenario_app, name="scenario")
 app.add_typer(profile_app, name="profile")
 app.add_typer(estimator_app, name="estimator")

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from wispsim.errors import ConfigError
-from wispsim.model.archs import GPU, Arch, dtype_bytes, load_arch
+from wispsim.model.archs import GPU, Arch, arch_from_dict, available_archs, dtype_bytes, load_arch
 from wispsim.model.profile_fields import PROFILE_MAXIMA, bounded_whole, number, value
 from wispsim.model.roofline import ALLREDUCE_LATENCY_S, EFFICIENCIES, OVERHEADS, OVERLAP_RANGE, Roofline
 from wispsim.paths import data_dir
@@ -37,6 +37,46 @@ def calibration(name: str = "vllm") -> dict[str, Any]:
         raise ConfigError("roofline calibration", name, f"unknown; known: {', '.join(table)}")
     entry: dict[str, Any] = table[name]
     return entry
+
+
+@functools.cache
+def _yaml(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((data_dir() / name).read_text())
+    return data
+
+
+def generation_efficiency(generation: str) -> dict[str, Any]:
+    """A GPU generation's kernel figures (wispsim/data/efficiency.yaml): bandwidth, compute,
+    attention, overlap, kernel_us and the elementwise terms, with ``basis`` saying where they come
+    from (a generation without data inherits another's, and says so)."""
+    table = _yaml("efficiency.yaml")
+    if generation not in table:
+        raise ConfigError("efficiency.yaml", generation, f"unknown generation; known: {', '.join(table)}")
+    entry = dict(table[generation])
+    basis = f"measured on {', '.join(entry.get('measured_on', []))}" if "measured_on" in entry else ""
+    if "inherits" in entry:
+        parent = generation_efficiency(str(entry["inherits"]))
+        basis = f"inherited from {entry['inherits']} ({parent['basis']}): {entry.get('basis', '')}"
+        entry = {**parent, **{k: v for k, v in entry.items() if k not in ("inherits", "basis")}}
+    ew = table["elementwise"]
+    return {
+        "bandwidth": float(entry["bandwidth"]),
+        "compute": float(entry["compute"]),
+        "attention": float(entry.get("attention", entry["compute"])),
+        "overlap": float(entry["overlap"]),
+        "kernel_us": float(entry.get("kernel_us", 0.0)),
+        "elementwise_floor_us": float(ew["floor_us"]),
+        "activation_passes": float(ew["activation_passes"]),
+        "basis": basis,
+    }
+
+
+def allreduce_ms(interconnect: str) -> float:
+    """One small all-reduce's latency over an interconnect kind (wispsim/data/interconnects.yaml)."""
+    table = _yaml("interconnects.yaml")
+    if interconnect not in table:
+        raise ConfigError("interconnects.yaml", interconnect, f"unknown; known: {', '.join(table)}")
+    return float(table[interconnect]["allreduce_us"]) / 1e3
 
 
 def sig6(v: float) -> float:
@@ -65,18 +105,27 @@ def physical_profile(
         raise ConfigError("profile", "kv_dtype", f"got {kv_dtype!r}; allowed: {', '.join(KV_DTYPES)}")
     if precision == "fp8" and gpu.fp8_tflops is None:
         raise ConfigError("profile", "precision", f"{gpu.name} has no fp8 tensor cores; allowed: bf16")
-    if count > 1 and gpu.nvlink_gbs is None:
+    if count > 1 and gpu.link_gbs is None:
         raise ConfigError(
             "profile",
             "gpu_count",
-            f"got {count}: gpus.yaml gives {gpu.key} no nvlink_gbs for tensor parallelism",
+            f"got {count}: the GPU entry {gpu.key} gives no link_gbs for tensor parallelism",
         )
     cal = calibration(calibration_name)
-    chosen = (
-        params
-        if params is not None
-        else {k: cal[k] for k in ("efficiency", "overhead_ms", "overlap") if k in cal}
-    )
+    gen = generation_efficiency(gpu.generation)
+    # kernel figures are the GPU generation's (measured); the engine's overheads are the
+    # calibration's (fitted end to end); ``params`` overrides either
+    chosen: dict[str, Any] = {
+        "efficiency": {k: gen[k] for k in ("bandwidth", "compute", "attention")},
+        "overlap": gen["overlap"],
+        "kernels": {k: gen[k] for k in ("kernel_us", "elementwise_floor_us", "activation_passes")},
+        "overhead_ms": {**cal.get("overhead_ms", {}), "allreduce": allreduce_ms(gpu.interconnect)},
+    }
+    params = dict(params or {})
+    if isinstance(params.get("overhead_ms"), dict):  # the all-reduce latency is the interconnect's
+        params["overhead_ms"] = {k: v for k, v in params["overhead_ms"].items() if k != "allreduce"}
+    for key, v in params.items():
+        chosen[key] = {**chosen[key], **v} if isinstance(v, dict) and isinstance(chosen.get(key), dict) else v
     wbytes = dtype_bytes(precision)
     tp = "" if count == 1 else f"{count}x"
     name = name or f"{tp}{gpu.key}-{arch.name}{'' if precision == 'bf16' else '-' + precision}"
@@ -90,9 +139,14 @@ def physical_profile(
     }
     if gpu.fp8_tflops is not None:
         hardware["fp8_tflops"] = gpu.fp8_tflops
-    if gpu.nvlink_gbs is not None:
-        hardware["nvlink_gbs"] = gpu.nvlink_gbs
+    hardware["generation"] = gpu.generation
+    hardware["interconnect"] = gpu.interconnect
+    if gpu.link_gbs is not None:
+        hardware["link_gbs"] = gpu.link_gbs
     model = arch.model_facts("bf16")
+    if arch.name not in available_archs() or load_arch(arch.name) != arch:
+        # not a shipped architecture (a user's file or config.json): the profile carries its facts
+        model["config"] = {"model_type": arch.model_type, **arch.hf}
     model["kv_dtype_bytes"] = dtype_bytes(kv_dtype)
     model["weight_bytes"] = float(arch.weight_bytes(wbytes))
     sigma = cal.get("noise_sigma", 0.05) if noise_sigma is None else noise_sigma
@@ -112,6 +166,8 @@ def physical_profile(
             "efficiency": {k: sig6(v) for k, v in chosen["efficiency"].items()},
             "overhead_ms": {k: sig6(v) for k, v in chosen["overhead_ms"].items()},
             **({"overlap": sig6(chosen["overlap"])} if chosen.get("overlap") is not None else {}),
+            "kernels": {k: sig6(v) for k, v in chosen.get("kernels", {}).items()},
+            "kernel_basis": f"{gpu.generation}: {gen['basis']}",
             "fit": dict(cal.get("fit", {})),
         },
         "noise": {"model": "lognormal", "sigma": sigma, "basis": cal.get("noise_basis", "")},
@@ -119,9 +175,10 @@ def physical_profile(
             "kind": "derived",
             "rule": (
                 "roofline form (wispsim.model.roofline): architecture facts from "
-                f"wispsim/data/archs/{arch.name}.yaml, GPU facts from wispsim/data/gpus.yaml ({gpu.key}), "
-                f"engine efficiencies and overheads from the '{calibration_name}' calibration "
-                "(wispsim/data/roofline.yaml)"
+                f"architecture facts of {arch.hf_name} ({arch.name}), GPU facts ({gpu.key}: {gpu.source or 'wispsim/data/gpus.yaml'}), "
+                f"kernel efficiencies of the {gpu.generation} generation (wispsim/data/efficiency.yaml), "
+                f"all-reduce latency of {gpu.interconnect} (wispsim/data/interconnects.yaml), engine "
+                f"overheads from the '{calibration_name}' calibration (wispsim/data/roofline.yaml)"
             ),
             "command": command,
             "inputs": {
@@ -137,6 +194,8 @@ def physical_profile(
     }
 
 
+# the roofline's kernel figures (wispsim/data/efficiency.yaml) and their largest allowed values
+KERNELS = {"kernel_us": 1000.0, "elementwise_floor_us": 1000.0, "activation_passes": 100.0}
 # roofline parameters: allowed ranges (efficiencies are fractions of a datasheet peak)
 ROOFLINE_EFFICIENCY_RANGE = (0.01, 1.0)
 ROOFLINE_OVERHEAD_MAX_MS = 1000.0
@@ -150,6 +209,7 @@ def parse_roofline(
     weight_bytes_total: float,
     kv_dtype_bytes: int,
     precision: str,
+    arch_config: Any = None,
 ) -> Roofline | None:
     """A profile's ``roofline`` section: the physical form's fitted parameters, on the hardware
     and the architecture the profile names (``model.arch``, ``hardware.*``), or None without one.
@@ -160,11 +220,17 @@ def parse_roofline(
         raise ConfigError(src, "roofline", "must be a mapping with efficiency, overhead_ms (and fit)")
     if not isinstance(sec.get("fit") or {}, dict):
         raise ConfigError(src, "roofline.fit", "must be a mapping of fit facts")
-    extra = sorted(set(sec) - {"efficiency", "overhead_ms", "overlap", "fit"})
+    allowed_fields = ("efficiency", "overhead_ms", "overlap", "kernels", "kernel_basis", "fit")
+    extra = sorted(set(sec) - set(allowed_fields))
     if extra:
-        raise ConfigError(
-            src, f"roofline.{extra[0]}", "unknown field; allowed: efficiency, overhead_ms, overlap, fit"
-        )
+        raise ConfigError(src, f"roofline.{extra[0]}", f"unknown field; allowed: {', '.join(allowed_fields)}")
+    kern = sec.get("kernels") or {}
+    if not isinstance(kern, dict):
+        raise ConfigError(src, "roofline.kernels", f"must be a mapping of {', '.join(KERNELS)}")
+    bad = sorted(set(kern) - set(KERNELS))
+    if bad:
+        raise ConfigError(src, f"roofline.kernels.{bad[0]}", f"unknown parameter; allowed: {', '.join(KERNELS)}")
+    kn = {key: number(kern, key, src, "roofline.kernels.", minimum=0.0, maximum=KERNELS[key]) for key in kern}
     lo_p, hi_p = OVERLAP_RANGE
     overlap = math.inf  # absent: the ideal roofline (the slower of memory and math)
     if sec.get("overlap") is not None:
@@ -197,26 +263,32 @@ def parse_roofline(
         raise ConfigError(
             src, "model.arch", "a roofline profile must name its architecture (wispsim/data/archs)"
         )
-    try:
-        arch = load_arch(arch_name)
-    except ConfigError as err:
-        raise ConfigError(src, "model.arch", err.problem) from None
+    if arch_config is not None:  # an architecture the package does not ship: its config.json values
+        if not isinstance(arch_config, dict):
+            raise ConfigError(src, "model.config", "must be a mapping of config.json values")
+        arch = arch_from_dict({**arch_config, "name": arch_name}, f"{src} model.config")
+    else:
+        try:
+            arch = load_arch(arch_name)
+        except ConfigError as err:
+            raise ConfigError(src, "model.arch", err.problem) from None
     weight_bytes = dtype_bytes(precision, f"{src} precision")
     flops_key = "fp8_tflops" if weight_bytes == 1 else "bf16_tflops"
     facts: dict[str, float] = {}
-    for key in ("hbm_bandwidth_gbs", flops_key, "nvlink_gbs"):
+    link_key = "link_gbs" if hw.get("link_gbs") is not None else "nvlink_gbs"  # the older spelling
+    for key in ("hbm_bandwidth_gbs", flops_key, link_key):
         if hw.get(key) is not None:
             facts[key] = number(
                 hw, key, src, "hardware.", minimum=1e-3, maximum=PROFILE_MAXIMA[f"hardware.{key}"]
             )
-        elif key != "nvlink_gbs":
+        elif key != link_key:
             raise ConfigError(
                 src, f"hardware.{key}", f"is needed by the roofline form at precision {precision}"
             )
     count = bounded_whole(hw, "count", src, "hardware.")
-    if count > 1 and "nvlink_gbs" not in facts:
+    if count > 1 and link_key not in facts:
         raise ConfigError(
-            src, "hardware.nvlink_gbs", "is needed by the roofline form with tensor parallelism (count > 1)"
+            src, "hardware.link_gbs", "is needed by the roofline form with tensor parallelism (count > 1)"
         )
     expected = arch.weight_bytes(weight_bytes)
     if abs(weight_bytes_total - expected) > 0.05 * expected:
@@ -233,7 +305,7 @@ def parse_roofline(
         kv_dtype_bytes=kv_dtype_bytes,
         bandwidth=facts["hbm_bandwidth_gbs"] * 1e9,
         peak_flops=facts[flops_key] * 1e12,
-        link_bandwidth=facts["nvlink_gbs"] * 1e9 if "nvlink_gbs" in facts else math.inf,
+        link_bandwidth=facts[link_key] * 1e9 if link_key in facts else math.inf,
         bandwidth_eff=e["bandwidth"],
         compute_eff=e["compute"],
         attention_eff=e.get("attention", e["compute"]),
@@ -243,4 +315,7 @@ def parse_roofline(
         arrival=o.get("arrival", 0.0) / 1e3,
         allreduce=o.get("allreduce", ALLREDUCE_LATENCY_S * 1e3) / 1e3,
         frontend=o.get("frontend", 0.0) / 1e3,
+        matmul_kernel=kn.get("kernel_us", 0.0) / 1e6,
+        elementwise_floor=kn.get("elementwise_floor_us", 0.0) / 1e6,
+        activation_passes=kn.get("activation_passes", 0.0),
     )

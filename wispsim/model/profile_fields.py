@@ -21,7 +21,8 @@ PROFILE_MAXIMA: dict[str, float] = {
     "hardware.hbm_bandwidth_gbs": 100_000,  # GB/s per GPU
     "hardware.bf16_tflops": 100_000,  # per GPU
     "hardware.fp8_tflops": 100_000,  # per GPU
-    "hardware.nvlink_gbs": 100_000,  # GB/s per GPU, one direction
+    "hardware.nvlink_gbs": 100_000,  # GB/s per GPU, one direction (the older spelling of link_gbs)
+    "hardware.link_gbs": 100_000,  # GB/s per GPU, one direction, over hardware.interconnect
     "hardware.price_per_gpu_hour": 10_000,  # dollars
     "model.parameters": 1e14,
     "model.weight_bytes": 1e15,  # over all the GPUs

@@ -343,7 +343,14 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
     model = _model(data, src)
     precision = str(data.get("precision", "bf16"))
     roofline = parse_roofline(
-        data.get("roofline"), src, hw, model.arch, model.weight_bytes, model.kv_dtype_bytes, precision
+        data.get("roofline"),
+        src,
+        hw,
+        model.arch,
+        model.weight_bytes,
+        model.kv_dtype_bytes,
+        precision,
+        (data.get("model") or {}).get("config"),
     )
     if "coefficients" in data or roofline is None:
         values, ci95 = _coefficients(data, src)
@@ -377,7 +384,7 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         engine=str(data.get("engine", "?")),
         precision=str(data.get("precision", "?")),
         fp8_tflops=opt_number(hw, "fp8_tflops", src, "hardware."),
-        nvlink_gbs=opt_number(hw, "nvlink_gbs", src, "hardware."),
+        nvlink_gbs=opt_number(hw, "link_gbs" if "link_gbs" in hw else "nvlink_gbs", src, "hardware."),
         model=model,
         provenance=_provenance(data, src, source),
         fit=_fit(data, src),

@@ -8,6 +8,8 @@ costs, per GPU::
       + W(n) / (B * e_bw)  (+)  F_lin * N_linear / (P * e_flop)       linear layers
       + kv * (N_cached + N_linear) / (B * e_bw)  (+)  F_att * N_interactions / (P * e_att)
       + TP all-reduces: 2 x layers x (latency + bytes of N_linear activations / link)
+      + layers x (4 x matmul + elementwise floor)                  kernels' fixed latencies
+      + activation_passes x 2 (hidden + intermediate / tp) x bytes x N_linear / (B * e_bw)
       + request * N_requests + arrival * N_arrivals
 
 - ``W(n)``: the matmul weights the pass reads, once (all of a dense model; of a mixture of
@@ -20,6 +22,12 @@ costs, per GPU::
   ``p = overlap`` >= 1 (fitted). The ideal roofline is ``p = inf`` (the slower of the two); real
   GEMMs at a few hundred tokens are slower than either alone, so a prefill mixed into a
   weight-bound decode step is not free;
+- ``matmul``: a matmul kernel's fixed latency (launch, ramp-up, tail), four per layer;
+  ``elementwise floor``: the least a layer's elementwise kernels (norms, rotary embedding,
+  activation, residual adds) take; ``activation_passes``: how many times they stream a token's
+  activations. All three are kernel facts of the GPU's generation (wispsim/data/efficiency.yaml,
+  fitted by :mod:`wispsim.study.gpu_kernels` on public and recorded kernel timings), as are
+  ``e_bw``, ``e_flop`` and ``p``;
 - ``step``: what the engine spends per step besides the GPU's work (scheduling, input
   preparation, kernel launches not hidden by CUDA graphs, sampling); ``request``: per request in
   the pass (its input rows, sampling, streaming its output); ``arrival``: engine work per request
@@ -88,6 +96,9 @@ class Roofline(AggregateCost):
     allreduce: float = ALLREDUCE_LATENCY_S
     frontend: float = 0.0  # latency of a request through the API server before the engine sees it
     activation_bytes: int = 2  # all-reduced activations are bf16
+    matmul_kernel: float = 0.0  # seconds: a matmul kernel's fixed latency, four per layer
+    elementwise_floor: float = 0.0  # seconds per layer: the least its elementwise kernels take
+    activation_passes: float = 0.0  # how often elementwise kernels stream a token's activations
     form: str = "roofline"
     # seconds per unit, derived in __post_init__
     _weights_s: float = field(init=False, repr=False, compare=False)  # dense weight read (0: a mixture)
@@ -96,6 +107,8 @@ class Roofline(AggregateCost):
     _pair_s: float = field(init=False, repr=False, compare=False)  # one query-key interaction
     _ar_fixed_s: float = field(init=False, repr=False, compare=False)  # all-reduce latencies per pass
     _ar_token_s: float = field(init=False, repr=False, compare=False)  # all-reduce bytes of one token
+    _kernels_s: float = field(init=False, repr=False, compare=False)  # fixed kernel latencies per pass
+    _act_s: float = field(init=False, repr=False, compare=False)  # elementwise traffic of one token
 
     def __post_init__(self) -> None:
         bw = self.bandwidth * self.bandwidth_eff
@@ -104,6 +117,8 @@ class Roofline(AggregateCost):
         values = {
             "_weights_s": self.weight_bytes_read(1) / bw if dense else 0.0,
             "_token_s": self.linear_flops / (self.peak_flops * self.compute_eff),
+            "_act_s": self.activation_passes * self.act_bytes / bw,
+            "_kernels_s": self.arch.layers * (4 * self.matmul_kernel + self.elementwise_floor),
             "_kv_s": self.kv_bytes / bw,
             "_pair_s": self.attention_flops / (self.peak_flops * self.attention_eff),
             "_ar_fixed_s": 2 * self.arch.layers * self.allreduce if self.tp > 1 else 0.0,
@@ -116,6 +131,14 @@ class Roofline(AggregateCost):
     def weight_bytes_read(self, n_linear: float) -> float:
         """Bytes of weights one GPU reads in a pass over ``n_linear`` tokens."""
         return self.arch.matmul_weights_read(n_linear) * self.weight_dtype_bytes / self.tp
+
+    @property
+    def act_bytes(self) -> float:
+        """Bytes of one token's activations through one GPU's elementwise kernels, all layers
+        (hidden and MLP width, each read and written once per pass)."""
+        mlp = self.arch.intermediate_size * self.arch.experts_per_token
+        per_layer = 2 * (self.arch.hidden_size + mlp / self.tp)
+        return self.arch.layers * per_layer * self.activation_bytes
 
     @property
     def linear_flops(self) -> float:
@@ -165,10 +188,11 @@ class Roofline(AggregateCost):
             a_hi = a_hi * (1.0 + ((k + q - a_hi) / a_hi) ** p) ** (1.0 / p)
         return (
             self.step
+            + self._kernels_s
             + hi
             + a_hi
             + self._ar_fixed_s
-            + self._ar_token_s * n_linear
+            + (self._ar_token_s + self._act_s) * n_linear
             + self.request * n_requests
             + self.arrival * n_arrivals
         )
@@ -185,7 +209,7 @@ class Roofline(AggregateCost):
         attention = combine(
             self._kv_s * (l_cached + l_new), self._pair_s * l_new * (l_new + l_cached), self.overlap
         )
-        return (self._token_s + self._ar_token_s) * l_new + attention + self.request + self.arrival
+        return (self._token_s + self._ar_token_s + self._act_s) * l_new + attention + self.request + self.arrival
 
     @property
     def fastest(self) -> float:

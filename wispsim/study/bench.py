@@ -44,6 +44,8 @@ class BenchRun:
     output_lens: Sequence[int]
     concurrency: int | None = None  # max requests in flight (None: no limit)
     request_rate: float | None = None  # Poisson arrivals per second (None or inf: all at once)
+    burstiness: float = 1.0  # vllm bench serve's --burstiness: gamma-distributed gaps of this shape
+    arrival_times: Sequence[float] | None = None  # seconds from the start, one per prompt (replayed)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     kv_tokens: int | None = None  # the engine's KV capacity (tokens); None: from the profile
@@ -113,6 +115,25 @@ def prefix_hits(run: BenchRun, prompt_of: Sequence[int], lengths: Sequence[int])
     return hits
 
 
+def send_times(run: BenchRun, n: int, rng: np.random.Generator) -> np.ndarray:
+    """When each prompt is sent: the replayed times; or ``vllm bench serve``'s schedule at
+    ``request_rate`` (gaps drawn from a gamma distribution of shape ``burstiness``, exponential at
+    1, rescaled so that the last is sent at n / rate as vLLM does); or all at once."""
+    if run.arrival_times is not None:
+        t = np.asarray(run.arrival_times[:n], dtype=float)
+        return t - t.min() if len(t) else t
+    rate = run.request_rate
+    if rate is None or not np.isfinite(rate):
+        return np.zeros(n)
+    if run.burstiness == 1.0:  # the same draws as before burstiness was an option
+        gaps = rng.exponential(1.0 / rate, size=n)
+        return np.concatenate([[0.0], np.cumsum(gaps[:-1])])
+    gaps = rng.gamma(shape=run.burstiness, scale=1.0 / (rate * run.burstiness), size=n)
+    t = np.cumsum(gaps)
+    t *= (n / rate) / t[-1]
+    return np.concatenate([[0.0], t[:-1]])
+
+
 def bench(profile: Profile, run: BenchRun) -> BenchResult:
     """Simulate one benchmark run (module docstring) and measure it."""
     env = simpy.Environment()
@@ -172,7 +193,7 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         first_token[i], chunks[i] = yield done
         end[i] = env.now
 
-    rate = run.request_rate if run.request_rate is not None and np.isfinite(run.request_rate) else None
+    sends = send_times(run, n, rng)
     slots = simpy.Resource(env, capacity=min(run.concurrency or n, n))
 
     def client(i: int) -> Generator[Any, Any, None]:
@@ -182,9 +203,9 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
 
     def arrivals() -> Generator[Any, Any, None]:
         for i in range(n):
+            if sends[i] > env.now:
+                yield env.timeout(sends[i] - env.now)
             env.process(client(i))
-            if rate is not None:  # Poisson arrivals; none: every prompt at once
-                yield env.timeout(float(rng.exponential(1.0 / rate)))
 
     env.process(arrivals())
     env.run()

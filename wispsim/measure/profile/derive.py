@@ -24,6 +24,8 @@ derived profiles are optimistic. Peak-ratio scaling between GPU generations is o
 
 from __future__ import annotations
 
+import shlex
+
 from typing import Any
 
 import yaml
@@ -257,7 +259,7 @@ def roofline_named(
     precision = {"bfloat16": "bf16", "float8": "fp8"}.get(dtype, dtype)
     kv = {"bfloat16": "bf16", "float8": "fp8"}.get(kv_dtype, kv_dtype)
     cmd = (
-        f"wispsim profile derive --form roofline --arch {arch} --gpu {gpu} --count {count} "
+        f"wispsim profile derive --form roofline --arch {shlex.quote(arch)} --gpu {shlex.quote(gpu)} --count {count} "
         f"--dtype {precision} --kv-dtype {kv} --out profiles/{name}.yaml"
     )
     return physical_profile(

@@ -1,0 +1,124 @@
+"""``wispsim bench``: vLLM's benchmark flags against a simulated server, its JSON keys, bad input,
+a user's own model and GPU, and agreement with ``wispsim run`` of the same centralized workload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.cli.test_cli import wispsim
+
+# vllm bench serve --save-result keys (vllm/benchmarks/serve.py), all four latency families
+KEYS = [
+    "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+    "request_throughput", "output_throughput", "total_token_throughput", "max_concurrency",
+] + [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p99")]
+
+
+def test_bench_prints_vllms_table_and_saves_its_keys(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    p = wispsim(
+        "bench", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--num-prompts", "40",
+        "--request-rate", "4", "--random-input-len", "300", "--random-output-len", "40",
+        "--random-prefix-len", "100", "--save-result", "--result-filename", str(out),
+    )
+    assert p.returncode == 0, p.stderr
+    assert "Serving Benchmark Result" in p.stdout and "Mean TTFT (ms):" in p.stdout
+    r = json.loads(out.read_text())
+    for k in KEYS:
+        assert k in r, k
+    assert r["completed"] == 40 and r["total_output_tokens"] == 40 * 40
+    assert r["total_input_tokens"] == 40 * 400  # the shared prefix sits before every input
+    assert r["mean_tpot_ms"] > 0 and r["p99_ttft_ms"] >= r["median_ttft_ms"]
+    assert r["server"]["max_num_batched_tokens"] == 8192 and r["server"]["max_num_seqs"] == 1024  # vLLM, 80 GB
+    assert r["provenance"]["commit"]
+
+
+def test_vllms_defaults_follow_the_gpus_memory() -> None:
+    from wispsim.cli.bench import vllm_defaults
+
+    assert vllm_defaults(80, "NVIDIA A100 80GB SXM") == (2048, 256)  # vLLM keeps A100s small
+    assert vllm_defaults(80, "NVIDIA H100 80GB SXM") == (8192, 1024)
+    assert vllm_defaults(167.6, "NVIDIA B200") == (16384, 1024)
+    assert vllm_defaults(44.7, "NVIDIA L40S") == (2048, 256)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--request-rate", "fast"], "--request-rate"),
+        (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--num-prompts", "0"], "--num-prompts"),
+        (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--random-range-ratio", "1.5"], "--random-range-ratio"),
+        (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--burstiness", "0"], "--burstiness"),
+        (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--dtype", "int3"], "--dtype"),
+        (["--model", "llama-2-7b", "--gpu", "a100-80gb", "--dtype", "fp8"], "precision"),
+        (["--model", "no-such", "--gpu", "h100-80gb"], "--model"),
+        (["--model", "llama-2-7b", "--gpu", "no-such-gpu"], "unknown GPU"),
+        (["--model", "llama-2-7b"], "--model/--gpu"),
+        (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--dataset-path", "nope.csv"], "--dataset-path"),
+    ],
+)
+def test_bad_flags_are_one_line_with_exit_code_2(tmp_path: Path, args: list[str], expected: str) -> None:
+    p = wispsim("bench", *args, cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert expected in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_a_users_config_json_and_gpu_file(tmp_path: Path) -> None:
+    """A model nobody shipped (its config.json folder) on a card nobody listed (a GPU file), through
+    bench and through `profile derive --arch PATH --gpu FILE`, whose output loads again."""
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256, "rope_scaling": None,
+        "architectures": ["LlamaForCausalLM"],
+    }))
+    gpu = tmp_path / "cards.yaml"
+    gpu.write_text(
+        "my-card:\n  name: My PCIe card\n  generation: ada\n  memory_gib: 44\n  hbm_bandwidth_gbs: 900\n"
+        "  bf16_tflops: 360\n  fp8_tflops: null\n  interconnect: pcie4\n  link_gbs: 32\n"
+    )
+    p = wispsim("bench", "--model", str(folder), "--gpu", str(gpu), "-tp", "2", "--num-prompts", "20",
+                "--save-result", "--result-filename", str(tmp_path / "r.json"))
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["completed"] == 20
+    prof = tmp_path / "mine.yaml"
+    p = wispsim("profile", "derive", "--arch", str(folder / "config.json"), "--gpu", str(gpu), "--count", "2",
+                "--out", str(prof))
+    assert p.returncode == 0, p.stderr
+    p = wispsim("bench", "--profile", str(prof), "--num-prompts", "10")
+    assert p.returncode == 0, p.stderr
+    gpu.write_text(gpu.read_text().replace("interconnect: pcie4", "interconnect: carrier-pigeon"))
+    p = wispsim("bench", "--model", str(folder), "--gpu", str(gpu))
+    assert p.returncode == 2 and "my-card.interconnect" in p.stderr and "pcie4" in p.stderr
+
+
+def test_run_and_bench_of_one_open_loop_workload_agree(tmp_path: Path) -> None:
+    """The same requests at the same times on the same profile: `wispsim run --policy centralized`
+    and `wispsim bench --dataset-path`. Per-token latency is the server's alone and agrees; TTFT
+    differs by the path in front of the engine (run: the device's network; bench: the API server,
+    the profile's front end), which the two commands model differently (docs/profiles.md)."""
+    rng = np.random.default_rng(1)
+    t = np.cumsum(rng.exponential(0.5, 60))
+    pd.DataFrame({"time_s": t - t[0], "prompt_tokens": 400, "output_tokens": 64}).to_csv(tmp_path / "req.csv", index=False)
+    prof = tmp_path / "h100-7b.yaml"
+    assert wispsim("profile", "derive", "--arch", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(prof)).returncode == 0
+    p = wispsim("run", "--policy", "centralized", "--arrivals", f"requests:{tmp_path / 'req.csv'}",
+                "--set", f"server.profile={prof}", "--out", str(tmp_path / "run"))
+    assert p.returncode == 0, p.stderr
+    r = pd.read_parquet(tmp_path / "run" / "responses.parquet")
+    run_tpot = float(((r.t_end - r.t_first) / (r.output_len - 1)).mean() * 1e3)
+    run_ttft = float((r.t_first - r.t_start).mean() * 1e3)
+    p = wispsim("bench", "--profile", str(prof), "--dataset-path", str(tmp_path / "req.csv"),
+                "--no-enable-prefix-caching", "--no-async-scheduling", "--save-result",
+                "--result-filename", str(tmp_path / "b.json"))
+    assert p.returncode == 0, p.stderr
+    b = json.loads((tmp_path / "b.json").read_text())
+    assert b["completed"] == len(r) == 60
+    assert b["mean_tpot_ms"] == pytest.approx(run_tpot, rel=0.03)
+    assert b["mean_ttft_ms"] == pytest.approx(run_ttft, rel=0.35)
