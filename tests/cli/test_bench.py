@@ -39,7 +39,7 @@ def test_bench_prints_vllms_table_and_saves_its_keys(tmp_path: Path) -> None:
 
 
 def test_vllms_defaults_follow_the_gpus_memory() -> None:
-    from wispsim.cli.bench import vllm_defaults
+    from wispsim.study.bench import vllm_defaults
 
     assert vllm_defaults(80, "NVIDIA A100 80GB SXM") == (2048, 256)  # vLLM keeps A100s small
     assert vllm_defaults(80, "NVIDIA H100 80GB SXM") == (8192, 1024)

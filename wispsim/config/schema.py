@@ -170,8 +170,17 @@ class WorkloadConfig:
     warmup_s: float = 20.0
     duration_s: float = 120.0
     drain_limit_s: float | None = None  # None: long enough for every on-time response
+    # tokens at the start of every prompt that all requests share (a system prompt); with
+    # server.prefix_cache a centralized server reads them from its prefix cache once one request
+    # has computed them (whole KV blocks, the last prompt token always computed)
+    shared_prefix_tokens: int = 0
 
     def __post_init__(self) -> None:
+        require(
+            0 <= self.shared_prefix_tokens <= MAX_TOKENS,
+            "shared_prefix_tokens",
+            f"must be in [0, {MAX_TOKENS:,}] tokens, got {self.shared_prefix_tokens}",
+        )
         for name in ("prompt_tokens", "output_tokens"):
             d = getattr(self, name)
             lo = d.support()[0]

@@ -92,6 +92,12 @@ class ServerConfig:
     max_batch_tokens: int = 16384
     delta_ms: float = 5.0
     prefill_chunk_tokens: int = 2048
+    # vLLM serving of a centralized server (docs/profiles.md): --async-scheduling (the next step is
+    # formed while this one runs, so a request arriving mid-step joins the step after next), and
+    # the API server in front of the engine (each request waits the profile's ``frontend`` latency,
+    # HTTP and tokenization, before the engine sees it). Both off: the engine alone, as before.
+    async_scheduling: bool = False
+    frontend: bool = False
     replicas: int = 1
     router: str = "affinity"
     replica_profiles: tuple[str, ...] = ()

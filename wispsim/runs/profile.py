@@ -8,7 +8,9 @@ profile, with the model and host facts of the profile the server ran with.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from wispsim.errors import ConfigError
 from wispsim.provenance import command_line
@@ -40,3 +42,36 @@ def deployment_recording(folder: Path, out: Path, seed: int, kind: str) -> tuple
     with writing("--out", csv):
         write_deployment_data([folder], csv, json.loads(meta_file.read_text()), command_line(), seed, kind)
     return csv, len(logs), served.name
+
+
+def calibrate_profile(
+    results: list[Path],
+    out: Path,
+    model: str,
+    gpu: str,
+    tp: int,
+    dtype: str,
+    server: dict[str, Any],
+    max_prompts: int | None,
+    name: str | None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """``wispsim profile calibrate``: the physical profile of ``model`` on ``tp`` x ``gpu`` with its
+    engine overheads fitted on the result files, written to ``out``; returns the overheads and the
+    leave-one-run-out errors."""
+    import yaml
+
+    from wispsim.measure.profile.calibrate import calibrate
+    from wispsim.measure.profile.derive import render
+    from wispsim.model.profiles import parse_profile
+    from wispsim.runs.bench import physical_of
+
+    check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
+    base = physical_of(model, gpu, tp, dtype, name=name or out.stem, command=command_line())
+    data, over, loo = calibrate(results, base, server, max_prompts, progress)
+    text = render(data)
+    parse_profile(yaml.safe_load(text), str(out))
+    with writing("--out", out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    return over, loo

@@ -78,6 +78,9 @@ class _Seq:
         "prompt",
         "rid",
         "runs",
+        "scheduled",
+        "eligible",
+        "submitted",
     )
 
     def __init__(self, g: Generation) -> None:
@@ -94,6 +97,9 @@ class _Seq:
         self.blocks = 0
         self.chunks = 0  # steps that gave it tokens (one streamed chunk each)
         self.runs = g.runs  # speculation: drafts accepted in a row from each output position
+        self.submitted = 0.0  # when the engine received it
+        self.eligible = 0  # the first step that could have run it (async scheduling: one later)
+        self.scheduled = -1.0  # when the first step that ran a chunk of it began
 
 
 class CentralizedServer:
@@ -133,6 +139,13 @@ class CentralizedServer:
         self.free = total_blocks
         self.preemptions = 0
         self._wake: simpy.Event | None = None
+        self._in_step = False
+        self._steps = 0  # steps begun
+        # TTFT by its parts (wispsim.study.bench sets ``ttft_parts`` to a dict before the run): each
+        # step's start, and each response's (submitted, when the first step it could join began,
+        # when the first step that ran it began, first token) by id
+        self.step_starts: list[float] = []
+        self.ttft_parts: dict[int, tuple[float, float, float, float]] | None = None
         env.process(self.loop())
 
     def outstanding_tokens(self) -> int:
@@ -145,7 +158,10 @@ class CentralizedServer:
         """Queue a response to generate; returns the event of its ``done`` value."""
         if self.spec is not None and g.runs is None:
             raise ValueError("a speculating server needs each response's acceptance runs")
-        self.waiting.append(_Seq(g))
+        s = _Seq(g)
+        s.submitted = self.env.now
+        s.eligible = self._steps + (1 if self.async_scheduling and self._in_step else 0)
+        self.waiting.append(s)
         if self._wake is not None:
             self._wake.succeed()
             self._wake = None
@@ -188,10 +204,15 @@ class CentralizedServer:
             if step is None:
                 continue
             start = env.now
+            self._steps += 1
+            if self.ttft_parts is not None:
+                self.step_starts.append(start)
             bid = next(self._ids)
             used = self.total_blocks - self.free
             self._known = len(self.waiting)  # what the step scheduled during this one can see
+            self._in_step = True
             yield env.timeout(step.latency)
+            self._in_step = False
             finished = self._postprocess(step.work)
             self.batches.append(
                 BatchRecord(
@@ -270,6 +291,8 @@ class CentralizedServer:
                 new = min(s.context - s.prefilled, budget)
                 cached = s.prefilled
                 arriving = s.new  # its first chunk: the request arrives anew
+                if s.new:
+                    s.scheduled = self.env.now
                 s.new = False
                 if cached + new >= s.context:  # its prefill ends: the drafter proposes for it too
                     step.decoding += 1
@@ -308,6 +331,10 @@ class CentralizedServer:
         for s in finished:
             self.running.remove(s)
             self.free += s.blocks
+            if self.ttft_parts is not None:
+                starts = self.step_starts
+                can = starts[s.eligible] if s.eligible < len(starts) else s.scheduled
+                self.ttft_parts[s.rid] = (s.submitted, min(can, s.scheduled), s.scheduled, s.first)
             s.done.succeed(Served(s.first, s.chunks))
         return finished
 

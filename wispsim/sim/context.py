@@ -43,6 +43,18 @@ class ArrivalProcess(Protocol):
 class RunContext:
     """State shared by one run's processes (module text)."""
 
+    def shared_hit(self, prompt: int) -> int:
+        """Prompt tokens a centralized request finds in the prefix cache: the shared prefix once
+        an earlier request computed it, in whole KV blocks, the last prompt token always computed
+        (as vLLM's prefix caching; nothing evicts a prefix every request reuses)."""
+        if not self._shared:
+            return 0
+        if not self._shared_seen:
+            self._shared_seen = True
+            return 0
+        bs = self.profile.kv_block_size or 16
+        return min(self._shared, prompt - 1) // bs * bs
+
     def __init__(
         self,
         env: simpy.Environment,
@@ -77,3 +89,9 @@ class RunContext:
         self.request_outputs: tuple[float, float] | None = None
         self.arrivals: ArrivalProcess
         self.devices_started = 0
+        srv = scenario.server
+        # the API server's latency in front of a centralized engine (server.frontend), seconds
+        self.frontend = float(getattr(profile.estimator, "frontend", 0.0)) if srv.frontend else 0.0
+        # a prompt prefix every request shares (workload.shared_prefix_tokens), cached once computed
+        self._shared = scenario.workload.shared_prefix_tokens if srv.prefix_cache else 0
+        self._shared_seen = False

@@ -141,6 +141,7 @@ def _centralized_servers(ctx: RunContext, resolved: Resolved) -> list[Centralize
             ctx.batch_ids,
             replica=r,
             spec=spec,
+            async_scheduling=srv.async_scheduling,
         )
         for r, (prof, cap, bs, spec) in enumerate(
             zip(resolved.profiles, resolved.capacities, resolved.block_sizes, specs, strict=True)

@@ -70,6 +70,9 @@ class BenchRun:
     noise: bool = False
 
 
+TTFT_PARTS = ("frontend", "step_wait", "queue", "prefill")
+
+
 @dataclass(frozen=True, slots=True)
 class BenchResult:
     responses: pd.DataFrame  # t_start, t_first, t_end, output_len, rounds (one chunk per token), ...
@@ -91,7 +94,15 @@ class BenchResult:
             "duration_s": self.duration,
             "preemptions": float(self.preemptions),
             "mean_batch": self.mean_batch,
+            **self.ttft_parts(),
         }
+
+    def ttft_parts(self) -> dict[str, float]:
+        """Mean TTFT by its parts (ms): the API server, the wait for the next step the request
+        can join (under async scheduling the one after next), queueing for admission or the
+        step's token budget, and its prefill chunks. They add up to the mean TTFT."""
+        r = self.responses
+        return {f"ttft_{p}_mean_ms": float(r[f"{p}_s"].mean() * 1e3) for p in TTFT_PARTS}
 
 
 def prefix_hits(run: BenchRun, prompt_of: Sequence[int], lengths: Sequence[int]) -> list[int]:
@@ -170,6 +181,7 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         async_scheduling=run.async_scheduling,
         spec=spec,
     )
+    server.ttft_parts = {}
     n = run.num_prompts
     distinct = run.prompt_groups * run.prompts_per_group
     prompt_of = [i % distinct if distinct else i for i in range(n)]
@@ -222,4 +234,55 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
             "censored": False,
         }
     )
+    parts = server.ttft_parts
+    sub, can, ran, first = (np.array([parts[i][j] for i in range(n)]) for j in range(4))
+    responses["frontend_s"] = sub - start
+    responses["step_wait_s"] = can - sub  # to the first step it could join (async: one more)
+    responses["queue_s"] = ran - can  # waiting for admission or the step's token budget
+    responses["prefill_s"] = first - ran  # its prefill chunks, to the end of the step that ends them
     return BenchResult(responses, float(env.now), steps, server.preemptions, mean_batch)
+
+
+def vllm_defaults(memory_gib: float, gpu_name: str) -> tuple[int, int]:
+    """vLLM 0.32's API-server defaults of (max_num_batched_tokens, max_num_seqs) on a GPU with
+    this much memory (vllm/engine/arg_utils.py ``get_batch_defaults``)."""
+    if memory_gib >= 160:
+        return 16384, 1024
+    if memory_gib >= 70 and "a100" not in gpu_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def vllm_result(res: Any, run: Any, rate: float | None, concurrency: int | None) -> dict[str, Any]:
+    """The keys ``vllm bench serve --save-result`` writes (all four latency families, as with
+    ``--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 99``), from simulated responses.
+    ITL is per request its mean gap (the simulator keeps a response's first and last token and
+    its chunk count: :mod:`wispsim.analysis.token_latency`)."""
+    r = res.responses
+    ttft = (r.t_first - r.t_start).to_numpy() * 1e3
+    e2el = (r.t_end - r.t_start).to_numpy() * 1e3
+    outs = r.output_len.to_numpy()
+    chunks = r.rounds.to_numpy()
+    tpot = np.where(outs > 1, (e2el - ttft) / np.maximum(outs - 1, 1), np.nan)
+    gap = np.where(chunks > 1, (e2el - ttft) / np.maximum(chunks - 1, 1), np.nan)
+    itl = np.repeat(gap, np.maximum(chunks - 1, 0))
+    out: dict[str, Any] = {
+        "duration": res.duration,
+        "completed": len(r),
+        "failed": 0,
+        "total_input_tokens": int(sum(run.input_lens[: len(r)])),
+        "total_output_tokens": int(outs.sum()),
+        "request_throughput": len(r) / res.duration,
+        "output_throughput": float(outs.sum()) / res.duration,
+        "total_token_throughput": (float(outs.sum()) + sum(run.input_lens[: len(r)])) / res.duration,
+        "max_concurrency": concurrency,
+    }
+    if "frontend_s" in r:  # wispsim's own: the mean TTFT by its parts
+        out["ttft_parts_mean_ms"] = {p: float(r[f"{p}_s"].mean() * 1e3) for p in TTFT_PARTS}
+    for name, x in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
+        x = x[~np.isnan(x)]
+        out[f"mean_{name}_ms"] = float(x.mean()) if len(x) else float("nan")
+        out[f"median_{name}_ms"] = float(np.median(x)) if len(x) else float("nan")
+        out[f"std_{name}_ms"] = float(x.std()) if len(x) else float("nan")
+        out[f"p99_{name}_ms"] = float(np.percentile(x, 99)) if len(x) else float("nan")
+    return out

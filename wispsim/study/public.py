@@ -247,9 +247,11 @@ def compare(
     seen = set(calibration_runs)
     for _, row in runs.iterrows():
         sim = simulate_run(row, folder, params, draft)
+        # a family the source's own numbers rule out (runs.csv ``excluded_metrics`` says why)
+        excluded = str(row.get("excluded_metrics") or "").split(":")[0].split(",")
         for m in METRICS:
             real = _f(row, m)
-            if real is None or real <= 0:
+            if real is None or real <= 0 or any(e.strip() and m.startswith(e.strip()) for e in excluded):
                 continue
             rows.append(
                 {

@@ -1,0 +1,60 @@
+"""``wispsim profile calibrate``: a physical profile's engine overheads fitted on public vLLM
+benchmark runs written as ``vllm bench serve --save-result`` files, with leave-one-run-out errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.cli.test_cli import wispsim
+from wispsim.study.public import data_dir
+
+RUNS = ["isim-llama-2-7b-tp1-codegen-r5", "isim-llama-2-7b-tp1-codegen-r10", "isim-llama-2-7b-tp1-general-r8"]
+
+
+def _as_vllm_result(row: pd.Series, path: Path) -> None:
+    """A public run (experiments/data/public/runs.csv) in vllm bench serve's result keys."""
+    n = int(row.num_prompts)
+    path.write_text(json.dumps({
+        "completed": n, "num_prompts": n, "request_rate": float(row.request_rate), "burstiness": 1.0,
+        "max_concurrency": None, "total_input_tokens": int(row.input_len_mean * n),
+        "total_output_tokens": int(row.output_len_mean * n), "median_tpot_ms": row.tpot_median_ms,
+        "median_ttft_ms": row.ttft_median_ms, "mean_e2el_ms": row.e2e_mean_ms,
+        "output_throughput": row.output_throughput_tok_s,
+    }))
+
+
+@pytest.mark.slow
+def test_calibrate_on_public_runs_reports_held_out_errors(tmp_path: Path) -> None:
+    runs = pd.read_csv(data_dir() / "runs.csv").set_index("run_id")
+    files = []
+    for r in RUNS:
+        if r not in runs.index:
+            pytest.skip(f"{r} not in the public data")
+        files.append(tmp_path / f"{r}.json")
+        _as_vllm_result(runs.loc[r], files[-1])
+    out = tmp_path / "mine.yaml"
+    p = wispsim("profile", "calibrate", *map(str, files), "--model", "llama-2-7b", "--gpu", "h100-80gb",
+                "--max-num-seqs", "128", "--max-num-batched-tokens", "2048", "--max-prompts", "150",
+                "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    prof = yaml.safe_load(out.read_text())
+    loo = prof["roofline"]["fit"]["leave_one_run_out_ape_pct"]
+    assert [r["run"] for r in loo] == [f"{r}.json" for r in RUNS]
+    for r in loo:  # a run the fit never saw: per-token latency within the issue's 10% target
+        assert r["median_tpot_ms"] <= 10, r
+    assert wispsim("bench", "--profile", str(out), "--num-prompts", "10").returncode == 0
+
+
+def test_calibrate_rejects_bad_result_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    p = wispsim("profile", "calibrate", str(bad), "--model", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(tmp_path / "o.yaml"))
+    assert p.returncode == 2 and "bad.json" in p.stderr and "JSON" in p.stderr
+    bad.write_text(json.dumps({"completed": 10}))
+    p = wispsim("profile", "calibrate", str(bad), "--model", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(tmp_path / "o.yaml"))
+    assert p.returncode == 2 and "total_input_tokens" in p.stderr

