@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from tests.cli.test_cli import wispsim
 
@@ -122,3 +123,31 @@ def test_run_and_bench_of_one_open_loop_workload_agree(tmp_path: Path) -> None:
     assert b["completed"] == len(r) == 60
     assert b["mean_tpot_ms"] == pytest.approx(run_tpot, rel=0.03)
     assert b["mean_ttft_ms"] == pytest.approx(run_ttft, rel=0.35)
+
+
+def test_vllm_serving_fields_change_a_centralized_run(tmp_path: Path) -> None:
+    """server.frontend delays every first token by the profile's front end; a shared system prompt
+    (workload.shared_prefix_tokens) is prefilled once, then read from the prefix cache."""
+    rng = np.random.default_rng(2)
+    t = np.cumsum(rng.exponential(0.5, 40))
+    pd.DataFrame({"time_s": t - t[0], "prompt_tokens": 600, "output_tokens": 32}).to_csv(tmp_path / "req.csv", index=False)
+    prof = tmp_path / "h100-7b.yaml"
+    assert wispsim("profile", "derive", "--arch", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(prof)).returncode == 0
+    frontend_ms = yaml.safe_load(prof.read_text())["roofline"]["overhead_ms"]["frontend"]
+
+    def run(name: str, *sets: str) -> tuple[float, float]:
+        args = ["run", "--policy", "centralized", "--arrivals", f"requests:{tmp_path / 'req.csv'}",
+                "--set", f"server.profile={prof}", "--out", str(tmp_path / name)]
+        for s in sets:
+            args += ["--set", s]
+        p = wispsim(*args)
+        assert p.returncode == 0, p.stderr
+        r = pd.read_parquet(tmp_path / name / "responses.parquet")
+        b = pd.read_parquet(tmp_path / name / "batches.parquet")
+        return float((r.t_first - r.t_start).mean() * 1e3), float(b.n_linear.sum())
+
+    ttft, work = run("base")
+    ttft_fe, _ = run("frontend", "server.frontend=true")
+    assert ttft_fe - ttft == pytest.approx(frontend_ms, rel=0.1)
+    _, work_shared = run("shared", "workload.shared_prefix_tokens=512")
+    assert work - work_shared == pytest.approx(39 * 512, rel=0.02)  # all but the first read it from cache

@@ -13,7 +13,9 @@ import yaml
 from tests.cli.test_cli import wispsim
 from wispsim.study.public import data_dir
 
-RUNS = ["isim-llama-2-7b-tp1-codegen-r5", "isim-llama-2-7b-tp1-codegen-r10", "isim-llama-2-7b-tp1-general-r8"]
+# the Qwen3-32B sweep on one H100 SXM5 94GB (tomasruizt/vllm-scripts): no prompt repeats or shared
+# prefixes, which a vllm bench serve result file could not describe
+RUNS = ["ruiz-qwen3-32b-nospec-c1", "ruiz-qwen3-32b-nospec-c4", "ruiz-qwen3-32b-nospec-c16", "ruiz-qwen3-32b-nospec-c64"]
 
 
 def _as_vllm_result(row: pd.Series, path: Path) -> None:
@@ -21,7 +23,7 @@ def _as_vllm_result(row: pd.Series, path: Path) -> None:
     n = int(row.num_prompts)
     path.write_text(json.dumps({
         "completed": n, "num_prompts": n, "request_rate": float(row.request_rate), "burstiness": 1.0,
-        "max_concurrency": None, "total_input_tokens": int(row.input_len_mean * n),
+        "max_concurrency": int(row.concurrency), "total_input_tokens": int(row.input_len_mean * n),
         "total_output_tokens": int(row.output_len_mean * n), "median_tpot_ms": row.tpot_median_ms,
         "median_ttft_ms": row.ttft_median_ms, "mean_e2el_ms": row.e2e_mean_ms,
         "output_throughput": row.output_throughput_tok_s,
@@ -38,9 +40,9 @@ def test_calibrate_on_public_runs_reports_held_out_errors(tmp_path: Path) -> Non
         files.append(tmp_path / f"{r}.json")
         _as_vllm_result(runs.loc[r], files[-1])
     out = tmp_path / "mine.yaml"
-    p = wispsim("profile", "calibrate", *map(str, files), "--model", "llama-2-7b", "--gpu", "h100-80gb",
-                "--max-num-seqs", "128", "--max-num-batched-tokens", "2048", "--max-prompts", "150",
-                "--out", str(out))
+    p = wispsim("profile", "calibrate", *map(str, files), "--model", "Qwen/Qwen3-32B", "--gpu", "h100-94gb-sxm",
+                "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192", "--no-enable-prefix-caching",
+                "--max-prompts", "160", "--out", str(out))
     assert p.returncode == 0, p.stderr
     prof = yaml.safe_load(out.read_text())
     loo = prof["roofline"]["fit"]["leave_one_run_out_ape_pct"]

@@ -53,6 +53,27 @@ def test_async_scheduling_makes_a_request_arriving_mid_step_wait_a_step_longer(p
     assert first(asyn)[1] > first(sync)[1]  # arrived mid-step: one more step
 
 
+def test_ttft_by_its_parts_adds_up_and_async_scheduling_is_the_step_wait(profile) -> None:  # type: ignore[no-untyped-def]
+    """Each request's TTFT is front end + wait for the next step it can join + queueing + its
+    prefill chunks; a lone request (an idle engine) waits for no step, and async scheduling makes
+    a request arriving mid-step wait longer for its step, nothing else."""
+    from dataclasses import replace
+
+    run = BenchRun(num_prompts=40, input_lens=[300], output_lens=[40], request_rate=20.0, seed=3)
+    for r in (run, replace(run, async_scheduling=True)):
+        res = bench(profile, r)
+        rs = res.responses
+        parts = rs.frontend_s + rs.step_wait_s + rs.queue_s + rs.prefill_s
+        assert parts.to_numpy() == pytest.approx((rs.t_first - rs.t_start).to_numpy(), abs=1e-9)
+        assert (rs[["frontend_s", "step_wait_s", "queue_s", "prefill_s"]] >= -1e-12).all().all()
+        assert rs.frontend_s.to_numpy() == pytest.approx(0.010)
+    sync = bench(profile, run).figures()
+    asyn = bench(profile, replace(run, async_scheduling=True)).figures()
+    assert asyn["ttft_step_wait_mean_ms"] > sync["ttft_step_wait_mean_ms"]
+    lone = bench(profile, BenchRun(num_prompts=1, input_lens=[300], output_lens=[4])).responses
+    assert lone.step_wait_s.iloc[0] == 0 and lone.queue_s.iloc[0] == 0
+
+
 def test_prefix_hits_are_whole_blocks_of_repeated_prompts() -> None:
     run = BenchRun(
         num_prompts=5,

@@ -44,6 +44,8 @@ def study_requests(ctx: Context) -> Section:
     grid = sorted({int(r) for r in spec.get("replicas", [1, 2, 4, 8, 16])})
     window = spec.get("window_s")
     eps = float(spec.get("epsilon", 0.05))
+    # the GPUs (server profiles) to compare; none: the scenario's own
+    profiles = [str(p) for p in spec.get("profiles", [])] or [None]
     rows: list[dict[str, Any]] = []
     facts: list[dict[str, Any]] = []
     for trace in traces:
@@ -60,11 +62,12 @@ def study_requests(ctx: Context) -> Section:
                 "output p50": float(pd.Series(req.outputs).median()),
             }
         )
-        folder = ctx.out / trace
-        folder.mkdir(parents=True, exist_ok=True)
-        for policy in policies:
-            ctx.progress(f"{trace}: {policy}")
-            base = trace_scenario(ctx.scenario().with_policy(policy), trace, window)
+        for profile, policy in ((pr, po) for pr in profiles for po in policies):
+            folder = ctx.out / trace / profile if profile else ctx.out / trace
+            folder.mkdir(parents=True, exist_ok=True)
+            ctx.progress(f"{trace}: {policy}" + (f" on {profile}" if profile else ""))
+            sc = ctx.scenario(**({"server.profile": profile} if profile else {}))
+            base = trace_scenario(sc.with_policy(policy), trace, window)
             n = len(req.times)
             points = [Point(with_replicas(base, r), n, s) for r in grid for s in seeds(spec)]
             with ctx.make_runner(folder) as runner:
@@ -83,6 +86,7 @@ def study_requests(ctx: Context) -> Section:
                     rows.append(
                         {
                             "trace": trace,
+                            "profile": profile or sc.server.profile,
                             "policy": policy,
                             "replicas": r,
                             "class": cls,
@@ -94,11 +98,12 @@ def study_requests(ctx: Context) -> Section:
     table = pd.DataFrame(rows)
     table.to_csv(ctx.out / "violation.csv", index=False)
     need = []
-    for (trace, policy, cls), g in table.groupby(["trace", "policy", "class"], sort=False):
+    for (trace, profile, policy, cls), g in table.groupby(["trace", "profile", "policy", "class"], sort=False):
         ok = g[g.violation_rate <= eps].replicas
         need.append(
             {
                 "trace": trace,
+                "profile": profile,
                 "policy": policy,
                 "class": cls,
                 "replicas needed": f"{int(ok.min())}" if len(ok) else f"> {max(grid)}",
@@ -110,7 +115,7 @@ def study_requests(ctx: Context) -> Section:
     sec = Section(spec.get("title", "Production request traces"))
     sec.body += ["The traces (request-level, `time_s, prompt_tokens, output_tokens`):", ""]
     sec.body += [*md_table(pd.DataFrame(facts), "{:.1f}"), ""]
-    wide = needed.pivot(index=["trace", "class"], columns="policy", values="replicas needed")
+    wide = needed.pivot(index=["trace", "profile", "class"], columns="policy", values="replicas needed")
     wide = wide.reindex(columns=policies).reset_index()
     sec.body += [
         f"Fewest replicas of the grid ({', '.join(map(str, grid))}) keeping each class within "
@@ -119,14 +124,11 @@ def study_requests(ctx: Context) -> Section:
         *md_table(wide),
         "",
     ]
-    vio = table.pivot_table(
-        index=["trace", "policy", "replicas"], columns="class", values="violation_rate", sort=False
-    ).reset_index()
-    vio.columns = [c if c in ("trace", "policy", "replicas") else f"class {c}" for c in vio.columns]
-    gp = table.groupby(["trace", "policy", "replicas"], sort=False)[
-        ["goodput_tps", "gpu_utilization"]
-    ].first()
-    vio = vio.merge(gp.reset_index(), on=["trace", "policy", "replicas"])
+    keys = ["trace", "profile", "policy", "replicas"]
+    vio = table.pivot_table(index=keys, columns="class", values="violation_rate", sort=False).reset_index()
+    vio.columns = [c if c in keys else f"class {c}" for c in vio.columns]
+    gp = table.groupby(keys, sort=False)[["goodput_tps", "gpu_utilization"]].first()
+    vio = vio.merge(gp.reset_index(), on=keys)
     sec.body += ["Violation rate per class, system goodput and mean GPU utilization at each R:", ""]
     sec.body += md_table(vio, "{:.3f}")
     return sec
