@@ -131,14 +131,17 @@ def read_table(
     return df
 
 
-def read_json(path: Path | str, source: str | None = None, error: ErrorType = ConfigError) -> Any:
-    """A UTF-8 JSON file's document; NaN and Infinity (not JSON) are refused."""
+def read_json(
+    path: Path | str, source: str | None = None, error: ErrorType = ConfigError, allow_nan: bool = False
+) -> Any:
+    """A UTF-8 JSON file's document; NaN and Infinity (not JSON) are refused unless ``allow_nan``
+    (files Python's json writes, such as vLLM's benchmark results, use them for "not measured")."""
     p = check_file(path, source, error)
     src = str(source if source is not None else p)
     with reading(src, "JSON", error):
         text = p.read_bytes().decode("utf-8")
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text) if allow_nan else json.loads(text, parse_constant=_no_constant)
     except (json.JSONDecodeError, ValueError, RecursionError) as e:
         raise problem(src, "", f"not valid JSON: {describe(e)}", error) from None
 

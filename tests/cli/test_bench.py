@@ -151,3 +151,28 @@ def test_vllm_serving_fields_change_a_centralized_run(tmp_path: Path) -> None:
     assert ttft_fe - ttft == pytest.approx(frontend_ms, rel=0.1)
     _, work_shared = run("shared", "workload.shared_prefix_tokens=512")
     assert work - work_shared == pytest.approx(39 * 512, rel=0.02)  # all but the first read it from cache
+
+
+def test_bench_reproduces_a_public_run_from_its_own_command_line(tmp_path: Path) -> None:
+    """A calibration run of the public study (the Qwen3-32B sweep at concurrency 4 on an H100 SXM5
+    94GB), given to `wispsim bench` as its `vllm bench serve` / `vllm serve` flags, gives the figures
+    the public study simulates for it: one driver, two entrances."""
+    from wispsim.study import public
+
+    folder = str(public.data_dir())
+    row = public.load_runs(folder).set_index("run_id", drop=False).loc["ruiz-qwen3-32b-nospec-c4"]
+    # the source publishes mean lengths (InstructCoder prompts, 200 output tokens with ignore_eos)
+    p = wispsim(
+        "bench", "--model", "Qwen/Qwen3-32B", "--gpu", "h100-94gb-sxm", "--dataset-name", "random",
+        "--random-input-len", str(round(row.input_len_mean)), "--random-output-len", str(round(row.output_len_mean)),
+        "--num-prompts", str(int(row.num_prompts)), "--request-rate", "4", "--max-concurrency", "4",
+        "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192", "--no-enable-prefix-caching",
+        "--async-scheduling", "--save-result", "--result-filename", str(tmp_path / "r.json"),
+    )
+    assert p.returncode == 0, p.stderr
+    r = json.loads((tmp_path / "r.json").read_text())
+    study = public.simulate_run(row, folder)
+    assert r["median_tpot_ms"] == pytest.approx(study["tpot_median_ms"], rel=1e-6)
+    assert r["median_ttft_ms"] == pytest.approx(study["ttft_median_ms"], rel=1e-6)
+    assert r["output_throughput"] == pytest.approx(study["output_throughput_tok_s"], rel=1e-6)
+    assert r["median_tpot_ms"] == pytest.approx(row.tpot_median_ms, rel=0.10)  # and the real run

@@ -312,13 +312,12 @@ def load_gpu(key: str) -> GPU:
 
 
 def _gpu_from_file(path: Path, entry: str) -> GPU:
+    from wispsim.config.parse import read_yaml
+
     src = str(path)
     if not path.is_file():
         raise ConfigError(src, "", "no such GPU file (a YAML mapping of entries in gpus.yaml's format)")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(src, "", f"not valid YAML ({str(e).splitlines()[0]})") from None
+    data = read_yaml(path)  # strict: duplicate keys, bad UTF-8, malformed YAML are one line
     if not isinstance(data, dict) or not data:
         raise ConfigError(src, "", "must be a mapping of GPU entries (key: {name, generation, ...})")
     if "hbm_bandwidth_gbs" in data:  # one bare entry

@@ -13,7 +13,6 @@ weighing the same. :func:`leave_one_out` refits without each run and reports its
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,13 +59,10 @@ def read_result(path: Path, server: dict[str, Any], max_prompts: int | None = No
     """A result file and the server flags it ran with (the file's ``server`` mapping first)."""
     from wispsim.study.bench import BenchRun
 
+    from wispsim.tabular import read_json
+
     src = str(path)
-    if not path.is_file():
-        raise ConfigError(src, "", "no such result file (vllm bench serve --save-result writes one)")
-    try:
-        d = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(src, "", f"not valid JSON ({e.msg} at line {e.lineno})") from None
+    d = read_json(path, allow_nan=True)
     if not isinstance(d, dict):
         raise ConfigError(src, "", "must be a JSON object of vllm bench serve's result keys")
     done = int(_num(d, "completed", src) or 0)
