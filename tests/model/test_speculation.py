@@ -217,9 +217,11 @@ def test_a_held_out_public_speculative_run() -> None:
     sim = public.simulate_run(row, folder)
     for m in ("itl_mean_ms", "tpot_median_ms", "output_throughput_tok_s"):
         assert sim[m] == pytest.approx(row[m], rel=0.10), m
-    # the same run without the draft's cost is too fast: the drafter is priced
+    # the drafter's fitted overheads are priced (the same run without them is faster); since its
+    # passes pay their kernels' measured latencies in the roofline itself (efficiency.yaml), the
+    # fitted remainder is small
     free = public.simulate_run(row, folder, None, {"draft_pass_ms": 0.0, "draft_layer_us": 0.0})
-    assert free["itl_mean_ms"] < 0.9 * row["itl_mean_ms"]
+    assert free["itl_mean_ms"] < sim["itl_mean_ms"]
     assert dataclasses.is_dataclass(public.bench_run(row, folder))
 
 
