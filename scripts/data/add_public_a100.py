@@ -41,52 +41,80 @@ def main() -> None:
     for c in cand.itertuples():
         dennis = "dennislee" in c.source_repo
         group = re.sub(r"-n\d+$", "", c.run_id) if dennis else f"gpustack-{ARCH[c.model]}-a100"
-        rows.append({
-            "run_id": c.run_id,
-            "source": c.source_repo,
-            "commit": c.commit,
-            "file": c.file_path,
-            "group": group,
-            "model": c.model,
-            "arch": ARCH[c.model],
-            "gpu": "a100-80gb",
-            "tp": 1,
-            "dtype": "bfloat16",
-            "engine": "vllm",
-            "engine_version": c.engine_version,
-            "max_num_batched_tokens": _int(c.max_num_batched_tokens) or 2048,
-            "max_num_seqs": _int(c.max_num_seqs) or 256,
-            "chunked_prefill": True,
-            # dennislee's logs show 40-55% prefix-cache hits: the same seeded prompts were sent again
-            # by each larger run to a server that kept its cache; the simulation runs each alone
-            # (no hits), so it is pessimistic there (README)
-            "prefix_caching": False,
-            "gpu_memory_utilization": float(_int(c.gpu_memory_utilization) or 0.9),
-            "block_size": 16,
-            "max_model_len": _int(c.max_model_len),
-            "dataset": c.dataset,
-            "concurrency": c.max_concurrency,
-            "request_rate": c.request_rate,
-            "num_prompts": c.num_prompts,
-            "input_len_mean": c.input_len_mean,
-            "output_len_mean": c.output_len_mean,
-            "spec_method": "none",
-            **{k: getattr(c, k) for k in (
-                "ttft_mean_ms", "ttft_median_ms", "ttft_p99_ms", "tpot_mean_ms", "tpot_median_ms", "tpot_p99_ms",
-                "itl_mean_ms", "itl_median_ms", "itl_p99_ms", "e2e_mean_ms", "e2e_median_ms", "e2e_p99_ms",
-                "output_throughput_tok_s", "request_throughput", "duration_s")},
-            "num_failed": (c.num_prompts - c.completed) if pd.notna(c.completed) else 0,
-            "notes": f"{c.licence}; {c.notes}",
-        })
+        rows.append(
+            {
+                "run_id": c.run_id,
+                "source": c.source_repo,
+                "commit": c.commit,
+                "file": c.file_path,
+                "group": group,
+                "model": c.model,
+                "arch": ARCH[c.model],
+                "gpu": "a100-80gb",
+                "tp": 1,
+                "dtype": "bfloat16",
+                "engine": "vllm",
+                "engine_version": c.engine_version,
+                "max_num_batched_tokens": _int(c.max_num_batched_tokens) or 2048,
+                "max_num_seqs": _int(c.max_num_seqs) or 256,
+                "chunked_prefill": True,
+                # dennislee's logs show 40-55% prefix-cache hits: the same seeded prompts were sent again
+                # by each larger run to a server that kept its cache; the simulation runs each alone
+                # (no hits), so it is pessimistic there (README)
+                "prefix_caching": False,
+                "gpu_memory_utilization": float(_int(c.gpu_memory_utilization) or 0.9),
+                "block_size": 16,
+                "max_model_len": _int(c.max_model_len),
+                "dataset": c.dataset,
+                "concurrency": c.max_concurrency,
+                "request_rate": c.request_rate,
+                "num_prompts": c.num_prompts,
+                "input_len_mean": c.input_len_mean,
+                "output_len_mean": c.output_len_mean,
+                "spec_method": "none",
+                **{
+                    k: getattr(c, k)
+                    for k in (
+                        "ttft_mean_ms",
+                        "ttft_median_ms",
+                        "ttft_p99_ms",
+                        "tpot_mean_ms",
+                        "tpot_median_ms",
+                        "tpot_p99_ms",
+                        "itl_mean_ms",
+                        "itl_median_ms",
+                        "itl_p99_ms",
+                        "e2e_mean_ms",
+                        "e2e_median_ms",
+                        "e2e_p99_ms",
+                        "output_throughput_tok_s",
+                        "request_throughput",
+                        "duration_s",
+                    )
+                },
+                "num_failed": (c.num_prompts - c.completed) if pd.notna(c.completed) else 0,
+                "notes": f"{c.licence}; {c.notes}",
+            }
+        )
     new = pd.DataFrame(rows)
     pd.concat([runs, new], ignore_index=True).to_csv(DIR / "runs.csv", index=False)
     mem = pd.read_csv(DIR / "memory.csv")
     kv = []
     for g, d in new[new.source.str.contains("dennislee")].groupby("group"):
         tokens = 93872 if d.gpu_memory_utilization.iloc[0] == 0.25 else 464848
-        kv.append({"group": g, "gpu": "a100-80gb", "tp": 1, "model": "Qwen/Qwen2-7B-Instruct", "dtype": "bfloat16",
-                   "kv_tokens": tokens, "gpu_memory_utilization": d.gpu_memory_utilization.iloc[0],
-                   "source_line": f"GPU KV cache size: {tokens:,} tokens", "file": d.file.iloc[0]})
+        kv.append(
+            {
+                "group": g,
+                "gpu": "a100-80gb",
+                "tp": 1,
+                "model": "Qwen/Qwen2-7B-Instruct",
+                "dtype": "bfloat16",
+                "kv_tokens": tokens,
+                "gpu_memory_utilization": d.gpu_memory_utilization.iloc[0],
+                "source_line": f"GPU KV cache size: {tokens:,} tokens",
+                "file": d.file.iloc[0],
+            }
+        )
     pd.concat([mem, pd.DataFrame(kv)], ignore_index=True).to_csv(DIR / "memory.csv", index=False)
     print(f"added {len(new)} runs in {new.group.nunique()} groups")
 

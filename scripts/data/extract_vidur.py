@@ -28,13 +28,18 @@ OUT = Path(__file__).resolve().parents[2] / "experiments" / "data" / "gpu" / "vi
 
 
 def show(repo: str, commit: str, path: str) -> str:
-    return subprocess.run(["git", "--git-dir", repo, "show", f"{commit}:{path}"], check=True,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "--git-dir", repo, "show", f"{commit}:{path}"], check=True, capture_output=True, text=True
+    ).stdout
 
 
 def main(repo: str, commit: str) -> None:
-    files = subprocess.run(["git", "--git-dir", repo, "ls-tree", "-r", "--name-only", commit, "data/profiling"],
-                           check=True, capture_output=True, text=True).stdout.split()
+    files = subprocess.run(
+        ["git", "--git-dir", repo, "ls-tree", "-r", "--name-only", commit, "data/profiling"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     rows = []
     elem = []
     for f in files:
@@ -50,9 +55,18 @@ def main(repo: str, commit: str) -> None:
             col = f"time_stats.{op}.median"
             if col not in d:
                 continue
-            part = d[["num_tokens", "num_tensor_parallel_workers", "n_embd", "n_expanded_embd", "n_head",
-                      "n_kv_head", "use_gated_mlp", col]].rename(columns={col: "median_ms",
-                                                                  "num_tensor_parallel_workers": "tp"})
+            part = d[
+                [
+                    "num_tokens",
+                    "num_tensor_parallel_workers",
+                    "n_embd",
+                    "n_expanded_embd",
+                    "n_head",
+                    "n_kv_head",
+                    "use_gated_mlp",
+                    col,
+                ]
+            ].rename(columns={col: "median_ms", "num_tensor_parallel_workers": "tp"})
             part.insert(0, "op", name)
             part.insert(0, "model", model)
             part.insert(0, "gpu", gpu)
@@ -73,7 +87,9 @@ def main(repo: str, commit: str) -> None:
         if parts[2] == "network" and parts[-1] == "all_reduce.csv":
             d = pd.read_csv(io.StringIO(show(repo, commit, f)))
             d = d[d.collective == "all_reduce"]
-            d = d.groupby(["num_workers", "devices_per_node", "size"], as_index=False)["time_stats.all_reduce.median"].median()
+            d = d.groupby(["num_workers", "devices_per_node", "size"], as_index=False)[
+                "time_stats.all_reduce.median"
+            ].median()
             d = d.rename(columns={"time_stats.all_reduce.median": "median_ms", "size": "bytes"})
             d.insert(0, "setup", parts[3])
             ar.append(d)

@@ -15,17 +15,39 @@ from tests.cli.test_cli import wispsim
 
 # vllm bench serve --save-result keys (vllm/benchmarks/serve.py), all four latency families
 KEYS = [
-    "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
-    "request_throughput", "output_throughput", "total_token_throughput", "max_concurrency",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_concurrency",
 ] + [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p99")]
 
 
 def test_bench_prints_vllms_table_and_saves_its_keys(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     p = wispsim(
-        "bench", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--num-prompts", "40",
-        "--request-rate", "4", "--random-input-len", "300", "--random-output-len", "40",
-        "--random-prefix-len", "100", "--save-result", "--result-filename", str(out),
+        "bench",
+        "--model",
+        "llama-2-7b",
+        "--gpu",
+        "h100-80gb",
+        "--num-prompts",
+        "40",
+        "--request-rate",
+        "4",
+        "--random-input-len",
+        "300",
+        "--random-output-len",
+        "40",
+        "--random-prefix-len",
+        "100",
+        "--save-result",
+        "--result-filename",
+        str(out),
     )
     assert p.returncode == 0, p.stderr
     assert "Serving Benchmark Result" in p.stdout and "Mean TTFT (ms):" in p.stdout
@@ -35,7 +57,9 @@ def test_bench_prints_vllms_table_and_saves_its_keys(tmp_path: Path) -> None:
     assert r["completed"] == 40 and r["total_output_tokens"] == 40 * 40
     assert r["total_input_tokens"] == 40 * 400  # the shared prefix sits before every input
     assert r["mean_tpot_ms"] > 0 and r["p99_ttft_ms"] >= r["median_ttft_ms"]
-    assert r["server"]["max_num_batched_tokens"] == 8192 and r["server"]["max_num_seqs"] == 1024  # vLLM, 80 GB
+    assert (
+        r["server"]["max_num_batched_tokens"] == 8192 and r["server"]["max_num_seqs"] == 1024
+    )  # vLLM, 80 GB
     assert r["provenance"]["commit"]
 
 
@@ -53,7 +77,10 @@ def test_vllms_defaults_follow_the_gpus_memory() -> None:
     [
         (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--request-rate", "fast"], "--request-rate"),
         (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--num-prompts", "0"], "--num-prompts"),
-        (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--random-range-ratio", "1.5"], "--random-range-ratio"),
+        (
+            ["--model", "llama-2-7b", "--gpu", "h100-80gb", "--random-range-ratio", "1.5"],
+            "--random-range-ratio",
+        ),
         (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--burstiness", "0"], "--burstiness"),
         (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--dtype", "int3"], "--dtype"),
         (["--model", "llama-2-7b", "--gpu", "a100-80gb", "--dtype", "fp8"], "precision"),
@@ -74,23 +101,55 @@ def test_a_users_config_json_and_gpu_file(tmp_path: Path) -> None:
     bench and through `profile derive --arch PATH --gpu FILE`, whose output loads again."""
     folder = tmp_path / "my-model"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
-        "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256, "rope_scaling": None,
-        "architectures": ["LlamaForCausalLM"],
-    }))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 2048,
+                "num_hidden_layers": 16,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "intermediate_size": 8192,
+                "vocab_size": 128256,
+                "rope_scaling": None,
+                "architectures": ["LlamaForCausalLM"],
+            }
+        )
+    )
     gpu = tmp_path / "cards.yaml"
     gpu.write_text(
         "my-card:\n  name: My PCIe card\n  generation: ada\n  memory_gib: 44\n  hbm_bandwidth_gbs: 900\n"
         "  bf16_tflops: 360\n  fp8_tflops: null\n  interconnect: pcie4\n  link_gbs: 32\n"
     )
-    p = wispsim("bench", "--model", str(folder), "--gpu", str(gpu), "-tp", "2", "--num-prompts", "20",
-                "--save-result", "--result-filename", str(tmp_path / "r.json"))
+    p = wispsim(
+        "bench",
+        "--model",
+        str(folder),
+        "--gpu",
+        str(gpu),
+        "-tp",
+        "2",
+        "--num-prompts",
+        "20",
+        "--save-result",
+        "--result-filename",
+        str(tmp_path / "r.json"),
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads((tmp_path / "r.json").read_text())["completed"] == 20
     prof = tmp_path / "mine.yaml"
-    p = wispsim("profile", "derive", "--arch", str(folder / "config.json"), "--gpu", str(gpu), "--count", "2",
-                "--out", str(prof))
+    p = wispsim(
+        "profile",
+        "derive",
+        "--arch",
+        str(folder / "config.json"),
+        "--gpu",
+        str(gpu),
+        "--count",
+        "2",
+        "--out",
+        str(prof),
+    )
     assert p.returncode == 0, p.stderr
     p = wispsim("bench", "--profile", str(prof), "--num-prompts", "10")
     assert p.returncode == 0, p.stderr
@@ -106,18 +165,43 @@ def test_run_and_bench_of_one_open_loop_workload_agree(tmp_path: Path) -> None:
     the profile's front end), which the two commands model differently (docs/profiles.md)."""
     rng = np.random.default_rng(1)
     t = np.cumsum(rng.exponential(0.5, 60))
-    pd.DataFrame({"time_s": t - t[0], "prompt_tokens": 400, "output_tokens": 64}).to_csv(tmp_path / "req.csv", index=False)
+    pd.DataFrame({"time_s": t - t[0], "prompt_tokens": 400, "output_tokens": 64}).to_csv(
+        tmp_path / "req.csv", index=False
+    )
     prof = tmp_path / "h100-7b.yaml"
-    assert wispsim("profile", "derive", "--arch", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(prof)).returncode == 0
-    p = wispsim("run", "--policy", "centralized", "--arrivals", f"requests:{tmp_path / 'req.csv'}",
-                "--set", f"server.profile={prof}", "--out", str(tmp_path / "run"))
+    assert (
+        wispsim(
+            "profile", "derive", "--arch", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(prof)
+        ).returncode
+        == 0
+    )
+    p = wispsim(
+        "run",
+        "--policy",
+        "centralized",
+        "--arrivals",
+        f"requests:{tmp_path / 'req.csv'}",
+        "--set",
+        f"server.profile={prof}",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert p.returncode == 0, p.stderr
     r = pd.read_parquet(tmp_path / "run" / "responses.parquet")
     run_tpot = float(((r.t_end - r.t_first) / (r.output_len - 1)).mean() * 1e3)
     run_ttft = float((r.t_first - r.t_start).mean() * 1e3)
-    p = wispsim("bench", "--profile", str(prof), "--dataset-path", str(tmp_path / "req.csv"),
-                "--no-enable-prefix-caching", "--no-async-scheduling", "--save-result",
-                "--result-filename", str(tmp_path / "b.json"))
+    p = wispsim(
+        "bench",
+        "--profile",
+        str(prof),
+        "--dataset-path",
+        str(tmp_path / "req.csv"),
+        "--no-enable-prefix-caching",
+        "--no-async-scheduling",
+        "--save-result",
+        "--result-filename",
+        str(tmp_path / "b.json"),
+    )
     assert p.returncode == 0, p.stderr
     b = json.loads((tmp_path / "b.json").read_text())
     assert b["completed"] == len(r) == 60
@@ -130,14 +214,30 @@ def test_vllm_serving_fields_change_a_centralized_run(tmp_path: Path) -> None:
     (workload.shared_prefix_tokens) is prefilled once, then read from the prefix cache."""
     rng = np.random.default_rng(2)
     t = np.cumsum(rng.exponential(0.5, 40))
-    pd.DataFrame({"time_s": t - t[0], "prompt_tokens": 600, "output_tokens": 32}).to_csv(tmp_path / "req.csv", index=False)
+    pd.DataFrame({"time_s": t - t[0], "prompt_tokens": 600, "output_tokens": 32}).to_csv(
+        tmp_path / "req.csv", index=False
+    )
     prof = tmp_path / "h100-7b.yaml"
-    assert wispsim("profile", "derive", "--arch", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(prof)).returncode == 0
+    assert (
+        wispsim(
+            "profile", "derive", "--arch", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(prof)
+        ).returncode
+        == 0
+    )
     frontend_ms = yaml.safe_load(prof.read_text())["roofline"]["overhead_ms"]["frontend"]
 
     def run(name: str, *sets: str) -> tuple[float, float]:
-        args = ["run", "--policy", "centralized", "--arrivals", f"requests:{tmp_path / 'req.csv'}",
-                "--set", f"server.profile={prof}", "--out", str(tmp_path / name)]
+        args = [
+            "run",
+            "--policy",
+            "centralized",
+            "--arrivals",
+            f"requests:{tmp_path / 'req.csv'}",
+            "--set",
+            f"server.profile={prof}",
+            "--out",
+            str(tmp_path / name),
+        ]
         for s in sets:
             args += ["--set", s]
         p = wispsim(*args)
@@ -163,11 +263,32 @@ def test_bench_reproduces_a_public_run_from_its_own_command_line(tmp_path: Path)
     row = public.load_runs(folder).set_index("run_id", drop=False).loc["ruiz-qwen3-32b-nospec-c4"]
     # the source publishes mean lengths (InstructCoder prompts, 200 output tokens with ignore_eos)
     p = wispsim(
-        "bench", "--model", "Qwen/Qwen3-32B", "--gpu", "h100-94gb-sxm", "--dataset-name", "random",
-        "--random-input-len", str(round(row.input_len_mean)), "--random-output-len", str(round(row.output_len_mean)),
-        "--num-prompts", str(int(row.num_prompts)), "--request-rate", "4", "--max-concurrency", "4",
-        "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192", "--no-enable-prefix-caching",
-        "--async-scheduling", "--save-result", "--result-filename", str(tmp_path / "r.json"),
+        "bench",
+        "--model",
+        "Qwen/Qwen3-32B",
+        "--gpu",
+        "h100-94gb-sxm",
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(round(row.input_len_mean)),
+        "--random-output-len",
+        str(round(row.output_len_mean)),
+        "--num-prompts",
+        str(int(row.num_prompts)),
+        "--request-rate",
+        "4",
+        "--max-concurrency",
+        "4",
+        "--max-num-seqs",
+        "1024",
+        "--max-num-batched-tokens",
+        "8192",
+        "--no-enable-prefix-caching",
+        "--async-scheduling",
+        "--save-result",
+        "--result-filename",
+        str(tmp_path / "r.json"),
     )
     assert p.returncode == 0, p.stderr
     r = json.loads((tmp_path / "r.json").read_text())

@@ -15,19 +15,34 @@ from wispsim.study.public import data_dir
 
 # the Qwen3-32B sweep on one H100 SXM5 94GB (tomasruizt/vllm-scripts): no prompt repeats or shared
 # prefixes, which a vllm bench serve result file could not describe
-RUNS = ["ruiz-qwen3-32b-nospec-c1", "ruiz-qwen3-32b-nospec-c4", "ruiz-qwen3-32b-nospec-c16", "ruiz-qwen3-32b-nospec-c64"]
+RUNS = [
+    "ruiz-qwen3-32b-nospec-c1",
+    "ruiz-qwen3-32b-nospec-c4",
+    "ruiz-qwen3-32b-nospec-c16",
+    "ruiz-qwen3-32b-nospec-c64",
+]
 
 
 def _as_vllm_result(row: pd.Series, path: Path) -> None:
     """A public run (experiments/data/public/runs.csv) in vllm bench serve's result keys."""
     n = int(row.num_prompts)
-    path.write_text(json.dumps({
-        "completed": n, "num_prompts": n, "request_rate": float(row.request_rate), "burstiness": 1.0,
-        "max_concurrency": int(row.concurrency), "total_input_tokens": int(row.input_len_mean * n),
-        "total_output_tokens": int(row.output_len_mean * n), "median_tpot_ms": row.tpot_median_ms,
-        "median_ttft_ms": row.ttft_median_ms, "mean_e2el_ms": row.e2e_mean_ms,
-        "output_throughput": row.output_throughput_tok_s,
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "completed": n,
+                "num_prompts": n,
+                "request_rate": float(row.request_rate),
+                "burstiness": 1.0,
+                "max_concurrency": int(row.concurrency),
+                "total_input_tokens": int(row.input_len_mean * n),
+                "total_output_tokens": int(row.output_len_mean * n),
+                "median_tpot_ms": row.tpot_median_ms,
+                "median_ttft_ms": row.ttft_median_ms,
+                "mean_e2el_ms": row.e2e_mean_ms,
+                "output_throughput": row.output_throughput_tok_s,
+            }
+        )
+    )
 
 
 @pytest.mark.slow
@@ -40,9 +55,24 @@ def test_calibrate_on_public_runs_reports_held_out_errors(tmp_path: Path) -> Non
         files.append(tmp_path / f"{r}.json")
         _as_vllm_result(runs.loc[r], files[-1])
     out = tmp_path / "mine.yaml"
-    p = wispsim("profile", "calibrate", *map(str, files), "--model", "Qwen/Qwen3-32B", "--gpu", "h100-94gb-sxm",
-                "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192", "--no-enable-prefix-caching",
-                "--max-prompts", "160", "--out", str(out))
+    p = wispsim(
+        "profile",
+        "calibrate",
+        *map(str, files),
+        "--model",
+        "Qwen/Qwen3-32B",
+        "--gpu",
+        "h100-94gb-sxm",
+        "--max-num-seqs",
+        "1024",
+        "--max-num-batched-tokens",
+        "8192",
+        "--no-enable-prefix-caching",
+        "--max-prompts",
+        "160",
+        "--out",
+        str(out),
+    )
     assert p.returncode == 0, p.stderr
     prof = yaml.safe_load(out.read_text())
     loo = prof["roofline"]["fit"]["leave_one_run_out_ape_pct"]
@@ -55,8 +85,28 @@ def test_calibrate_on_public_runs_reports_held_out_errors(tmp_path: Path) -> Non
 def test_calibrate_rejects_bad_result_files(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    p = wispsim("profile", "calibrate", str(bad), "--model", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(tmp_path / "o.yaml"))
+    p = wispsim(
+        "profile",
+        "calibrate",
+        str(bad),
+        "--model",
+        "llama-2-7b",
+        "--gpu",
+        "h100-80gb",
+        "--out",
+        str(tmp_path / "o.yaml"),
+    )
     assert p.returncode == 2 and "bad.json" in p.stderr and "JSON" in p.stderr
     bad.write_text(json.dumps({"completed": 10}))
-    p = wispsim("profile", "calibrate", str(bad), "--model", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(tmp_path / "o.yaml"))
+    p = wispsim(
+        "profile",
+        "calibrate",
+        str(bad),
+        "--model",
+        "llama-2-7b",
+        "--gpu",
+        "h100-80gb",
+        "--out",
+        str(tmp_path / "o.yaml"),
+    )
     assert p.returncode == 2 and "total_input_tokens" in p.stderr

@@ -14,8 +14,21 @@ from wispsim.model.physical import allreduce_ms, generation_efficiency, physical
 from wispsim.model.profiles import parse_profile
 from wispsim.paths import data_dir
 
-ASKED = ["a100-40gb", "a100-80gb", "h100-pcie", "h100-80gb", "h100-nvl", "h100-94gb-sxm", "h200", "b200",
-         "l4", "l40s", "rtx-pro-6000", "mi300x", "mi325x"]
+ASKED = [
+    "a100-40gb",
+    "a100-80gb",
+    "h100-pcie",
+    "h100-80gb",
+    "h100-nvl",
+    "h100-94gb-sxm",
+    "h200",
+    "b200",
+    "l4",
+    "l40s",
+    "rtx-pro-6000",
+    "mi300x",
+    "mi325x",
+]
 
 
 def test_every_gpu_planners_buy_is_listed_with_its_datasheet_and_interconnect() -> None:
@@ -63,8 +76,16 @@ def test_the_same_model_is_priced_by_each_generations_kernels() -> None:
 
 
 def _card(tmp_path: Path, **change: object) -> Path:
-    entry = {"name": "Mine", "generation": "ada", "memory_gib": 44, "hbm_bandwidth_gbs": 900,
-             "bf16_tflops": 360, "fp8_tflops": None, "interconnect": "pcie4", "link_gbs": 32}
+    entry = {
+        "name": "Mine",
+        "generation": "ada",
+        "memory_gib": 44,
+        "hbm_bandwidth_gbs": 900,
+        "bf16_tflops": 360,
+        "fp8_tflops": None,
+        "interconnect": "pcie4",
+        "link_gbs": 32,
+    }
     entry.update(change)
     p = tmp_path / "cards.yaml"
     p.write_text(yaml.safe_dump({"mine": entry}))

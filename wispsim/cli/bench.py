@@ -29,28 +29,70 @@ def register(app: typer.Typer) -> None:
 
 
 def bench(
-    model: Annotated[str | None, typer.Option("--model", help="A shipped architecture, a HF config.json (or its folder), or a hub id of a shipped one.")] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="A GPU in wispsim/data/gpus.yaml or a YAML file of entries in its format (FILE or FILE:KEY).")] = None,
-    tensor_parallel_size: Annotated[int, typer.Option("--tensor-parallel-size", "-tp", help="GPUs per replica.")] = 1,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="A shipped architecture, a HF config.json (or its folder), or a hub id of a shipped one.",
+        ),
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu",
+            help="A GPU in wispsim/data/gpus.yaml, or a YAML file of entries in its format (FILE, FILE:KEY).",
+        ),
+    ] = None,
+    tensor_parallel_size: Annotated[
+        int, typer.Option("--tensor-parallel-size", "-tp", help="GPUs per replica.")
+    ] = 1,
     dtype: Annotated[str, typer.Option("--dtype", help="auto (bfloat16), bfloat16 or fp8 weights.")] = "auto",
-    profile: Annotated[str | None, typer.Option("--profile", help="A measured profile (name or file) instead of --model and --gpu.")] = None,
-    dataset_name: Annotated[str, typer.Option("--dataset-name", help="random (the synthetic dataset), or give --dataset-path.")] = "random",
-    dataset_path: Annotated[Path | None, typer.Option("--dataset-path", help="CSV time_s,prompt_tokens,output_tokens (as --arrivals requests: reads); with times, they are replayed.")] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", help="A measured profile (name or file) instead of --model and --gpu."),
+    ] = None,
+    dataset_name: Annotated[
+        str, typer.Option("--dataset-name", help="random (the synthetic dataset), or give --dataset-path.")
+    ] = "random",
+    dataset_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset-path",
+            help="CSV time_s,prompt_tokens,output_tokens (as --arrivals requests: reads); times replayed.",
+        ),
+    ] = None,
     random_input_len: Annotated[int, typer.Option("--random-input-len")] = 1024,
     random_output_len: Annotated[int, typer.Option("--random-output-len")] = 128,
-    random_prefix_len: Annotated[int, typer.Option("--random-prefix-len", help="Tokens of a prefix every request shares, before its input.")] = 0,
+    random_prefix_len: Annotated[
+        int,
+        typer.Option(
+            "--random-prefix-len", help="Tokens of a prefix every request shares, before its input."
+        ),
+    ] = 0,
     random_range_ratio: Annotated[float, typer.Option("--random-range-ratio")] = 0.0,
     num_prompts: Annotated[int, typer.Option("--num-prompts")] = 1000,
-    request_rate: Annotated[str, typer.Option("--request-rate", help="Requests per second, or inf (all at once).")] = "inf",
-    burstiness: Annotated[float, typer.Option("--burstiness", help="Gamma shape of the gaps (1: Poisson).")] = 1.0,
+    request_rate: Annotated[
+        str, typer.Option("--request-rate", help="Requests per second, or inf (all at once).")
+    ] = "inf",
+    burstiness: Annotated[
+        float, typer.Option("--burstiness", help="Gamma shape of the gaps (1: Poisson).")
+    ] = 1.0,
     max_concurrency: Annotated[int | None, typer.Option("--max-concurrency")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs", help="Default: vLLM's for the GPU's memory.")] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option("--max-num-batched-tokens", help="Default: vLLM's for the GPU's memory.")] = None,
-    enable_prefix_caching: Annotated[bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching")] = True,
+    max_num_seqs: Annotated[
+        int | None, typer.Option("--max-num-seqs", help="Default: vLLM's for the GPU's memory.")
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option("--max-num-batched-tokens", help="Default: vLLM's for the GPU's memory.")
+    ] = None,
+    enable_prefix_caching: Annotated[
+        bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching")
+    ] = True,
     async_scheduling: Annotated[bool, typer.Option("--async-scheduling/--no-async-scheduling")] = True,
     gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization")] = 0.9,
-    save_result: Annotated[bool, typer.Option("--save-result", help="Write the JSON vllm bench serve writes.")] = False,
+    save_result: Annotated[
+        bool, typer.Option("--save-result", help="Write the JSON vllm bench serve writes.")
+    ] = False,
     result_filename: Annotated[Path | None, typer.Option("--result-filename")] = None,
 ) -> None:
     from wispsim.provenance import code_commit, command_line, now_iso
@@ -60,10 +102,22 @@ def bench(
     if save_result and result_filename is not None:
         check_output_file(result_filename, "--result-filename", (".json",))  # before any work
     prof = profile_of(model, gpu, tensor_parallel_size, dtype, profile)
-    client = Client(dataset_name, dataset_path, random_input_len, random_output_len, random_prefix_len,
-                    random_range_ratio, num_prompts, request_rate, burstiness, max_concurrency, seed)
-    server = Server(max_num_seqs, max_num_batched_tokens, enable_prefix_caching, async_scheduling,
-                    gpu_memory_utilization)
+    client = Client(
+        dataset_name,
+        dataset_path,
+        random_input_len,
+        random_output_len,
+        random_prefix_len,
+        random_range_ratio,
+        num_prompts,
+        request_rate,
+        burstiness,
+        max_concurrency,
+        seed,
+    )
+    server = Server(
+        max_num_seqs, max_num_batched_tokens, enable_prefix_caching, async_scheduling, gpu_memory_utilization
+    )
     with console.status(f"simulating {num_prompts} requests on {prof.name}"):
         result, _ = run_bench(prof, client, server)
     result["model_id"] = model or prof.name
@@ -81,7 +135,7 @@ def _print_table(r: dict[str, Any]) -> None:
     lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result (simulated) ", n=50, c="=")]
 
     def row(label: str, v: Any, fmt: str = "{:<10.2f}") -> None:
-        lines.append("{:<40} ".format(label) + (fmt.format(v) if v is not None else "None"))
+        lines.append(f"{label:<40} " + (fmt.format(v) if v is not None else "None"))
 
     row("Successful requests:", r["completed"], "{:<10}")
     row("Failed requests:", r["failed"], "{:<10}")
@@ -93,8 +147,12 @@ def _print_table(r: dict[str, Any]) -> None:
     row("Request throughput (req/s):", r["request_throughput"])
     row("Output token throughput (tok/s):", r["output_throughput"])
     row("Total token throughput (tok/s):", r["total_token_throughput"])
-    for name, title in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
-                        ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+    for name, title in (
+        ("ttft", "Time to First Token"),
+        ("tpot", "Time per Output Token (excl. 1st token)"),
+        ("itl", "Inter-token Latency"),
+        ("e2el", "End-to-end Latency"),
+    ):
         lines.append("{s:{c}^{n}}".format(s=title, n=50, c="-"))
         short = name.upper()
         row(f"Mean {short} (ms):", r[f"mean_{name}_ms"])
@@ -102,8 +160,12 @@ def _print_table(r: dict[str, Any]) -> None:
         row(f"P99 {short} (ms):", r[f"p99_{name}_ms"])
     if "ttft_parts_mean_ms" in r:
         lines.append("{s:{c}^{n}}".format(s="Mean TTFT by parts (simulated)", n=50, c="-"))
-        for part, label in (("frontend", "API server (front end)"), ("step_wait", "Wait for the next step"),
-                            ("queue", "Queueing (admission, token budget)"), ("prefill", "Prefill chunks")):
+        for part, label in (
+            ("frontend", "API server (front end)"),
+            ("step_wait", "Wait for the next step"),
+            ("queue", "Queueing (admission, token budget)"),
+            ("prefill", "Prefill chunks"),
+        ):
             row(f"{label} (ms):", r["ttft_parts_mean_ms"][part])
     lines.append("=" * 50)
     console.print("\n".join(lines), highlight=False, markup=False)

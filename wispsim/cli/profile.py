@@ -312,17 +312,30 @@ def derive_cmd(
 
 @profile_app.command("calibrate")
 def calibrate_cmd(
-    results: Annotated[list[Path], typer.Argument(help="vllm bench serve --save-result JSON files, one per run.")],
+    results: Annotated[
+        list[Path], typer.Argument(help="vllm bench serve --save-result JSON files, one per run.")
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Profile YAML to write.")],
-    model: Annotated[str, typer.Option("--model", help="The served model: a shipped architecture, a config.json or its folder.")],
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", help="The served model: a shipped architecture, a config.json or its folder."
+        ),
+    ],
     gpu: Annotated[str, typer.Option("--gpu", help="A GPU in gpus.yaml or a YAML file of entries.")],
     tensor_parallel_size: Annotated[int, typer.Option("--tensor-parallel-size", "-tp")] = 1,
     dtype: Annotated[str, typer.Option("--dtype", help="auto/bfloat16 or fp8.")] = "auto",
-    max_num_seqs: Annotated[int, typer.Option("--max-num-seqs", help="The server's, where a file does not say.")] = 256,
+    max_num_seqs: Annotated[
+        int, typer.Option("--max-num-seqs", help="The server's, where a file does not say.")
+    ] = 256,
     max_num_batched_tokens: Annotated[int, typer.Option("--max-num-batched-tokens")] = 2048,
-    enable_prefix_caching: Annotated[bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching")] = True,
+    enable_prefix_caching: Annotated[
+        bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching")
+    ] = True,
     async_scheduling: Annotated[bool, typer.Option("--async-scheduling/--no-async-scheduling")] = True,
-    max_prompts: Annotated[int | None, typer.Option("--max-prompts", help="Simulate each run on its first N prompts.")] = None,
+    max_prompts: Annotated[
+        int | None, typer.Option("--max-prompts", help="Simulate each run on its first N prompts.")
+    ] = None,
     name: Annotated[str | None, typer.Option(help="Profile name (default: the file's stem).")] = None,
 ) -> None:
     """Fit a physical profile's engine overheads to your own `vllm bench serve` results: prints
@@ -338,7 +351,15 @@ def calibrate_cmd(
     with progress() as prog:
         task = prog.add_task("fitting the engine's overheads (simulations)", total=None)
         over, loo = calibrate_profile(
-            results, out, model, gpu, tensor_parallel_size, dtype, server, max_prompts, name,
+            results,
+            out,
+            model,
+            gpu,
+            tensor_parallel_size,
+            dtype,
+            server,
+            max_prompts,
+            name,
             lambda n: prog.update(task, completed=n),
         )
     console.print("fitted overheads (ms): " + ", ".join(f"{k} {v:g}" for k, v in over.items()))

@@ -306,7 +306,9 @@ def load_gpu(key: str) -> GPU:
     table = _gpu_table()
     if key not in table:
         raise ConfigError(
-            "--gpu", "gpu", f"unknown GPU {key!r}; known: {', '.join(sorted(table))}, or a YAML file of entries"
+            "--gpu",
+            "gpu",
+            f"unknown GPU {key!r}; known: {', '.join(sorted(table))}, or a YAML file of entries",
         )
     return gpu_from_dict(key, table[key], "wispsim/data/gpus.yaml")
 
@@ -324,7 +326,9 @@ def _gpu_from_file(path: Path, entry: str) -> GPU:
         return gpu_from_dict(path.stem, data, src)
     if not entry:
         if len(data) > 1:
-            raise ConfigError(src, "", f"holds {len(data)} GPUs; name one as {src}:KEY ({', '.join(map(str, data))})")
+            raise ConfigError(
+                src, "", f"holds {len(data)} GPUs; name one as {src}:KEY ({', '.join(map(str, data))})"
+            )
         entry = str(next(iter(data)))
     if entry not in data:
         raise ConfigError(src, entry, f"no such entry; known: {', '.join(map(str, data))}")
@@ -346,7 +350,9 @@ def gpu_from_dict(key: str, d: Any, src: str) -> GPU:
                 raise ConfigError(src, f"{key}.{field}", f"is missing ({GPU_FIELDS[field]})")
             return None
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1e6:
-            raise ConfigError(src, f"{key}.{field}", f"got {v!r}; allowed: a positive number ({GPU_FIELDS[field]})")
+            raise ConfigError(
+                src, f"{key}.{field}", f"got {v!r}; allowed: a positive number ({GPU_FIELDS[field]})"
+            )
         return float(v)
 
     gen = d.get("generation", "hopper")

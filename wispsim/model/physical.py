@@ -175,7 +175,8 @@ def physical_profile(
             "kind": "derived",
             "rule": (
                 "roofline form (wispsim.model.roofline): architecture facts from "
-                f"architecture facts of {arch.hf_name} ({arch.name}), GPU facts ({gpu.key}: {gpu.source or 'wispsim/data/gpus.yaml'}), "
+                f"architecture facts of {arch.hf_name} ({arch.name}), "
+                f"GPU facts ({gpu.key}: {gpu.source or 'wispsim/data/gpus.yaml'}), "
                 f"kernel efficiencies of the {gpu.generation} generation (wispsim/data/efficiency.yaml), "
                 f"all-reduce latency of {gpu.interconnect} (wispsim/data/interconnects.yaml), engine "
                 f"overheads from the '{calibration_name}' calibration (wispsim/data/roofline.yaml)"
@@ -229,7 +230,9 @@ def parse_roofline(
         raise ConfigError(src, "roofline.kernels", f"must be a mapping of {', '.join(KERNELS)}")
     bad = sorted(set(kern) - set(KERNELS))
     if bad:
-        raise ConfigError(src, f"roofline.kernels.{bad[0]}", f"unknown parameter; allowed: {', '.join(KERNELS)}")
+        raise ConfigError(
+            src, f"roofline.kernels.{bad[0]}", f"unknown parameter; allowed: {', '.join(KERNELS)}"
+        )
     kn = {key: number(kern, key, src, "roofline.kernels.", minimum=0.0, maximum=KERNELS[key]) for key in kern}
     lo_p, hi_p = OVERLAP_RANGE
     overlap = math.inf  # absent: the ideal roofline (the slower of memory and math)

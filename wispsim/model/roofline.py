@@ -209,7 +209,9 @@ class Roofline(AggregateCost):
         attention = combine(
             self._kv_s * (l_cached + l_new), self._pair_s * l_new * (l_new + l_cached), self.overlap
         )
-        return (self._token_s + self._ar_token_s + self._act_s) * l_new + attention + self.request + self.arrival
+        return (
+            (self._token_s + self._ar_token_s + self._act_s) * l_new + attention + self.request + self.arrival
+        )
 
     @property
     def fastest(self) -> float:

@@ -55,20 +55,32 @@ def arch_of(model: str) -> Arch:
         if model.lower() in (a.hf_name.lower(), a.hf_name.split("/")[-1].lower()):
             return a
     raise ConfigError(
-        "--model", "model", f"unknown model {model!r}: give a config.json (or its folder), or one of {', '.join(names)}"
+        "--model",
+        "model",
+        f"unknown model {model!r}: give a config.json (or its folder), or one of {', '.join(names)}",
     )
 
 
-def physical_of(model: str, gpu: str, tp: int, dtype: str, name: str | None = None, command: str = "") -> dict[str, Any]:
+def physical_of(
+    model: str, gpu: str, tp: int, dtype: str, name: str | None = None, command: str = ""
+) -> dict[str, Any]:
     """The physical profile mapping of ``model`` on ``tp`` x ``gpu`` (flags as ``vllm serve`` takes
     them)."""
     precision = PRECISION.get(dtype)
     if precision is None:
         raise ConfigError("--dtype", "dtype", f"got {dtype!r}; allowed: {', '.join(PRECISION)}")
     if tp < 1:
-        raise ConfigError("--tensor-parallel-size", "tensor_parallel_size", f"got {tp}; allowed: an integer >= 1")
+        raise ConfigError(
+            "--tensor-parallel-size", "tensor_parallel_size", f"got {tp}; allowed: an integer >= 1"
+        )
     return physical_profile(
-        arch_of(model), load_gpu(gpu), count=tp, precision=precision, noise_sigma=0.0, name=name, command=command
+        arch_of(model),
+        load_gpu(gpu),
+        count=tp,
+        precision=precision,
+        noise_sigma=0.0,
+        name=name,
+        command=command,
     )
 
 
@@ -147,18 +159,33 @@ def check(c: Client, s: Server) -> None:
         if v < 1:
             raise ConfigError(flag, flag.lstrip("-").replace("-", "_"), f"got {v}; allowed: an integer >= 1")
     if c.random_prefix_len < 0:
-        raise ConfigError("--random-prefix-len", "random_prefix_len", f"got {c.random_prefix_len}; allowed: >= 0")
+        raise ConfigError(
+            "--random-prefix-len", "random_prefix_len", f"got {c.random_prefix_len}; allowed: >= 0"
+        )
     if not 0 <= c.random_range_ratio < 1:
-        raise ConfigError("--random-range-ratio", "random_range_ratio", f"got {c.random_range_ratio}; allowed: [0, 1)")
+        raise ConfigError(
+            "--random-range-ratio", "random_range_ratio", f"got {c.random_range_ratio}; allowed: [0, 1)"
+        )
     if not c.burstiness > 0:
         raise ConfigError("--burstiness", "burstiness", f"got {c.burstiness}; allowed: > 0")
     if c.max_concurrency is not None and c.max_concurrency < 1:
         raise ConfigError("--max-concurrency", "max_concurrency", f"got {c.max_concurrency}; allowed: >= 1")
     if c.dataset_path is None and c.dataset_name != "random":
-        raise ConfigError("--dataset-name", "dataset_name", f"got {c.dataset_name!r}; allowed: random, or give --dataset-path")
+        raise ConfigError(
+            "--dataset-name",
+            "dataset_name",
+            f"got {c.dataset_name!r}; allowed: random, or give --dataset-path",
+        )
     if not 0 < s.gpu_memory_utilization <= 1:
-        raise ConfigError("--gpu-memory-utilization", "gpu_memory_utilization", f"got {s.gpu_memory_utilization}; allowed: (0, 1]")
-    for flag, v in (("--max-num-seqs", s.max_num_seqs), ("--max-num-batched-tokens", s.max_num_batched_tokens)):
+        raise ConfigError(
+            "--gpu-memory-utilization",
+            "gpu_memory_utilization",
+            f"got {s.gpu_memory_utilization}; allowed: (0, 1]",
+        )
+    for flag, v in (
+        ("--max-num-seqs", s.max_num_seqs),
+        ("--max-num-batched-tokens", s.max_num_batched_tokens),
+    ):
         if v is not None and v < 1:
             raise ConfigError(flag, flag.lstrip("-").replace("-", "_"), f"got {v}; allowed: an integer >= 1")
 

@@ -69,6 +69,7 @@ class _Seq:
         "chunks",
         "context",
         "done",
+        "eligible",
         "first",
         "generated",
         "hit",
@@ -79,7 +80,6 @@ class _Seq:
         "rid",
         "runs",
         "scheduled",
-        "eligible",
         "submitted",
     )
 

@@ -194,7 +194,9 @@ class Device:
             runs = None if spec is None else spec.runs(stream.run, output, self.rng_accept)
             if ctx.frontend > 0:  # the API server (server.frontend): HTTP and tokenization
                 yield env.timeout(ctx.frontend)
-            done = ctx.server.submit(Generation(resp, prompt, output, env.event(), ctx.shared_hit(prompt), runs))
+            done = ctx.server.submit(
+                Generation(resp, prompt, output, env.event(), ctx.shared_hit(prompt), runs)
+            )
             # when the step that gave the first token ended; the chunks the tokens came in
             first, chunks = yield done
             # one downlink time (one jitter draw) for every token: the first and the last alike

@@ -78,16 +78,32 @@ def layers(root: Path | None = None) -> pd.DataFrame:
             continue
         km = sum(k * m for k, m in shapes.values())
         rows.append(
-            dict(gpu=GPU_OF[str(gpu)], source="vidur", model=model, tp=int(tp), n=int(n),
-                 seconds=float(d.median_ms.sum()) / 1e3, weight_bytes=2.0 * km, flops=2.0 * int(n) * km)
+            dict(
+                gpu=GPU_OF[str(gpu)],
+                source="vidur",
+                model=model,
+                tp=int(tp),
+                n=int(n),
+                seconds=float(d.median_ms.sum()) / 1e3,
+                weight_bytes=2.0 * km,
+                flops=2.0 * int(n) * km,
+            )
         )
     k = pd.read_csv(folder / "h200" / "kernels.csv")
     k = k[(k.kind == "gemm") & (k.arch != "square")]
     for (arch, tp, n), d in k.groupby(["arch", "tp", "n"]):
         km = float((d.k * d.m).sum())
         rows.append(
-            dict(gpu="h200", source="h200-recorded", model=arch, tp=int(tp), n=int(n),
-                 seconds=float(d.seconds.sum()), weight_bytes=2.0 * km, flops=2.0 * int(n) * km)
+            dict(
+                gpu="h200",
+                source="h200-recorded",
+                model=arch,
+                tp=int(tp),
+                n=int(n),
+                seconds=float(d.seconds.sum()),
+                weight_bytes=2.0 * km,
+                flops=2.0 * int(n) * km,
+            )
         )
     out = pd.DataFrame(rows)
     out["generation"] = [load_gpu(g).generation for g in out.gpu]
@@ -145,8 +161,7 @@ def fit(rows: pd.DataFrame) -> Fit:
 
 def ape(rows: pd.DataFrame, f: Fit) -> pd.Series:
     t = predict(rows, f.bandwidth, f.compute, f.overlap, f.kernel_us * 1e-6)
-    return pd.Series(np.abs(t / rows.seconds.to_numpy() - 1) * 100,
-                     index=rows.index)
+    return pd.Series(np.abs(t / rows.seconds.to_numpy() - 1) * 100, index=rows.index)
 
 
 def fit_elementwise(e: pd.DataFrame, e_bw: dict[str, float]) -> tuple[float, float, float]:
@@ -176,11 +191,16 @@ def leave_one_gpu_out(rows: pd.DataFrame) -> pd.DataFrame:
             others, basis = rows[rows.gpu != gpu], f"all other GPUs ({gen} has no other)"
         held = fit(others)
         out.append(
-            dict(gpu=gpu, generation=gen, rows=len(mine), sources=",".join(sorted(set(mine.source))),
-                 in_sample_median_ape_pct=round(float(ape(mine, own).median()), 1),
-                 held_out_median_ape_pct=round(float(ape(mine, held).median()), 1),
-                 held_out_p90_ape_pct=round(float(ape(mine, held).quantile(0.9)), 1),
-                 held_out_fit=basis)
+            dict(
+                gpu=gpu,
+                generation=gen,
+                rows=len(mine),
+                sources=",".join(sorted(set(mine.source))),
+                in_sample_median_ape_pct=round(float(ape(mine, own).median()), 1),
+                held_out_median_ape_pct=round(float(ape(mine, held).median()), 1),
+                held_out_p90_ape_pct=round(float(ape(mine, held).quantile(0.9)), 1),
+                held_out_fit=basis,
+            )
         )
     return pd.DataFrame(out)
 
@@ -191,9 +211,14 @@ def leave_one_source_out(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for src, mine in hop.groupby("source"):
         f = fit(hop[hop.source != src])
-        out.append(dict(held_out_source=src, fitted_on=",".join(sorted(set(hop[hop.source != src].source))),
-                        median_ape_pct=round(float(ape(mine, f).median()), 1),
-                        p90_ape_pct=round(float(ape(mine, f).quantile(0.9)), 1)))
+        out.append(
+            dict(
+                held_out_source=src,
+                fitted_on=",".join(sorted(set(hop[hop.source != src].source))),
+                median_ape_pct=round(float(ape(mine, f).median()), 1),
+                p90_ape_pct=round(float(ape(mine, f).quantile(0.9)), 1),
+            )
+        )
     return pd.DataFrame(out)
 
 
@@ -207,13 +232,18 @@ def main(argv: list[str] | None = None) -> int:
     print(pd.DataFrame({g: vars(f) for g, f in gens.items()}).T.to_string())
     print(loo.to_string(index=False))
     print(los.to_string(index=False))
-    print(f"elementwise: floor {floor * 1e6:.1f} us per layer, {act:.2f} activation passes, median APE {e_err:.1f}%")
+    print(
+        f"elementwise: floor {floor * 1e6:.1f} us per layer, {act:.2f} activation passes, "
+        f"median APE {e_err:.1f}%"
+    )
     if argv and "--write" in argv:
         write(gens, floor, act, e_err, loo, los)
     return 0
 
 
-def write(gens: dict[str, Fit], floor: float, act: float, e_err: float, loo: pd.DataFrame, los: pd.DataFrame) -> None:
+def write(
+    gens: dict[str, Fit], floor: float, act: float, e_err: float, loo: pd.DataFrame, los: pd.DataFrame
+) -> None:
     path = package_data() / "efficiency.yaml"
     old = yaml.safe_load(path.read_text()) if path.exists() else {}
     table = {}
@@ -245,8 +275,8 @@ def write(gens: dict[str, Fit], floor: float, act: float, e_err: float, loo: pd.
         "# Kernel efficiencies per GPU generation (the roofline's bandwidth, compute, overlap), fitted by\n"
         "# `python -m wispsim.study.gpu_kernels --write` on experiments/data/gpu (Vidur's public A100, A40\n"
         "# and H100 profiles, MIT; an H200 recorded here). Generations with no data inherit, and say so.\n"
-        f"# Written {dt.date.today().isoformat()}; attention figures and `inherits` entries are kept from the\n"
-        "# previous file (their basis is written beside them).\n"
+        f"# Written {dt.date.today().isoformat()}; attention figures and `inherits` entries are kept\n"
+        "# from the previous file (their basis is written beside them).\n"
     )
     path.write_text(header + yaml.safe_dump(table, sort_keys=False, width=100))
     print(f"wrote {path}")

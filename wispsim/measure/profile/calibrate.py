@@ -58,7 +58,6 @@ def _num(d: dict[str, Any], key: str, src: str, *, required: bool = True) -> flo
 def read_result(path: Path, server: dict[str, Any], max_prompts: int | None = None) -> Result:
     """A result file and the server flags it ran with (the file's ``server`` mapping first)."""
     from wispsim.study.bench import BenchRun
-
     from wispsim.tabular import read_json
 
     src = str(path)
@@ -147,7 +146,9 @@ def leave_one_out(
     for i, r in enumerate(results):
         rest = [x for j, x in enumerate(results) if j != i]
         over = fit(profile_data, rest, progress) if rest else dict(profile_data["roofline"]["overhead_ms"])
-        rows.append({"run": Path(r.path).name, **{k: round(v, 1) for k, v in errors(profile_data, r, over).items()}})
+        rows.append(
+            {"run": Path(r.path).name, **{k: round(v, 1) for k, v in errors(profile_data, r, over).items()}}
+        )
     return rows
 
 
@@ -170,7 +171,10 @@ def calibrate(
     data["roofline"]["fit"] = {
         "by": "wispsim profile calibrate",
         "results": [str(p) for p in results],
-        "fitted": "engine overheads (step, request, arrival, frontend); kernel efficiencies are the GPU generation's",
+        "fitted": (
+            "engine overheads (step, request, arrival, frontend); "
+            "kernel efficiencies are the GPU generation's"
+        ),
         "leave_one_run_out_ape_pct": loo,
     }
     data["provenance"] = {

@@ -25,7 +25,6 @@ derived profiles are optimistic. Peak-ratio scaling between GPU generations is o
 from __future__ import annotations
 
 import shlex
-
 from typing import Any
 
 import yaml
@@ -259,7 +258,8 @@ def roofline_named(
     precision = {"bfloat16": "bf16", "float8": "fp8"}.get(dtype, dtype)
     kv = {"bfloat16": "bf16", "float8": "fp8"}.get(kv_dtype, kv_dtype)
     cmd = (
-        f"wispsim profile derive --form roofline --arch {shlex.quote(arch)} --gpu {shlex.quote(gpu)} --count {count} "
+        f"wispsim profile derive --form roofline --arch {shlex.quote(arch)} --gpu {shlex.quote(gpu)} "
+        f"--count {count} "
         f"--dtype {precision} --kv-dtype {kv} --out profiles/{name}.yaml"
     )
     return physical_profile(

@@ -159,11 +159,15 @@ def _ttft_parts(runs: pd.DataFrame, folder: str, params: dict[str, Any]) -> pd.D
     """Each deployment's lightest run (lowest concurrency or rate) and the one after it, with
     real mean TTFT and the simulated mean TTFT by its parts."""
     rows = []
-    for group, g in runs.groupby("group", sort=False):
+    for _, g in runs.groupby("group", sort=False):
         load = g.concurrency.fillna(g.request_rate).fillna(1e9)
         for _, row in g.loc[load.sort_values(kind="stable").index[:2]].iterrows():
             real = row.get("ttft_mean_ms")
-            if not isinstance(real, float) or not real > 0 or "ttft" in str(row.get("excluded_metrics") or ""):
+            if (
+                not isinstance(real, float)
+                or not real > 0
+                or "ttft" in str(row.get("excluded_metrics") or "")
+            ):
                 continue
             f = public.simulate_run(row, folder, params)
             rows.append(

@@ -98,7 +98,9 @@ def study_requests(ctx: Context) -> Section:
     table = pd.DataFrame(rows)
     table.to_csv(ctx.out / "violation.csv", index=False)
     need = []
-    for (trace, profile, policy, cls), g in table.groupby(["trace", "profile", "policy", "class"], sort=False):
+    for (trace, profile, policy, cls), g in table.groupby(
+        ["trace", "profile", "policy", "class"], sort=False
+    ):
         ok = g[g.violation_rate <= eps].replicas
         need.append(
             {
