@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from wispsim.analysis.token_latency import TOKEN_LATENCY_COLUMNS
+
 DIR = Path(__file__).resolve().parents[2] / "experiments" / "data" / "public"
+# the figures copied: vllm bench serve's latencies (as analysis.token_latency names them) and throughputs
+FIGURES = [c for c in TOKEN_LATENCY_COLUMNS if c != "output_throughput_tps"] + [
+    "output_throughput_tok_s",
+    "request_throughput",
+    "duration_s",
+]
 ARCH = {"Qwen/Qwen3-14B": "qwen3-14b", "Qwen/Qwen3-32B": "qwen3-32b", "Qwen/Qwen2-7B-Instruct": "qwen2-7b"}
 
 
@@ -72,26 +80,7 @@ def main() -> None:
                 "input_len_mean": c.input_len_mean,
                 "output_len_mean": c.output_len_mean,
                 "spec_method": "none",
-                **{
-                    k: getattr(c, k)
-                    for k in (
-                        "ttft_mean_ms",
-                        "ttft_median_ms",
-                        "ttft_p99_ms",
-                        "tpot_mean_ms",
-                        "tpot_median_ms",
-                        "tpot_p99_ms",
-                        "itl_mean_ms",
-                        "itl_median_ms",
-                        "itl_p99_ms",
-                        "e2e_mean_ms",
-                        "e2e_median_ms",
-                        "e2e_p99_ms",
-                        "output_throughput_tok_s",
-                        "request_throughput",
-                        "duration_s",
-                    )
-                },
+                **{k: getattr(c, k) for k in FIGURES},
                 "num_failed": (c.num_prompts - c.completed) if pd.notna(c.completed) else 0,
                 "notes": f"{c.licence}; {c.notes}",
             }

@@ -158,6 +158,31 @@ def test_a_users_config_json_and_gpu_file(tmp_path: Path) -> None:
     assert p.returncode == 2 and "my-card.interconnect" in p.stderr and "pcie4" in p.stderr
 
 
+def _h100_7b(tmp_path: Path) -> Path:
+    """A physical Llama-2-7B profile on one H100, derived into ``tmp_path``."""
+    prof = tmp_path / "h100-7b.yaml"
+    args = ["--arch", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(prof)]
+    assert wispsim("profile", "derive", *args).returncode == 0
+    return prof
+
+
+def _centralized_run(tmp_path: Path, prof: Path, name: str) -> list[str]:
+    """`wispsim run` of tmp_path/req.csv's requests under centralized serving on ``prof``."""
+    arrivals = f"requests:{tmp_path / 'req.csv'}"
+    out = str(tmp_path / name)
+    return [
+        "run",
+        "--policy",
+        "centralized",
+        "--arrivals",
+        arrivals,
+        "--set",
+        f"server.profile={prof}",
+        "--out",
+        out,
+    ]
+
+
 def test_run_and_bench_of_one_open_loop_workload_agree(tmp_path: Path) -> None:
     """The same requests at the same times on the same profile: `wispsim run --policy centralized`
     and `wispsim bench --dataset-path`. Per-token latency is the server's alone and agrees; TTFT
@@ -168,24 +193,8 @@ def test_run_and_bench_of_one_open_loop_workload_agree(tmp_path: Path) -> None:
     pd.DataFrame({"time_s": t - t[0], "prompt_tokens": 400, "output_tokens": 64}).to_csv(
         tmp_path / "req.csv", index=False
     )
-    prof = tmp_path / "h100-7b.yaml"
-    assert (
-        wispsim(
-            "profile", "derive", "--arch", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(prof)
-        ).returncode
-        == 0
-    )
-    p = wispsim(
-        "run",
-        "--policy",
-        "centralized",
-        "--arrivals",
-        f"requests:{tmp_path / 'req.csv'}",
-        "--set",
-        f"server.profile={prof}",
-        "--out",
-        str(tmp_path / "run"),
-    )
+    prof = _h100_7b(tmp_path)
+    p = wispsim(*_centralized_run(tmp_path, prof, "run"))
     assert p.returncode == 0, p.stderr
     r = pd.read_parquet(tmp_path / "run" / "responses.parquet")
     run_tpot = float(((r.t_end - r.t_first) / (r.output_len - 1)).mean() * 1e3)
@@ -217,27 +226,11 @@ def test_vllm_serving_fields_change_a_centralized_run(tmp_path: Path) -> None:
     pd.DataFrame({"time_s": t - t[0], "prompt_tokens": 600, "output_tokens": 32}).to_csv(
         tmp_path / "req.csv", index=False
     )
-    prof = tmp_path / "h100-7b.yaml"
-    assert (
-        wispsim(
-            "profile", "derive", "--arch", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(prof)
-        ).returncode
-        == 0
-    )
+    prof = _h100_7b(tmp_path)
     frontend_ms = yaml.safe_load(prof.read_text())["roofline"]["overhead_ms"]["frontend"]
 
     def run(name: str, *sets: str) -> tuple[float, float]:
-        args = [
-            "run",
-            "--policy",
-            "centralized",
-            "--arrivals",
-            f"requests:{tmp_path / 'req.csv'}",
-            "--set",
-            f"server.profile={prof}",
-            "--out",
-            str(tmp_path / name),
-        ]
+        args = _centralized_run(tmp_path, prof, name)
         for s in sets:
             args += ["--set", s]
         p = wispsim(*args)

@@ -84,29 +84,13 @@ def test_calibrate_on_public_runs_reports_held_out_errors(tmp_path: Path) -> Non
 
 def test_calibrate_rejects_bad_result_files(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    p = wispsim(
-        "profile",
-        "calibrate",
-        str(bad),
-        "--model",
-        "llama-2-7b",
-        "--gpu",
-        "h100-80gb",
-        "--out",
-        str(tmp_path / "o.yaml"),
-    )
+
+    def calibrate(text: str):  # type: ignore[no-untyped-def]
+        bad.write_text(text)
+        args = ["--model", "llama-2-7b", "--gpu", "h100-80gb", "--out", str(tmp_path / "o.yaml")]
+        return wispsim("profile", "calibrate", str(bad), *args)
+
+    p = calibrate("{not json")
     assert p.returncode == 2 and "bad.json" in p.stderr and "JSON" in p.stderr
-    bad.write_text(json.dumps({"completed": 10}))
-    p = wispsim(
-        "profile",
-        "calibrate",
-        str(bad),
-        "--model",
-        "llama-2-7b",
-        "--gpu",
-        "h100-80gb",
-        "--out",
-        str(tmp_path / "o.yaml"),
-    )
+    p = calibrate(json.dumps({"completed": 10}))
     assert p.returncode == 2 and "total_input_tokens" in p.stderr
