@@ -203,18 +203,14 @@ ROOFLINE_OVERHEAD_MAX_MS = 1000.0
 
 
 def parse_roofline(
-    sec: Any,
-    src: str,
-    hw: dict[str, Any],
-    arch_name: str | None,
-    weight_bytes_total: float,
-    kv_dtype_bytes: int,
-    precision: str,
-    arch_config: Any = None,
+    data: dict[str, Any], src: str, hw: dict[str, Any], model: Any, precision: str
 ) -> Roofline | None:
     """A profile's ``roofline`` section: the physical form's fitted parameters, on the hardware
     and the architecture the profile names (``model.arch``, ``hardware.*``), or None without one.
     The profile's weight bytes must be the architecture's at the precision."""
+    sec = data.get("roofline")
+    arch_name, weight_bytes_total, kv_dtype_bytes = model.arch, model.weight_bytes, model.kv_dtype_bytes
+    arch_config = (data.get("model") or {}).get("config")  # an architecture the package does not ship
     if sec is None:
         return None
     if not isinstance(sec, dict):

@@ -342,16 +342,7 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
     hw = section(data, "hardware", src)
     model = _model(data, src)
     precision = str(data.get("precision", "bf16"))
-    roofline = parse_roofline(
-        data.get("roofline"),
-        src,
-        hw,
-        model.arch,
-        model.weight_bytes,
-        model.kv_dtype_bytes,
-        precision,
-        (data.get("model") or {}).get("config"),
-    )
+    roofline = parse_roofline(data, src, hw, model, precision)
     if "coefficients" in data or roofline is None:
         values, ci95 = _coefficients(data, src)
         estimator: CostModel = _estimator(values, DEFAULT_FORM)
