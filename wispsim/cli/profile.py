@@ -9,7 +9,7 @@ profile for another model or GPU by scaling; ``show`` and ``list`` read the ship
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import pandas as pd
 import typer
@@ -250,7 +250,12 @@ def fit_cmd(
             command=command_line(),
             forms=names,
         )
-    _print_fit(res, prof, out)
+    from wispsim.measure.profile.text import fit_summary
+
+    coefficients, title, lines = fit_summary(res, prof, out)
+    console.print(table(coefficients, title))
+    for line in lines:
+        console.print(line)
 
 
 @profile_app.command("derive")
@@ -282,6 +287,7 @@ def derive_cmd(
     import yaml
 
     from wispsim.measure.profile.derive import derive_named, render
+    from wispsim.measure.profile.text import estimator_line
     from wispsim.model.profiles import parse_profile
 
     check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
@@ -303,7 +309,7 @@ def derive_cmd(
     with writing("--out", out):
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
-    what = _form_line(p)
+    what = estimator_line(p)
     console.print(
         f"{out}: {what}; "
         f"KV cache at 0.9 utilization, 1.5 GiB reserve/GPU: {p.kv_capacity_tokens(0.9, 1.5)} tokens"
@@ -395,6 +401,7 @@ def profile_show(
     name: Annotated[str, typer.Argument(help="Profile name or path.")] = "a100-qwen3-32b",
 ) -> None:
     """Print a profile's coefficients, memory facts and provenance."""
+    from wispsim.measure.profile.text import coefficient_table, estimator_line, provenance_line
     from wispsim.model.estimator import LINEAR_FORMS
     from wispsim.model.profiles import load_profile
 
@@ -402,9 +409,9 @@ def profile_show(
     title = f"profile {p.name} ({p.provenance.get('kind')}, {p.estimator.form} form)"
     if p.estimator.form in LINEAR_FORMS:
         coef = {k: getattr(p.estimator, k) for k in ("a", "b_compute", "b_read", "c")}
-        console.print(table(_coefficients(coef, p.ci95), title, left=("coefficient",)))
+        console.print(table(coefficient_table(coef, p.ci95), title, left=("coefficient",)))
     else:
-        console.print(f"{title}: {_form_line(p)}")
+        console.print(f"{title}: {estimator_line(p)}")
     m = p.model
     console.print(
         f"hardware: {p.gpu_count}x {p.gpu} ({p.gpu_memory_gib:g} GiB), engine {p.engine}, {p.precision}\n"
@@ -412,7 +419,7 @@ def profile_show(
         f"weights {m.weight_bytes / 1e9:.1f} GB\n"
         f"KV cache at 0.9 utilization, 1.5 GiB reserve: {p.kv_capacity_tokens(0.9, 1.5)} tokens\n"
         f"noise sigma: {p.noise_sigma:g}\nprovenance: {p.provenance.get('kind')}: "
-        f"{_provenance_line(p.provenance)}"
+        f"{provenance_line(p.provenance)}"
     )
 
 
@@ -423,68 +430,3 @@ def profile_list() -> None:
 
     for name in available_profiles():
         typer.echo(name)
-
-
-def _finite(v: Any) -> bool:
-    """A number that is not NaN (a fit metric of an empty split is None or NaN)."""
-    return isinstance(v, int | float) and v == v
-
-
-def _form_line(p: Any) -> str:
-    """The estimator in one line: the coefficients, or the roofline's parameters and two passes."""
-    from wispsim.model.estimator import LINEAR_FORMS
-
-    e = p.estimator
-    if e.form in LINEAR_FORMS:
-        return f"a={e.a:.4g} b_compute={e.b_compute:.4g} b_read={e.b_read:.4g} c={e.c:.4g}"
-    decode = e.batch(1, 501, 500, 1, 0) * 1e3
-    floor = e.floor(1, 501, 500) * 1e3
-    return (
-        f"roofline: efficiency bandwidth {e.bandwidth_eff:.3g}, compute {e.compute_eff:.3g}; overheads step "
-        f"{e.step * 1e3:.3g} ms, request {e.request * 1e3:.3g} ms, arrival {e.arrival * 1e3:.3g} ms, "
-        f"front end {e.frontend * 1e3:.3g} ms; one decode over 500 cached tokens {decode:.1f} ms "
-        f"(physical floor {floor:.1f} ms)"
-    )
-
-
-def _coefficients(coef: dict[str, float], ci95: dict[str, Any]) -> pd.DataFrame:
-    """Coefficient, value and 95% interval as printed text, one row per coefficient."""
-    rows = []
-    for k, v in coef.items():
-        ci = ci95.get(k)
-        rows.append((k, f"{v:.4g}", f"[{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "-"))
-    return pd.DataFrame(rows, columns=["coefficient", "value", "95% CI"])
-
-
-def _provenance_line(prov: dict[str, Any]) -> str:
-    text = prov.get("citation") or prov.get("rule") or prov.get("data") or ""
-    return " ".join(str(text).split())
-
-
-def _print_fit(res: Any, prof: dict[str, Any], out: Path) -> None:
-    """A fit's coefficients, its train/test scores and every other form's, and where it went."""
-    console.print(table(_coefficients(res.coef, res.ci95), f"profile {prof['name']} ({res.method})"))
-    tr, te = res.train, res.test
-    tested = _finite(te.get("r2"))
-    held_out = (
-        f"test {te['r2']:.4f}"
-        if tested
-        else "test: none (the recording has no held-out rows: an interrupted `profile record`? "
-        "nothing checks this fit)"
-    )
-    mape = f", test {te['mape_pct']:.2f}%" if _finite(te.get("mape_pct")) else ""
-    console.print(
-        f"R^2 train {tr['r2']:.4f}, {held_out}; MAPE train {tr['mape_pct']:.2f}%{mape}; "
-        f"{res.cv['folds']}-fold CV R^2 {res.cv['r2_mean']:.4f}"
-    )
-    if res.note:
-        console.print(f"note: {res.note}")
-    for name, section in (prof.get("forms") or {}).items():
-        f = section["fit"]
-        r2, mape_t = f["r2"]["test"], f["mape_pct"]["test"]
-        scores = f"R^2 test {r2}, MAPE test {mape_t}%" if _finite(r2) else "no held-out rows to score it"
-        console.print(
-            f"form {name}: {scores} (in the profile under forms.{name}; scenarios pick it with "
-            "server.estimator_form)"
-        )
-    console.print(f"profile: {out}; report: {out.with_name(out.stem + '.report.md')}")
