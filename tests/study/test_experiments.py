@@ -41,6 +41,11 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "*.png", "errors.csv", "summary.csv", "section.md", "run.json", "calibration.yaml"
         ),
     )
+    # the round-cost study reads the benchmark's measurements (benchmarks/vllm/round_cost.py)
+    cost = work / "experiments" / "data" / "round-cost"
+    cost.mkdir(parents=True)
+    for f in ("cpu.csv", "cpu.json", "api.csv", "api-load.csv", "api.json"):
+        shutil.copyfile(ROOT / "experiments" / "data" / "round-cost" / f, cost / f)
     mp = pytest.MonkeyPatch()
     mp.chdir(work)
     try:

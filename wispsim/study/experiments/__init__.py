@@ -14,7 +14,8 @@ The study kinds: capacity, mix, acceptance and estimator (:mod:`.capacity_studie
 searches resume from stored points, and the section header says which git commit computed the
 points it shows), bursty, ablation and attribution (:mod:`.run_studies`; whole runs, simulated
 again on a rerun), requests (:mod:`.requests_study`: production request traces per replica
-count). Their figures are drawn by :mod:`wispsim.plots`.
+count), round-cost (:mod:`.round_cost_study`: vLLM's cost of a verification round by its
+parts). Their figures are drawn by :mod:`wispsim.plots`.
 """
 
 # Importing the study modules registers their kinds in STUDIES (spec.py checks names against it).
@@ -23,6 +24,7 @@ from wispsim.study.experiments import (  # noqa: F401
     public_sd_study,
     public_study,
     requests_study,
+    round_cost_study,
     run_studies,
     validation_scale_study,
     validation_study,

@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 
 from wispsim.errors import ConfigError
-from wispsim.model.physical import calibration
+from wispsim.model.physical import calibration, generation_efficiency
 from wispsim.paths import data_dir as package_data
 from wispsim.plots import public_tpot
 from wispsim.study import public
@@ -213,6 +213,13 @@ def study_public(ctx: Context) -> Section:
         variants.append((str(alt["name"]), alt_params, public.summary(alt_errors)))
     fig = public_tpot(errors, ctx.out / "public_tpot.png")
 
+    gens = {g: generation_efficiency(g) for g in ("ampere", "hopper")}
+    kernels = "; ".join(
+        f"{g.capitalize()}: bandwidth {e['bandwidth']:.2f}, compute {e['compute']:.2f}, overlap "
+        f"{e['overlap']:.2f}, {e['kernel_us']:.1f} us per matmul kernel"
+        for g, e in gens.items()
+    )
+    floor = gens["hopper"]["elementwise_floor_us"]
     sec = Section(spec.get("title", "Public GPU measurements"))
     sec.body += [
         f"{len(runs)} public runs ({runs.group.nunique()} deployments; data and provenance: "
@@ -220,9 +227,9 @@ def study_public(ctx: Context) -> Section:
         f"architecture, GPU, TP and precision. Calibration runs ({len(cal_ids)}): "
         + ", ".join(f"`{r}`" for r in cal_ids)
         + ". The kernel efficiencies are not fitted here: they are each GPU generation's, measured at "
-        "kernel level (`wispsim/data/efficiency.yaml`, `python -m wispsim.study.gpu_kernels`; Hopper: "
-        "bandwidth 0.89, compute 0.59, overlap 2.8, 5.2 us per matmul kernel, elementwise floor 18 us "
-        "per layer). Fitted engine overheads (ms; the all-reduce latency is the interconnect's):",
+        f"kernel level (`wispsim/data/efficiency.yaml`, `python -m wispsim.study.gpu_kernels`; {kernels}; "
+        f"elementwise floor {floor:.0f} us per layer). Fitted engine overheads (ms; the all-reduce "
+        "latency is the interconnect's):",
         "",
     ]
     rows = []

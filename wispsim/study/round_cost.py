@@ -1,0 +1,148 @@
+"""What a verification round costs the serving host's CPU, from ``benchmarks/vllm/round_cost.py``.
+
+The benchmark times vLLM's V1 engine by its parts (one row per round; its docstring names the
+parts) for three kinds of work: a re-submitted verification round (``resubmit``), a round of a
+session-resident verifier (``resident``) and a running sequence's decode step (``running``). This
+module reads that CSV, groups the parts by the process that does them in ``vllm serve``:
+
+- ``api``: ``input`` + ``output`` (the API server process: checking the prompt, building the
+  request; turning engine outputs into responses);
+- ``engine``: ``request`` + ``hash`` + ``enqueue`` + ``lookup`` + ``allocate`` + ``schedule`` +
+  ``update`` + ``rollback`` (the engine core's scheduler side);
+- ``runner``: ``prepare`` (the model runner's CPU work before a forward pass);
+- ``forward``: the forward pass and sampling (the GPU's work on a GPU host; on the CPU backend,
+  CPU time of a tiny model, reported and never used as a GPU cost),
+
+and fits each CPU group with one linear model over every kind, prefix length and batch size::
+
+    ms = step * steps + request * R + arrival * new_requests + session * resumed + token * hashed
+
+where a step schedules R requests, ``new_requests`` is how many arrived as new requests (every
+re-submitted round), ``resumed`` how many resident sessions took a round, and ``hashed`` the
+prompt tokens the engine core hashed (a new request: its whole prompt; a resident or running
+one: only its new tokens). Those are the terms the simulator's host CPU model charges.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from wispsim.errors import ConfigError
+from wispsim.tabular import numeric_column, read_table
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "api": ("input", "output"),
+    "engine": ("request", "hash", "enqueue", "lookup", "allocate", "schedule", "update", "rollback"),
+    "runner": ("prepare",),
+    "forward": ("forward",),
+}
+PARTS = tuple(p for parts in GROUPS.values() for p in parts)
+KINDS = ("resubmit", "resident", "running")
+TERMS = ("step", "request", "arrival", "session", "token")
+COLUMNS = ("kind", "prefix", "batch", "round", "k", "wall", *PARTS, "tokens", "steps", "new")
+
+
+def load(path: Path) -> pd.DataFrame:
+    """The benchmark's rows, checked: the columns it writes and its three kinds."""
+    src = str(path)
+    df = read_table(path, kind="csv", columns=COLUMNS)
+    bad = sorted(set(df["kind"].astype(str)) - set(KINDS))
+    if bad:
+        raise ConfigError(src, "kind", f"{bad[0]!r} is not one of {', '.join(KINDS)}")
+    for c in ("prefix", "batch", "round", "k", "tokens", "steps", "new"):
+        df[c] = numeric_column(df, c, src, integer=True, lo=0)
+    for c in ("wall", *PARTS):
+        df[c] = numeric_column(df, c, src, lo=-1e-3)  # exclusive times: clock jitter may dip below 0
+    if (df["batch"] < 1).any():
+        raise ConfigError(src, "batch", "must be >= 1")
+    return df
+
+
+def features(df: pd.DataFrame) -> pd.DataFrame:
+    """The fit's regressors per row (module docs)."""
+    resub, resident = df["kind"] == "resubmit", df["kind"] == "resident"
+    per = df["new"] / df["batch"]  # the tokens a round brings
+    return pd.DataFrame(
+        {
+            "step": df["steps"].astype(float),
+            "request": df["batch"].astype(float) * df["steps"],
+            "arrival": df["batch"].where(resub, 0).astype(float),
+            "session": df["batch"].where(resident, 0).astype(float),
+            "token": np.where(resub, df["batch"] * (df["prefix"] + per), df["new"]).astype(float),
+        },
+        index=df.index,
+    )
+
+
+def grouped(df: pd.DataFrame) -> pd.DataFrame:
+    """Milliseconds per group (``api``, ``engine``, ``runner``, ``forward``) and the round's wall."""
+    out = pd.DataFrame({g: df[list(parts)].sum(axis=1) * 1e3 for g, parts in GROUPS.items()}, index=df.index)
+    out["wall"] = df["wall"] * 1e3
+    return out
+
+
+def fit(df: pd.DataFrame, group: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Non-negative least squares of one group's ms on :func:`features`; returns the coefficients
+    (ms per unit) and the fit's R^2 and median absolute percentage error over the rows."""
+    from scipy.optimize import nnls
+
+    x = features(df)
+    y = grouped(df)[group].to_numpy()
+    cols = [c for c in TERMS if x[c].abs().sum() > 0]
+    coef, _ = nnls(x[cols].to_numpy(), y)
+    pred = x[cols].to_numpy() @ coef
+    r2 = 1 - float(np.sum((y - pred) ** 2) / np.sum((y - y.mean()) ** 2))
+    ape = float(np.median(np.abs(pred - y) / np.maximum(y, 1e-9)) * 100)
+    return {c: float(coef[cols.index(c)]) if c in cols else 0.0 for c in TERMS}, {"r2": r2, "mape_pct": ape}
+
+
+def per_round(df: pd.DataFrame) -> pd.DataFrame:
+    """Median milliseconds per round (per sequence for ``running``) by kind, batch and prefix:
+    every group, the recomputed tail (tokens forwarded beyond the round's new ones)."""
+    g = grouped(df).div(df["batch"], axis=0)
+    g["tail"] = (df["tokens"] - df["new"]) / df["batch"]
+    g[["kind", "batch", "prefix"]] = df[["kind", "batch", "prefix"]]
+    return g.groupby(["kind", "batch", "prefix"], sort=False).median().reset_index()
+
+
+def summary(path: Path, warm: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The per-round table and the fitted coefficients of every CPU group (rows: group; columns:
+    the terms in ms, R^2, MAPE), over rounds past the first ``warm`` of each configuration."""
+    df = load(path)
+    df = df[df["round"] >= warm]
+    fits = []
+    for group in ("api", "engine", "runner"):
+        coef, score = fit(df, group)
+        fits.append({"group": group, **coef, **score})
+    return per_round(df), pd.DataFrame(fits)
+
+
+API_COLUMNS = ("prefix", "round", "k", "tokens", "client", "e2e")
+LOAD_COLUMNS = ("concurrency", "prefix", "rounds", "wall_s", "rounds_per_s", "mean_ms", "p50_ms", "p90_ms")
+
+
+def api_summary(path: Path, warm: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``benchmarks/vllm/api_cost.py``'s two tables: per prefix, the median client latency of a
+    re-submitted round through ``vllm serve`` and the server's own end-to-end latency (ms), and
+    the load table (rounds per second and latency at each concurrency) as measured."""
+    src = str(path)
+    df = read_table(path, kind="csv", columns=API_COLUMNS)
+    for c in ("prefix", "round", "k", "tokens"):
+        df[c] = numeric_column(df, c, src, integer=True, lo=0)
+    df["client"] = numeric_column(df, "client", src, lo=0)
+    df["e2e"] = numeric_column(df, "e2e", src, lo=0, allow_empty=True)
+    df = df[df["round"] >= warm]
+    serial = (
+        df.assign(client=df["client"] * 1e3, e2e=df["e2e"] * 1e3, http=(df["client"] - df["e2e"]) * 1e3)
+        .groupby("prefix")[["client", "e2e", "http"]]
+        .median()
+        .reset_index()
+    )
+    lpath = path.with_name(path.stem + "-load.csv")
+    load = read_table(lpath, kind="csv", columns=LOAD_COLUMNS)
+    for c in LOAD_COLUMNS:
+        load[c] = numeric_column(load, c, str(lpath), lo=0)
+    return serial, load
