@@ -24,6 +24,7 @@ from pathlib import Path
 
 from wispsim.config import DeviceGroup, FieldError, Scenario, parse_set
 from wispsim.config.limits import MAX_ARRIVAL_RATE, MAX_REPLICAS, MAX_SEED
+from wispsim.config.schema import POLICY_NAMES
 from wispsim.errors import ConfigError
 from wispsim.sim.arrivals import driven_by_trace
 from wispsim.sim.router import ROUTERS
@@ -95,7 +96,13 @@ def resolve(
     """The scenario a command runs, checked once (see the module text). ``base`` is a scenario
     mapping the file is merged over (a replay log's, a validation's); ``source`` names it."""
     options = options or Options()
-    sc = apply_options(load(file, sets, base=base, source=source), options)
+    overrides = parse_set(sets or [])
+    if options.policy is not None and options.policy in POLICY_NAMES:
+        # the policy --policy chooses is the one whose preset the file and --set are checked
+        # against (an unknown name is refused by apply_options, naming --policy)
+        overrides = {**overrides, "policy": options.policy}
+    sc = load_scenario(file, overrides, base=base, source=source, consistency=False)
+    sc = apply_options(sc, options)
     label = source or (str(file) if file is not None else "default scenario")
     owners = {**dict.fromkeys(dotted_fields(parse_set(sets or [])), "--set"), **options.owners()}
     try:

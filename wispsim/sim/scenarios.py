@@ -138,12 +138,17 @@ def dotted_fields(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
 def _check_preset(
     scenario: Scenario, written: Mapping[str, Any], overrides: Mapping[str, Any], source: str
 ) -> None:
-    """An explicit setting the policy preset would override is an error, never silently dropped."""
+    """An explicit setting the policy preset would override is an error, never silently dropped.
+
+    A policy chosen on the command line (``--policy``, which the resolver passes here, or ``--set
+    policy=``) overrides the file's preset fields, as its preset always did; only ``--set`` is
+    checked against it."""
     preset = POLICIES.get(scenario.policy)
     if preset is None:
         return  # an unknown policy: with_policy names it
+    layers = ((overrides, "--set"),) if "policy" in overrides else ((overrides, "--set"), (written, source))
     for (section, name), key in PRESET_FIELDS.items():
-        for layer, where in ((overrides, "--set"), (written, source)):
+        for layer, where in layers:
             given = layer.get(section)
             if not isinstance(given, Mapping) or name not in given:
                 continue
@@ -170,7 +175,8 @@ def _check_spec_preset(
 ) -> None:
     """``server.speculation.method`` given explicitly must agree with the policy: centralized-sd
     speculates (any method but none), every other preset does not."""
-    for layer, where in ((overrides, "--set"), (written, source)):
+    layers = ((overrides, "--set"),) if "policy" in overrides else ((overrides, "--set"), (written, source))
+    for layer, where in layers:
         spec = (
             (layer.get("server") or {}).get("speculation")
             if isinstance(layer.get("server"), Mapping)
