@@ -139,10 +139,8 @@ def _check_preset(
     scenario: Scenario, written: Mapping[str, Any], overrides: Mapping[str, Any], source: str
 ) -> None:
     """An explicit setting the policy preset would override is an error, never silently dropped.
-
     A policy chosen on the command line (``--policy``, which the resolver passes here, or ``--set
-    policy=``) overrides the file's preset fields, as its preset always did; only ``--set`` is
-    checked against it."""
+    policy=``) overrides the file's preset fields; only ``--set`` is checked against it."""
     preset = POLICIES.get(scenario.policy)
     if preset is None:
         return  # an unknown policy: with_policy names it
