@@ -10,11 +10,18 @@ runner's CPU work and the recomputed prefix tail, then the linear host-CPU model
 
 from __future__ import annotations
 
+import pandas as pd
+
 from wispsim.errors import ConfigError
 from wispsim.study import round_cost
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, experiments_dir
 from wispsim.tabular import read_json
+
+
+def _table(df: pd.DataFrame, whole: tuple[str, ...], fmt: str) -> list[str]:
+    """``df`` as markdown, the ``whole`` columns as integers."""
+    return md_table(df.astype(dict.fromkeys(whole, int)), fmt)
 
 
 @STUDIES.register("round-cost")
@@ -43,10 +50,7 @@ def study_round_cost(ctx: Context) -> Section:
         "GPU host: not a host cost), `tail` = prefix tokens forwarded again per round:",
         "",
     ]
-    shown = table.copy()
-    shown["batch"] = shown["batch"].astype(int)
-    shown["prefix"] = shown["prefix"].astype(int)
-    sec.body += md_table(shown, "{:.3f}")
+    sec.body += _table(table, ("batch", "prefix"), "{:.3f}")
     sec.body += [
         "",
         "The host-CPU model fitted on every row (non-negative least squares, ms; `step` per engine "
@@ -69,14 +73,9 @@ def study_round_cost(ctx: Context) -> Section:
             "the client), ms:",
             "",
         ]
-        shown = serial.copy()
-        shown["prefix"] = shown["prefix"].astype(int)
-        sec.body += md_table(shown, "{:.2f}")
+        sec.body += _table(serial, ("prefix",), "{:.2f}")
         sec.body += ["", "Under load (C sessions sending rounds back to back, prefix ~1,024):", ""]
-        shown = load.copy()
-        for c in ("concurrency", "prefix", "rounds"):
-            shown[c] = shown[c].astype(int)
-        sec.body += md_table(shown, "{:.1f}")
+        sec.body += _table(load, ("concurrency", "prefix", "rounds"), "{:.1f}")
         sec.facts["api"] = {
             "serial": serial.to_dict(orient="records"),
             "load": load.to_dict(orient="records"),
