@@ -129,3 +129,29 @@ def test_api_summary_sets_the_server_latency_beside_the_clients(tmp_path: Path) 
     (tmp_path / "api-load.csv").unlink()
     with pytest.raises(ConfigError, match=r"api-load\.csv"):
         round_cost.api_summary(p)
+
+
+@pytest.mark.slow  # starts a real vLLM engine (CPU backend)
+def test_the_benchmark_measures_rounds_the_study_reads(tmp_path: Path) -> None:
+    """benchmarks/vllm/round_cost.py at a tiny size: every kind's rows, resident rounds that agree
+    with a fresh request over the same tokens, and a CSV the analysis accepts."""
+    pytest.importorskip("vllm")
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    out = tmp_path / "cpu.csv"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "vllm" / "round_cost.py"), "--out", str(out),
+           "--prefixes", "128", "--batches", "1,2", "--rounds", "3"]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    df = round_cost.load(out)
+    assert sorted(set(df["kind"])) == sorted(round_cost.KINDS)
+    resident = df[df["kind"] == "resident"]
+    assert (resident["agree"] == resident["batch"]).all()  # the rollback keeps the KV right
+    resubmit = df[(df["kind"] == "resubmit") & (df["round"] > 0)]
+    assert (resubmit["hash"] > 0).all() and (resubmit["tokens"] >= resubmit["new"]).all()
+    table, fits = round_cost.summary(out)
+    assert len(table) == 3 * 2 and set(fits.group) == {"api", "engine", "runner"}
+    assert (out.with_suffix(".json")).is_file()
