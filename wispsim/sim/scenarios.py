@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from wispsim.config import POLICIES, Dist, Scenario
+from wispsim.config import Dist, Scenario
 from wispsim.config.limits import MAX_SIM_SECONDS
 from wispsim.config.parse import build, deep_merge, default_scenario_dict, read_yaml
+from wispsim.config.presets import check_preset
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.model.acceptance import ACCEPTANCE, find_trace
 from wispsim.model.drafting import CONTROLLERS
@@ -33,14 +34,6 @@ from wispsim.sim.router import ROUTERS
 
 # centralized serving's scheduler (continuous batching); verification schedulers are ignored there
 CENTRAL_SCHEDULER = "continuous"
-# the fields a policy preset sets (SPEC 3): (section, field) -> the preset key
-PRESET_FIELDS = {
-    ("drafting", "controller"): "controller",
-    ("server", "mode"): "mode",
-    ("server", "scheduler"): "scheduler",
-    ("server", "prefix_cache"): "cache",
-    ("server", "kv_policy"): "kv",
-}
 
 
 def available_scenarios() -> list[str]:
@@ -104,7 +97,7 @@ def load_scenario(
     try:
         scenario: Scenario = build(Scenario, data, source)
         if scenario.policy != "custom":
-            _check_preset(scenario, written, overrides or {}, source)
+            check_preset(scenario, written, overrides or {}, source)
             scenario = scenario.with_policy(scenario.policy, source)
         check_references(scenario, source, consistency)
     except ConfigError as e:
@@ -133,65 +126,6 @@ def dotted_fields(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
         else:
             out.append(key)
     return out
-
-
-def _check_preset(
-    scenario: Scenario, written: Mapping[str, Any], overrides: Mapping[str, Any], source: str
-) -> None:
-    """An explicit setting the policy preset would override is an error, never silently dropped.
-    A policy chosen on the command line (``--policy``, which the resolver passes here, or ``--set
-    policy=``) overrides the file's preset fields; only ``--set`` is checked against it."""
-    preset = POLICIES.get(scenario.policy)
-    if preset is None:
-        return  # an unknown policy: with_policy names it
-    layers = ((overrides, "--set"),) if "policy" in overrides else ((overrides, "--set"), (written, source))
-    for (section, name), key in PRESET_FIELDS.items():
-        for layer, where in layers:
-            given = layer.get(section)
-            if not isinstance(given, Mapping) or name not in given:
-                continue
-            value = getattr(getattr(scenario, section), name)
-            if value != preset[key]:
-                want = str(preset[key]).lower() if isinstance(preset[key], bool) else preset[key]
-                got = str(value).lower() if isinstance(value, bool) else value
-                raise ConfigError(
-                    where,
-                    f"{section}.{name}",
-                    f"{got} conflicts with policy {scenario.policy}, which sets {want}; "
-                    "set policy: custom to choose it yourself",
-                )
-            break  # the later layer wins; an agreeing value there is fine
-    _check_spec_preset(scenario, preset, written, overrides, source)
-
-
-def _check_spec_preset(
-    scenario: Scenario,
-    preset: Mapping[str, Any],
-    written: Mapping[str, Any],
-    overrides: Mapping[str, Any],
-    source: str,
-) -> None:
-    """``server.speculation.method`` given explicitly must agree with the policy: centralized-sd
-    speculates (any method but none), every other preset does not."""
-    layers = ((overrides, "--set"),) if "policy" in overrides else ((overrides, "--set"), (written, source))
-    for layer, where in layers:
-        spec = (
-            (layer.get("server") or {}).get("speculation")
-            if isinstance(layer.get("server"), Mapping)
-            else None
-        )
-        if not isinstance(spec, Mapping) or "method" not in spec:
-            continue
-        method = scenario.server.speculation.method
-        if bool(preset.get("spec")) != (method != "none"):
-            want = "draft, eagle or ngram" if preset.get("spec") else "none"
-            raise ConfigError(
-                where,
-                "server.speculation.method",
-                f"{method} conflicts with policy {scenario.policy}, which sets {want}; "
-                "set policy: custom to choose it yourself",
-            )
-        return
 
 
 def check_references(scenario: Scenario, source: str, consistency: bool = True) -> None:

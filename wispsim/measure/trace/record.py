@@ -78,19 +78,21 @@ def read_prompts(path: Path) -> list[Prompt]:
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # org/name, as a model hub names a model
 
 
-def resolve_model(path: str) -> str:
+def resolve_model(path: str, download: Callable[..., Any] | None = None) -> str:
     """A local folder or ``.gguf`` file as given, or a model hub id (``Qwen/Qwen2.5-Coder-0.5B-Instruct``)
     fetched into the hub's cache (when the hub is reachable) and returned as that local folder,
     so the recording hashes and records the files it read. Otherwise a one-line error: the
-    offline fallback is ``scripts/fetch_models.py`` (README)."""
+    offline fallback is ``scripts/fetch_models.py`` (README). ``download`` fetches a hub id into a
+    local folder (``huggingface_hub.snapshot_download`` unless given: tests pass their own)."""
     if Path(path).exists():
         return path
     if not HUB_ID.match(path):
         raise WispsimError(f"{path}: model not found (a local folder, a .gguf file, or a hub id org/name)")
     try:
-        from huggingface_hub import snapshot_download
+        if download is None:
+            from huggingface_hub import snapshot_download as download
 
-        return str(snapshot_download(repo_id=path))
+        return str(download(repo_id=path))
     except Exception as e:  # no network, no such model, no access: say which, in one line
         why = " ".join(str(e).split())[:160] or type(e).__name__
         raise WispsimError(
