@@ -36,8 +36,11 @@ Each part is the wall time of one vLLM function, summed over the round's calls:
 Times are exclusive: what a wrapped function spends in another wrapped one is the callee's.
 ``wall`` is the whole round (adding the requests to the last output); ``tokens`` is what the
 model forwarded (``SchedulerOutput.total_num_scheduled_tokens`` summed over the round's steps),
-against ``new`` = the tokens the round brought (k drafts and, after the first round, the bonus
-token): the difference is the prefix tail vLLM recomputes because only whole blocks hit. A
+against ``new`` = the tokens the round brings beyond its committed sequence (k drafts; a resident
+round also sends the bonus token, which its session has not computed yet; a re-submitted round's
+bonus token is part of the sequence it re-sends): the difference is the prefix tail vLLM forwards
+again because only whole blocks hit. ``context`` is the mean committed sequence of the round's
+requests (tokens), the prompt a re-submitted round's engine hashes. A
 session's first prefix is P tokens plus a uniform 0..block-1 more, so the tail is what a session
 at a random length sees (with P a multiple of the block it would always be short).
 
@@ -201,6 +204,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     serial = iter(range(10**9))
 
+    def mean_len(seqs: list[list[int]]) -> float:
+        return sum(map(len, seqs)) / len(seqs)
+
     def toks(n: int) -> list[int]:
         return [rng.randrange(1, vocab) for _ in range(n)]
 
@@ -223,10 +229,12 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         eng.engine_core.add_request(req)
         return rid
 
-    def record(kind: str, prefix: int, batch: int, i: int, wall: float, new: int, cached: int) -> None:
+    def record(
+        kind: str, prefix: int, batch: int, i: int, wall: float, new: int, cached: int, context: float
+    ) -> None:
         parts = t.take()
         rows.append({"kind": kind, "prefix": prefix, "batch": batch, "round": i, "k": args.k,
-                     "wall": wall, **parts, "new": new, "cached": cached})  # fmt: skip
+                     "wall": wall, **parts, "new": new, "cached": cached, "context": context})  # fmt: skip
 
     for prefix in args.prefixes:
         for batch in args.batches:
@@ -241,7 +249,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 got = drain(eng, set(ids))
                 wall = time.perf_counter() - t0
                 cached = sum(int(got[r].num_cached_tokens or 0) for r in ids)
-                record("resubmit", prefix, batch, i, wall, batch * args.k, cached)
+                record("resubmit", prefix, batch, i, wall, batch * args.k, cached, mean_len(seqs))
                 for j, (s, d) in enumerate(zip(seqs, drafts, strict=True)):
                     a = rng.randint(0, args.k)
                     seqs[j] = s + d[:a] + list(got[ids[j]].outputs[0].token_ids)  # accepted + bonus
@@ -260,7 +268,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     add(sid, pending[j] + drafts[j], one, resumable=True)
                 got = drain(eng, set(sids))
                 wall = time.perf_counter() - t0
-                record("resident", prefix, batch, i, wall, batch * (args.k + 1), 0)
+                record("resident", prefix, batch, i, wall, batch * (args.k + 1), 0, mean_len(seqs) + 1)
                 same = 0
                 if batch <= args.check_batch:  # untimed: a fresh request over the same tokens agrees
                     fresh = [
@@ -286,7 +294,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             long = SamplingParams(
                 max_tokens=n, min_tokens=n, ignore_eos=True, temperature=0.0, detokenize=False
             )
-            ids = {add(f"d{next(serial)}", toks(prefix + rng.randrange(bs)), long) for _ in range(batch)}
+            for _ in range(batch):
+                add(f"d{next(serial)}", toks(prefix + rng.randrange(bs)), long)
             running = [r for r in core.scheduler.requests.values() if r.request_id.startswith("d")]
             while any(r.num_output_tokens == 0 for r in running):
                 eng.step()  # the prefill steps
@@ -294,12 +303,12 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             for i in range(args.rounds):
                 t0 = time.perf_counter()
                 eng.step()
-                record("running", prefix, batch, i, time.perf_counter() - t0, batch, 0)
+                context = sum(r.num_tokens for r in running) / batch
+                record("running", prefix, batch, i, time.perf_counter() - t0, batch, 0, context)
             while eng.has_unfinished_requests():
                 eng.step()
             t.take()
             print(f"prefix {prefix} batch {batch}: done ({len(rows)} rows)", file=sys.stderr, flush=True)
-    del ids
     return rows
 
 

@@ -29,9 +29,9 @@ def _rows(noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
             for batch in (1, 8, 32):
                 for r in range(3):
                     new = batch * (5 if kind == "resident" else 4 if kind == "resubmit" else 1)
-                    tokens = new + batch * 7 * (kind == "resubmit")
+                    tokens, context = new + batch * 7 * (kind == "resubmit"), prefix + 40
                     rows.append({"kind": kind, "prefix": prefix, "batch": batch, "round": r, "k": 4,
-                                 "tokens": tokens, "steps": 1, "new": new})  # fmt: skip
+                                 "tokens": tokens, "steps": 1, "new": new, "context": context})  # fmt: skip
     df = pd.DataFrame(rows)
     x = round_cost.features(df)
     for p in round_cost.PARTS:
@@ -65,7 +65,7 @@ def test_a_resubmitted_round_hashes_its_whole_prompt_a_resident_one_only_its_new
     x = round_cost.features(df)
     one = df[(df.batch == 8) & (df.prefix == 1024) & (df["round"] == 0)].set_index("kind")
     xs = x.loc[df.index[(df.batch == 8) & (df.prefix == 1024) & (df["round"] == 0)]].set_index(one.index)
-    assert xs.loc["resubmit", "token"] == 8 * (1024 + 4)
+    assert xs.loc["resubmit", "token"] == 8 * (1024 + 40 + 4)  # its whole prompt: context and drafts
     assert xs.loc["resident", "token"] == 8 * 5
     assert xs.loc["running", "token"] == 8
     assert xs.loc["resubmit", "arrival"] == 8 and xs.loc["resident", "arrival"] == 0

@@ -19,8 +19,9 @@ and fits each CPU group with one linear model over every kind, prefix length and
 
 where a step schedules R requests, ``new_requests`` is how many arrived as new requests (every
 re-submitted round), ``resumed`` how many resident sessions took a round, and ``hashed`` the
-prompt tokens the engine core hashed (a new request: its whole prompt; a resident or running
-one: only its new tokens). Those are the terms the simulator's host CPU model charges.
+prompt tokens the engine core hashed (a new request: its whole prompt, ``context`` plus its
+drafts; a resident or running one: only its new tokens). Those are the terms a host-CPU model
+of the simulator would charge.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 PARTS = tuple(p for parts in GROUPS.values() for p in parts)
 KINDS = ("resubmit", "resident", "running")
 TERMS = ("step", "request", "arrival", "session", "token")
-COLUMNS = ("kind", "prefix", "batch", "round", "k", "wall", *PARTS, "tokens", "steps", "new")
+COLUMNS = ("kind", "prefix", "batch", "round", "k", "wall", *PARTS, "tokens", "steps", "new", "context")
 
 
 def load(path: Path) -> pd.DataFrame:
@@ -54,7 +55,7 @@ def load(path: Path) -> pd.DataFrame:
         raise ConfigError(src, "kind", f"{bad[0]!r} is not one of {', '.join(KINDS)}")
     for c in ("prefix", "batch", "round", "k", "tokens", "steps", "new"):
         df[c] = numeric_column(df, c, src, integer=True, lo=0)
-    for c in ("wall", *PARTS):
+    for c in ("wall", "context", *PARTS):
         df[c] = numeric_column(df, c, src, lo=-1e-3)  # exclusive times: clock jitter may dip below 0
     if (df["batch"] < 1).any():
         raise ConfigError(src, "batch", "must be >= 1")
@@ -71,7 +72,7 @@ def features(df: pd.DataFrame) -> pd.DataFrame:
             "request": df["batch"].astype(float) * df["steps"],
             "arrival": df["batch"].where(resub, 0).astype(float),
             "session": df["batch"].where(resident, 0).astype(float),
-            "token": np.where(resub, df["batch"] * (df["prefix"] + per), df["new"]).astype(float),
+            "token": np.where(resub, df["batch"] * (df["context"] + per), df["new"]).astype(float),
         },
         index=df.index,
     )
