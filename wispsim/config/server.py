@@ -98,12 +98,51 @@ class ServerConfig:
     # HTTP and tokenization, before the engine sees it). Both off: the engine alone, as before.
     async_scheduling: bool = False
     frontend: bool = False
+    # how a speculative server verifies (issue 36): "resubmit" sends every round as a new request
+    # with its whole prefix (a stock server; wispsim.serve.verify); "resident" keeps each
+    # session's sequence in the engine and forwards only the round's new tokens over its KV
+    # (the paper's verification engine); resident KV stays pinned, so it needs kv_policy admission
+    verifier: Literal["resubmit", "resident"] = "resubmit"
+    # the serving host's CPU (wispsim.model.host_cpu): the engine core per step and the API
+    # server per request, measured on vLLM. auto: on where the profile's overheads were calibrated
+    # beside it (a roofline profile naming its host_cpu_speed), off for measured profiles (their
+    # timings include it)
+    host_cpu: Literal["auto", "on", "off"] = "auto"
+    # the host CPU's speed over the measuring host's (2: twice as fast); None: the profile's
+    # calibrated GPU server's (roofline.host_cpu_speed), else 1
+    host_cpu_speed: float | None = None
+    api_server_count: int = 1  # API-server processes in front of each replica (vLLM --api-server-count)
     replicas: int = 1
     router: str = "affinity"
     replica_profiles: tuple[str, ...] = ()
     speculation: SpeculationConfig = SpeculationConfig()
 
     def __post_init__(self) -> None:
+        require(
+            self.host_cpu_speed is None or 0.01 <= self.host_cpu_speed <= 100,
+            "host_cpu_speed",
+            f"must be in [0.01, 100] (times the measuring host's) or null, got {self.host_cpu_speed}",
+        )
+        require(
+            1 <= self.api_server_count <= 64,
+            "api_server_count",
+            f"must be in [1, 64] processes, got {self.api_server_count}",
+        )
+        require(
+            self.verifier == "resubmit"
+            or self.mode == "centralized"
+            or (self.prefix_cache and self.kv_policy == "admission"),
+            "verifier",
+            "resident keeps each session's KV pinned until its response ends: it needs "
+            "prefix_cache: true and kv_policy: admission (got "
+            f"prefix_cache: {str(self.prefix_cache).lower()}, kv_policy: {self.kv_policy})",
+        )
+        require(
+            self.verifier == "resubmit" or self.mode == "centralized" or self.prefix_reuse == "token",
+            "verifier",
+            "resident forwards only a round's new tokens (no block tail): set prefix_reuse: token, "
+            "which applies to re-submitted rounds",
+        )
         require(
             1 <= self.replicas <= MAX_REPLICAS,
             "replicas",

@@ -121,6 +121,8 @@ def physical_profile(
         "kernels": {k: gen[k] for k in ("kernel_us", "elementwise_floor_us", "activation_passes")},
         "overhead_ms": {**cal.get("overhead_ms", {}), "allreduce": allreduce_ms(gpu.interconnect)},
     }
+    if cal.get("host_cpu_speed") is not None:  # calibrated beside the host-CPU model
+        chosen["host_cpu_speed"] = cal["host_cpu_speed"]
     params = dict(params or {})
     if isinstance(params.get("overhead_ms"), dict):  # the all-reduce latency is the interconnect's
         params["overhead_ms"] = {k: v for k, v in params["overhead_ms"].items() if k != "allreduce"}
@@ -166,6 +168,11 @@ def physical_profile(
             "efficiency": {k: sig6(v) for k, v in chosen["efficiency"].items()},
             "overhead_ms": {k: sig6(v) for k, v in chosen["overhead_ms"].items()},
             **({"overlap": sig6(chosen["overlap"])} if chosen.get("overlap") is not None else {}),
+            **(
+                {"host_cpu_speed": sig6(chosen["host_cpu_speed"])}
+                if chosen.get("host_cpu_speed") is not None
+                else {}
+            ),
             "kernels": {k: sig6(v) for k, v in chosen.get("kernels", {}).items()},
             "kernel_basis": f"{gpu.generation}: {gen['basis']}",
             "fit": dict(cal.get("fit", {})),
@@ -217,7 +224,7 @@ def parse_roofline(
         raise ConfigError(src, "roofline", "must be a mapping with efficiency, overhead_ms (and fit)")
     if not isinstance(sec.get("fit") or {}, dict):
         raise ConfigError(src, "roofline.fit", "must be a mapping of fit facts")
-    allowed_fields = ("efficiency", "overhead_ms", "overlap", "kernels", "kernel_basis", "fit")
+    allowed_fields = ("efficiency", "overhead_ms", "overlap", "host_cpu_speed", "kernels", "kernel_basis", "fit")
     extra = sorted(set(sec) - set(allowed_fields))
     if extra:
         raise ConfigError(src, f"roofline.{extra[0]}", f"unknown field; allowed: {', '.join(allowed_fields)}")
@@ -234,6 +241,9 @@ def parse_roofline(
     overlap = math.inf  # absent: the ideal roofline (the slower of memory and math)
     if sec.get("overlap") is not None:
         overlap = value(sec["overlap"], src, "roofline.overlap", minimum=lo_p, maximum=hi_p)
+    host_speed = None  # absent: calibrated without the host-CPU model (wispsim.model.host_cpu)
+    if sec.get("host_cpu_speed") is not None:
+        host_speed = value(sec["host_cpu_speed"], src, "roofline.host_cpu_speed", minimum=0.01, maximum=100.0)
     eff = sec.get("efficiency") or {}
     over = sec.get("overhead_ms") or {}
     for key, part, allowed in (("efficiency", eff, EFFICIENCIES), ("overhead_ms", over, OVERHEADS)):
@@ -317,4 +327,5 @@ def parse_roofline(
         matmul_kernel=kn.get("kernel_us", 0.0) / 1e6,
         elementwise_floor=kn.get("elementwise_floor_us", 0.0) / 1e6,
         activation_passes=kn.get("activation_passes", 0.0),
+        host_cpu_speed=host_speed,
     )

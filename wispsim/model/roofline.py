@@ -98,6 +98,9 @@ class Roofline(AggregateCost):
     activation_bytes: int = 2  # all-reduced activations are bf16
     matmul_kernel: float = 0.0  # seconds: a matmul kernel's fixed latency, four per layer
     elementwise_floor: float = 0.0  # seconds per layer: the least its elementwise kernels take
+    # the calibrated GPU server's CPU speed over the host the host-CPU costs were measured on
+    # (wispsim.model.host_cpu); None: the overheads were calibrated without the host-CPU model
+    host_cpu_speed: float | None = None
     activation_passes: float = 0.0  # how often elementwise kernels stream a token's activations
     form: str = "roofline"
     # seconds per unit, derived in __post_init__

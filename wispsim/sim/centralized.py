@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 import simpy
 
 from wispsim.model.batch import Shape, blocks
+from wispsim.model.host_cpu import HostCPU
 from wispsim.model.latency import LatencyModel
 from wispsim.model.speculation import Speculation
 from wispsim.sim.records import BatchRecord
@@ -118,8 +119,10 @@ class CentralizedServer:
         replica: int = 0,
         async_scheduling: bool = False,
         spec: Speculation | None = None,
+        host: HostCPU | None = None,
     ) -> None:
         self.env = env
+        self.host = host  # the engine core's CPU per step (wispsim.model.host_cpu), if modelled
         self.spec = spec
         self.lookahead = spec.k + 1 if spec is not None else 1  # KV slots a decode step writes
         # vLLM's async scheduling forms step n+1 while step n runs: a request arriving during a
@@ -253,6 +256,10 @@ class CentralizedServer:
             )
             step.latency += drafting * (step.latency / step.t_hat if step.t_hat > 0 else 1.0)
             step.t_hat += drafting
+        host = self.host
+        if host is not None:  # the engine core's CPU: before the GPU's work, or beside it (async)
+            cpu = host.engine(len(step.work), step.shape.n_arrivals, 0, step.hashed)
+            step.latency = host.step_time(step.latency, cpu)
         return step
 
     def _grow(self) -> None:
@@ -293,6 +300,7 @@ class CentralizedServer:
                 arriving = s.new  # its first chunk: the request arrives anew
                 if s.new:
                     s.scheduled = self.env.now
+                    step.hashed += s.context  # the engine core hashes its whole prompt
                 s.new = False
                 if cached + new >= s.context:  # its prefill ends: the drafter proposes for it too
                     step.decoding += 1
@@ -343,11 +351,12 @@ class _Step:
     """One engine step as scheduled: the (sequence, new tokens) it runs, its shape, the decodes
     the drafter proposes for, and its estimate and latency once priced."""
 
-    __slots__ = ("decoded_context", "decoding", "latency", "shape", "t_hat", "work")
+    __slots__ = ("decoded_context", "decoding", "hashed", "latency", "shape", "t_hat", "work")
 
     def __init__(self) -> None:
         self.work: list[tuple[_Seq, int]] = []
         self.shape = Shape()
+        self.hashed = 0  # prompt tokens of the requests arriving in it (the engine core hashes them)
         self.decoding = 0
         self.decoded_context = 0
         self.t_hat = 0.0

@@ -17,16 +17,19 @@ it gets (``ctx.serving``) to pick between the two.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from wispsim.config import Scenario
 from wispsim.model.admission import make_admission
+from wispsim.model.host_cpu import for_server, resident_cost
 from wispsim.model.latency import make_latency
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import SCHEDULERS, GpuState
 from wispsim.model.speculation import resolve as resolve_speculation
+from wispsim.sim.api_server import ApiServers
 from wispsim.sim.arrivals import load_request_trace
 from wispsim.sim.centralized import CentralizedServer
 from wispsim.sim.router import ROUTERS, CentralRouter
@@ -103,33 +106,48 @@ class SimulatedServers:
         return {} if ctx.serving.verifies else {"preemptions": ctx.server.preemptions}
 
 
-def _verifiers(ctx: RunContext, resolved: Resolved) -> list[Verifier]:
+def _verifiers(ctx: RunContext, resolved: Resolved) -> list[Any]:
     """One verification server per replica, with its latency noise (a replica tracks its work
-    for the router where there are several)."""
+    for the router where there are several), behind its API servers where the host CPU is
+    modelled (wispsim.model.host_cpu)."""
     sc = ctx.scenario
     srv = sc.server
-    out = []
+    resident = srv.verifier == "resident"
+    out: list[Any] = []
     for r, (prof, cap, bs) in enumerate(
         zip(resolved.profiles, resolved.capacities, resolved.block_sizes, strict=True)
     ):
+        planner = resolved.planner(r).estimator
+        if resident:  # a resumed session's round does not arrive anew
+            planner = resident_cost(planner)
+            prof = dataclasses.replace(prof, estimator=resident_cost(prof.estimator))
         # the scheduler plans with the planning profile; ``prof`` prices the batches
-        parts = verifier_parts(sc, resolved.planner(r).estimator, cap, bs, ctx.request_outputs)
+        parts = verifier_parts(sc, planner, cap, bs, ctx.request_outputs)
         latency = make_latency(prof, srv, server_rng(ctx.seed, r))
-        out.append(
-            Verifier(
-                ctx.env, r, parts, latency, ctx.recorder.batches, ctx.batch_ids, track_work=srv.replicas > 1
-            )
+        host = for_server(srv, prof.estimator)
+        v = Verifier(
+            ctx.env,
+            r,
+            parts,
+            latency,
+            ctx.recorder.batches,
+            ctx.batch_ids,
+            track_work=srv.replicas > 1,
+            host=host,
+            resident=resident,
         )
+        out.append(v if host is None else ApiServers(ctx.env, v, host, resident))
     return out
 
 
-def _centralized_servers(ctx: RunContext, resolved: Resolved) -> list[CentralizedServer]:
+def _centralized_servers(ctx: RunContext, resolved: Resolved) -> list[Any]:
     """One centralized engine per replica; under centralized-sd each drafts for itself
     (``ctx.speculation``: the first replica's drafting, which the devices ask for runs)."""
     srv = ctx.scenario.server
     specs = [resolve_speculation(srv, prof) for prof in resolved.profiles]
     ctx.speculation = specs[0]
-    return [
+    hosts = [for_server(srv, prof.estimator) for prof in resolved.profiles]
+    engines = [
         CentralizedServer(
             ctx.env,
             cap // bs,
@@ -142,8 +160,10 @@ def _centralized_servers(ctx: RunContext, resolved: Resolved) -> list[Centralize
             replica=r,
             spec=spec,
             async_scheduling=srv.async_scheduling,
+            host=host,
         )
-        for r, (prof, cap, bs, spec) in enumerate(
-            zip(resolved.profiles, resolved.capacities, resolved.block_sizes, specs, strict=True)
+        for r, (prof, cap, bs, spec, host) in enumerate(
+            zip(resolved.profiles, resolved.capacities, resolved.block_sizes, specs, hosts, strict=True)
         )
     ]
+    return [e if h is None else ApiServers(ctx.env, e, h) for e, h in zip(engines, hosts, strict=True)]

@@ -17,6 +17,7 @@ from simpy.events import NORMAL, PENDING, Event
 
 from wispsim.model.admission import Admission
 from wispsim.model.batch import Batch
+from wispsim.model.host_cpu import HostCPU
 from wispsim.model.latency import LatencyModel
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import GpuState, Scheduler
@@ -158,6 +159,24 @@ def schedule(
     return batch, rest, evicted
 
 
+def engine_work(members: list[Request], resident: bool) -> tuple[int, int, int, int]:
+    """What the engine core does for a batch (:meth:`HostCPU.engine`'s arguments): requests,
+    new requests, resumed sessions and prompt tokens hashed. A re-submitted round is a new request
+    hashing its whole sequence; a resident round hashes only its new tokens, except a session's
+    first round (cold: nothing of it in the engine yet), which opens the session."""
+    n = len(members)
+    if not resident:
+        return n, n, 0, sum(r.prefix + r.k for r in members)
+    arrivals = hashed = 0
+    for r in members:
+        if r.cold:
+            arrivals += 1
+            hashed += r.prefix + r.k
+        else:
+            hashed += r.l_new
+    return n, arrivals, n - arrivals, hashed
+
+
 class Verifier:
     """One GPU replica running speculative verification."""
 
@@ -170,6 +189,8 @@ class Verifier:
         batches: list[Any],
         batch_ids: Any,
         track_work: bool = False,
+        host: HostCPU | None = None,
+        resident: bool = False,
     ) -> None:
         gpu, scheduler, memory, admission = parts.gpu, parts.scheduler, parts.memory, parts.admission
         self.env = env
@@ -186,6 +207,8 @@ class Verifier:
         self._own_price = None if gpu.estimator is latency.cost else latency.cost.price
         self.batches = batches
         self._batch_ids = batch_ids
+        self.host = host  # the engine core's CPU per batch (wispsim.model.host_cpu), if modelled
+        self.resident = resident  # server.verifier: resident (sessions stay in the engine)
         self.queue: list[Request] = []
         self._wake: simpy.Event | None = None
         self.busy_until = 0.0
@@ -253,9 +276,12 @@ class Verifier:
             members = batch.members
             shape = batch.shape
             # run: every verification round is a request arriving anew, re-submitted with its
-            # prefix; the server's profile prices it (once more only if the planner's differs)
+            # prefix (a resident round resumes its session: the profile's arrival term is off, see
+            # wispsim.sim.servers); the server's profile prices it (once more only if the planner's differs)
             t_hat = batch.estimate
             latency = self.latency.time(shape, t_hat if self._own_price is None else self._own_price(shape))
+            if self.host is not None:  # the engine core's CPU: before the GPU's work, or beside it
+                latency = self.host.step_time(latency, self.host.engine(*engine_work(members, self.resident)))
             blocks_used = memory.used
             if self.track_work:
                 self.queued_work = max(self.queued_work - sum(r.work for r in members), 0.0)

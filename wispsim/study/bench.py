@@ -12,7 +12,10 @@ prefill, paged KV with recompute preemption, async scheduling when the run had i
 profile's estimator, with the run's server settings (``max_num_seqs``, ``max_num_batched_tokens``,
 the KV capacity its engine reported) and its prompts' prefix-cache hits, and measures the same
 figures the same way (:mod:`wispsim.analysis.token_latency`). There is no network: the benchmark
-client runs beside the server, and the API server's latency is the profile's ``frontend``.
+client runs beside the server, and the API server's latency is the profile's ``frontend``. Where
+the profile was calibrated with the host-CPU model (:mod:`wispsim.model.host_cpu`), the engine
+core's CPU prices every step beside its GPU work and one API-server process tokenizes every
+prompt before the engine sees it.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ import simpy
 from wispsim.analysis.token_latency import token_latency
 from wispsim.config import ServerConfig
 from wispsim.config.server import SpeculationConfig
+from wispsim.model.host_cpu import for_server
 from wispsim.model.latency import LinearLatency
 from wispsim.model.profiles import Profile
 from wispsim.model.speculation import resolve
+from wispsim.sim.api_server import ApiServers
 from wispsim.sim.centralized import CentralizedServer, Generation
 
 
@@ -153,6 +158,7 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         profile=profile.name,
         noise=run.noise,
         mode="centralized",
+        async_scheduling=run.async_scheduling,
         speculation=SpeculationConfig(
             method=run.spec_method,  # type: ignore[arg-type]
             draft=run.draft_arch,
@@ -169,6 +175,7 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         else profile.kv_capacity_tokens(run.gpu_memory_utilization, 0.0)
     )
     batches: list[Any] = []
+    host = for_server(cfg, profile.estimator)  # the engine core's and API server's CPU, if modelled
     server = CentralizedServer(
         env,
         total_blocks=max(kv // run.block_size, 1),
@@ -180,8 +187,10 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         batch_ids=count(),
         async_scheduling=run.async_scheduling,
         spec=spec,
+        host=host,
     )
     server.ttft_parts = {}
+    front: Any = server if host is None else ApiServers(env, server, host)  # tokenizes each prompt
     n = run.num_prompts
     distinct = run.prompt_groups * run.prompts_per_group
     prompt_of = [i % distinct if distinct else i for i in range(n)]
@@ -201,7 +210,7 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
         if frontend > 0:
             yield env.timeout(frontend)
         runs = None if spec is None else spec.runs(nothing, outs[i], accept_rng)
-        done = server.submit(Generation(i, ins[i], outs[i], env.event(), hit[i], runs))
+        done = front.submit(Generation(i, ins[i], outs[i], env.event(), hit[i], runs))
         first_token[i], chunks[i] = yield done
         end[i] = env.now
 

@@ -50,10 +50,12 @@ FAMILIES = {
 }
 # fitted parameters: (section, key, lower, upper). The engine's overheads only: the kernel
 # efficiencies are the GPU generation's, measured at kernel level (wispsim/data/efficiency.yaml),
-# and everything else is a datasheet or config fact
+# and everything else is a datasheet or config fact. The engine core's per-step and per-request
+# work is the host CPU's, measured on vLLM (wispsim.model.host_cpu): what is fitted is how fast
+# the GPU servers' CPU is against the measuring host's; the GPU's per-arrival term keeps what the
+# data still needs beside it; ``frontend`` is the API server's latency beyond its CPU work
 FITTED = (
-    ("overhead_ms", "step", 0.0, 20.0),
-    ("overhead_ms", "request", 0.0, 1.0),
+    ("roofline", "host_cpu_speed", 0.2, 20.0),
     ("overhead_ms", "arrival", 0.0, 20.0),
     ("overhead_ms", "frontend", 0.0, 100.0),
 )

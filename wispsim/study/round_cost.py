@@ -147,3 +147,47 @@ def api_summary(path: Path, warm: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     for c in LOAD_COLUMNS:
         load[c] = numeric_column(load, c, str(lpath), lo=0)
     return serial, load
+
+
+CPU_COLUMNS = ("prefix", "rounds", "wall_s", "api_cpu_ms", "engine_cpu_ms")
+TOKENIZE_COLUMNS = ("kind", "target_tokens", "tokens", "encode_ms", "us_per_token")
+
+
+def api_cpu(path: Path) -> pd.DataFrame:
+    """``api_cost.py``'s CPU table: per prefix, the API-server and engine-core processes' CPU
+    milliseconds per re-submitted round (their idle spending taken off)."""
+    df = read_table(path, kind="csv", columns=CPU_COLUMNS)
+    for c in CPU_COLUMNS:
+        df[c] = numeric_column(df, c, str(path), lo=None if c.endswith("cpu_ms") else 0)
+    return df
+
+
+def host_cpu_terms(fits: pd.DataFrame, cpu: pd.DataFrame, tokenize: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """The simulator's host-CPU terms in ms (:mod:`wispsim.model.host_cpu`):
+
+    - the engine core: the ``engine`` and ``runner`` groups' fits added (the model runner's input
+      preparation runs in the engine-core process of a one-GPU replica);
+    - the API server: the API-server process's whole CPU per re-submitted round through HTTP,
+      fitted as ``request + ids * tokens`` over the prefixes (the ids are parsed and validated,
+      not tokenized); ``session`` is ``request`` less what the in-process timers measured a
+      resident round to save (the ``api`` fit's arrival - session); ``text`` is tokenization per
+      prompt token of a text prompt (median of the random-dataset prompts, ``tokenize_cost.py``).
+    """
+    by = fits.set_index("group")
+    engine = {t: float(by.loc["engine", t] + by.loc["runner", t]) for t in TERMS}
+    from scipy.optimize import nnls
+
+    tokens = cpu["prefix"].to_numpy(float)
+    x = np.column_stack([np.ones_like(tokens), tokens])
+    (request, ids), _ = nnls(x, cpu["api_cpu_ms"].to_numpy(float))
+    saved = max(float(by.loc["api", "arrival"] - by.loc["api", "session"]), 0.0)
+    text = tokenize[tokenize["kind"] == "random-dataset"]
+    return {
+        "engine_core_ms": engine,
+        "api_server_ms": {
+            "request": float(request),
+            "session": max(float(request) - saved, 0.0),
+            "ids": float(ids),
+            "text": float(text["us_per_token"].median()) / 1e3,
+        },
+    }

@@ -66,13 +66,17 @@ def _sweep(
     return res
 
 
-def _target(ctx: Context, target: Any) -> tuple[str, str]:
-    """(name, profile) of a ``targets`` entry: a profile's name, or a variant
-    ``{name, profile, roofline}`` whose roofline parameters (``efficiency``, ``overlap``,
-    ``overhead_ms``) replace the profile's; the variant's profile is written to the study's
-    folder (its provenance says what changed) and checked like any other."""
+def _target(ctx: Context, target: Any) -> tuple[str, str, dict[str, Any]]:
+    """(name, profile, set) of a ``targets`` entry: a profile's name, or a variant
+    ``{name, profile, roofline, set}`` whose roofline parameters (``efficiency``, ``overlap``,
+    ``overhead_ms``) replace the profile's (the variant's profile is written to the study's
+    folder, its provenance saying what changed, and checked like any other) and whose ``set``
+    overrides the study's scenario (``server.verifier``, ``server.api_server_count``, ...)."""
     if not isinstance(target, dict):
-        return str(target), str(target)
+        return str(target), str(target), {}
+    sets = dict(target.get("set") or {})
+    if not target.get("roofline"):
+        return str(target["name"]), str(target["profile"]), sets
     base = yaml.safe_load(find_profile(str(target["profile"])).read_text())
     roof = base.get("roofline") or {}
     for key, value in (target.get("roofline") or {}).items():
@@ -91,7 +95,7 @@ def _target(ctx: Context, target: Any) -> tuple[str, str]:
     parse_profile(base, str(path))  # a bad variant fails here, in one line
     # named relative to the working folder where it can be: a point's key hashes the scenario, so an
     # absolute path would key the same simulation differently in every checkout
-    return name, os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd()) else str(path)
+    return name, os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd()) else str(path), sets
 
 
 def _with_profile(sc: Scenario, profile: str) -> Scenario:
@@ -122,9 +126,9 @@ def study_capacity(ctx: Context) -> Section:
     sec = Section(spec.get("title", "Capacity table"))
     goodput_rows = []
     for entry in targets:
-        target, profile = _target(ctx, entry)
+        target, profile, sets = _target(ctx, entry)
         ctx.progress(f"capacity: {target}")
-        base = {p: _with_profile(ctx.scenario(), profile).with_policy(p) for p in policies}
+        base = {p: _with_profile(ctx.scenario(**sets), profile).with_policy(p) for p in policies}
         folder = ctx.out / target
         t0 = time.perf_counter()
         res = _sweep(ctx, folder, base, classes, "separate")

@@ -55,7 +55,7 @@ def _selected(runs: pd.DataFrame, spec: dict[str, Any]) -> pd.DataFrame:
     return keep[keep.run_id.isin(only)] if only else keep
 
 
-PARAMETER_KEYS = ("efficiency", "overlap", "overhead_ms")
+PARAMETER_KEYS = ("efficiency", "overlap", "overhead_ms", "host_cpu_speed")
 
 
 def _rounded(params: dict[str, Any]) -> dict[str, Any]:

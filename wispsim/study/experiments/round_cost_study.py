@@ -10,9 +10,15 @@ runner's CPU work and the recomputed prefix tail, then the linear host-CPU model
 
 from __future__ import annotations
 
+import datetime as _dt
+from pathlib import Path
+from typing import Any
+
 import pandas as pd
+import yaml
 
 from wispsim.errors import ConfigError
+from wispsim.paths import data_dir as package_data
 from wispsim.study import round_cost
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, experiments_dir
@@ -80,5 +86,51 @@ def study_round_cost(ctx: Context) -> Section:
             "serial": serial.to_dict(orient="records"),
             "load": load.to_dict(orient="records"),
         }
+        cpu_path = experiments_dir() / str(api_rel)
+        cpu_path = cpu_path.with_name(cpu_path.stem + "-cpu.csv")
+        tok_rel = spec.get("tokenize_measurements")
+        if cpu_path.is_file() and tok_rel:
+            cpu = round_cost.api_cpu(cpu_path)
+            sec.body += [
+                "",
+                "What each process spends on a re-submitted round through `vllm serve` (CPU ms per round, "
+                "the processes' user + system time over back-to-back rounds, less their idle spending; "
+                "the engine core's includes the tiny model's forward):",
+                "",
+            ]
+            sec.body += _table(cpu[["prefix", "rounds", "api_cpu_ms", "engine_cpu_ms"]], ("prefix", "rounds"), "{:.2f}")
+            tokenize = pd.read_csv(experiments_dir() / str(tok_rel))
+            terms = round_cost.host_cpu_terms(fits, cpu, tokenize)
+            sec.body += [
+                "",
+                "The simulator's host-CPU terms (ms; `wispsim/data/host_cpu.yaml`, "
+                "`wispsim.model.host_cpu`): the engine core's are the engine and runner fits added, "
+                "the API server's `request` is its CPU per round above, `session` that less what a "
+                "resident round saves in-process, `token` tokenization per prompt token of a text prompt:",
+                "",
+            ]
+            sec.body += md_table(
+                pd.DataFrame([{"process": k.removesuffix("_ms"), **v} for k, v in terms.items()]), "{:.4g}"
+            )
+            sec.facts["host_cpu"] = terms
+            if spec.get("write_host_cpu") and not ctx.quick:
+                _write_host_cpu(terms, prov, [rel, str(api_rel), str(tok_rel)])
     sec.facts.update({"fit": fits.to_dict(orient="records"), "measurements": rel})
     return sec
+
+
+def _write_host_cpu(terms: dict[str, dict[str, float]], prov: dict[str, Any], sources: list[str]) -> None:
+    host = prov.get("host", {})
+    table = {
+        **{k: {t: round(v, 6) for t, v in d.items()} for k, d in terms.items()},
+        "host": f"{host.get('cpu', '?')} ({host.get('cores', '?')} cores): host_cpu_speed 1.0",
+        "engine": f"vLLM {prov.get('versions', {}).get('vllm', '?')}, CPU backend",
+        "measurements": [f"experiments/{s}" for s in sources],
+        "fit": {"study": "experiments/round-cost.yaml (experiments/REPORT.md)", "date": f"{_dt.date.today():%Y-%m-%d}"},
+    }
+    header = (
+        "# The serving host's CPU per engine step and per request (wispsim.model.host_cpu), in ms on\n"
+        "# the measuring host. Written by `wispsim experiment run round-cost`; do not edit by hand.\n"
+    )
+    path: Path = package_data() / "host_cpu.yaml"
+    path.write_text(header + yaml.safe_dump(table, sort_keys=False))

@@ -1,0 +1,150 @@
+"""The serving host's CPU: what the engine core and the API server spend besides the GPU (issue 36).
+
+A vLLM deployment is two kinds of process on the GPU server's CPU (``vllm serve``): the **engine
+core** (scheduler, KV-cache manager, block hashing, the model runner's input preparation), one per
+replica, and ``api_server_count`` **API servers** (HTTP, JSON, input and output processing,
+tokenization of text prompts) in front of it. Both were measured on vLLM's CPU backend by
+``benchmarks/vllm/round_cost.py`` and ``api_cost.py`` (the same Python that runs beside a GPU);
+``wispsim experiment run round-cost`` fits them and writes ``wispsim/data/host_cpu.yaml``.
+
+**Engine core**, per step (a verification batch, a decode/prefill step)::
+
+    cpu = step + request * N_requests + arrival * N_new + session * N_resident + token * N_hashed
+
+``N_new``: requests arriving anew (every re-submitted verification round; a response's first
+prefill chunk), which hash their whole prompt (``N_hashed``); ``N_resident``: rounds of a
+session-resident verifier (``server.verifier: resident``), which hash only their new tokens.
+Without async scheduling the engine core runs the step's CPU work and then the GPU's, so a step
+takes ``cpu + gpu``; with it (``server.async_scheduling``, vLLM's default where supported) the CPU
+work of the next step runs while the GPU runs this one, and a step takes ``max(cpu, gpu)``: the
+CPU caps steps per second instead of lengthening them.
+
+**API server**: each request a serial process handles before the engine sees it, ``request``
+(HTTP, JSON, input and output processing of a request) or ``session`` (the same for a resident
+round), plus ``ids`` per prompt token sent as token ids (parsing and validating the list: a
+re-submitted round sends its whole sequence, a resident round its new tokens) or ``text`` per
+prompt token sent as text (tokenization). ``api_server_count`` processes share the requests by
+connection (a device's requests go to one process).
+
+All times are the measuring host's, divided by ``server.host_cpu_speed`` (2 = a CPU twice as fast).
+The measuring host is a 2-core cloud VM, slower than a GPU server's CPU: at speed 1 these costs
+are upper bounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import yaml
+
+from wispsim.errors import ConfigError
+from wispsim.paths import data_dir as package_data
+
+if TYPE_CHECKING:
+    from wispsim.config.server import ServerConfig
+
+T = TypeVar("T")
+
+ENGINE_TERMS = ("step", "request", "arrival", "session", "token")
+API_TERMS = ("request", "session", "ids", "text")
+
+
+@dataclass(frozen=True, slots=True)
+class HostCPU:
+    """The measured CPU costs (seconds, already divided by the host's speed)."""
+
+    step: float
+    request: float
+    arrival: float
+    session: float
+    token: float
+    api_request: float
+    api_session: float
+    api_ids: float
+    api_text: float
+    api_servers: int = 1
+    async_scheduling: bool = False
+
+    def engine(self, requests: int, arrivals: int, sessions: int, hashed: int) -> float:
+        """The engine core's CPU seconds for one step."""
+        return (
+            self.step
+            + self.request * requests
+            + self.arrival * arrivals
+            + self.session * sessions
+            + self.token * hashed
+        )
+
+    def step_time(self, gpu: float, cpu: float) -> float:
+        """A step's wall time given its GPU and engine-core CPU seconds (module docstring)."""
+        if self.async_scheduling:
+            return gpu if gpu >= cpu else cpu
+        return gpu + cpu
+
+    def api(self, resident: bool, ids: int = 0, text: int = 0) -> float:
+        """An API server's CPU seconds for one request carrying ``ids`` prompt tokens as token ids
+        (a verification round) and ``text`` as text (a user's prompt, tokenized)."""
+        return (self.api_session if resident else self.api_request) + self.api_ids * ids + self.api_text * text
+
+
+@cache
+def measured_terms() -> dict[str, Any]:
+    """``wispsim/data/host_cpu.yaml`` as written by the round-cost study."""
+    path = package_data() / "host_cpu.yaml"
+    data = yaml.safe_load(path.read_text())
+    for section, terms in (("engine_core_ms", ENGINE_TERMS), ("api_server_ms", API_TERMS)):
+        got = data.get(section) or {}
+        missing = [t for t in terms if not isinstance(got.get(t), int | float)]
+        if missing:
+            raise ConfigError(str(path), section, f"lacks {', '.join(missing)} (ms)")
+    return data
+
+
+def host_cpu(
+    speed: float = 1.0, api_servers: int = 1, async_scheduling: bool = False, terms: dict[str, Any] | None = None
+) -> HostCPU:
+    """The host CPU at ``speed`` times the measuring host's (``terms``: a host_cpu.yaml's
+    content; None: the shipped one)."""
+    data = terms or measured_terms()
+    e, a = data["engine_core_ms"], data["api_server_ms"]
+    s = 1e-3 / speed
+    return HostCPU(
+        step=e["step"] * s,
+        request=e["request"] * s,
+        arrival=e["arrival"] * s,
+        session=e["session"] * s,
+        token=e["token"] * s,
+        api_request=a["request"] * s,
+        api_session=a["session"] * s,
+        api_ids=a["ids"] * s,
+        api_text=a["text"] * s,
+        api_servers=api_servers,
+        async_scheduling=async_scheduling,
+    )
+
+
+def for_server(server: ServerConfig, estimator: object) -> HostCPU | None:
+    """The host CPU a replica of ``server`` runs on, or None where it is not modelled.
+
+    ``server.host_cpu``: ``auto`` models it where the profile's engine overheads were calibrated
+    beside it (a roofline profile that names its ``host_cpu_speed``), not for a measured profile,
+    whose timings include it; ``on`` always, ``off`` never. The speed is ``server.host_cpu_speed``
+    where set, else the profile's calibrated host's, else the measuring host's (1)."""
+    calibrated = getattr(estimator, "host_cpu_speed", None)
+    mode = server.host_cpu
+    if mode == "off" or (mode == "auto" and calibrated is None):
+        return None
+    speed = server.host_cpu_speed or calibrated or 1.0
+    return host_cpu(speed, server.api_server_count, server.async_scheduling)
+
+
+def resident_cost(estimator: T) -> T:
+    """``estimator`` as a session-resident verifier pays it: a resumed round is not a request
+    arriving anew, so a per-arrival term (the roofline's ``arrival``) is not charged. A session's
+    first round is charged none either (one per response, beside a round per few tokens)."""
+    if dataclasses.is_dataclass(estimator) and getattr(estimator, "arrival", 0.0):
+        return dataclasses.replace(estimator, arrival=0.0)  # type: ignore[type-var]
+    return estimator
