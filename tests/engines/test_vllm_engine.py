@@ -117,3 +117,49 @@ def test_release_prefixes_frees_an_ended_sessions_blocks_first(engine: VLLMEngin
     again = engine.generate([[*ended, 1], [*active, 1]])
     assert [o.num_cached_tokens for o in again] == [0, 256]
     assert engine.release_prefixes([]) == 0
+
+
+def _fresh(engine: VLLMEngine, seqs: list[list[int]], tag: int) -> list[int]:
+    """The next token of each sequence as a new request (``LLM.generate`` would wait for the
+    resident sessions to finish: it runs the engine until no request is left)."""
+    from vllm.inputs import TokensPrompt
+
+    eng = engine.llm.llm_engine
+    ids = [f"fresh-{tag}-{i}" for i in range(len(seqs))]
+    for rid, seq in zip(ids, seqs, strict=True):
+        eng.add_request(rid, TokensPrompt(prompt_token_ids=seq), engine.params)
+    got: dict[str, int] = {}
+    while len(got) < len(ids):
+        for o in eng.step():
+            if o.request_id in ids and o.finished:
+                got[o.request_id] = int(o.outputs[0].token_ids[-1])
+    return [got[rid] for rid in ids]
+
+
+def test_resident_sessions_verify_like_fresh_requests(engine: VLLMEngine) -> None:
+    """``server.verifier: resident``: a session stays in the engine; each round rolls back its
+    rejected drafts, sends only what the engine has not computed (the last bonus token) and the new
+    drafts, and its next token is exactly what a fresh request over the committed sequence and
+    the drafts gives. Ending a session frees its blocks."""
+    from wispsim.engines.vllm_sessions import ResidentSessions
+
+    rng = np.random.default_rng(11)
+    res = ResidentSessions(engine.llm, engine.params)
+    committed = {sid: rng.integers(1, engine.vocab, 140 + 37 * sid).tolist() for sid in range(3)}
+    k = 4
+    for rnd in range(5):
+        drafts = {sid: rng.integers(1, engine.vocab, k).tolist() for sid in committed}
+        items = [(sid, list(committed[sid]), drafts[sid]) for sid in committed]
+        bonus, held = res.run(items)
+        assert bonus == _fresh(engine, [c + d for _, c, d in items], rnd)
+        if rnd == 0:
+            assert held == (0, 0, 0)  # each session opens with its whole sequence
+        else:  # everything but the last round's bonus token is held
+            assert held == tuple(len(c) - 1 for _, c, _ in items)
+        for j, sid in enumerate(committed):
+            accepted = int(rng.integers(0, k + 1))  # some drafts rejected, rolled back next round
+            committed[sid] += drafts[sid][:accepted] + [bonus[j]]
+    core = engine.llm.llm_engine.engine_core.engine_core
+    assert len(core.scheduler.requests) >= 3
+    res.clear()
+    assert not res.sessions and not core.scheduler.requests

@@ -447,3 +447,70 @@ def test_profile_fit_reads_a_deployment_batch_log(fake_server, capsys, monkeypat
         capsys, monkeypatch, "profile", "fit", str(tmp_path / "prof"), "--out", str(tmp_path / "x.yaml")
     )
     assert code == 2 and "no verification batch log" in err
+
+
+class FakeResident:
+    """Sessions kept in a fake engine: what each holds, what each round sent, who ended."""
+
+    def __init__(self) -> None:
+        self.held: dict[int, list[int]] = {}
+        self.sent: list[tuple[int, int, int]] = []  # (session, tokens sent, tokens held)
+        self.ended: list[int] = []
+
+    def run(self, items: list[tuple[int, list[int], list[int]]]) -> tuple[list[int], tuple[int, ...]]:
+        held = []
+        for sid, committed, draft in items:
+            have = self.held.get(sid, [])
+            keep = 0
+            while keep < min(len(have), len(committed)) and have[keep] == committed[keep]:
+                keep += 1
+            self.sent.append((sid, len(committed) - keep + len(draft), keep))
+            self.held[sid] = committed + draft
+            held.append(keep)
+        return [7] * len(items), tuple(held)
+
+    def end(self, sids: list[int]) -> None:
+        self.ended += sids
+        for sid in sids:
+            self.held.pop(sid, None)
+
+    def clear(self) -> None:
+        self.end(list(self.held))
+
+
+def test_a_resident_verifier_sends_each_round_its_new_tokens_only() -> None:
+    """server.verifier: resident on the real server: the session stays in the engine, a round
+    sends the last bonus token and its drafts (what the reply and the log call l_new) over the
+    held tokens (l_cached); a closed session ends in the engine before the next batch, a reset
+    ends the rest; the re-submitting run_batch is never called."""
+    from fastapi.testclient import TestClient
+
+    from wispsim.serve.app import make_app
+
+    sc = scenario("wisp")
+    sc = sc.replace(server=sc.server.__class__(**{**_fields(sc.server), "verifier": "resident"}))
+    backend = FakeBackend()
+    resident = FakeResident()
+    backend.resident_sessions = lambda: resident  # type: ignore[attr-defined]
+    app = make_app(sc, backend, FACTS)
+    body = {"draft": [5, 6, 8], "accepted": 2, "commit": 3, "budget_s": 5.0, "n_hat": 3.0}
+    with TestClient(app) as c:
+        a = c.post("/sessions", json={"prompt": list(range(200, 400))}).json()["session"]
+        b = c.post("/sessions", json={"prompt": list(range(400, 500))}).json()["session"]
+        first = c.post(f"/sessions/{a}/rounds", json=body).json()
+        assert (first["l_new"], first["l_cached"]) == (203, 0)  # the session opens
+        second = c.post(f"/sessions/{a}/rounds", json=body).json()
+        assert (second["l_new"], second["l_cached"]) == (4, 202)  # the bonus token and 3 drafts
+        assert c.delete(f"/sessions/{a}").status_code == 200
+        assert resident.ended == []  # ended before the next batch, in the batch thread
+        assert c.post(f"/sessions/{b}/rounds", json=body).json()["l_new"] == 103
+        assert resident.ended == [a]
+        assert c.post("/reset").status_code == 200
+        assert resident.ended == [a, b] and not resident.held
+    assert backend.batches == []
+
+
+def _fields(cfg: Any) -> dict[str, Any]:
+    from dataclasses import fields
+
+    return {f.name: getattr(cfg, f.name) for f in fields(cfg)}

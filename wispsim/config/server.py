@@ -101,7 +101,8 @@ class ServerConfig:
     # how a speculative server verifies (issue 36): "resubmit" sends every round as a new request
     # with its whole prefix (a stock server; wispsim.serve.verify); "resident" keeps each
     # session's sequence in the engine and forwards only the round's new tokens over its KV
-    # (the paper's verification engine); resident KV stays pinned, so it needs kv_policy admission
+    # (the paper's verification engine); resident KV stays pinned, so it needs kv_policy admission,
+    # and no block tail is forwarded again (prefix_reuse applies to re-submitted rounds only)
     verifier: Literal["resubmit", "resident"] = "resubmit"
     # the serving host's CPU (wispsim.model.host_cpu): the engine core per step and the API
     # server per request, measured on vLLM. auto: on where the profile's overheads were calibrated
@@ -136,12 +137,6 @@ class ServerConfig:
             "resident keeps each session's KV pinned until its response ends: it needs "
             "prefix_cache: true and kv_policy: admission (got "
             f"prefix_cache: {str(self.prefix_cache).lower()}, kv_policy: {self.kv_policy})",
-        )
-        require(
-            self.verifier == "resubmit" or self.mode == "centralized" or self.prefix_reuse == "token",
-            "verifier",
-            "resident forwards only a round's new tokens (no block tail): set prefix_reuse: token, "
-            "which applies to re-submitted rounds",
         )
         require(
             1 <= self.replicas <= MAX_REPLICAS,

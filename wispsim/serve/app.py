@@ -100,9 +100,14 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
     # the server frees ended sessions' blocks in vLLM's block pool (release_prefixes).
     layout = os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if srv.mode == "speculative" and srv.kv_policy == "admission" and srv.prefix_cache and layout != "0":
+        what = (
+            "server.verifier resident keeps sessions"
+            if srv.verifier == "resident"
+            else "server.kv_policy admission frees ended sessions' blocks"
+        )
         raise WispsimError(
-            f"VLLM_ENABLE_V1_MULTIPROCESSING={layout}: server.kv_policy admission frees ended sessions' "
-            "blocks in vLLM's engine core, which must run in the server's process; unset it or set 0"
+            f"VLLM_ENABLE_V1_MULTIPROCESSING={layout}: {what} in vLLM's engine core, which must run in "
+            "the server's process; unset it or set 0"
         )
     profile = load_profile(srv.profile)
     profile.check_layout(layout == "0", "wispsim serve")  # its estimates must be this engine's
@@ -168,6 +173,12 @@ class VLLMBackend:
         """Ended sessions' blocks are vLLM's first to reuse (None: it cannot, engine elsewhere)."""
         return self.engine.release_prefixes(seqs)
 
+    def resident_sessions(self) -> Any:
+        """Sessions kept in the engine (``server.verifier: resident``)."""
+        from wispsim.engines.vllm_sessions import ResidentSessions
+
+        return ResidentSessions(self.engine.llm, self.engine.params)
+
     def reset_cache(self) -> bool:
         """Empty vLLM's prefix cache; False if it refused (requests still hold blocks)."""
         return bool(self.engine.llm.reset_prefix_cache())
@@ -198,6 +209,8 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
         plan = profile if srv.planning_profile is None else load_profile(srv.planning_profile)
         # the scheduler plans with the planning profile (``profile`` where none), as in simulate
         parts = verifier_parts(sc, plan.with_form(srv.estimator_form).estimator, cap, bs, request_outputs(sc))
+        resident = backend.resident_sessions() if srv.verifier == "resident" else None
+        # a resident session's request ends with it: nothing to release
         release = getattr(backend, "release_prefixes", None) if parts.admission is not None else None
         return VerifyServer(
             parts.gpu,
@@ -207,7 +220,8 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
             vocab,
             max_len,
             admission=parts.admission,
-            release=release,
+            release=None if resident is not None else release,
+            resident=resident,
         )
 
     def make_central() -> CentralServer:

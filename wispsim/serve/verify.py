@@ -10,6 +10,11 @@ one output token each, in one call. What the engine really served from its prefi
 the reply and the batch log report (vLLM's ``num_cached_tokens``); the model's plan is logged
 beside it.
 
+A resident verifier (``server.verifier: resident``; ``resident`` given, e.g.
+:class:`wispsim.engines.vllm_sessions.ResidentSessions`) keeps each session in the engine instead
+of re-submitting it: a round sends the tokens the engine has not computed (the last bonus token)
+and its drafts, over the session's KV; a closed session's request ends before the next batch.
+
 Verdicts are replayed, not computed: the device sends how many draft tokens its acceptance trace
 accepts and how many tokens the round commits (both sides replay the same trace, so the
 validation isolates the serving model). vLLM's log-probabilities at every draft position are
@@ -96,6 +101,9 @@ class VerifyServer:
     ``release(seqs)`` tells the engine which sessions ended, so that it reuses their blocks first
     and never has to evict an admitted session's prefix (vLLM's own LRU would evict whichever
     prefix was freed first); it runs in the batch thread, just before the next batch.
+
+    ``resident`` (``run(items)``, ``end(sids)``, ``clear()``) keeps sessions in the engine
+    (module docstring); ``run_batch`` is then unused.
     """
 
     def __init__(
@@ -109,7 +117,9 @@ class VerifyServer:
         clock: Callable[[], float] = time.monotonic,
         admission: Admission[Round] | None = None,
         release: Callable[[list[list[int]]], int | None] | None = None,
+        resident: Any = None,
     ) -> None:
+        self.resident = resident
         self.admission = admission
         self.release = release
         self.gpu = gpu
@@ -134,7 +144,10 @@ class VerifyServer:
         self.memory.cache.clear()
         self.memory.used = 0
         self._ended: list[list[int]] = []  # token sequences of ended sessions, for release()
+        self._ended_sessions: list[int] = []  # resident sessions to end before the next batch
         self.running = False  # a batch is on the engine
+        if self.resident is not None:  # called while no batch runs (the reset endpoint checks)
+            self.resident.clear()
         if self.admission is not None:
             # rounds still waiting for admission (devices that are gone) are answered, not kept
             self._refuse_waiting(None, "reset: the server was reset while this round waited")
@@ -183,6 +196,8 @@ class VerifyServer:
         if s is None:
             raise ServeError(404, f"session {sid}: no such session (closed, or never opened)")
         self.memory.drop(sid)
+        if self.resident is not None:
+            self._ended_sessions.append(sid)
         if self.admission is not None:
             if self.release is not None and self.admission.admitted(sid):
                 self._ended.append(s.tokens)
@@ -247,6 +262,15 @@ class VerifyServer:
             self.release(ended)
         return self.run_batch(seqs)
 
+    def _run_resident(
+        self, items: list[tuple[int, list[int], list[int]]], ended: list[int]
+    ) -> tuple[list[int], tuple[int, ...] | None]:
+        """In the batch thread: end the closed sessions, then run the rounds over the others."""
+        if ended:
+            self.resident.end(ended)
+        bonus, held = self.resident.run(items)
+        return bonus, tuple(held)
+
     async def _loop(self) -> None:
         while True:
             if not self.queue:
@@ -275,7 +299,12 @@ class VerifyServer:
         t0 = self.clock()
         self.running = True
         try:
-            bonus, cached = await asyncio.to_thread(self._run, seqs, ended)
+            if self.resident is None:
+                bonus, cached = await asyncio.to_thread(self._run, seqs, ended)
+            else:  # what the engine held of each sequence is its "cached" part
+                items = [(r.session, self.sessions[r.session].tokens, r.draft) for r in batch]
+                gone, self._ended_sessions = self._ended_sessions, []
+                bonus, cached = await asyncio.to_thread(self._run_resident, items, gone)
         finally:
             self.running = False
         t1 = self.clock()

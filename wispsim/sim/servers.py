@@ -76,7 +76,9 @@ def verifier_parts(
         srv.max_batch_tokens,
         srv.delta_ms / 1000.0,
     )
-    memory = KVMemory(blocks, block_size, srv.prefix_cache, srv.eviction, srv.prefix_reuse)
+    # a resident session forwards only its new tokens: block-granular reuse is a re-submitted round's
+    reuse = "token" if srv.verifier == "resident" and srv.mode == "speculative" else srv.prefix_reuse
+    memory = KVMemory(blocks, block_size, srv.prefix_cache, srv.eviction, reuse)
     scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
     return VerifierParts(gpu, memory, scheduler, make_admission(scenario, blocks, block_size, outputs))
 

@@ -190,7 +190,8 @@ def study_public(ctx: Context) -> Section:
     shipped = calibration(str(spec.get("engine", "vllm")))
     # the fit starts from the spec's ``fit_start`` (so a rerun reproduces it) or the shipped values
     base = dict(spec.get("fit_start") or {k: shipped[k] for k in PARAMETER_KEYS if k in shipped})
-    params = _fit(ctx, runs, folder, base, cal_ids, {}) if spec.get("fit", True) else base
+    # ``fix``: parameters the shipped fit holds (e.g. a term the mechanisms leave no room for)
+    params = _fit(ctx, runs, folder, base, cal_ids, dict(spec.get("fix") or {})) if spec.get("fit", True) else base
     ctx.progress(f"public: simulating {len(runs)} runs")
     errors = public.compare(runs, folder, params, cal_ids)
     ctx.simulated += len(runs)
@@ -229,7 +230,9 @@ def study_public(ctx: Context) -> Section:
         + ". The kernel efficiencies are not fitted here: they are each GPU generation's, measured at "
         f"kernel level (`wispsim/data/efficiency.yaml`, `python -m wispsim.study.gpu_kernels`; {kernels}; "
         f"elementwise floor {floor:.0f} us per layer). Fitted engine overheads (ms; the all-reduce "
-        "latency is the interconnect's):",
+        "latency is the interconnect's; the engine core's CPU per step, per request and per new "
+        "request is measured on vLLM (`wispsim/data/host_cpu.yaml`): what is fitted is the GPU "
+        "servers' CPU speed against the measuring host's):",
         "",
     ]
     rows = []
@@ -242,6 +245,7 @@ def study_public(ctx: Context) -> Section:
                 **{f"eff {k}": v for k, v in r.get("efficiency", {}).items() if k != "attention"},
                 **({"overlap": r["overlap"]} if "overlap" in r else {}),
                 **{k: v for k, v in r["overhead_ms"].items() if k != "allreduce"},
+                **({"host CPU speed": r["host_cpu_speed"]} if "host_cpu_speed" in r else {}),
                 **{f"held-out {f}": fam.get(("held-out", f), float("nan")) for f in public.FAMILIES},
             }
         )

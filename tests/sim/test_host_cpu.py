@@ -1,0 +1,176 @@
+"""The serving host's CPU (issue 36): the engine core prices every verification batch beside its
+GPU work (added without async scheduling, the larger of the two with it), API-server processes
+serve every round first come first served, and a session-resident verifier resumes sessions
+instead of re-submitting them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import simpy
+import yaml
+
+from tests.support import deterministic_overrides, write_profile
+from wispsim.config import ServerConfig
+from wispsim.errors import ConfigError
+from wispsim.model.host_cpu import HostCPU, for_server, host_cpu, measured_terms, resident_cost
+from wispsim.model.roofline import Roofline
+from wispsim.sim.api_server import ApiServers
+from wispsim.sim.scenarios import load_scenario, resolve_server
+from wispsim.sim.simulation import simulate
+
+SPEED = 0.5  # a host half as fast as the measuring one: its costs are twice the shipped terms
+
+
+def _host(async_scheduling: bool = False, speed: float = SPEED, count: int = 1) -> HostCPU:
+    return host_cpu(speed, count, async_scheduling)
+
+
+def test_the_shipped_terms_scale_with_the_hosts_speed() -> None:
+    terms = measured_terms()
+    slow, fast = host_cpu(1.0), host_cpu(4.0)
+    assert slow.step == pytest.approx(terms["engine_core_ms"]["step"] / 1e3)
+    assert fast.step == pytest.approx(slow.step / 4)
+    assert fast.api(False, ids=100) == pytest.approx(slow.api(False, ids=100) / 4)
+    # a text prompt costs its tokenization on top; a resident round sends its new tokens only
+    assert slow.api(False, text=1000) > slow.api(False) + 0.5e-3
+    assert slow.engine(1, 1, 0, 1024) > slow.engine(1, 0, 1, 5) - slow.session + slow.arrival
+
+
+def test_a_step_adds_its_cpu_or_hides_it_behind_the_gpu() -> None:
+    sync, overlapped = _host(False), _host(True)
+    assert sync.step_time(0.010, 0.004) == pytest.approx(0.014)
+    assert overlapped.step_time(0.010, 0.004) == pytest.approx(0.010)
+    assert overlapped.step_time(0.002, 0.004) == pytest.approx(0.004)  # the CPU caps the step
+
+
+def test_auto_models_the_host_where_the_profile_was_calibrated_with_it() -> None:
+    class Measured:
+        form = "measured"
+
+    cfg = ServerConfig()
+    assert for_server(cfg, Measured()) is None
+    calibrated = type("Cal", (), {"form": "roofline", "host_cpu_speed": 3.0})()
+    assert for_server(cfg, calibrated).step == pytest.approx(host_cpu(3.0).step)  # type: ignore[union-attr]
+    assert for_server(ServerConfig(host_cpu="off"), calibrated) is None
+    on = for_server(ServerConfig(host_cpu="on", host_cpu_speed=2.0, api_server_count=3), Measured())
+    assert on is not None and on.api_servers == 3 and on.step == pytest.approx(host_cpu(2.0).step)
+
+
+def test_a_resident_verifier_pays_no_arrival_term() -> None:
+    from wispsim.model.archs import load_arch
+
+    roof = Roofline(load_arch("tiny-vllm"), 1, 2, 2, 1e12, 1e14, float("inf"), arrival=2e-3)
+    res = resident_cost(roof)
+    assert res.arrival == 0.0 and roof.arrival == 2e-3
+    # two members and one more, every one of them arriving anew to the re-submitting verifier
+    assert roof.price_with(roof_shape(), 4, 100) - res.price_with(roof_shape(), 4, 100) == pytest.approx(3 * 2e-3)
+
+
+def roof_shape() -> Any:
+    from wispsim.model.batch import Shape
+
+    return Shape.of([(4, 100), (5, 300)])
+
+
+class _Engine:
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.got: list[tuple[float, int]] = []
+
+    def submit(self, g: Any) -> simpy.Event:
+        self.got.append((self.env.now, g.rid))
+        return g.done
+
+
+def test_api_processes_serve_first_come_first_served_by_connection() -> None:
+    from wispsim.sim.centralized import Generation
+
+    env = simpy.Environment()
+    engine = _Engine(env)
+    host = _host(count=2)
+    api = ApiServers(env, engine, host)
+    service = host.api(False, text=100)
+    for rid in range(4):  # sessions 0 and 2 share process 0, 1 and 3 process 1
+        api.submit(Generation(rid, 100, 1, env.event()))
+    env.run()
+    at = dict((rid, t) for t, rid in engine.got)
+    assert at[0] == pytest.approx(service) and at[1] == pytest.approx(service)
+    assert at[2] == pytest.approx(2 * service) and at[3] == pytest.approx(2 * service)
+    assert api.busy == pytest.approx(4 * service)
+
+
+def _run(tmp_path: Path, **server: Any) -> Any:
+    prof = write_profile(tmp_path / "p.yaml")
+    srv = {"host_cpu": "on", "host_cpu_speed": SPEED, "scheduler": "wisp", "kv_policy": "admission", **server}
+    over = deterministic_overrides(
+        str(prof),
+        devices={"count": 16, "classes": [8.0], "start_spread_s": 0.5},
+        server=srv,
+        workload={"duration_s": 4.0, "warmup_s": 0.5},
+    )
+    path = tmp_path / "sc.yaml"
+    path.write_text(yaml.safe_dump(over))
+    return simulate(resolve_server(load_scenario(str(path))))
+
+
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_every_batch_takes_its_gpu_time_and_its_engine_cpu(tmp_path: Path, overlapped: bool) -> None:
+    res = _run(tmp_path, async_scheduling=overlapped)
+    h = _host(overlapped)
+    b = res.batches
+    assert len(b) > 20
+    for row in b.itertuples():  # every round re-submitted: a new request hashing its sequence
+        n = int(row.size)
+        cpu = h.engine(n, n, 0, int(row.n_linear + row.n_cached))
+        assert row.latency == pytest.approx(h.step_time(row.t_hat, cpu), rel=1e-9)
+
+
+def test_a_resident_session_opens_once_and_resumes_every_later_round(tmp_path: Path) -> None:
+    res = _run(tmp_path, verifier="resident")
+    h = _host()
+    opened = 0
+    for row in res.batches.itertuples():
+        n = int(row.size)
+        # what is left after the step, the requests and the hashed new tokens is arrivals and
+        # resumed sessions: solve for how many rounds opened a session
+        rest = row.latency - row.t_hat - (h.step + h.request * n + h.token * int(row.n_linear))
+        arrivals = (rest - h.session * n) / (h.arrival - h.session)
+        assert arrivals == pytest.approx(round(arrivals), abs=1e-6) and 0 <= round(arrivals) <= n
+        opened += round(arrivals)
+    rounds = res.rounds
+    assert len(rounds) == res.batches["size"].sum()  # every verified round is on record
+    # one round opened each response's session (its KV stays pinned: no round is cold again)
+    assert opened == rounds.response.nunique() == rounds.cold.sum()
+    assert rounds.groupby("response").size().max() == 3  # a 7-token output, 2 drafts a round
+
+
+def test_api_servers_cap_the_rounds_a_replica_serves(tmp_path: Path) -> None:
+    """At a hundredth of the measuring host's speed a round costs the API server ~0.56 s: one
+    process serves under 2 rounds a second, four serve about four times as many."""
+    one = _run(tmp_path, host_cpu_speed=0.01, api_server_count=1)
+    four = _run(tmp_path, host_cpu_speed=0.01, api_server_count=4)
+    service = host_cpu(0.01).api(False, ids=16)
+    assert len(one.rounds) <= (4.5 + 1) / service + 1
+    assert len(four.rounds) > 2.5 * len(one.rounds)
+
+
+@pytest.mark.parametrize("server", [{"kv_policy": "lru"}, {"prefix_cache": False}])
+def test_a_resident_verifier_refuses_what_would_drop_its_kv(server: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_scenario(
+            overrides={"policy": "custom", "server": {"verifier": "resident", "kv_policy": "admission", **server}}
+        )
+    assert "server.verifier" in str(err.value) and "kv_policy: admission" in str(err.value)
+
+
+def test_a_resident_round_forwards_no_block_tail(tmp_path: Path) -> None:
+    """Block-granular reuse makes a re-submitted round forward its prefix's tail again; a
+    resident session forwards its drafts only (prefix_reuse is the re-submitted rounds')."""
+    resub = _run(tmp_path, prefix_reuse="block", block_size=16)
+    res = _run(tmp_path, prefix_reuse="block", block_size=16, verifier="resident")
+    warm = lambda r: r[~r.cold]  # noqa: E731
+    assert (warm(res.rounds).l_new == warm(res.rounds).k).all()  # its drafts (the last round drafts 1)
+    assert warm(resub.rounds).l_new.mean() > 4
