@@ -186,3 +186,17 @@ def test_a_piped_summary_keeps_every_column_and_number(tmp_path: Path) -> None:
     summary = pd.read_csv(tmp_path / "r" / "summary.csv", dtype={"class": str}).set_index("class")
     row = next(line for line in p.stdout.splitlines() if line.strip("│ ").startswith("all"))
     assert f"{summary.loc['all', 'goodput_tps']:.0f}" in row
+
+
+def test_the_verifier_kind_reaches_compare_and_refuses_a_policy_without_pinned_kv(tmp_path: Path) -> None:
+    """``--set server.verifier=resident`` (issue 36) runs through compare (centralized serving
+    ignores it); SLED, whose verifier has no prefix cache to keep a session in, is a one-line error."""
+    p = wispsim(
+        "compare", "--policies", "wisp,centralized", "--classes", "8", "--seeds", "1", "--max-devices", "64",
+        "--set", "server.verifier=resident", "--out", str(tmp_path), *QUICK,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "verifier: resident" in (tmp_path / "scenario-wisp.yaml").read_text()
+    bad = wispsim("run", "--policy", "sled", "--devices", "4", "--set", "server.verifier=resident", *QUICK)
+    last = bad.stderr.strip().splitlines()[-1]
+    assert bad.returncode == 2 and "server.verifier" in last and "kv_policy: admission" in last

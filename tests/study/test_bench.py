@@ -17,6 +17,7 @@ from wispsim.study.bench import BenchRun, bench, prefix_hits
 PARAMS = {
     "efficiency": {"bandwidth": 0.8, "compute": 0.7, "attention": 0.7},
     "overhead_ms": {"step": 0.5, "request": 0.01, "arrival": 2.0, "allreduce": 0.008, "frontend": 10.0},
+    "host_cpu_speed": None,  # the engine alone: no host-CPU model beside it
 }
 
 
@@ -38,6 +39,31 @@ def test_one_request_alone_has_exact_figures(profile) -> None:  # type: ignore[n
     assert f["tpot_median_ms"] == pytest.approx(sum(decodes) / 4 * 1e3)
     assert f["e2e_median_ms"] == pytest.approx((0.010 + prefill + sum(decodes)) * 1e3)
     assert f["output_throughput_tok_s"] == pytest.approx(5 / (0.010 + prefill + sum(decodes)))
+
+
+def test_with_the_host_cpu_a_step_pays_the_engine_core_and_a_prompt_its_tokenization() -> None:
+    """A profile calibrated beside the host-CPU model (``roofline.host_cpu_speed``): one prompt
+    alone waits the front end's latency and its tokenization in the API server, every step takes
+    its GPU time plus the engine core's CPU (no async scheduling), the first hashing the prompt."""
+    from wispsim.model.host_cpu import host_cpu
+
+    data = physical_profile(
+        load_arch("qwen3-32b"), load_gpu("h100-80gb"), params={**PARAMS, "host_cpu_speed": 2.0}, noise_sigma=0.0
+    )
+    prof = parse_profile(data, "test")
+    est, host = prof.estimator, host_cpu(2.0)
+    res = bench(prof, BenchRun(num_prompts=1, input_lens=[100], output_lens=[5], concurrency=1))
+    prefill = est.batch(100, 100 * 100, 0, 1, 1) + host.engine(1, 1, 0, 100)
+    decodes = [est.batch(1, 100 + k + 1, 100 + k, 1, 0) + host.engine(1, 0, 0, 0) for k in range(4)]
+    front = 0.010 + host.api(False, text=100)
+    assert res.responses.frontend_s.iloc[0] == pytest.approx(front)
+    f = res.figures()
+    assert f["ttft_median_ms"] == pytest.approx((front + prefill) * 1e3)
+    assert f["tpot_median_ms"] == pytest.approx(sum(decodes) / 4 * 1e3)
+    # under async scheduling the engine core's CPU hides behind the GPU's work
+    asyn = bench(prof, BenchRun(num_prompts=1, input_lens=[100], output_lens=[5], concurrency=1, async_scheduling=True))
+    gpu_decodes = [est.batch(1, 100 + k + 1, 100 + k, 1, 0) for k in range(4)]
+    assert asyn.figures()["tpot_median_ms"] == pytest.approx(sum(gpu_decodes) / 4 * 1e3)
 
 
 def test_async_scheduling_makes_a_request_arriving_mid_step_wait_a_step_longer(profile) -> None:  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from tests.support import ROOT
@@ -23,11 +24,12 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / "experiments", work / "experiments", ignore=skip)
     # the validation study reads the stored real-vs-simulated tables (its real side needs vLLM
     # servers and half an hour; experiments/validation.yaml lists the commands)
-    shutil.copytree(
-        ROOT / "experiments" / "data" / "validation",
-        work / "experiments" / "data" / "validation",
-        ignore=shutil.ignore_patterns("real", "points", "scenarios", "logs"),
-    )
+    for name in ("validation", "validation-resident"):
+        shutil.copytree(
+            ROOT / "experiments" / "data" / name,
+            work / "experiments" / "data" / name,
+            ignore=shutil.ignore_patterns("real", "points", "scenarios", "logs"),
+        )
     # the scale validation reads the tables its summarize.py wrote from the real runs
     scale = work / "experiments" / "data" / "validation-scale"
     scale.mkdir(parents=True)
@@ -44,7 +46,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # the round-cost study reads the benchmark's measurements (benchmarks/vllm/round_cost.py)
     cost = work / "experiments" / "data" / "round-cost"
     cost.mkdir(parents=True)
-    for f in ("cpu.csv", "cpu.json", "api.csv", "api-load.csv", "api.json"):
+    for f in ("cpu.csv", "cpu.json", "api.csv", "api-cpu.csv", "api-load.csv", "api.json", "tokenize.csv"):
         shutil.copyfile(ROOT / "experiments" / "data" / "round-cost" / f, cost / f)
     mp = pytest.MonkeyPatch()
     mp.chdir(work)
@@ -84,6 +86,11 @@ def test_quick_capacity_and_mix_tables_have_numbers(quick_run: Path) -> None:
     assert set(mix.policy) == {"wisp", "fcfs", "wisp-lru"}
     acc = pd.read_csv(quick_run / "acceptance" / "capacity.csv")
     assert set(acc.acceptance) == {"trace", "bernoulli"}
+    # a target's ``set`` reaches its scenario (the crossover's verifier kinds)
+    for target, kind in (("a100-resubmit", "resubmit"), ("a100-resident", "resident")):
+        sc = yaml.safe_load((quick_run / "crossover" / target / "scenario.yaml").read_text())
+        assert sc["server"]["verifier"] == kind and sc["server"]["async_scheduling"] is True
+    assert set(pd.read_csv(quick_run / "mix-resident" / "curve_pooled.csv").policy) == {"wisp", "fcfs"}
 
 
 def test_unknown_experiment_lists_the_known_ones() -> None:
@@ -118,6 +125,8 @@ def test_a_rerun_loads_points_and_reports_who_computed_them(quick_run: Path) -> 
         ("epsilon", 1.5, r"epsilon: must be in \[0, 1\)"),
         ("policies", ["wisp", "nope"], "policies: unknown policy 'nope'; allowed: .*centralized"),
         ("targets", ["no-such-profile"], "targets: no profile 'no-such-profile'"),
+        ("targets", [{"name": "x", "profile": "a100-qwen3-32b", "set": [1]}], "targets: x: set must be a mapping"),
+        ("targets", [{"name": "x", "profile": "a100-qwen3-32b", "sets": {}}], "targets: a variant is {name, profile, roofline, set}"),
         ("devices", [10, -1], "devices: must be a list of positive integers"),
         ("quick", [1], "quick: must be a mapping"),
         ("thresholds", [0.5, 2], r"thresholds: must be numbers in \[0, 1\] or null"),

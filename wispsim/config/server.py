@@ -130,15 +130,6 @@ class ServerConfig:
             f"must be in [1, 64] processes, got {self.api_server_count}",
         )
         require(
-            self.verifier == "resubmit"
-            or self.mode == "centralized"
-            or (self.prefix_cache and self.kv_policy == "admission"),
-            "verifier",
-            "resident keeps each session's KV pinned until its response ends: it needs "
-            "prefix_cache: true and kv_policy: admission (got "
-            f"prefix_cache: {str(self.prefix_cache).lower()}, kv_policy: {self.kv_policy})",
-        )
-        require(
             1 <= self.replicas <= MAX_REPLICAS,
             "replicas",
             f"must be in [1, {MAX_REPLICAS}], got {self.replicas:,}",

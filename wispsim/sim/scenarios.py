@@ -258,6 +258,14 @@ def check_consistency(scenario: Scenario, source: str = "scenario") -> Resolved:
     and every SLO class is reachable by the devices that hold it. Errors name ``source``.
     Returns the scenario with the profiles and capacities the checks computed."""
     sv, wl, dr = scenario.server, scenario.workload, scenario.drafting
+    if sv.mode == "speculative" and sv.verifier == "resident" and not (sv.prefix_cache and sv.kv_policy == "admission"):
+        raise ConfigError(  # a preset may set either, so this is checked on the whole scenario
+            source,
+            "server.verifier",
+            "resident keeps each session's KV pinned until its response ends: it needs prefix_cache: "
+            f"true and kv_policy: admission (got prefix_cache: {str(sv.prefix_cache).lower()}, "
+            f"kv_policy: {sv.kv_policy}); allowed with this policy: resubmit",
+        )
     _check_speculation(scenario, source)
     resolved = resolve_server(scenario, source)
     profiles = list(resolved.profiles)

@@ -105,8 +105,9 @@ def study_round_cost(ctx: Context) -> Section:
                 "",
                 "The simulator's host-CPU terms (ms; `wispsim/data/host_cpu.yaml`, "
                 "`wispsim.model.host_cpu`): the engine core's are the engine and runner fits added, "
-                "the API server's `request` is its CPU per round above, `session` that less what a "
-                "resident round saves in-process, `token` tokenization per prompt token of a text prompt:",
+                "the API server's `request` and `ids` (per prompt token sent as ids) are fitted on its CPU "
+                "per round above, `session` is `request` less what a resident round saves in-process, "
+                "`text` is tokenization per prompt token of a text prompt:",
                 "",
             ]
             sec.body += md_table(

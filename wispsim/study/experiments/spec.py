@@ -157,17 +157,16 @@ def _check_spec(spec: dict[str, Any]) -> None:
         for t in spec["targets"]:
             if isinstance(
                 t, dict
-            ):  # a variant: {name, profile, roofline: {...}} (a roofline profile's parameters changed)
-                if set(t) - {"name", "profile", "roofline"} or not t.get("name") or not t.get("profile"):
+            ):  # a variant: {name, profile, roofline: {...}, set: {...}} (parameters or fields changed)
+                if set(t) - {"name", "profile", "roofline", "set"} or not t.get("name") or not t.get("profile"):
                     raise ConfigError(
                         src,
                         "targets",
-                        f"a variant is {{name, profile, roofline}}, got {' '.join(repr(t).split())[:80]}",
+                        f"a variant is {{name, profile, roofline, set}}, got {' '.join(repr(t).split())[:80]}",
                     )
-                if not isinstance(t.get("roofline", {}), dict):
-                    raise ConfigError(
-                        src, "targets", f"{t['name']}: roofline must be a mapping of parameters"
-                    )
+                for part, what in (("roofline", "parameters"), ("set", "scenario fields (server.verifier: ...)")):
+                    if not isinstance(t.get(part) or {}, dict):
+                        raise ConfigError(src, "targets", f"{t['name']}: {part} must be a mapping of {what}")
                 t = t["profile"]
             try:
                 find_profile(str(t))

@@ -33,12 +33,13 @@ SHOWN = (
 
 
 def _variant(ctx: Context, name: str, folder: str) -> tuple[pd.DataFrame, pd.DataFrame, Any]:
-    base = experiments_dir() / "data" / "validation" / folder
+    # ``data``: the folder (under experiments/) holding the variants' validate folders
+    base = experiments_dir() / str(ctx.spec.get("data", "data/validation")) / folder
     comp, cap = base / "comparison.csv", base / "capacity.csv"
     if not comp.is_file() or not cap.is_file():
         cmds = "; ".join(str(c) for c in ctx.spec.get("commands", []))
         raise ConfigError(
-            "experiments/validation.yaml", f"variants.{name}", f"{base} holds no validation yet; run: {cmds}"
+            f"experiments/{ctx.name}.yaml", f"variants.{name}", f"{base} holds no validation yet; run: {cmds}"
         )
     return pd.read_csv(comp), pd.read_csv(cap), base
 
@@ -133,7 +134,7 @@ def study_validation(ctx: Context) -> Section:
         summary.insert(0, "simulated side", name)
         summaries.append(summary)
         comp.to_csv(ctx.out / f"comparison-{name}.csv", index=False)
-        if i == 0:
+        if i == 0 or ctx.spec.get("every_variant_side_by_side"):
             sec.body += [f"**Real / simulated ({name})**, per regime, policy and N:", ""]
             sec.body += [*md_table(side_by_side(comp)), ""]
         rep = replay_summary(base)
