@@ -62,6 +62,8 @@ def _coerce(value: Any, tp: Any, path: str, source: str, allow_inf: bool = False
         return _coerce(value, args[0], path, source, allow_inf)
     if origin is Literal:
         allowed = get_args(tp)
+        if isinstance(value, bool) and "on" in allowed and "off" in allowed:
+            value = "on" if value else "off"  # YAML 1.1 reads a bare on/off as a boolean
         if not isinstance(value, str | int | float | bool) or value not in allowed:
             raise ConfigError(source, path, f"got {_show(value)}; allowed: {', '.join(map(str, allowed))}")
         return value
