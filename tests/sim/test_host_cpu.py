@@ -174,3 +174,11 @@ def test_a_resident_round_forwards_no_block_tail(tmp_path: Path) -> None:
     warm = lambda r: r[~r.cold]  # noqa: E731
     assert (warm(res.rounds).l_new == warm(res.rounds).k).all()  # its drafts (the last round drafts 1)
     assert warm(resub.rounds).l_new.mean() > 4
+
+
+def test_a_bare_on_or_off_reads_as_the_mode_not_a_boolean() -> None:
+    """``--set server.host_cpu=on`` parses as YAML, where a bare on/off is a boolean."""
+    assert load_scenario(overrides={"server": {"host_cpu": True}}).server.host_cpu == "on"
+    assert load_scenario(overrides={"server": {"host_cpu": False}}).server.host_cpu == "off"
+    with pytest.raises(ConfigError, match="server.host_cpu: got 'sometimes'; allowed: auto, on, off"):
+        load_scenario(overrides={"server": {"host_cpu": "sometimes"}})
