@@ -316,13 +316,21 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
     return app
 
 
+KEEP_ALIVE_S = 75  # seconds an idle HTTP connection stays open (uvicorn's default is 5)
+
+
 def serve(sc: Scenario, source: ModelSource, host: str, port: int, ready: Any = None) -> None:
     """Build the engine, then serve until interrupted. ``ready(facts)`` is called once listening."""
     import uvicorn
 
     engine, facts = build_engine(sc, source)
     app = make_app(sc, VLLMBackend(engine), facts)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    # keep idle connections longer than the swarm's client does (httpx drops them after 5 s): with
+    # uvicorn's own 5 s the two close at the same moment, and a round sent on a connection the
+    # server is closing fails with a ReadError (seen under load with the resident verifier)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
+    )
     server = uvicorn.Server(config)
 
     async def main() -> None:

@@ -28,7 +28,11 @@ class Client:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="wispsim-swarm-http", daemon=True)
         self._thread.start()
-        limits = httpx.Limits(max_connections=connections + 4, max_keepalive_connections=connections + 4)
+        # idle connections are dropped here well before the server drops them (wispsim serve keeps
+        # them 75 s), so a request is never sent on a connection the server is closing
+        limits = httpx.Limits(
+            max_connections=connections + 4, max_keepalive_connections=connections + 4, keepalive_expiry=5.0
+        )
         timeout = httpx.Timeout(read_timeout, connect=10.0)
 
         async def make() -> Any:
