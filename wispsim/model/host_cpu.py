@@ -87,7 +87,9 @@ class HostCPU:
     def api(self, resident: bool, ids: int = 0, text: int = 0) -> float:
         """An API server's CPU seconds for one request carrying ``ids`` prompt tokens as token ids
         (a verification round) and ``text`` as text (a user's prompt, tokenized)."""
-        return (self.api_session if resident else self.api_request) + self.api_ids * ids + self.api_text * text
+        return (
+            (self.api_session if resident else self.api_request) + self.api_ids * ids + self.api_text * text
+        )
 
 
 @cache
@@ -103,12 +105,10 @@ def measured_terms() -> dict[str, Any]:
     return data
 
 
-def host_cpu(
-    speed: float = 1.0, api_servers: int = 1, async_scheduling: bool = False, terms: dict[str, Any] | None = None
-) -> HostCPU:
-    """The host CPU at ``speed`` times the measuring host's (``terms``: a host_cpu.yaml's
-    content; None: the shipped one)."""
-    data = terms or measured_terms()
+def host_cpu(speed: float = 1.0, api_servers: int = 1, async_scheduling: bool = False) -> HostCPU:
+    """The shipped host CPU (``wispsim/data/host_cpu.yaml``) at ``speed`` times the measuring
+    host's."""
+    data = measured_terms()
     e, a = data["engine_core_ms"], data["api_server_ms"]
     s = 1e-3 / speed
     return HostCPU(

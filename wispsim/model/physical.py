@@ -224,7 +224,15 @@ def parse_roofline(
         raise ConfigError(src, "roofline", "must be a mapping with efficiency, overhead_ms (and fit)")
     if not isinstance(sec.get("fit") or {}, dict):
         raise ConfigError(src, "roofline.fit", "must be a mapping of fit facts")
-    allowed_fields = ("efficiency", "overhead_ms", "overlap", "host_cpu_speed", "kernels", "kernel_basis", "fit")
+    allowed_fields = (
+        "efficiency",
+        "overhead_ms",
+        "overlap",
+        "host_cpu_speed",
+        "kernels",
+        "kernel_basis",
+        "fit",
+    )
     extra = sorted(set(sec) - set(allowed_fields))
     if extra:
         raise ConfigError(src, f"roofline.{extra[0]}", f"unknown field; allowed: {', '.join(allowed_fields)}")

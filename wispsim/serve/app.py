@@ -210,8 +210,9 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
         # the scheduler plans with the planning profile (``profile`` where none), as in simulate
         parts = verifier_parts(sc, plan.with_form(srv.estimator_form).estimator, cap, bs, request_outputs(sc))
         resident = backend.resident_sessions() if srv.verifier == "resident" else None
-        # a resident session's request ends with it: nothing to release
-        release = getattr(backend, "release_prefixes", None) if parts.admission is not None else None
+        # admission control frees ended sessions' blocks; a resident session's request ends with it
+        freeing = parts.admission is not None and resident is None
+        release = getattr(backend, "release_prefixes", None) if freeing else None
         return VerifyServer(
             parts.gpu,
             parts.scheduler,
@@ -220,7 +221,7 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
             vocab,
             max_len,
             admission=parts.admission,
-            release=None if resident is not None else release,
+            release=release,
             resident=resident,
         )
 

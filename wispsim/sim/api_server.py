@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from wispsim.sim.verifier import Request
+
 if TYPE_CHECKING:
     from wispsim.model.host_cpu import HostCPU
     from wispsim.sim.centralized import Generation
-    from wispsim.sim.verifier import Request
 
 
 class ApiServers:
@@ -34,7 +35,6 @@ class ApiServers:
         self.host = host
         self.resident = resident  # verification rounds after a session's first carry no prefix
         self.free_at = [0.0] * host.api_servers
-        self.busy = 0.0  # CPU seconds served, all processes
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
@@ -45,14 +45,11 @@ class ApiServers:
         p = session % len(self.free_at)
         start = self.free_at[p] if self.free_at[p] > now else now
         self.free_at[p] = start + seconds
-        self.busy += seconds
         return start + seconds - now
 
     def submit(self, x: Request | Generation) -> simpy.Event:
         """Hand a verification round or a response to the engine when its API server is done
         with it; returns the event of its verdict."""
-        from wispsim.sim.verifier import Request
-
         if isinstance(x, Request):
             # a resident session's first round opens the session (a new request); the rest resume it
             resident = self.resident and self.engine.memory.cached_tokens(x.session) > 0

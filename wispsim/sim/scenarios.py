@@ -258,7 +258,11 @@ def check_consistency(scenario: Scenario, source: str = "scenario") -> Resolved:
     and every SLO class is reachable by the devices that hold it. Errors name ``source``.
     Returns the scenario with the profiles and capacities the checks computed."""
     sv, wl, dr = scenario.server, scenario.workload, scenario.drafting
-    if sv.mode == "speculative" and sv.verifier == "resident" and not (sv.prefix_cache and sv.kv_policy == "admission"):
+    if (
+        sv.mode == "speculative"
+        and sv.verifier == "resident"
+        and not (sv.prefix_cache and sv.kv_policy == "admission")
+    ):
         raise ConfigError(  # a preset may set either, so this is checked on the whole scenario
             source,
             "server.verifier",

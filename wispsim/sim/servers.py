@@ -121,8 +121,10 @@ def _verifiers(ctx: RunContext, resolved: Resolved) -> list[Any]:
     ):
         planner = resolved.planner(r).estimator
         if resident:  # a resumed session's round does not arrive anew
-            planner = resident_cost(planner)
-            prof = dataclasses.replace(prof, estimator=resident_cost(prof.estimator))
+            cost = resident_cost(prof.estimator)
+            # one object where the scheduler plans with the pricing profile: priced once a batch
+            planner = cost if planner is prof.estimator else resident_cost(planner)
+            prof = dataclasses.replace(prof, estimator=cost)
         # the scheduler plans with the planning profile; ``prof`` prices the batches
         parts = verifier_parts(sc, planner, cap, bs, ctx.request_outputs)
         latency = make_latency(prof, srv, server_rng(ctx.seed, r))

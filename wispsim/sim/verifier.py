@@ -167,14 +167,9 @@ def engine_work(members: list[Request], resident: bool) -> tuple[int, int, int, 
     n = len(members)
     if not resident:
         return n, n, 0, sum(r.prefix + r.k for r in members)
-    arrivals = hashed = 0
-    for r in members:
-        if r.cold:
-            arrivals += 1
-            hashed += r.prefix + r.k
-        else:
-            hashed += r.l_new
-    return n, arrivals, n - arrivals, hashed
+    # a resident session reuses every token it holds, so what it forwards is what it hashes
+    arrivals = sum(r.cold for r in members)
+    return n, arrivals, n - arrivals, sum(r.l_new for r in members)
 
 
 class Verifier:

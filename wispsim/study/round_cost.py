@@ -162,7 +162,9 @@ def api_cpu(path: Path) -> pd.DataFrame:
     return df
 
 
-def host_cpu_terms(fits: pd.DataFrame, cpu: pd.DataFrame, tokenize: pd.DataFrame) -> dict[str, dict[str, float]]:
+def host_cpu_terms(
+    fits: pd.DataFrame, cpu: pd.DataFrame, tokenize: pd.DataFrame
+) -> dict[str, dict[str, float]]:
     """The simulator's host-CPU terms in ms (:mod:`wispsim.model.host_cpu`):
 
     - the engine core: the ``engine`` and ``runner`` groups' fits added (the model runner's input
@@ -173,10 +175,10 @@ def host_cpu_terms(fits: pd.DataFrame, cpu: pd.DataFrame, tokenize: pd.DataFrame
       resident round to save (the ``api`` fit's arrival - session); ``text`` is tokenization per
       prompt token of a text prompt (median of the random-dataset prompts, ``tokenize_cost.py``).
     """
-    by = fits.set_index("group")
-    engine = {t: float(by.loc["engine", t] + by.loc["runner", t]) for t in TERMS}
     from scipy.optimize import nnls
 
+    by = fits.set_index("group")
+    engine = {t: float(by.loc["engine", t] + by.loc["runner", t]) for t in TERMS}
     tokens = cpu["prefix"].to_numpy(float)
     x = np.column_stack([np.ones_like(tokens), tokens])
     (request, ids), _ = nnls(x, cpu["api_cpu_ms"].to_numpy(float))

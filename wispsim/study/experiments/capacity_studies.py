@@ -11,24 +11,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from wispsim.analysis.tables import is_saturated, saturated_mask
 from wispsim.config import Scenario
 from wispsim.model.acceptance import make_acceptance
-from wispsim.model.profiles import available_profiles, find_profile, load_profile, parse_profile
+from wispsim.model.profiles import available_profiles, load_profile
 from wispsim.plots import acceptance_bars, capacity_bars, violation_curves
 from wispsim.results import Results
 from wispsim.study.capacity import SweepResult, capacity_sweep, groups_for, speedups
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
+from wispsim.study.experiments.targets import study_target, with_profile
 
 
 def _sweep(
@@ -66,43 +65,6 @@ def _sweep(
     return res
 
 
-def _target(ctx: Context, target: Any) -> tuple[str, str, dict[str, Any]]:
-    """(name, profile, set) of a ``targets`` entry: a profile's name, or a variant
-    ``{name, profile, roofline, set}`` whose roofline parameters (``efficiency``, ``overlap``,
-    ``overhead_ms``) replace the profile's (the variant's profile is written to the study's
-    folder, its provenance saying what changed, and checked like any other) and whose ``set``
-    overrides the study's scenario (``server.verifier``, ``server.api_server_count``, ...)."""
-    if not isinstance(target, dict):
-        return str(target), str(target), {}
-    sets = dict(target.get("set") or {})
-    if not target.get("roofline"):
-        return str(target["name"]), str(target["profile"]), sets
-    base = yaml.safe_load(find_profile(str(target["profile"])).read_text())
-    roof = base.get("roofline") or {}
-    for key, value in (target.get("roofline") or {}).items():
-        roof[key] = {**roof.get(key, {}), **value} if isinstance(value, dict) else value
-    name = str(target["name"])
-    base.update(name=name, roofline=roof)
-    base["provenance"] = {
-        **base.get("provenance", {}),
-        "kind": "derived",
-        "rule": f"{target['profile']} with roofline {target.get('roofline')} (a sensitivity variant)",
-        "inputs": {"profile": str(target["profile"]), "roofline": target.get("roofline") or {}},
-    }
-    path = ctx.out / "profiles" / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(base, sort_keys=False))
-    parse_profile(base, str(path))  # a bad variant fails here, in one line
-    # named relative to the working folder where it can be: a point's key hashes the scenario, so an
-    # absolute path would key the same simulation differently in every checkout
-    return name, os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd()) else str(path), sets
-
-
-def _with_profile(sc: Scenario, profile: str) -> Scenario:
-    """``sc`` with its verifier's latency profile set to ``profile`` (a name or a path)."""
-    return sc.replace(server=dataclasses.replace(sc.server, profile=profile))
-
-
 def _cap_cell(r: Any) -> str:
     """``capacity [low, high]``, or ``>= capacity`` when the search hit its ceiling (a lower bound)."""
     d = r if isinstance(r, dict) else r._asdict()
@@ -126,9 +88,9 @@ def study_capacity(ctx: Context) -> Section:
     sec = Section(spec.get("title", "Capacity table"))
     goodput_rows = []
     for entry in targets:
-        target, profile, sets = _target(ctx, entry)
+        target, profile, sets = study_target(ctx, entry)
         ctx.progress(f"capacity: {target}")
-        base = {p: _with_profile(ctx.scenario(**sets), profile).with_policy(p) for p in policies}
+        base = {p: with_profile(ctx.scenario(**sets), profile).with_policy(p) for p in policies}
         folder = ctx.out / target
         t0 = time.perf_counter()
         res = _sweep(ctx, folder, base, classes, "separate")

@@ -191,7 +191,9 @@ def study_public(ctx: Context) -> Section:
     # the fit starts from the spec's ``fit_start`` (so a rerun reproduces it) or the shipped values
     base = dict(spec.get("fit_start") or {k: shipped[k] for k in PARAMETER_KEYS if k in shipped})
     # ``fix``: parameters the shipped fit holds (e.g. a term the mechanisms leave no room for)
-    params = _fit(ctx, runs, folder, base, cal_ids, dict(spec.get("fix") or {})) if spec.get("fit", True) else base
+    params = (
+        _fit(ctx, runs, folder, base, cal_ids, dict(spec.get("fix") or {})) if spec.get("fit", True) else base
+    )
     ctx.progress(f"public: simulating {len(runs)} runs")
     errors = public.compare(runs, folder, params, cal_ids)
     ctx.simulated += len(runs)

@@ -86,38 +86,50 @@ def study_round_cost(ctx: Context) -> Section:
             "serial": serial.to_dict(orient="records"),
             "load": load.to_dict(orient="records"),
         }
-        cpu_path = experiments_dir() / str(api_rel)
-        cpu_path = cpu_path.with_name(cpu_path.stem + "-cpu.csv")
-        tok_rel = spec.get("tokenize_measurements")
-        if cpu_path.is_file() and tok_rel:
-            cpu = round_cost.api_cpu(cpu_path)
-            sec.body += [
-                "",
-                "What each process spends on a re-submitted round through `vllm serve` (CPU ms per round, "
-                "the processes' user + system time over back-to-back rounds, less their idle spending; "
-                "the engine core's includes the tiny model's forward):",
-                "",
-            ]
-            sec.body += _table(cpu[["prefix", "rounds", "api_cpu_ms", "engine_cpu_ms"]], ("prefix", "rounds"), "{:.2f}")
-            tokenize = pd.read_csv(experiments_dir() / str(tok_rel))
-            terms = round_cost.host_cpu_terms(fits, cpu, tokenize)
-            sec.body += [
-                "",
-                "The simulator's host-CPU terms (ms; `wispsim/data/host_cpu.yaml`, "
-                "`wispsim.model.host_cpu`): the engine core's are the engine and runner fits added, "
-                "the API server's `request` and `ids` (per prompt token sent as ids) are fitted on its CPU "
-                "per round above, `session` is `request` less what a resident round saves in-process, "
-                "`text` is tokenization per prompt token of a text prompt:",
-                "",
-            ]
-            sec.body += md_table(
-                pd.DataFrame([{"process": k.removesuffix("_ms"), **v} for k, v in terms.items()]), "{:.4g}"
-            )
-            sec.facts["host_cpu"] = terms
-            if spec.get("write_host_cpu") and not ctx.quick:
-                _write_host_cpu(terms, prov, [rel, str(api_rel), str(tok_rel)])
+        _host_cpu_terms(ctx, sec, fits, prov, [rel, str(api_rel)])
     sec.facts.update({"fit": fits.to_dict(orient="records"), "measurements": rel})
     return sec
+
+
+def _host_cpu_terms(
+    ctx: Context, sec: Section, fits: pd.DataFrame, prov: dict[str, Any], sources: list[str]
+) -> None:
+    """The API-server processes' CPU per round (``api_cost.py``'s CPU table) and the simulator's
+    host-CPU terms derived from it, the fits and the tokenizer's cost; written to
+    ``wispsim/data/host_cpu.yaml`` on a full run whose spec says ``write_host_cpu``."""
+    api = experiments_dir() / sources[1]
+    cpu_path = api.with_name(api.stem + "-cpu.csv")
+    tok_rel = ctx.spec.get("tokenize_measurements")
+    if not cpu_path.is_file() or not tok_rel:
+        return
+    cpu = round_cost.api_cpu(cpu_path)
+    sec.body += [
+        "",
+        "What each process spends on a re-submitted round through `vllm serve` (CPU ms per round, "
+        "the processes' user + system time over back-to-back rounds, less their idle spending; "
+        "the engine core's includes the tiny model's forward):",
+        "",
+    ]
+    sec.body += _table(
+        cpu[["prefix", "rounds", "api_cpu_ms", "engine_cpu_ms"]], ("prefix", "rounds"), "{:.2f}"
+    )
+    tokenize = pd.read_csv(experiments_dir() / str(tok_rel))
+    terms = round_cost.host_cpu_terms(fits, cpu, tokenize)
+    sec.body += [
+        "",
+        "The simulator's host-CPU terms (ms; `wispsim/data/host_cpu.yaml`, "
+        "`wispsim.model.host_cpu`): the engine core's are the engine and runner fits added, "
+        "the API server's `request` and `ids` (per prompt token sent as ids) are fitted on its CPU "
+        "per round above, `session` is `request` less what a resident round saves in-process, "
+        "`text` is tokenization per prompt token of a text prompt:",
+        "",
+    ]
+    sec.body += md_table(
+        pd.DataFrame([{"process": k.removesuffix("_ms"), **v} for k, v in terms.items()]), "{:.4g}"
+    )
+    sec.facts["host_cpu"] = terms
+    if ctx.spec.get("write_host_cpu") and not ctx.quick:
+        _write_host_cpu(terms, prov, [*sources, str(tok_rel)])
 
 
 def _write_host_cpu(terms: dict[str, dict[str, float]], prov: dict[str, Any], sources: list[str]) -> None:
@@ -127,7 +139,10 @@ def _write_host_cpu(terms: dict[str, dict[str, float]], prov: dict[str, Any], so
         "host": f"{host.get('cpu', '?')} ({host.get('cores', '?')} cores): host_cpu_speed 1.0",
         "engine": f"vLLM {prov.get('versions', {}).get('vllm', '?')}, CPU backend",
         "measurements": [f"experiments/{s}" for s in sources],
-        "fit": {"study": "experiments/round-cost.yaml (experiments/REPORT.md)", "date": f"{_dt.date.today():%Y-%m-%d}"},
+        "fit": {
+            "study": "experiments/round-cost.yaml (experiments/REPORT.md)",
+            "date": f"{_dt.date.today():%Y-%m-%d}",
+        },
     }
     header = (
         "# The serving host's CPU per engine step and per request (wispsim.model.host_cpu), in ms on\n"

@@ -158,13 +158,20 @@ def _check_spec(spec: dict[str, Any]) -> None:
             if isinstance(
                 t, dict
             ):  # a variant: {name, profile, roofline: {...}, set: {...}} (parameters or fields changed)
-                if set(t) - {"name", "profile", "roofline", "set"} or not t.get("name") or not t.get("profile"):
+                if (
+                    set(t) - {"name", "profile", "roofline", "set"}
+                    or not t.get("name")
+                    or not t.get("profile")
+                ):
                     raise ConfigError(
                         src,
                         "targets",
-                        f"a variant is {{name, profile, roofline, set}}, got {' '.join(repr(t).split())[:80]}",
+                        "a variant is {name, profile, roofline, set}, got " + " ".join(repr(t).split())[:80],
                     )
-                for part, what in (("roofline", "parameters"), ("set", "scenario fields (server.verifier: ...)")):
+                for part, what in (
+                    ("roofline", "parameters"),
+                    ("set", "scenario fields (server.verifier: ...)"),
+                ):
                     if not isinstance(t.get(part) or {}, dict):
                         raise ConfigError(src, "targets", f"{t['name']}: {part} must be a mapping of {what}")
                 t = t["profile"]
