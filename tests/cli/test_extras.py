@@ -122,6 +122,31 @@ def test_progress_logs_plain_lines_when_stderr_is_not_a_terminal(monkeypatch) ->
     assert sum(ln.startswith("profile record: 3/3") for ln in lines) == 1  # its end, once
 
 
+def test_status_logs_timed_lines_when_stderr_is_not_a_terminal(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    from rich.console import Console
+
+    from wispsim.cli import common
+
+    buf = io.StringIO()
+    monkeypatch.setattr(common, "err_console", Console(file=buf, force_terminal=False, width=100))
+    with common.status("[1/1] capacity ...") as shown:
+        monkeypatch.setattr(common, "LOG_EVERY_S", 1e9)
+        shown.update("[1/1] capacity: a100 3/40")  # within the interval: not printed
+        monkeypatch.setattr(common, "LOG_EVERY_S", 0.0)
+        shown.update("[1/1] capacity: a100 4/40")
+    lines = buf.getvalue().splitlines()
+    assert lines[0].startswith("[1/1] capacity ... (") and lines[0].endswith(" s)")
+    assert lines[1:] == [ln for ln in lines[1:] if "4/40" in ln] and len(lines) == 2
+
+
+def test_experiment_run_refuses_an_unknown_study_before_running_any(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = cli(capsys, monkeypatch, "experiment", "run", "round-cost", "nosuch")
+    assert code == 2 and "round-cost" not in out
+    assert err.strip().splitlines() == [err.strip()] and "unknown experiment 'nosuch'" in err
+
+
 def test_plan_prints_the_violation_that_fails_epsilon_with_its_digits() -> None:
     import pandas as pd
 

@@ -215,6 +215,39 @@ def reporting(description: str, eta: bool = False) -> Iterator[Callable[..., Non
             bar[0].stop()
 
 
+class LoggedStatus:
+    """A spinner's plain twin for a stderr that is not a terminal: prints the first text, then an
+    update at most every :data:`LOG_EVERY_S` seconds, each with the time since it started."""
+
+    def __init__(self, text: str) -> None:
+        self.t0 = time.monotonic()
+        self.last = -LOG_EVERY_S
+        self.text = text
+
+    def _print(self, text: str) -> None:
+        self.last = time.monotonic()
+        err_console.print(f"{text} ({self.last - self.t0:.0f} s)", markup=False, highlight=False)
+
+    def update(self, text: str) -> None:
+        self.text = text
+        if time.monotonic() - self.last >= LOG_EVERY_S:
+            self._print(text)
+
+    def __enter__(self) -> LoggedStatus:
+        self._print(self.text)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def status(text: str) -> Any:
+    """A spinner with ``text`` on stderr (``.update(text)`` replaces it); where stderr is not a
+    terminal (a log file, CI) plain timed lines instead, so a long step piped to a log is never
+    silent."""
+    return err_console.status(text) if err_console.is_terminal else LoggedStatus(text)
+
+
 # the summary columns `run` and `swarm` print (summary.csv keeps them all)
 SUMMARY_COLUMNS = [
     "class",

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from wispsim.cli.common import console, err_console
+from wispsim.cli.common import console, status
 from wispsim.cli.options import JOBS
 from wispsim.errors import ConfigError
 from wispsim.results import check_output_dir
@@ -43,12 +43,14 @@ def run_cmd(
     import time
 
     from wispsim.study.experiments import list_experiments, run_experiment, write_report
-    from wispsim.study.experiments.spec import experiments_dir
+    from wispsim.study.experiments.spec import experiments_dir, load_spec
     from wispsim.study.runners import make_runner
 
     todo = list_experiments() if all_ else list(names or [])
     if not todo:
         raise ConfigError("experiment run", "", "name a study or give --all (see `wispsim experiment list`)")
+    for name in todo:  # every study named exists and parses before any runs
+        load_spec(name)
     check_backend(backend, address)
     make_runner(backend, jobs, None, "none", address)  # validate the options before running anything
     root = experiments_dir()  # where the studies write, checked before any work
@@ -59,9 +61,9 @@ def run_cmd(
 
     for i, name in enumerate(todo, 1):
         t0 = time.perf_counter()
-        with err_console.status(f"[{i}/{len(todo)}] {name} ...") as status:
+        with status(f"[{i}/{len(todo)}] {name} ...") as shown:
 
-            def say(msg: str, s: Any = status, n: str = name, k: int = i) -> None:
+            def say(msg: str, s: Any = shown, n: str = name, k: int = i) -> None:
                 s.update(f"[{k}/{len(todo)}] {n}: {msg}")
 
             out = run_experiment(name, quick, runner, say)

@@ -18,7 +18,7 @@ import pandas as pd
 import typer
 import yaml
 
-from wispsim.cli.common import console, err_console, markdown_table, table
+from wispsim.cli.common import console, markdown_table, status, table
 from wispsim.cli.options import FRACTION, MAX_REPEATS, SEED, whole
 from wispsim.config.limits import MAX_DRAFT
 from wispsim.errors import ConfigError, WispsimError
@@ -128,7 +128,7 @@ def train_cmd(
     kinds = parse_models(model)
     params = parse_params(param)
     with writing("--out", out):
-        with err_console.status(f"training {', '.join(kinds)} ..."):
+        with status(f"training {', '.join(kinds)} ..."):
             results, report = train(
                 trace, kinds, out, k, max_fpr, seed, label_from, window_position, fast, params
             )
@@ -198,7 +198,7 @@ def eval_cmd(
     if out is not None:
         check_output_file(out, "--out")  # before any work
     kinds = parse_models(model)
-    with err_console.status("training and scoring ..."):
+    with status("training and scoring ..."):
         df = shift_matrix(train, test, kinds, k, max_fpr, seed, label_from, fast, parse_params(param))
     if out is not None:
         with writing("--out", out):

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
-from wispsim.cli.common import SUMMARY_COLUMNS, console, err_console, table
+from wispsim.cli.common import SUMMARY_COLUMNS, console, err_console, status, table
 from wispsim.cli.options import (
     DEVICES,
     REPLICAS,
@@ -71,7 +71,7 @@ def run(
     from wispsim.runs.run import run as run_one
 
     opts = Options(policy, devices, parse_classes(classes), seed, arrivals, tail, replicas, router)
-    o = run_one(scenario, set_, opts, out, log, step, window, status=err_console.status)
+    o = run_one(scenario, set_, opts, out, log, step, window, status=status)
     sc, res = o.scenario, o.result
     console.print(
         table(o.summary, f"{sc.policy}, {describe_load(sc, res.devices)}, seed={sc.seed}", SUMMARY_COLUMNS)
@@ -113,7 +113,7 @@ def replay_cmd(
     """
     from wispsim.runs.run import replay
 
-    o = replay(log, scenario, set_, policy, seed, out, status=err_console.status)
+    o = replay(log, scenario, set_, policy, seed, out, status=status)
     for note in o.notes:
         err_console.print(note, markup=False, highlight=False)
     err_console.print(f"replay: {o.about}", highlight=False)
