@@ -207,7 +207,8 @@ def bench_runs(log: str, k: int) -> list[dict]:
             waiting = max(int(x) for x in re.findall(r"Waiting: (\d+) reqs", chunk))
             kv = max(float(x) for x in re.findall(r"KV cache usage: ([\d.]+)%", chunk))
             r["engine_stats"] = (
-                f"engine stats during run: max running {max(running)}, max waiting {waiting}, max KV cache usage {kv:g}%"
+                f"engine stats during run: max running {max(running)}, "
+                f"max waiting {waiting}, max KV cache usage {kv:g}%"
             )
         runs.append(r)
     return runs
@@ -235,7 +236,8 @@ def ruiz_rows(gd: str) -> tuple[list[dict], list[dict]]:
             ds = {"likaixin/InstructCoder": "InstructCoder", "philschmid/mt-bench": "mt-bench"}.get(
                 r["dataset"], r["dataset"]
             )
-            tag = f"{group}{'-k%d' % k if k else ''}{'' if ds == 'InstructCoder' else '-mtbench'}-c{r['concurrency']}"
+            suffix = "" if ds == "InstructCoder" else "-mtbench"
+            tag = f"{group}{f'-k{k}' if k else ''}{suffix}-c{r['concurrency']}"
             rows.append(
                 dict(
                     run_id=tag,
@@ -304,7 +306,8 @@ def ruiz_rows(gd: str) -> tuple[list[dict], list[dict]]:
                 )
             )
 
-    # Qwen3-32B on one H100 SXM5 94GB (LRZ lrz-hgx-h100-94x4): one SLURM job = one server + a concurrency sweep.
+    # Qwen3-32B on one H100 SXM5 94GB
+    # (LRZ lrz-hgx-h100-94x4): one SLURM job = one server + a concurrency sweep.
     for path in ls(gd, RUIZ, "results/logs-2026-01-23"):
         if not path.endswith("0_out.logs"):
             continue
@@ -376,7 +379,9 @@ def ruiz_rows(gd: str) -> tuple[list[dict], list[dict]]:
             ANSI.sub("", show(gd, RUIZ, serve)),
             path,
             ANSI.sub("", show(gd, RUIZ, path)),
-            extra="GPU part not recorded: 80 GB class by memory arithmetic; custom all-reduce off (no GPU P2P)",
+            extra=(
+                "GPU part not recorded: 80 GB class by memory arithmetic; custom all-reduce off (no GPU P2P)"
+            ),
         )
 
     # Single-request runs on one H100 80GB HBM3 (Brev/Shadeform; device name in the profiler traces).
@@ -402,7 +407,10 @@ def ruiz_rows(gd: str) -> tuple[list[dict], list[dict]]:
             ANSI.sub("", show(gd, RUIZ, f"{base}/{serve}")),
             f"{base}/{bench}",
             ANSI.sub("", show(gd, RUIZ, f"{base}/{bench}")),
-            extra="one request, --output-len 1000 (ran to EOS), server started with --max-num-seqs 1 and the torch profiler configured (not running)",
+            extra=(
+                "one request, --output-len 1000 (ran to EOS), "
+                "server started with --max-num-seqs 1 and the torch profiler configured (not running)"
+            ),
         )
     for r in rows:
         if "profiling" in r["file"]:
@@ -468,7 +476,7 @@ def isim_rows(gd: str, out: Path) -> tuple[list[dict], list[dict]]:
         # requests in arrival order, the first stage's count to stage 0, the next to stage 1
         req = req.sort_values("arrival_time_us", kind="stable")
         req["stage"] = np.repeat(np.arange(len(stages)), [js["load_summary"]["count"] for js in stages])
-        for i, (st, js) in enumerate(zip(profile["load"]["stages"], stages)):
+        for i, (st, js) in enumerate(zip(profile["load"]["stages"], stages, strict=False)):
             f = f"{d}/results/stage_{i}_lifecycle_metrics.json"
             ok = req[(req.stage == i) & ~req.has_error]
             lat, n_fail = js["successes"]["latency"], js["failures"]["count"]
@@ -524,12 +532,15 @@ def isim_rows(gd: str, out: Path) -> tuple[list[dict], list[dict]]:
                     output_throughput_tok_s=js["successes"]["throughput"]["output_tokens_per_sec"],
                     request_throughput=js["successes"]["throughput"]["requests_per_sec"],
                     duration_s=js["load_summary"]["send_duration"],
-                    per_token_note="tpot_* = (e2e_s - ttft_s) / (output_len - 1) per successful request (replay_data ground truth; "
-                    "output_len = the profile's max tokens, generated in full with ignore_eos), then mean/median/p99; "
+                    per_token_note="tpot_* = (e2e_s - ttft_s) / (output_len - 1) per successful request "
+                    "(replay_data ground truth; "
+                    "output_len = the profile's max tokens, generated in full "
+                    "with ignore_eos), then mean/median/p99; "
                     "the source's time_per_output_token is not a per-token time",
                     num_failed=n_fail,
                     notes=f"open loop, Poisson arrivals at {st['rate']:g} req/s for {st['duration']} s; "
-                    f"client-counted output tokens: mean {ok.output_tokens.mean():.1f}, median {ok.output_tokens.median():g}"
+                    f"client-counted output tokens: mean {ok.output_tokens.mean():.1f}, "
+                    f"median {ok.output_tokens.median():g}"
                     + (
                         "; OVERLOADED: excluded by the source (>10% failed)"
                         if n_fail > 0.1 * js["load_summary"]["count"]
@@ -559,7 +570,10 @@ def isim_rows(gd: str, out: Path) -> tuple[list[dict], list[dict]]:
                     kv_tokens=blocks * bs,
                     gpu_memory_utilization=None,
                     max_model_len=int(cfg["max_model_len"]),
-                    source_line=f'"kv_blocks_total_gpu": {blocks}, "block_size": {bs} (kv_cache_gib computed per GPU from model_configs/*/config.json, 2-byte KV)',
+                    source_line=(
+                        f'"kv_blocks_total_gpu": {blocks}, "block_size": {bs} '
+                        f"(kv_cache_gib computed per GPU from model_configs/*/config.json, 2-byte KV)"
+                    ),
                     file=f"replay_data/{exp}.json @ {ISIM_REPLAY}",
                 )
             )
