@@ -10,6 +10,7 @@ turn option strings (``2,4,6,8``, ``10:200:10``, ``2:500,4:500``) into values or
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -216,29 +217,32 @@ def reporting(description: str, eta: bool = False) -> Iterator[Callable[..., Non
 
 
 class LoggedStatus:
-    """A spinner's plain twin for a stderr that is not a terminal: prints the first text, then an
-    update at most every :data:`LOG_EVERY_S` seconds, each with the time since it started."""
+    """A spinner's plain twin for a stderr that is not a terminal: every :data:`LOG_EVERY_S`
+    seconds while the step runs, its latest text and the time since it started (a step that
+    ends sooner, or fails with its one-line error, prints nothing)."""
 
     def __init__(self, text: str) -> None:
-        self.t0 = time.monotonic()
-        self.last = -LOG_EVERY_S
         self.text = text
+        self.t0 = time.monotonic()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._tick, args=(LOG_EVERY_S,), daemon=True)
 
-    def _print(self, text: str) -> None:
-        self.last = time.monotonic()
-        err_console.print(f"{text} ({self.last - self.t0:.0f} s)", markup=False, highlight=False)
+    def _tick(self, every: float) -> None:
+        while not self._done.wait(every):
+            err_console.print(
+                f"{self.text} ({time.monotonic() - self.t0:.0f} s)", markup=False, highlight=False
+            )
 
     def update(self, text: str) -> None:
         self.text = text
-        if time.monotonic() - self.last >= LOG_EVERY_S:
-            self._print(text)
 
     def __enter__(self) -> LoggedStatus:
-        self._print(self.text)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        return None
+        self._done.set()
+        self._thread.join()
 
 
 def status(text: str) -> Any:
