@@ -103,6 +103,30 @@ def test_api_processes_serve_first_come_first_served_by_connection() -> None:
     assert at[2] == pytest.approx(2 * service) and at[3] == pytest.approx(2 * service)
 
 
+def test_a_router_counts_what_the_api_servers_still_hold() -> None:
+    """Two responses submitted at one instant to two idle replicas land on different ones: while
+    the first is still in its API server, its replica already counts it (a real router counts the
+    requests it sent); before this, both went to the first replica and the second waited out its
+    prefill (the azure study's code-completion violations, issue 36)."""
+    from wispsim.sim.centralized import Generation
+    from wispsim.sim.router import CentralRouter
+
+    class Idle(_Engine):
+        def outstanding_tokens(self) -> int:
+            return len(self.got) * 1000  # what it was handed
+
+    env = simpy.Environment()
+    engines = [Idle(env), Idle(env)]
+    host = _host()
+    router = CentralRouter([ApiServers(env, e, host) for e in engines], "least-work")  # type: ignore[list-item]
+    for rid in range(2):
+        router.submit(Generation(rid, 2048, 13, env.event()))
+    assert router.replicas[0].outstanding_tokens() == 2048 + 13  # held, not yet handed
+    env.run()
+    assert [len(e.got) for e in engines] == [1, 1]
+    assert all(api.held == {} for api in router.replicas)  # type: ignore[attr-defined]
+
+
 def _run(tmp_path: Path, **server: Any) -> Any:
     prof = write_profile(tmp_path / "p.yaml")
     srv = {"host_cpu": "on", "host_cpu_speed": SPEED, "scheduler": "wisp", "kv_policy": "admission", **server}
