@@ -36,8 +36,9 @@ class ApiServers:
         self.resident = resident  # verification rounds after a session's first carry no prefix
         self.free_at = [0.0] * host.api_servers
         # what the API servers hold, not yet handed to the engine: a router counts it, as a real
-        # one counts the requests it sent and has no answer for (it cannot see the engine's queue)
-        self.held: dict[int, Request | Generation] = {}
+        # one counts the requests it sent and has no answer for (it cannot see the engine's queue);
+        # a dict, not a set, so it is summed in arrival order and the same seed routes the same way
+        self.held: dict[Request | Generation, None] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
@@ -53,31 +54,30 @@ class ApiServers:
     def outstanding(self, now: float) -> float:
         """The engine's outstanding seconds of work plus the marginal cost of the rounds the API
         servers still hold (the ``least-work`` and ``affinity`` routers' signal)."""
-        held = sum(self.engine.cost(r) for r in self.held.values())
+        held = sum(self.engine.cost(r) for r in self.held)
         return self.engine.outstanding(now) + held
 
     def outstanding_tokens(self) -> int:
         """The engine's outstanding tokens plus those of the responses the API servers still
         hold (centralized routing's signal)."""
-        held = sum(g.prompt - g.hit + g.output for g in self.held.values())
-        return int(self.engine.outstanding_tokens() + held)
+        held = sum(g.prompt - g.hit + g.output for g in self.held)
+        return self.engine.outstanding_tokens() + held
 
-    def _hand(self, key: int, x: Any) -> None:
-        del self.held[key]
+    def _hand(self, x: Any) -> None:
+        del self.held[x]
         self.engine.submit(x)
 
     def submit(self, x: Request | Generation) -> simpy.Event:
         """Hand a verification round or a response to the engine when its API server is done
         with it; returns the event of its verdict."""
-        key = id(x)
-        self.held[key] = x
+        self.held[x] = None
         if isinstance(x, Request):
             # a resident session's first round opens the session (a new request); the rest resume it
             resident = self.resident and self.engine.memory.cached_tokens(x.session) > 0
             sent = x.k + 1 if resident else x.prefix + x.k  # its new tokens, or its whole sequence
             delay = self._serve(x.session, self.host.api(resident, ids=sent))
-            x.send(self.env, delay, lambda r: self._hand(key, r))
+            x.send(self.env, delay, self._hand)  # the arrival event is the request itself
             return x.done
         delay = self._serve(x.rid, self.host.api(False, text=x.prompt))  # a text prompt, tokenized
-        self.env.timeout(delay).callbacks.append(lambda _: self._hand(key, x))
+        self.env.timeout(delay).callbacks.append(lambda _: self._hand(x))
         return x.done
