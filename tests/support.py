@@ -327,3 +327,35 @@ def scheduler_cases(
         return q, now, g
 
     return cases()
+
+
+def context_model(folder: Path, seed: int = 0) -> Path:
+    """A tiny Qwen2-shaped model (tiny-vllm's shape) whose next token depends on its whole
+    context, saved with random weights in ``folder`` (``save_pretrained``; needs torch and
+    transformers).
+
+    vLLM's dummy weights and transformers' default init (0.02) give a model whose next token
+    depends only on its last token: a test comparing tokens cannot see a corrupted KV cache with
+    them. Here attention is nearly uniform over the context (small query and key weights), the
+    token embeddings are small beside what attention adds, and the other weights are large, so
+    the output depends on every earlier position's KV: changing one token 2-150 positions back
+    changes the next token about a third of the time, and its log-probability always."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if (folder / "config.json").is_file():
+        return folder
+    cfg = Qwen2Config(
+        hidden_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+        intermediate_size=256, vocab_size=512, tie_word_embeddings=False, max_position_embeddings=8192,
+        rms_norm_eps=1e-6, rope_theta=1e6, initializer_range=0.5,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(cfg)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.normal_(0.0, 0.01)
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(0.05)
+            layer.self_attn.k_proj.weight.mul_(0.05)
+    model.save_pretrained(folder)
+    return folder

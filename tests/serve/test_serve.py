@@ -20,6 +20,7 @@ for _module in ("fastapi", "uvicorn", "httpx", "psutil"):
     pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
 
 from tests.support import ROOT, cli, write_profile  # noqa: E402
+from wispsim.serve.swarm import WispsimServer  # noqa: E402
 from wispsim.sim.scenarios import load_scenario, resolve_server  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "validation-cpu.yaml"
@@ -154,10 +155,12 @@ def test_api_answers_bad_requests_in_one_line() -> None:
             assert isinstance(detail, str) and "\n" not in detail and words in detail, detail
         assert c.delete(f"/sessions/{sid}").status_code == 200
         assert c.delete(f"/sessions/{sid}").status_code == 404
-        log = c.get("/log").json()
+        assert c.get("/log").status_code == 401 and c.post("/reset").status_code == 401
+        auth = admin(app)
+        log = c.get("/log", headers=auth).json()
         assert len(log["batches"]) == 2 and log["members"][1]["l_cached"] == 128
-        assert c.post("/reset").json() == {"status": "reset"}
-        assert c.get("/log").json()["batches"] == []
+        assert c.post("/reset", headers=auth).json() == {"status": "reset"}
+        assert c.get("/log", headers=auth).json()["batches"] == []
 
 
 def test_admission_control_makes_a_session_wait_until_another_ends() -> None:
@@ -188,9 +191,9 @@ def test_admission_control_makes_a_session_wait_until_another_ends() -> None:
         assert c.delete(f"/sessions/{a}").status_code == 200
         t.join(10)
         assert answer["committed"] == 3 and answer["queue_s"] >= 0.4
-        members = c.get("/log").json()["members"]
-        waits = {m["session"]: m["admission_wait_s"] for m in members}
-        assert waits[a] == 0 and waits[b] >= 0.4
+        members = c.get("/log", headers=admin(app)).json()["members"]
+        waits = [m["admission_wait_s"] for m in members]  # a's two rounds, then b's
+        assert waits[:2] == [0, 0] and waits[2] >= 0.4
         assert backend.released and backend.released[0][:200] == list(range(200, 400))
         # a session closed while its round waits is answered; so is one still waiting at a reset
         # (devices that are gone leave b admitted and the rest waiting behind it)
@@ -208,7 +211,7 @@ def test_admission_control_makes_a_session_wait_until_another_ends() -> None:
             if finish == "delete":
                 assert c.delete(f"/sessions/{wid}").status_code == 200
             else:
-                assert c.post("/reset").status_code == 200
+                assert c.post("/reset", headers=admin(app)).status_code == 200
             t.join(10)
             assert late["status"] == 409, finish
 
@@ -243,18 +246,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+TOKEN = "test-admin-token-0123456789"
+
+
 @pytest.fixture()
-def fake_server():
-    """A real HTTP server (uvicorn, in a thread) on the fake engine; yields (url, backend)."""
+def fake_server(monkeypatch: pytest.MonkeyPatch):
+    """A real HTTP server (uvicorn, in a thread) on the fake engine; yields (url, backend). Its
+    admin token is ``TOKEN``, in the environment for the swarm command."""
     import uvicorn
 
     from wispsim.serve.app import make_app
+    from wispsim.serve.limits import ADMIN_TOKEN_ENV, Limits
 
+    monkeypatch.setenv(ADMIN_TOKEN_ENV, TOKEN)
     servers = []
 
     def start(policy: str = "wisp"):
         backend = FakeBackend(caching=policy != "sled")
-        app = make_app(scenario(policy), backend, FACTS)
+        app = make_app(scenario(policy), backend, FACTS, Limits(admin_token=TOKEN))
         port = _free_port()
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
@@ -276,7 +285,7 @@ def test_swarm_records_what_the_server_did_and_the_log_replays(fake_server, tmp_
 
     url, backend = fake_server("wisp")
     sc = scenario("wisp", warmup_s=0.5, duration_s=3.0).with_devices(3)
-    run = run_swarm(resolve_server(sc), url)
+    run = run_swarm(resolve_server(sc), WispsimServer(url, token=TOKEN))
     r = run.result.rounds
     assert len(r) > 20 and r.batch.ge(0).all()
     assert (r.dispatch >= r.arrival - 0.05).all()  # one host: the clocks agree (loose: a loaded machine)
@@ -339,7 +348,15 @@ def test_swarm_cli_writes_records_and_log(fake_server, capsys, monkeypatch, tmp_
             "kv_capacity_tokens",
         ),
         (["validate", "--arch", "tiny-vllm", "--policies", "wisp,nope"], "nope"),
-        (["swarm", "--url", "http://127.0.0.1:9", "--devices", "1"], "127.0.0.1:9"),
+        (
+            ["swarm", "--url", "http://127.0.0.1:9", "--devices", "1", "--admin-token", "t" * 20],
+            "127.0.0.1:9",
+        ),
+        (["swarm", "--url", "http://127.0.0.1:9", "--devices", "1"], "--admin-token"),
+        (["serve", "--arch", "tiny-vllm", "--max-sessions", "0"], "--max-sessions"),
+        (["serve", "--arch", "tiny-vllm", "--session-idle-s", "0.1"], "--session-idle-s"),
+        (["serve", "--arch", "tiny-vllm", "--max-body-bytes", "10"], "--max-body-bytes"),
+        (["serve", "--arch", "tiny-vllm", "--admin-token", "short"], "--admin-token"),
     ],
 )
 def test_bad_options_are_one_line_errors(
@@ -376,7 +393,7 @@ def test_validate_real_from_simulates_stored_real_points_again(
     sc = scenario("wisp", warmup_s=0.5, duration_s=2.0).with_devices(2)
     first = tmp_path / "first"
     folder = point(Results(first), "compute", "wisp", 2)
-    store_real(folder, sc, run_swarm(resolve_server(sc), url))
+    store_real(folder, sc, run_swarm(resolve_server(sc), WispsimServer(url, token=TOKEN)))
     done = store_sim(folder, SimSide(sc), 2)
     assert (folder / DONE).is_file() and done["real"]["responses"] >= 1
     assert done["server"]["kv_capacity_tokens"] == FACTS["kv_capacity_tokens"]
@@ -427,7 +444,7 @@ def test_profile_fit_reads_a_deployment_batch_log(fake_server, capsys, monkeypat
     url, _ = fake_server("wisp")
     sc = scenario("wisp", warmup_s=0.5, duration_s=3.0).with_devices(3)
     folder = point(Results(tmp_path / "v"), "compute", "wisp", 3)
-    store_real(folder, sc, run_swarm(resolve_server(sc), url))
+    store_real(folder, sc, run_swarm(resolve_server(sc), WispsimServer(url, token=TOKEN)))
     out = tmp_path / "prof" / "deployed.yaml"
     code, _, err = cli(capsys, monkeypatch, "profile", "fit", str(tmp_path / "v"), "--out", str(out),
                        "--bootstrap", "20", "--no-plots", "--folds", "2")  # fmt: skip
@@ -504,10 +521,15 @@ def test_a_resident_verifier_sends_each_round_its_new_tokens_only() -> None:
         assert c.delete(f"/sessions/{a}").status_code == 200
         assert resident.ended == []  # ended before the next batch, in the batch thread
         assert c.post(f"/sessions/{b}/rounds", json=body).json()["l_new"] == 103
-        assert resident.ended == [a]
-        assert c.post("/reset").status_code == 200
-        assert resident.ended == [a, b] and not resident.held
+        assert len(resident.ended) == 1
+        assert c.post("/reset", headers=admin(app)).status_code == 200
+        assert len(resident.ended) == 2 and not resident.held
     assert backend.batches == []
+
+
+def admin(app: Any) -> dict[str, str]:
+    """The header /reset and /log need."""
+    return {"Authorization": f"Bearer {app.state.admin_token}"}
 
 
 def _fields(cfg: Any) -> dict[str, Any]:

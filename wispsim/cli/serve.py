@@ -9,6 +9,7 @@ real figures beside the simulated ones (docs/serve.md).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,14 +27,19 @@ from wispsim.cli.options import (
     SetOpt,
     parse_devices,
     parse_policies,
+    real,
     whole,
 )
 from wispsim.errors import ConfigError
 from wispsim.runs.serve import DEFAULT_URL, DTYPES, Tick
 from wispsim.serve import require_serve
+from wispsim.serve.limits import ADMIN_TOKEN_ENV, Limits
 
 PORT = whole(1, 65535, "a TCP port")
 VOCAB = whole(2, 10**8)
+COUNT = whole(1, 10**9)
+BODY = whole(1024, 10**9)
+IDLE = real(1, 604800)
 
 ArchOpt = Annotated[
     str | None,
@@ -73,6 +79,29 @@ def serve(
     dtype: DtypeOpt = "float32",
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.", parser=PORT)] = 8011,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Token /reset and /log need (Authorization: Bearer ...); default ${ADMIN_TOKEN_ENV}, "
+            "else a random one, printed at start.",
+            show_default=False,
+        ),
+    ] = None,
+    max_sessions: Annotated[
+        int, typer.Option(help="Most open sessions (centralized: live responses); 503 beyond.", parser=COUNT)
+    ] = Limits.max_sessions,
+    session_idle_s: Annotated[
+        float, typer.Option(help="Close a session with no round for this many seconds.", parser=IDLE)
+    ] = Limits.session_idle_s,
+    max_body_bytes: Annotated[
+        int, typer.Option(help="Largest request body; 413 beyond, unread.", parser=BODY)
+    ] = Limits.max_body_bytes,
+    max_waiting: Annotated[
+        int, typer.Option(help="Most rounds queued or waiting for admission; 503 beyond.", parser=COUNT)
+    ] = Limits.max_waiting,
+    log_rows: Annotated[
+        int, typer.Option(help="Rows /log keeps of each table (the newest).", parser=COUNT)
+    ] = Limits.log_rows,
     verbose: Annotated[
         bool, typer.Option("--verbose", help="Show all of vLLM's startup messages (docs/serve.md).")
     ] = False,
@@ -82,30 +111,35 @@ def serve(
 
     Speculative policies verify rounds with the same scheduler plug-in the simulator runs and the
     estimator of the scenario's profile; centralized hands whole responses to vLLM's continuous
-    batching and streams the tokens. API: docs/serve.md.
+    batching and streams the tokens. API, promises and limits: docs/serve.md.
     """
     require_serve("wispsim serve")
     from wispsim.runs.serve import model_source
     from wispsim.runs.serve import serve as run_server
 
     source = model_source(model, arch, dtype)
+    token = admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV) or None
+    limits = Limits(token, max_sessions, session_idle_s, max_body_bytes, max_waiting, log_rows)
     quiet = None
     if not verbose:
         from wispsim.engines.vllm_quiet import hide_known_harmless
 
         quiet = hide_known_harmless()
 
-    def ready(sc: Any, facts: dict[str, Any]) -> None:
+    def ready(sc: Any, facts: dict[str, Any], admin: str) -> None:
         if quiet is not None:
             err_console.print(quiet.note())
         err_console.print(
             f"serving {sc.policy} ({sc.server.mode}) on http://{host}:{port}: vLLM on {facts['device']}, "
             f"{source.describe()}, KV cache {facts['kv_capacity_tokens']} tokens in blocks of "
-            f"{facts['block_size']}, prefix caching {'on' if facts['prefix_caching'] else 'off'}"
+            f"{facts['block_size']}, prefix caching {'on' if facts['prefix_caching'] else 'off'}",
+            markup=False,
         )
+        if token is None:  # made here: say it, so a swarm can reset the server and read its log
+            err_console.print(f"admin token (for /reset and /log): {admin}", markup=False, highlight=False)
 
     with contextlib.suppress(KeyboardInterrupt):
-        run_server(scenario, set_, policy, source, host, port, ready, say=_say)
+        run_server(scenario, set_, policy, source, host, port, ready, say=_say, limits=limits)
 
 
 def swarm(
@@ -120,6 +154,14 @@ def swarm(
     log: Annotated[
         Path | None, typer.Option(help="Also write the per-round replay log here (.parquet or .csv).")
     ] = None,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            help=f"wispsim serve's admin token, to reset it first and read its batch log (default "
+            f"${ADMIN_TOKEN_ENV}).",
+            show_default=False,
+        ),
+    ] = None,
     out: OutOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -133,8 +175,9 @@ def swarm(
     from wispsim.runs.serve import SwarmRequest
     from wispsim.runs.serve import swarm as run_swarm
 
+    token = admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV) or None
     req = SwarmRequest(
-        scenario, set_, policy, url, openai_url, openai_model, openai_vocab, devices, seed, log
+        scenario, set_, policy, url, openai_url, openai_model, openai_vocab, devices, seed, log, token
     )
     o = run_swarm(req, out, meter=_progress_bar)
     sc = o.scenario

@@ -26,9 +26,11 @@ values). ``LLM`` starts an engine process, so a script that builds an engine nee
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -142,6 +144,8 @@ def open_llm(
     return llm
 
 
+_ROUND_IDS = itertools.count()  # request ids of the rounds a server re-submits (unique in a process)
+
 # Engines this process has started, by what they run: building one takes tens of seconds (an
 # engine process starts and loads the model), so a second command in the same process (the test
 # suite, a notebook) reuses it when it is big enough for the new batches.
@@ -203,6 +207,41 @@ class VLLMEngine(Engine):
 
         prompts = [TokensPrompt(prompt_token_ids=s) for s in seqs]
         return list(self.llm.generate(prompts, self.params, use_tqdm=False))
+
+    def generate_checked(self, seqs: list[list[int]], stop: threading.Event | None = None) -> list[Any]:
+        """:meth:`generate` for a server: the engine driven with a progress check
+        (:func:`wispsim.engines.vllm_steps.drive`), so a batch vLLM cannot schedule raises
+        :class:`~wispsim.engines.vllm_steps.EngineStalled` (its requests aborted) instead of
+        waiting forever, and ``stop`` ends it between steps."""
+        from vllm.inputs import TokensPrompt
+
+        from wispsim.engines.vllm_steps import EngineStalled, EngineStopped, drive
+
+        engine = self.llm.llm_engine
+        ids = [f"wispsim-round-{next(_ROUND_IDS)}" for _ in seqs]
+        for rid, seq in zip(ids, seqs, strict=True):
+            engine.add_request(rid, TokensPrompt(prompt_token_ids=seq), self.params)
+        try:
+            got = drive(engine, ids, lambda o: bool(o.finished), stop=stop)
+        except (EngineStalled, EngineStopped):
+            engine.abort_request(ids)
+            raise
+        return [got[rid] for rid in ids]
+
+    def kv_usage(self) -> float | None:
+        """The share of the KV cache's blocks in use (vLLM's ``kv_cache_usage_perc``), where the
+        engine core runs in this process."""
+        from wispsim.engines.vllm_steps import in_process_core
+
+        core = in_process_core(self.llm.llm_engine)
+        return None if core is None else float(core.scheduler.kv_cache_manager.block_pool.get_usage())
+
+    @property
+    def max_num_seqs(self) -> int | None:
+        """The most requests vLLM runs at once (``max_num_seqs``), paused sessions included."""
+        config = getattr(getattr(self.llm.llm_engine, "vllm_config", None), "scheduler_config", None)
+        seqs = getattr(config, "max_num_seqs", None)
+        return int(seqs) if seqs else None
 
     def run(self, batch: Batch) -> BatchTiming:
         t0 = time.perf_counter()
@@ -270,9 +309,11 @@ class VLLMEngine(Engine):
 
     @property
     def kv_capacity_tokens(self) -> int | None:
+        """The tokens of KV cache requests can get: vLLM keeps one block for itself (its null
+        block), so admission sized to ``num_gpu_blocks`` would promise one block too many."""
         blocks = getattr(self._cache_config(), "num_gpu_blocks", None)
         size = self.block_size
-        return int(blocks) * size if blocks and size else None
+        return (int(blocks) - 1) * size if blocks and size else None
 
     def is_oom(self, e: BaseException) -> bool:
         return "out of memory" in str(e).lower()

@@ -14,6 +14,11 @@ response that outgrows its reservation (longer than the expected output) grows i
 growth the cache can then overflow, and the memory model evicts an admitted prefix as a last
 resort (counted as an eviction in the batch records), never silently.
 
+Where each admitted response takes a slot of the engine's own (a resident session is a paused
+vLLM request, and vLLM runs at most ``max_num_seqs`` requests, paused ones included),
+``max_sessions`` caps how many are admitted at once; the real server sets it, the simulator
+leaves it unset.
+
 Waiting responses are admitted in ``server.kv_admission_order``: ``fcfs`` (arrival order, the head
 blocks the rest, so nobody starves) or ``deadline`` (earliest first-round deadline first, so a
 tighter class goes ahead; still head-of-line, so a large prompt is not starved by small ones).
@@ -64,6 +69,7 @@ class Admission(Generic[T]):
     round_tokens: int  # k_max + 1: one round's draft and bonus token
     headroom: float = 0.0
     order: str = "fcfs"
+    max_sessions: int | None = None  # at most this many admitted at once (None: as many as fit)
     reserved: dict[int, int] = field(default_factory=dict)  # session -> blocks reserved
     prompts: dict[int, int] = field(default_factory=dict)  # session -> its prompt's tokens
     waiting: list[_Waiting[T]] = field(default_factory=list)
@@ -88,6 +94,8 @@ class Admission(Generic[T]):
 
     def _fits(self, blocks: int) -> bool:
         # an empty server admits anything (the scenario checks guarantee one response fits)
+        if self.max_sessions is not None and len(self.reserved) >= self.max_sessions:
+            return False
         return not self.reserved or self.used + blocks <= self.limit
 
     def _admit(self, session: int, prompt: int, blocks: int) -> None:

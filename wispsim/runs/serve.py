@@ -108,18 +108,20 @@ def serve(
     source: Any,
     host: str,
     port: int,
-    ready: Callable[[Scenario, dict[str, Any]], None],
+    ready: Callable[[Scenario, dict[str, Any], str], None],
     say: Say = _silent,
+    limits: Any = None,
 ) -> None:
-    """Serve the scenario's policy on a real vLLM engine (``source``) until interrupted;
-    ``ready(scenario, facts)`` once it listens."""
+    """Serve the scenario's policy on a real vLLM engine (``source``) until interrupted, within
+    ``limits`` (:class:`wispsim.serve.limits.Limits`); ``ready(scenario, facts, admin token)``
+    once it listens."""
     from wispsim.serve.app import serve as run_server
 
     sc = served_scenario(file, sets, Options(policy=policy)).scenario
     for note in host_notes(sc.server.profile):  # vLLM runs here: the profile should be this host's
         say(note)
     say(f"starting vLLM for {sc.policy} ({source.describe()}) ...")
-    run_server(sc, source, host, port, lambda facts: ready(sc, facts))
+    run_server(sc, source, host, port, lambda facts, token: ready(sc, facts, token), limits=limits)
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ class SwarmRequest:
     devices: int | None = None
     seed: int | None = None
     log: Path | None = None
+    admin_token: str | None = None  # wispsim serve's, to reset it and read its log
 
 
 @dataclass
@@ -153,12 +156,19 @@ def swarm(req: SwarmRequest, out: Path | None = None, meter: Meter = _no_meter) 
     """Run the scenario's devices against the real server for its window; write their records,
     the summary and (``req.log``) the replay log."""
     from wispsim.analysis.metrics import summarize
-    from wispsim.serve.swarm import run_swarm
+    from wispsim.serve.swarm import WispsimServer, run_swarm
 
     if req.url is not None and req.openai_url is not None:
         raise ConfigError("--url/--openai-url", "", "give one: wispsim serve's or an OpenAI server's")
-    url = req.url or DEFAULT_URL
     openai = openai_server(req.openai_url, req.openai_model, req.openai_vocab)
+    if openai is None and req.admin_token is None:
+        raise ConfigError(
+            "--admin-token",
+            "",
+            "wispsim serve's /reset and /log need its admin token (it prints one at start): pass "
+            "--admin-token or set WISPSIM_ADMIN_TOKEN",
+        )
+    url = WispsimServer(req.url or DEFAULT_URL, token=req.admin_token)
     folder = Results.planned(out, "swarm")  # every output checked before any work
     if req.log is not None:
         check_output_file(req.log, "--log", (".parquet", ".csv"))
@@ -182,7 +192,7 @@ def swarm(req: SwarmRequest, out: Path | None = None, meter: Meter = _no_meter) 
         folder.finish(
             {"seed": sc.seed, "devices": sc.devices.count, "policy": sc.policy, "server": run.facts}
         )
-    return SwarmOutcome(folder.path, sc, run, summary, str(run.facts.get("url", url)))
+    return SwarmOutcome(folder.path, sc, run, summary, str(run.facts.get("url", (openai or url).url)))
 
 
 def _probe(sc: Scenario, server: Any, openai: bool) -> dict[str, Any]:
@@ -375,7 +385,7 @@ def _points(
     with served(folder, pair.regime, pair.served.scenario, source, req.port) as server:
         for n in todo:
             server.reset()
-            _point(folder, pair, n, server.url, say, tick)
+            _point(folder, pair, n, server.target(), say, tick)
 
 
 def _point(folder: Results, pair: RegimePolicy, n: int, server: Any, say: Say, tick: Tick) -> None:

@@ -10,7 +10,7 @@ import importlib.util
 
 from wispsim.errors import WispsimError
 
-SERVE_MODULES = ("fastapi", "pydantic", "uvicorn", "httpx")
+SERVE_MODULES = ("fastapi", "pydantic", "uvicorn", "httpx", "prometheus_client")
 SERVE_HINT = "pip install 'wispsim[serve]'"
 
 

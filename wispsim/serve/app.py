@@ -2,7 +2,8 @@
 
 Speculative mode (``wisp``, ``fcfs``, ``sled``, ``wisp-fixed``):
 
-- ``POST /sessions`` ``{"prompt": [ids]}`` -> ``{"session": id}``
+- ``POST /sessions`` ``{"prompt": [ids]}`` -> ``{"session": id}`` (128 random bits: whoever holds
+  the id can use the session, nobody else can name it)
 - ``POST /sessions/{id}/rounds`` ``{"draft": [ids], "accepted": L, "commit": n, "budget_s": s,
   "n_hat": x}`` -> the verdict and what the server did: ``queue_s``, ``verify_s``, ``batch``,
   ``batch_size``, ``t_arrival`` / ``t_dispatch`` / ``t_done`` (server clock), ``l_new`` /
@@ -12,25 +13,32 @@ Speculative mode (``wisp``, ``fcfs``, ``sled``, ``wisp-fixed``):
 Centralized mode: ``POST /generate`` ``{"prompt": [ids], "output_tokens": n}`` streams one JSON
 line per engine step that gave the response tokens (``{"t": server time, "tokens": so far}``).
 
-Both: ``GET /health`` (mode, policy, engine facts, the server's clock), ``GET /log`` (the batch
-log: one row per batch or engine step, and for verification one per batch member) and ``POST
-/reset`` (forget sessions and log and empty the engine's prefix cache; only while idle). A bad
-request is answered with its status and a one-line ``detail``.
+Both: ``GET /health`` (mode, policy, engine facts, the server's clock, its load and limits),
+``GET /metrics`` (the load in Prometheus' text format, as vLLM's ``/metrics``), ``GET /log`` (the
+batch log: one row per batch or engine step, and for verification one per batch member; a ring of
+the newest rows) and ``POST /reset`` (forget sessions and log and empty the engine's prefix cache;
+only while idle). ``/log`` and ``/reset`` need the admin token (``Authorization: Bearer TOKEN``).
+A bad request is answered with its status and a one-line ``detail``; a 503 says when to retry
+(``Retry-After``). What the server promises and its limits: docs/serve.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
+import secrets
 import signal
+import threading
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
+from starlette.requests import Request  # module level: the routes' annotations name it
 
 from wispsim.config import Scenario
 from wispsim.errors import WispsimError
@@ -39,6 +47,7 @@ from wispsim.model.batch import blocks as blocks_of
 from wispsim.model.memory import block_size, kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.serve.central import CentralServer
+from wispsim.serve.limits import Limits
 from wispsim.serve.verify import ServeError, VerifyServer
 from wispsim.sim.servers import request_outputs, verifier_parts
 
@@ -66,6 +75,11 @@ class GenerateBody(BaseModel):
     output_tokens: int = Field(ge=1)
 
 
+# bodies larger than this are parsed in a worker thread, so a big one does not hold up the event
+# loop (and every other client's round); a round's body is a few hundred bytes, parsed in place
+PARSE_IN_THREAD = 16 * 1024
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """What the engine runs: a model folder, or an architecture with random weights."""
@@ -88,7 +102,11 @@ def longest_sequence(sc: Scenario) -> int:
 def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]]:
     """Start vLLM for ``sc``'s server: prefix caching as the policy says (off for SLED), the KV
     cache capped at ``server.kv_capacity_tokens`` when the scenario sets it; returns the engine
-    and its facts (block size, KV capacity)."""
+    and its facts (block size, the KV capacity a request can really get, request slots).
+
+    The KV block is the engine's (128 tokens on vLLM's CPU backend, 16 on a GPU): the server
+    plans with it whatever the scenario's profile says. Only a scenario that caps the cache in
+    tokens (``server.kv_capacity_tokens``) must agree with it, since the cap is set in blocks."""
     from wispsim.engines.base import EngineSpec
     from wispsim.engines.vllm import VLLMEngine
     from wispsim.model.archs import load_arch
@@ -113,8 +131,9 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
     profile.check_layout(layout == "0", "wispsim serve")  # its estimates must be this engine's
     bs = block_size(srv.block_size, profile)
     max_len = longest_sequence(sc)
-    blocks = None if srv.kv_capacity_tokens is None else blocks_of(srv.kv_capacity_tokens, bs)
-    if blocks is not None and blocks * bs < max_len:
+    # vLLM keeps one block of its cache for itself (the null block): cap it one block larger
+    blocks = None if srv.kv_capacity_tokens is None else blocks_of(srv.kv_capacity_tokens, bs) + 1
+    if blocks is not None and (blocks - 1) * bs < max_len:
         raise WispsimError(
             f"server.kv_capacity_tokens: {srv.kv_capacity_tokens} tokens cannot hold the longest "
             f"session ({max_len} tokens); raise it or shorten the workload"
@@ -133,22 +152,24 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
     )
     eng = VLLMEngine.build(spec)
     real_bs = eng.block_size or bs
-    if real_bs != bs:
+    if blocks is not None and real_bs != bs:
         raise WispsimError(
-            f"server.block_size: the engine's KV block is {real_bs} tokens, the scenario's {bs}; "
-            f"set server.block_size: {real_bs} (or null to take the profile's)"
+            f"server.kv_capacity_tokens: the cap is set in the scenario's {bs}-token blocks, the "
+            f"engine's KV block is {real_bs} tokens; set server.block_size: {real_bs}"
         )
     facts = {
         "engine": "vllm",
         "device": eng.device,
         "block_size": real_bs,
-        "kv_capacity_tokens": eng.kv_capacity_tokens,
+        "kv_capacity_tokens": eng.kv_capacity_tokens,  # what requests can get (the null block left out)
+        "max_num_seqs": eng.max_num_seqs,
         "vocab": eng.vocab,
         "max_len": max_len,
         "prefix_caching": spec.prefix_caching,
         "model": source.describe(),
         "dtype": source.dtype,
         "kv_policy": srv.kv_policy if srv.mode == "speculative" else "engine",
+        "verifier": srv.verifier if srv.mode == "speculative" else "engine",
         "engine_in_process": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0",
         "host": cpu_facts(),  # the CPU the real timings come from (wispsim.host)
     }
@@ -157,16 +178,18 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
 
 class VLLMBackend:
     """What the app needs of the engine: run a verification batch, empty the prefix cache, and
-    (centralized) the engine whose continuous batching generates whole responses."""
+    (centralized) the engine whose continuous batching generates whole responses. ``stop`` is
+    set when the server shuts down: a batch on the engine ends between two steps."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
+        self.stop = threading.Event()
 
     def run_batch(self, seqs: list[list[int]]) -> tuple[list[int], tuple[int, ...] | None]:
-        """One output token per sequence, in one call; the bonus tokens and vLLM's cached counts."""
+        """One output token per sequence, in one batch; the bonus tokens and vLLM's cached counts."""
         from wispsim.engines.vllm import cached_tokens
 
-        outs = self.engine.generate(seqs)
+        outs = self.engine.generate_checked(seqs, self.stop)
         return [int(o.outputs[0].token_ids[0]) for o in outs], cached_tokens(outs)
 
     def release_prefixes(self, seqs: list[list[int]]) -> int | None:
@@ -177,30 +200,42 @@ class VLLMBackend:
         """Sessions kept in the engine (``server.verifier: resident``)."""
         from wispsim.engines.vllm_sessions import ResidentSessions
 
-        return ResidentSessions(self.engine.llm, self.engine.params)
+        return ResidentSessions(self.engine.llm, self.engine.params, self.stop)
+
+    def kv_usage(self) -> float | None:
+        """The share of the engine's KV blocks in use (vLLM's ``kv_cache_usage_perc``)."""
+        return self.engine.kv_usage()
 
     def reset_cache(self) -> bool:
         """Empty vLLM's prefix cache; False if it refused (requests still hold blocks)."""
         return bool(self.engine.llm.reset_prefix_cache())
 
-    def central(self, vocab: int, max_len: int) -> CentralServer:
+    def central(self, vocab: int, max_len: int, limits: Limits) -> CentralServer:
         from wispsim.engines.vllm import fixed_length_params, tokens_prompt
 
-        return CentralServer(self.engine.llm.llm_engine, fixed_length_params, tokens_prompt, vocab, max_len)
+        engine = self.engine.llm.llm_engine
+        return CentralServer(engine, fixed_length_params, tokens_prompt, vocab, max_len, limits=limits)
 
 
-def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
+def make_app(sc: Scenario, backend: Any, facts: dict[str, Any], limits: Limits | None = None) -> Any:
     """The FastAPI app serving ``sc``'s policy on ``backend`` (a :class:`VLLMBackend`, or a fake
     with the same methods in tests); ``facts`` are the engine's (block size, KV capacity, vocab,
-    longest sequence)."""
-    from fastapi import FastAPI, Request
+    longest sequence); ``limits`` its bounds (:class:`~wispsim.serve.limits.Limits`). The admin
+    token that ``/reset`` and ``/log`` need is ``app.state.admin_token``."""
+    from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+    from pydantic import ValidationError
+
+    from wispsim.serve.metrics import prometheus_text
 
     srv = sc.server
     centralized = srv.mode == "centralized"
     vocab, max_len = int(facts["vocab"]), int(facts["max_len"])
+    limits = limits or Limits()
+    admin_token = limits.token()
     state: dict[str, Any] = {}
+    stop = getattr(backend, "stop", None)
 
     def make_verifier() -> VerifyServer:
         profile = load_profile(srv.profile).with_form(srv.estimator_form)
@@ -210,6 +245,9 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
         # the scheduler plans with the planning profile (``profile`` where none), as in simulate
         parts = verifier_parts(sc, plan.with_form(srv.estimator_form).estimator, cap, bs, request_outputs(sc))
         resident = backend.resident_sessions() if srv.verifier == "resident" else None
+        if resident is not None and parts.admission is not None and facts.get("max_num_seqs"):
+            # a paused resident session holds one of vLLM's request slots: no more than it has
+            parts.admission.max_sessions = int(facts["max_num_seqs"])
         # admission control frees ended sessions' blocks; a resident session's request ends with it
         freeing = parts.admission is not None and resident is None
         release = getattr(backend, "release_prefixes", None) if freeing else None
@@ -223,21 +261,23 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
             admission=parts.admission,
             release=release,
             resident=resident,
+            k_max=sc.drafting.largest,
+            limits=limits,
+            stop=stop,
         )
-
-    def make_central() -> CentralServer:
-        return backend.central(vocab, max_len)
 
     @asynccontextmanager
     async def lifespan(app: Any):  # type: ignore[no-untyped-def]
         if centralized:
-            state["server"] = make_central()
+            state["server"] = backend.central(vocab, max_len, limits)
         else:
             state["server"] = v = make_verifier()
             v.start()
         try:
             yield
         finally:
+            if stop is not None:
+                stop.set()  # a batch on the engine ends between two steps
             server = state["server"]
             if centralized:
                 server.stop()
@@ -245,16 +285,19 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
                 await server.stop()
 
     app = FastAPI(title="wispsim serve", lifespan=lifespan)
+    app.state.admin_token = admin_token
+
+    def answer(status: int, detail: str, retry_after: float | None = None) -> JSONResponse:
+        headers = {"Retry-After": f"{max(1, round(retry_after))}"} if retry_after is not None else None
+        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, e: ServeError) -> JSONResponse:
-        return JSONResponse({"detail": str(e)}, status_code=e.status)
+        return answer(e.status, str(e), e.retry_after)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, e: RequestValidationError) -> JSONResponse:
-        err = e.errors()[0] if e.errors() else {"loc": ("body",), "msg": "invalid"}
-        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-        return JSONResponse({"detail": f"{request.url.path}: {where}: {err.get('msg')}"}, status_code=422)
+        return answer(422, _validation_line(request.url.path, e.errors()))
 
     def mode_is(want: str) -> Any:
         if ("centralized" if centralized else "speculative") != want:
@@ -263,17 +306,67 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
             )
         return state["server"]
 
+    def admin(request: Request) -> None:
+        """``/reset`` and ``/log`` answer only the holder of the admin token (a bearer token)."""
+        given = request.headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(value.strip(), admin_token):
+            raise ServeError(
+                401, f"{request.url.path}: needs the server's admin token (Authorization: Bearer TOKEN)"
+            )
+
+    async def body_of(request: Request, model: Any) -> Any:
+        """The request's JSON body as ``model``: its size checked before and while it is read
+        (413 past ``limits.max_body_bytes``), a large one parsed off the event loop."""
+        cap = limits.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > cap):
+            raise ServeError(413, f"{request.url.path}: body over {cap:,} bytes (--max-body-bytes)")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                raise ServeError(413, f"{request.url.path}: body over {cap:,} bytes (--max-body-bytes)")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        try:
+            if len(raw) > PARSE_IN_THREAD:
+                return await asyncio.to_thread(model.model_validate_json, raw)
+            return model.model_validate_json(raw)
+        except ValidationError as e:
+            raise ServeError(422, _validation_line(request.url.path, e.errors())) from None
+
+    def load() -> dict[str, Any]:
+        usage = getattr(backend, "kv_usage", None)
+        return {**state["server"].load(), "kv_cache_usage_perc": usage() if usage is not None else None}
+
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ready", "mode": srv.mode, "policy": sc.policy, "clock": time.monotonic(), **facts}
+        now = load()
+        stalled = now.get("batch_running_s", 0.0) > STALLED_S
+        return {
+            "status": "stalled" if stalled else "ready",
+            "mode": srv.mode,
+            "policy": sc.policy,
+            "clock": time.monotonic(),
+            **facts,
+            "load": now,
+            "limits": {k: v for k, v in dataclasses.asdict(limits).items() if k != "admin_token"},
+        }
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        text, kind = prometheus_text(load(), srv.mode, sc.policy)
+        return PlainTextResponse(text, media_type=kind)
 
     @app.get("/log")
-    async def get_log() -> dict[str, Any]:
-        log = state["server"].log
-        return {"batches": log.batches, "members": log.members}
+    async def get_log(request: Request) -> dict[str, Any]:
+        admin(request)
+        return dict(state["server"].log.document())
 
     @app.post("/reset")
-    async def reset() -> dict[str, Any]:
+    async def reset(request: Request) -> dict[str, Any]:
+        admin(request)
         server = state["server"]
         if centralized:  # responses of devices that are gone are aborted
             await asyncio.to_thread(server.reset)
@@ -288,44 +381,72 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any]) -> Any:
         return {"status": "reset"}
 
     @app.post("/sessions")
-    async def open_session(body: OpenBody) -> dict[str, Any]:
-        return {"session": mode_is("speculative").open_session(body.prompt)}
+    async def open_session(request: Request) -> dict[str, Any]:
+        v = mode_is("speculative")
+        body = await body_of(request, OpenBody)
+        return {"session": v.open_session(body.prompt)}
 
     @app.post("/sessions/{sid}/rounds")
-    async def verify(sid: int, body: RoundBody) -> dict[str, Any]:
+    async def verify(sid: str, request: Request) -> dict[str, Any]:
         v = mode_is("speculative")
+        body = await body_of(request, RoundBody)
         return await v.verify(sid, body.draft, body.accepted, body.commit, body.budget_s, body.n_hat)
 
     @app.delete("/sessions/{sid}")
-    async def close_session(sid: int) -> dict[str, Any]:
+    async def close_session(sid: str) -> dict[str, Any]:
         mode_is("speculative").close_session(sid)
         return {"status": "closed"}
 
     @app.post("/generate")
-    async def generate(body: GenerateBody) -> Any:
-        q = mode_is("centralized").submit(body.prompt, body.output_tokens)
+    async def generate(request: Request) -> Any:
+        central = mode_is("centralized")
+        body = await body_of(request, GenerateBody)
+        rid, q = central.submit(body.prompt, body.output_tokens)
 
         async def stream():  # type: ignore[no-untyped-def]
-            while True:
-                item = await q.get()
-                if item is None:
-                    return
-                yield json.dumps({"t": item[0], "tokens": item[1]}) + "\n"
+            finished = False
+            try:
+                while True:
+                    item = await q.get()
+                    if item is None:
+                        finished = True
+                        return
+                    if isinstance(item, str):  # the engine failed the response
+                        yield json.dumps({"error": item}) + "\n"
+                        continue
+                    yield json.dumps({"t": item[0], "tokens": item[1]}) + "\n"
+            finally:
+                if not finished:  # the client went away: the engine stops generating it
+                    central.abort(rid)
 
         return StreamingResponse(stream(), media_type="application/x-ndjson")
 
     return app
 
 
+STALLED_S = 60.0  # a batch on the engine this long makes /health say "stalled"
+
+
+def _validation_line(path: str, errors: Any) -> str:
+    """One line for a body that does not validate: the path, the field, what is wrong."""
+    err = errors[0] if errors else {"loc": ("body",), "msg": "invalid"}
+    where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+    return f"{path}: {where}: {err.get('msg')}"
+
+
 KEEP_ALIVE_S = 75  # seconds an idle HTTP connection stays open (uvicorn's default is 5)
 
 
-def serve(sc: Scenario, source: ModelSource, host: str, port: int, ready: Any = None) -> None:
-    """Build the engine, then serve until interrupted. ``ready(facts)`` is called once listening."""
+def serve(
+    sc: Scenario, source: ModelSource, host: str, port: int, ready: Any = None, limits: Limits | None = None
+) -> None:
+    """Build the engine, then serve until interrupted. ``ready(facts, admin_token)`` is called
+    once listening."""
     import uvicorn
 
     engine, facts = build_engine(sc, source)
-    app = make_app(sc, VLLMBackend(engine), facts)
+    backend = VLLMBackend(engine)
+    app = make_app(sc, backend, facts, limits)
     # keep idle connections longer than the swarm's client does (httpx drops them after 5 s): with
     # uvicorn's own 5 s the two close at the same moment, and a round sent on a connection the
     # server is closing fails with a ReadError (seen under load with the resident verifier)
@@ -339,10 +460,11 @@ def serve(sc: Scenario, source: ModelSource, host: str, port: int, ready: Any = 
         while not server.started and not task.done():
             await asyncio.sleep(0.05)
         if server.started and ready is not None:
-            ready(facts)
+            ready(facts, app.state.admin_token)
         await task
 
     def interrupted(signum: int, frame: Any) -> None:
+        backend.stop.set()  # a batch on the engine ends between two steps
         raise KeyboardInterrupt
 
     # uvicorn catches SIGTERM/SIGINT, shuts down, then raises the signal again: with this handler
@@ -352,6 +474,7 @@ def serve(sc: Scenario, source: ModelSource, host: str, port: int, ready: Any = 
     try:
         asyncio.run(main())
     finally:
+        backend.stop.set()
         try:
             engine.close()
         finally:

@@ -8,6 +8,11 @@ and hands every new token to the response's asyncio queue, so the HTTP layer str
 as soon as its step ends. Every step is logged: wall time, how many responses got a token, how
 many of them decoded and how many prompt tokens finished prefilling (vLLM's step outputs do not
 say how a chunked prefill was split, so a prompt counts in the step that finished it).
+
+Its promises (issue 42): at most ``limits.max_sessions`` responses live (a 503 beyond), a response
+whose client goes away is aborted in the engine, and the engine loop watches for progress
+(:mod:`wispsim.engines.vllm_steps`): if vLLM stops making any, every live response gets an error
+line and ends instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ import contextlib
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from itertools import count
 from typing import Any
 
-from wispsim.serve.verify import BatchLog, ServeError
+from wispsim.engines.vllm_steps import PATIENCE, PATIENCE_BLIND, in_process_core, progress_state
+from wispsim.serve.limits import BatchLog, Limits
+from wispsim.serve.verify import RETRY_S, ServeError
 
 
 class CentralServer:
@@ -40,14 +48,17 @@ class CentralServer:
         vocab: int,
         max_len: int,
         clock: Callable[[], float] = time.monotonic,
+        limits: Limits | None = None,
     ) -> None:
         self.engine = engine
+        self.limits = limits or Limits()
+        self.counts: Counter[str] = Counter()  # monotonic counters for /metrics
         self.params = params
         self.prompt = prompt
         self.vocab = vocab
         self.max_len = max_len
         self.clock = clock
-        self.log = BatchLog()
+        self.log = BatchLog(self.limits.log_rows)
         self._ids = count()
         self._steps = count()
         self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -65,14 +76,15 @@ class CentralServer:
         self._inbox.put(("", [], -1, done))  # a drain request, handled by the engine thread
         if not done.wait(timeout):
             raise ServeError(409, "reset: the engine did not go idle; try again")
-        self.log = BatchLog()
+        self.log = BatchLog(self.limits.log_rows)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
 
-    def submit(self, prompt: list[int], output: int) -> asyncio.Queue[Any]:
-        """Start a response; its queue gets ``(t, tokens so far)`` per step and ``None`` at the end."""
+    def submit(self, prompt: list[int], output: int) -> tuple[str, asyncio.Queue[Any]]:
+        """Start a response; returns its id and its queue, which gets ``(t, tokens so far)`` per
+        step, an error line (a string) if the engine fails it, and ``None`` at the end."""
         bad = next((t for t in prompt if not 0 <= t < self.vocab), None)
         if bad is not None:
             raise ServeError(422, f"prompt: token id {bad} is outside the vocabulary [0, {self.vocab})")
@@ -80,19 +92,54 @@ class CentralServer:
             raise ServeError(
                 422, f"prompt + output: {len(prompt)} + {output} tokens exceed the engine's {self.max_len}"
             )
+        with self._lock:
+            live = len(self._streams)
+        if live >= self.limits.max_sessions:
+            self.counts["refused_sessions"] += 1
+            raise ServeError(
+                503, f"responses: {live} live, the most this server runs at once; retry", RETRY_S
+            )
         rid = str(next(self._ids))
         q: asyncio.Queue[Any] = asyncio.Queue()
         with self._lock:
             self._streams[rid] = (asyncio.get_running_loop(), q)
         self._inbox.put((rid, list(prompt), output, None))
-        return q
+        self.counts["responses"] += 1
+        return rid, q
+
+    def abort(self, rid: str) -> None:
+        """The client of response ``rid`` went away: the engine stops generating it."""
+        with self._lock:
+            gone = self._streams.pop(rid, None) is not None
+        if gone:
+            self.counts["responses_aborted"] += 1
+            self._inbox.put((rid, [], -1, None))
+
+    def load(self) -> dict[str, Any]:
+        """Live responses, and the counters (``/health``, ``/metrics``)."""
+        with self._lock:
+            live = len(self._streams)
+        return {
+            "responses_live": live,
+            "log_rows": len(self.log.batches),
+            "log_dropped": self.log.batches.dropped,
+            **{f"{k}_total": v for k, v in sorted(self.counts.items())},
+        }
 
     def _take(self, item: tuple[Any, ...]) -> None:
         """Add a request to the engine, or (a drain request) abort every live one."""
         rid, prompt, output, done = item
+        if done is None and output < 0:  # an abort: its client went away
+            if rid in self._live:
+                self.engine.abort_request([rid])
+                self._live.discard(rid)
+            return
         if done is None:
-            self.engine.add_request(rid, self.prompt(prompt), self.params(output))
-            self._live.add(rid)
+            with self._lock:
+                wanted = rid in self._streams
+            if wanted:  # not aborted before it reached the engine
+                self.engine.add_request(rid, self.prompt(prompt), self.params(output))
+                self._live.add(rid)
             return
         if self._live:
             self.engine.abort_request(sorted(self._live))
@@ -105,8 +152,25 @@ class CentralServer:
         self._live.clear()
         done.set()
 
+    def _stalled(self) -> None:
+        """vLLM made no progress for many steps: every live response gets an error line and ends
+        (aborted in the engine), so no client waits forever."""
+        self.counts["engine_stalls"] += 1
+        if self._live:
+            self.engine.abort_request(sorted(self._live))
+        self._live.clear()
+        with self._lock:
+            streams, self._streams = self._streams, {}
+        error = "engine: vLLM could not schedule the running responses (no free KV block or request slot)"
+        for loop, q in streams.values():
+            loop.call_soon_threadsafe(q.put_nowait, error)
+            loop.call_soon_threadsafe(q.put_nowait, None)
+
     def _run(self) -> None:
         engine = self.engine
+        core = in_process_core(engine)
+        patience = PATIENCE if core is not None else PATIENCE_BLIND
+        quiet = 0
         while not self._stop.is_set():
             try:
                 while True:
@@ -117,9 +181,17 @@ class CentralServer:
                 with contextlib.suppress(queue.Empty):
                     self._take(self._inbox.get(timeout=0.2))
                 continue
+            before = progress_state(core)
             t0 = self.clock()
             outs = engine.step()
             t1 = self.clock()
+            if outs or progress_state(core) != before:
+                quiet = 0
+            else:
+                quiet += 1
+                if quiet >= patience:
+                    quiet = 0
+                    self._stalled()
             decode = prefill = cached = interactions = 0
             for o in outs:
                 n = len(o.outputs[0].token_ids) if o.outputs else 0

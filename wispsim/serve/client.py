@@ -1,7 +1,11 @@
 """The swarm's HTTP side: an httpx client on its own thread and asyncio loop, for the SimPy
 thread (the devices, :mod:`wispsim.serve.swarm`) to call, and the clock offset of a server that
 reports its clock (``GET /health``). Any HTTP failure is a :class:`SwarmError`, one line naming
-the URL."""
+the URL.
+
+A 429 or 503 is the server saying "not now": the request is sent again after its
+``Retry-After`` (else a doubling backoff from 0.1 s, capped at 2 s), for at most ``retry_s``
+seconds in all; ``retries`` counts them."""
 
 from __future__ import annotations
 
@@ -18,13 +22,31 @@ class SwarmError(WispsimError):
     pass
 
 
+RETRY_STATUS = (429, 503)  # the server's "not now": sent again after a pause
+RETRY_S = 60.0  # the longest a request keeps trying
+
+
+def retry_after(header: str | None, backoff: float) -> float:
+    """Seconds to wait before trying again: the ``Retry-After`` header's (delta seconds), else
+    ``backoff``."""
+    try:
+        value = float(header) if header is not None else backoff
+    except ValueError:
+        value = backoff
+    return min(max(value, 0.0), 60.0) if value == value else backoff
+
+
 class Client:
     """An HTTP client on its own thread and asyncio loop (httpx), for the SimPy thread to call."""
 
-    def __init__(self, url: str, connections: int, read_timeout: float = 600.0) -> None:
+    def __init__(
+        self, url: str, connections: int, read_timeout: float = 600.0, retry_s: float = RETRY_S
+    ) -> None:
         import httpx
 
         self.url = url.rstrip("/")
+        self.retry_s = retry_s
+        self.retries = 0
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="wispsim-swarm-http", daemon=True)
         self._thread.start()
@@ -47,13 +69,24 @@ class Client:
     def spawn(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    async def request(self, method: str, path: str, body: Any = None) -> Any:
+    async def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> Any:
         import httpx
 
-        try:
-            r = await self.http.request(method, path, json=body)
-        except httpx.HTTPError as e:
-            raise SwarmError(f"{self.url}{path}: {type(e).__name__}: {e}") from None
+        waited, backoff = 0.0, 0.1
+        while True:
+            try:
+                r = await self.http.request(method, path, json=body, headers=headers)
+            except httpx.HTTPError as e:
+                raise SwarmError(f"{self.url}{path}: {type(e).__name__}: {e}") from None
+            if r.status_code not in RETRY_STATUS or waited >= self.retry_s:
+                break
+            pause = min(retry_after(r.headers.get("retry-after"), backoff), self.retry_s - waited)
+            self.retries += 1
+            await asyncio.sleep(pause)
+            waited += pause
+            backoff = min(backoff * 2, 2.0)
         if r.status_code >= 400:
             raise SwarmError(f"{self.url}{path}: HTTP {r.status_code}: {error_detail(r.text)}")
         try:

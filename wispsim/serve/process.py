@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from typing import Any
 from wispsim.errors import WispsimError
 from wispsim.serve.app import ModelSource
 from wispsim.serve.client import Client, health
+from wispsim.serve.limits import ADMIN_TOKEN_ENV
+from wispsim.serve.swarm import WispsimServer
 
 
 class ServerProcess:
@@ -39,9 +42,18 @@ class ServerProcess:
         cmd += ["--dtype", source.dtype]
         self.url = f"http://127.0.0.1:{port}"
         self.log_file = log_file
+        # the server's admin token, handed over in its environment (not on its command line)
+        self.token = secrets.token_urlsafe(16)
+        env = {**os.environ, ADMIN_TOKEN_ENV: self.token}
         log_file.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_file, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+
+    def target(self) -> WispsimServer:
+        """This server as a swarm's target (its admin token, to read its log; not reset again)."""
+        return WispsimServer(self.url, reset=False, token=self.token)
 
     def wait_ready(self, timeout: float = 600.0) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -72,7 +84,8 @@ class ServerProcess:
             t0 = time.monotonic()
             while True:
                 try:
-                    client.call(client.request("POST", "/reset"))
+                    auth = {"Authorization": f"Bearer {self.token}"}
+                    client.call(client.request("POST", "/reset", headers=auth))
                     return
                 except WispsimError:
                     if time.monotonic() - t0 > timeout:

@@ -32,7 +32,7 @@ import pandas as pd
 
 from wispsim.config import Scenario
 from wispsim.results import Results
-from wispsim.serve.client import Client, SwarmError, error_detail, health
+from wispsim.serve.client import RETRY_STATUS, Client, SwarmError, error_detail, health, retry_after
 from wispsim.serve.clock import WallClock
 from wispsim.sim.centralized import Served
 from wispsim.sim.context import RunContext
@@ -97,11 +97,11 @@ class RemoteVerifier(_Remote):
         self.sessions: dict[int, Any] = {}  # response -> concurrent future of its session id
         self.draws = 0
 
-    async def _open(self, response: int, prompt_len: int) -> int:
+    async def _open(self, response: int, prompt_len: int) -> str:
         reply = await self.client.request(
             "POST", "/sessions", {"prompt": self.tokens(0, response, prompt_len)}
         )
-        return int(reply["session"])
+        return str(reply["session"])
 
     async def _round(self, req: Any, body: dict[str, Any]) -> None:
         try:
@@ -169,21 +169,37 @@ class RemoteCentral(_Remote):
     async def _generate(self, rid: int, prompt: int, output: int, done: Any) -> None:
         body = {"prompt": self.tokens(0, rid, prompt), "output_tokens": output}
         first = math.nan  # when the line with the first token arrived (done's value, as in the simulator)
+        waited, backoff = 0.0, 0.1
         try:
-            async with self.client.http.stream("POST", "/generate", json=body) as r:
-                if r.status_code >= 400:
-                    text = (await r.aread()).decode(errors="replace")
-                    raise SwarmError(
-                        f"{self.client.url}/generate: HTTP {r.status_code}: {error_detail(text)}"
-                    )
-                async for line in r.aiter_lines():
-                    if line.strip():
-                        item = json.loads(line)
-                        now = time.monotonic() - self.env.origin
-                        tokens = int(item["tokens"])
-                        if tokens > 0 and math.isnan(first):
-                            first = now
-                        self.arrivals.append((rid, tokens, now, self.local(float(item["t"]))))
+            while True:
+                async with self.client.http.stream("POST", "/generate", json=body) as r:
+                    if r.status_code in RETRY_STATUS and waited < self.client.retry_s:
+                        # the server is full: try again after it says (as Client.request does)
+                        pause = min(
+                            retry_after(r.headers.get("retry-after"), backoff), self.client.retry_s - waited
+                        )
+                        self.client.retries += 1
+                        await r.aread()
+                    elif r.status_code >= 400:
+                        text = (await r.aread()).decode(errors="replace")
+                        raise SwarmError(
+                            f"{self.client.url}/generate: HTTP {r.status_code}: {error_detail(text)}"
+                        )
+                    else:
+                        async for line in r.aiter_lines():
+                            if line.strip():
+                                item = json.loads(line)
+                                if "error" in item:
+                                    raise SwarmError(f"{self.client.url}/generate: {item['error']}")
+                                now = time.monotonic() - self.env.origin
+                                tokens = int(item["tokens"])
+                                if tokens > 0 and math.isnan(first):
+                                    first = now
+                                self.arrivals.append((rid, tokens, now, self.local(float(item["t"]))))
+                        break
+                await asyncio.sleep(pause)
+                waited += pause
+                backoff = min(backoff * 2, 2.0)
         except BaseException as e:
             self.fail(e)
             return
@@ -278,19 +294,24 @@ class Server(Protocol):
 
 class WispsimServer:
     """``wispsim serve`` at ``url``: checked by ``/health`` (mode and policy), emptied by
-    ``/reset`` at the start (``reset``), its batch log read from ``/log``."""
+    ``/reset`` at the start (``reset``), its batch log read from ``/log``; both need the server's
+    admin ``token``."""
 
     source = "wispsim serve"
     read_timeout = 600.0
 
-    def __init__(self, url: str, reset: bool = True) -> None:
+    def __init__(self, url: str, reset: bool = True, token: str | None = None) -> None:
         self.url = url
         self.reset = reset
+        self.token = token
+
+    def _admin(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def connect(self, sc: Scenario, client: Client) -> tuple[dict[str, Any], float]:
         facts, offset = check_server(sc, client)
         if self.reset:
-            client.call(client.request("POST", "/reset"))
+            client.call(client.request("POST", "/reset", headers=self._admin()))
         return facts, offset
 
     def remote(
@@ -300,13 +321,18 @@ class WispsimServer:
         return kind(env, client, offset, int(facts["vocab"]), seed)
 
     def log(self, client: Client) -> dict[str, Any]:
-        return dict(client.call(client.request("GET", "/log")))
+        return dict(client.call(client.request("GET", "/log", headers=self._admin())))
 
 
 def probe(sc: Scenario, server: str | Server) -> dict[str, Any]:
     """The server's facts, checked for ``sc`` (:meth:`Server.connect`), on a short-lived client
-    (before a progress bar starts); a URL is ``wispsim serve``'s (nothing is reset)."""
-    target = WispsimServer(server, reset=False) if isinstance(server, str) else server
+    (before a progress bar starts); a URL is ``wispsim serve``'s. Nothing is reset."""
+    if isinstance(server, str):
+        target: Server = WispsimServer(server, reset=False)
+    elif isinstance(server, WispsimServer):
+        target = WispsimServer(server.url, reset=False, token=server.token)
+    else:
+        target = server
     client = Client(target.url, 1, target.read_timeout)
     try:
         return target.connect(sc, client)[0]
@@ -328,7 +354,12 @@ def run_swarm(
     from wispsim.sim.simulation import simulate
 
     scenario = resolved.scenario
-    target = WispsimServer(server, reset) if isinstance(server, str) else server
+    if isinstance(server, str):
+        target: Server = WispsimServer(server, reset)
+    elif isinstance(server, WispsimServer):
+        target = WispsimServer(server.url, reset and server.reset, server.token)
+    else:
+        target = server
     n = devices if devices is not None else scenario.devices.count
     client = Client(target.url, n, target.read_timeout)
     try:
@@ -344,6 +375,7 @@ def run_swarm(
         client.close()
     srv_batches = pd.DataFrame(log["batches"])
     members = pd.DataFrame(log["members"])
+    dropped = int(log.get("dropped_batches", 0)) + int(log.get("dropped_members", 0))
     if len(srv_batches):
         for col in ("t_dispatch", "t_end"):
             srv_batches[col] = srv_batches[col] - offset - env.origin
@@ -363,6 +395,9 @@ def run_swarm(
         # the swarm's own timing: how far behind their simulated send time requests really left
         "send_lag_p50_ms": float(np.median(lags) * 1000) if len(lags) else float("nan"),
         "send_lag_p99_ms": float(np.quantile(lags, 0.99) * 1000) if len(lags) else float("nan"),
+        # requests the server asked to retry (429/503) and the swarm did; log rows it let go
+        "retries": client.retries,
+        "server_log_dropped": dropped,
     }
     return SwarmRun(res, srv_batches, members, tokens, facts, offset, target.source)
 

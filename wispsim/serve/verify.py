@@ -23,32 +23,49 @@ verifier that computed the verdict on vLLM would not be the verifier under test.
 commits the accepted draft tokens and the engine's own next token (the bonus token), so each
 session's token sequence grows exactly as a real one does and its next round's prefix is cached
 by vLLM the way a real session's is.
+
+What it promises (issue 42; docs/serve.md): every round it accepts is answered, with a verdict or
+a one-line error -- a round whose session is closed while it waits gets a 409, one the engine
+could not serve a 503 that leaves the session as it was (retry it), any other engine failure a
+500 -- and the loop goes on. A session's id is 128 random bits, the capability to use it; drafts
+are checked against the ``k_max + 1`` tokens admission reserved per round; an idle session is
+closed after ``limits.session_idle_s``; sessions, waiting rounds and log rows are capped
+(:class:`wispsim.serve.limits.Limits`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import count
 from typing import Any
 
+from wispsim.engines.vllm_steps import EngineStalled, EngineStopped
 from wispsim.errors import WispsimError
 from wispsim.model.admission import Admission
 from wispsim.model.batch import Shape
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import GpuState, Scheduler
+from wispsim.serve.limits import BatchLog, Limits, new_session_id
 from wispsim.sim.verifier import schedule
+
+RETRY_S = 1.0  # what a 503 asks a client to wait before it tries again (Retry-After)
+NOT_FOUND = "no such session (closed, expired, or never opened)"
 
 
 class ServeError(WispsimError):
-    """A bad request: the HTTP layer answers it with its status and this one-line message."""
+    """A bad request: the HTTP layer answers it with its status and this one-line message
+    (and, for 429/503, a ``Retry-After`` of ``retry_after`` seconds)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after
 
 
 @dataclass(slots=True)
@@ -75,17 +92,11 @@ class Round:
 
 @dataclass(slots=True)
 class Session:
+    sid: int  # the server's own number for it (logs, admission, the cache model)
     tokens: list[int]
+    last: float  # when it last opened or finished a round (idle expiry)
     rounds: int = 0
     busy: bool = False
-
-
-@dataclass
-class BatchLog:
-    """What the server did: one row per batch and one per member of a batch."""
-
-    batches: list[dict[str, Any]] = field(default_factory=list)
-    members: list[dict[str, Any]] = field(default_factory=list)
 
 
 class VerifyServer:
@@ -103,7 +114,9 @@ class VerifyServer:
     prefix was freed first); it runs in the batch thread, just before the next batch.
 
     ``resident`` (``run(items)``, ``end(sids)``, ``clear()``) keeps sessions in the engine
-    (module docstring); ``run_batch`` is then unused.
+    (module docstring); ``run_batch`` is then unused. ``k_max`` is the longest draft a round may
+    carry (admission reserves ``k_max + 1`` tokens per round); ``stop`` is set when the server
+    shuts down (an engine batch ends between steps).
     """
 
     def __init__(
@@ -118,6 +131,9 @@ class VerifyServer:
         admission: Admission[Round] | None = None,
         release: Callable[[list[list[int]]], int | None] | None = None,
         resident: Any = None,
+        k_max: int | None = None,
+        limits: Limits | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.resident = resident
         self.admission = admission
@@ -129,16 +145,21 @@ class VerifyServer:
         self.vocab = vocab
         self.max_len = max_len
         self.clock = clock
+        self.k_max = k_max if k_max is not None else max_len
+        self.limits = limits or Limits()
+        self.stop_event = stop or threading.Event()
+        self.counts: Counter[str] = Counter()  # monotonic counters for /metrics
+        self._session_ids = count()  # never restarts: a reset does not reuse a number
         self.reset()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     def reset(self) -> None:
         """Forget every session and the batch log (between the points of a validation)."""
-        self.sessions: dict[int, Session] = {}
+        self.sessions: dict[str, Session] = {}  # by id (the capability)
+        self.by_sid: dict[int, str] = {}  # the server's number -> id
         self.queue: list[Round] = []
-        self.log = BatchLog()
-        self._session_ids = count()
+        self.log = BatchLog(self.limits.log_rows)
         self._round_ids = count()
         self._batch_ids = count()
         self.memory.cache.clear()
@@ -146,6 +167,7 @@ class VerifyServer:
         self._ended: list[list[int]] = []  # token sequences of ended sessions, for release()
         self._ended_sessions: list[int] = []  # resident sessions to end before the next batch
         self.running = False  # a batch is on the engine
+        self.batch_started = 0.0  # when the batch on the engine started (server clock)
         if self.resident is not None:  # called while no batch runs (the reset endpoint checks)
             self.resident.clear()
         if self.admission is not None:
@@ -166,13 +188,38 @@ class VerifyServer:
         return not self.queue and not self.running
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._loop()), loop.create_task(self._reaper())]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        """Stop the loops; a batch on the engine ends between two engine steps."""
+        self.stop_event.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
+
+    # -- what /health and /metrics report ------------------------------------------------------
+
+    def load(self) -> dict[str, Any]:
+        """The server's state now: sessions, rounds queued and waiting for admission, what
+        admission holds, the batch on the engine, and the counters."""
+        adm = self.admission
+        return {
+            "sessions": len(self.sessions),
+            "rounds_queued": len(self.queue),
+            "batch_running_s": self.clock() - self.batch_started if self.running else 0.0,
+            "admission_waiting": len(adm.waiting) if adm is not None else 0,
+            "admission_sessions": len(adm.reserved) if adm is not None else 0,
+            "admission_reserved_blocks": adm.used if adm is not None else 0,
+            "admission_limit_blocks": adm.limit if adm is not None else 0,
+            "resident_sessions": len(self.resident.sessions) if self.resident is not None else 0,
+            "resident_evictions": getattr(self.resident, "evictions", 0),
+            "log_rows": len(self.log.batches) + len(self.log.members),
+            "log_dropped": self.log.batches.dropped + self.log.members.dropped,
+            **{f"{k}_total": v for k, v in sorted(self.counts.items())},
+        }
 
     # -- the API -------------------------------------------------------------------------------
 
@@ -181,71 +228,124 @@ class VerifyServer:
         if bad is not None:
             raise ServeError(422, f"{what}: token id {bad} is outside the vocabulary [0, {self.vocab})")
 
-    def open_session(self, prompt: list[int]) -> int:
+    def _session(self, token: str) -> Session:
+        s = self.sessions.get(token)
+        if s is None:
+            raise ServeError(404, f"session: {NOT_FOUND}")
+        return s
+
+    def _refuse(self, reason: str, message: str) -> ServeError:
+        self.counts[f"refused_{reason}"] += 1
+        return ServeError(503, message, RETRY_S)
+
+    def open_session(self, prompt: list[int]) -> str:
+        """Open a session on ``prompt``; returns its id (the capability to use it)."""
         self._check_tokens(prompt, "prompt")
         if len(prompt) >= self.max_len:
             raise ServeError(
                 422, f"prompt: {len(prompt)} tokens; the engine holds at most {self.max_len - 1}"
             )
+        adm = self.admission
+        if adm is not None and adm.reservation(len(prompt)) > adm.limit:
+            raise ServeError(
+                422,
+                f"prompt: {len(prompt)} tokens need {adm.reservation(len(prompt))} KV blocks with their "
+                f"expected output and a round; the cache admits {adm.limit}",
+            )
+        if len(self.sessions) >= self.limits.max_sessions:
+            self.expire(self.clock())
+            if len(self.sessions) >= self.limits.max_sessions:
+                raise self._refuse(
+                    "sessions",
+                    f"sessions: {self.limits.max_sessions} open, the most this server holds; close "
+                    "finished ones, or retry",
+                )
         sid = next(self._session_ids)
-        self.sessions[sid] = Session(list(prompt))
-        return sid
+        token = new_session_id()
+        self.sessions[token] = Session(sid, list(prompt), self.clock())
+        self.by_sid[sid] = token
+        self.counts["sessions_opened"] += 1
+        return token
 
-    def close_session(self, sid: int) -> None:
-        s = self.sessions.pop(sid, None)
+    def close_session(self, token: str) -> None:
+        s = self.sessions.get(token)
         if s is None:
-            raise ServeError(404, f"session {sid}: no such session (closed, or never opened)")
+            raise ServeError(404, f"session: {NOT_FOUND}")
+        self._close(token, s, "closed")
+
+    def _close(self, token: str, s: Session, why: str) -> None:
+        """End session ``s``: its queued round and any waiting for admission are answered (409),
+        its cache-model prefix and reservation go, a resident engine request ends before the
+        next batch, and waiting sessions that now fit are admitted."""
+        del self.sessions[token]
+        self.by_sid.pop(s.sid, None)
+        sid = s.sid
+        message = f"session: {why} while its round waited"
+        for r in self.queue:
+            if r.session == sid and not r.done.done():
+                r.done.set_exception(ServeError(409, message))
+        self.queue = [r for r in self.queue if r.session != sid]
         self.memory.drop(sid)
         if self.resident is not None:
             self._ended_sessions.append(sid)
         if self.admission is not None:
             if self.release is not None and self.admission.admitted(sid):
                 self._ended.append(s.tokens)
-            # a round of it still waiting for room is answered
-            self._refuse_waiting(sid, f"session {sid}: closed while its round waited")
+            self._refuse_waiting(sid, message)
             now = self.clock()
             for r in self.admission.release(sid):
                 r.admitted = now
                 self.queue.append(r)
-            self._wake.set()
+        self._wake.set()
+
+    def expire(self, now: float) -> int:
+        """Close every session idle (no round waiting, none finished) for longer than
+        ``limits.session_idle_s``; returns how many."""
+        limit = self.limits.session_idle_s
+        stale = [(t, s) for t, s in self.sessions.items() if not s.busy and now - s.last > limit]
+        for token, s in stale:
+            self._close(token, s, "expired")
+        self.counts["sessions_expired"] += len(stale)
+        return len(stale)
+
+    async def _reaper(self) -> None:
+        every = min(5.0, self.limits.session_idle_s / 4)
+        while True:
+            await asyncio.sleep(every)
+            self.expire(self.clock())
 
     async def verify(
-        self, sid: int, draft: list[int], accepted: int, commit: int, budget_s: float, n_hat: float
+        self, token: str, draft: list[int], accepted: int, commit: int, budget_s: float, n_hat: float
     ) -> dict[str, Any]:
         """Queue one round and wait for its verdict."""
-        s = self.sessions.get(sid)
-        if s is None:
-            raise ServeError(404, f"session {sid}: no such session (open one with POST /sessions)")
+        s = self._session(token)
         if s.busy:
-            raise ServeError(409, f"session {sid}: a round of it is already waiting for its verdict")
+            raise ServeError(409, "session: a round of it is already waiting for its verdict")
         self._check_tokens(draft, "draft")
         k = len(draft)
+        if k > self.k_max:
+            raise ServeError(
+                422, f"draft: {k} tokens; this server verifies at most k_max = {self.k_max} per round"
+            )
         if not 0 <= accepted <= k:
             raise ServeError(422, f"accepted: must be in [0, {k}] (the draft's length), got {accepted}")
         if not 1 <= commit <= accepted + 1:
             raise ServeError(422, f"commit: must be in [1, accepted + 1 = {accepted + 1}], got {commit}")
         if len(s.tokens) + k + 1 > self.max_len:
             raise ServeError(
-                422, f"session {sid}: {len(s.tokens)} tokens + {k} drafted exceed the engine's {self.max_len}"
+                422, f"session: {len(s.tokens)} tokens + {k} drafted exceed the engine's {self.max_len}"
             )
+        adm = self.admission
+        waiting = len(self.queue) + (len(adm.waiting) if adm is not None else 0)
+        if waiting >= self.limits.max_waiting:
+            raise self._refuse("waiting", f"rounds: {waiting} waiting, the most this server queues; retry")
         now = self.clock()
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        r = Round(
-            next(self._round_ids),
-            sid,
-            now,
-            now + budget_s,
-            n_hat,
-            k,
-            len(s.tokens),
-            list(draft),
-            accepted,
-            commit,
-            fut,
-        )
+        sid = s.sid
+        r = Round(next(self._round_ids), sid, now, now + budget_s, n_hat, k, len(s.tokens), list(draft),
+                  accepted, commit, fut)  # fmt: skip
         s.busy = True
         r.admitted = now
-        adm = self.admission
         if adm is None or adm.offer(sid, len(s.tokens), now, now + budget_s, r):
             self.queue.append(r)
             self._wake.set()
@@ -253,10 +353,11 @@ class VerifyServer:
             return await fut
         finally:
             s.busy = False
+            s.last = self.clock()
 
     # -- the dispatch loop ---------------------------------------------------------------------
 
-    def _run(self, seqs: list[list[int]], ended: list[list[int]]) -> tuple[list[int], tuple[int, ...] | None]:
+    def _run(self, seqs: list[list[int]], ended: list[list[int]]) -> tuple[list[Any], tuple[int, ...] | None]:
         """In the batch thread: free the ended sessions' blocks first, then run the batch."""
         if ended and self.release is not None:
             self.release(ended)
@@ -264,7 +365,7 @@ class VerifyServer:
 
     def _run_resident(
         self, items: list[tuple[int, list[int], list[int]]], ended: list[int]
-    ) -> tuple[list[int], tuple[int, ...] | None]:
+    ) -> tuple[list[Any], tuple[int, ...] | None]:
         """In the batch thread: end the closed sessions, then run the rounds over the others."""
         if ended:
             self.resident.end(ended)
@@ -279,11 +380,14 @@ class VerifyServer:
                 continue
             await self._dispatch()
 
+    def _token_of(self, sid: int) -> Session | None:
+        token = self.by_sid.get(sid)
+        return None if token is None else self.sessions.get(token)
+
     async def _dispatch(self) -> None:
         memory = self.memory
         now = self.clock()
-        # a round whose session was closed meanwhile is dropped
-        self.queue = [r for r in self.queue if r.session in self.sessions and not r.done.done()]
+        self.queue = [r for r in self.queue if not r.done.done()]  # closed sessions' are answered
         if not self.queue:
             return
         queue_len = len(self.queue)
@@ -294,30 +398,51 @@ class VerifyServer:
         t_hat = selected.estimate  # the scheduler's estimate: the batch is not priced again
         plan = [(r.l_new, r.l_cached) for r in batch]
         blocks_used = memory.used
-        seqs = [self.sessions[r.session].tokens + r.draft for r in batch]
+        tokens = {r.session: self._token_of(r.session) for r in batch}
+        seqs = [tokens[r.session].tokens + r.draft for r in batch]  # type: ignore[union-attr]
         ended, self._ended = self._ended, []
         t0 = self.clock()
-        self.running = True
+        self.running, self.batch_started = True, t0
         try:
             if self.resident is None:
                 bonus, cached = await asyncio.to_thread(self._run, seqs, ended)
             else:  # what the engine held of each sequence is its "cached" part
-                items = [(r.session, self.sessions[r.session].tokens, r.draft) for r in batch]
+                items = [(r.session, tokens[r.session].tokens, r.draft) for r in batch]  # type: ignore[union-attr]
                 gone, self._ended_sessions = self._ended_sessions, []
                 bonus, cached = await asyncio.to_thread(self._run_resident, items, gone)
+        except EngineStopped:
+            self._fail(batch, ServeError(503, "the server is shutting down", RETRY_S))
+            return
+        except EngineStalled as e:
+            self.counts["engine_stalls"] += 1
+            self._fail(batch, self._refuse("engine", f"engine: {e}; the round was not run, retry"))
+            return
+        except Exception as e:  # an engine failure answers the batch; the loop goes on
+            self.counts["engine_errors"] += 1
+            self._fail(batch, ServeError(500, f"engine: {type(e).__name__}: {e}"))
+            return
         finally:
             self.running = False
         t1 = self.clock()
         real = [(len(q) - c, c) for q, c in zip(seqs, cached, strict=True)] if cached else plan
         served = Shape.of(real)  # what the engine served (vLLM caches whole blocks)
         for r, (l_new, l_cached), b in zip(batch, real, bonus, strict=True):
-            s = self.sessions.get(r.session)
+            s = self._token_of(r.session)
+            if b is None:  # the engine could not fit this round: nothing of it was kept
+                self.counts["rounds_unserved"] += 1
+                memory.drop(r.session)
+                if not r.done.done():
+                    r.done.set_exception(
+                        self._refuse("engine", "engine: no KV room for this round now; it was not run, retry")
+                    )
+                continue
             if s is not None:
                 s.tokens.extend(([*r.draft[: r.accepted], b])[: r.commit])
                 s.rounds += 1
                 evicted += memory.finish_round(r.session, len(s.tokens))
                 if self.admission is not None:
                     self.admission.grow(r.session, len(s.tokens))
+            self.counts["rounds"] += 1
             self.log.members.append(
                 {
                     "batch": bid,
@@ -372,3 +497,11 @@ class VerifyServer:
                 "t_schedule": t0 - now,
             }
         )
+
+    def _fail(self, batch: list[Round], error: ServeError) -> None:
+        """Answer every round of a batch the engine did not run with ``error``; their sessions
+        stay as they were (the cache model forgets their prefixes: the engine may have too)."""
+        for r in batch:
+            self.memory.drop(r.session)
+            if not r.done.done():
+                r.done.set_exception(error)
