@@ -498,8 +498,8 @@ class FakeResident:
 def test_a_resident_verifier_sends_each_round_its_new_tokens_only() -> None:
     """server.verifier: resident on the real server: the session stays in the engine, a round
     sends the last bonus token and its drafts (what the reply and the log call l_new) over the
-    held tokens (l_cached); a closed session ends in the engine before the next batch, a reset
-    ends the rest; the re-submitting run_batch is never called."""
+    held tokens (l_cached); a closed session ends in the engine (in the batch thread, once it is
+    idle), a reset ends the rest; the re-submitting run_batch is never called."""
     from fastapi.testclient import TestClient
 
     from wispsim.serve.app import make_app
@@ -519,7 +519,10 @@ def test_a_resident_verifier_sends_each_round_its_new_tokens_only() -> None:
         second = c.post(f"/sessions/{a}/rounds", json=body).json()
         assert (second["l_new"], second["l_cached"]) == (4, 202)  # the bonus token and 3 drafts
         assert c.delete(f"/sessions/{a}").status_code == 200
-        assert resident.ended == []  # ended before the next batch, in the batch thread
+        deadline = time.monotonic() + 5  # ended in the batch thread as soon as it is idle
+        while not resident.ended and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(resident.ended) == 1
         assert c.post(f"/sessions/{b}/rounds", json=body).json()["l_new"] == 103
         assert len(resident.ended) == 1
         assert c.post("/reset", headers=admin(app)).status_code == 200

@@ -283,6 +283,7 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any], limits: Limits |
                 server.stop()
             else:
                 await server.stop()
+                server.close()
 
     app = FastAPI(title="wispsim serve", lifespan=lifespan)
     app.state.admin_token = admin_token

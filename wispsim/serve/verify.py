@@ -149,6 +149,7 @@ class VerifyServer:
         self.limits = limits or Limits()
         self.stop_event = stop or threading.Event()
         self.counts: Counter[str] = Counter()  # monotonic counters for /metrics
+        self._engine_lock = threading.Lock()  # held by the thread working on the engine
         self._session_ids = count()  # never restarts: a reset does not reuse a number
         self.reset()
         self._wake = asyncio.Event()
@@ -214,7 +215,7 @@ class VerifyServer:
             "admission_sessions": len(adm.reserved) if adm is not None else 0,
             "admission_reserved_blocks": adm.used if adm is not None else 0,
             "admission_limit_blocks": adm.limit if adm is not None else 0,
-            "resident_sessions": len(self.resident.sessions) if self.resident is not None else 0,
+            "resident_sessions": len(getattr(self.resident, "sessions", ())),
             "resident_evictions": getattr(self.resident, "evictions", 0),
             "log_rows": len(self.log.batches) + len(self.log.members),
             "log_dropped": self.log.batches.dropped + self.log.members.dropped,
@@ -359,26 +360,62 @@ class VerifyServer:
 
     def _run(self, seqs: list[list[int]], ended: list[list[int]]) -> tuple[list[Any], tuple[int, ...] | None]:
         """In the batch thread: free the ended sessions' blocks first, then run the batch."""
-        if ended and self.release is not None:
-            self.release(ended)
-        return self.run_batch(seqs)
+        with self._engine_lock:
+            if ended and self.release is not None:
+                self.release(ended)
+            return self.run_batch(seqs)
 
     def _run_resident(
         self, items: list[tuple[int, list[int], list[int]]], ended: list[int]
     ) -> tuple[list[Any], tuple[int, ...] | None]:
         """In the batch thread: end the closed sessions, then run the rounds over the others."""
-        if ended:
-            self.resident.end(ended)
-        bonus, held = self.resident.run(items)
+        with self._engine_lock:
+            if ended:
+                self.resident.end(ended)
+            bonus, held = self.resident.run(items)
         return bonus, tuple(held)
 
     async def _loop(self) -> None:
         while True:
             if not self.queue:
+                if self._ended or self._ended_sessions:
+                    await self._tidy()
+                    continue
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             await self._dispatch()
+
+    async def _tidy(self) -> None:
+        """With no batch to run, free what ended sessions still hold in the engine (a resident
+        session's request and blocks, a re-submitted session's cached blocks) now rather than
+        before the next batch, which may be long in coming."""
+        ended, self._ended = self._ended, []
+        gone, self._ended_sessions = self._ended_sessions, []
+
+        def work() -> None:
+            with self._engine_lock:
+                if ended and self.release is not None:
+                    self.release(ended)
+                if gone and self.resident is not None:
+                    self.resident.end(gone)
+
+        self.running = True
+        try:
+            await asyncio.to_thread(work)
+        except Exception:  # the engine failed freeing: counted; the next batch will tell
+            self.counts["engine_errors"] += 1
+        finally:
+            self.running = False
+
+    def close(self) -> None:
+        """After :meth:`stop`: end every session still held in the engine (leave it clean), once
+        a batch still in its thread has ended (it stops at its next engine step)."""
+        if self.resident is not None and self._engine_lock.acquire(timeout=60):
+            try:
+                self.resident.clear()
+            finally:
+                self._engine_lock.release()
 
     def _token_of(self, sid: int) -> Session | None:
         token = self.by_sid.get(sid)
