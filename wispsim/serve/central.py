@@ -31,7 +31,6 @@ from wispsim.engines.vllm_steps import PATIENCE, PATIENCE_BLIND, in_process_core
 from wispsim.serve.limits import BatchLog, Limits
 from wispsim.serve.verify import RETRY_S, ServeError
 
-
 DRAIN_STEPS = 1000  # the most engine steps a reset waits for aborted requests to leave
 
 
