@@ -49,8 +49,10 @@ def start_server(args: argparse.Namespace, token: str, log: Path) -> subprocess.
     cmd = [
         sys.executable, "-m", "wispsim.cli", "serve", args.scenario, "--policy", "wisp", "--arch", args.arch,
         "--port", str(args.port), "--session-idle-s", str(args.session_idle_s),
-        "--set", f"server.verifier={args.verifier}",
+        "--set", f"server.verifier={args.verifier}", "--log-rows", str(args.log_rows),
     ]  # fmt: skip
+    if args.kv_tokens:
+        cmd += ["--set", f"server.kv_capacity_tokens={args.kv_tokens}"]
     env = {**os.environ, "WISPSIM_ADMIN_TOKEN": token}
     out = log.open("wb")
     return subprocess.Popen(
@@ -139,6 +141,19 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=600.0)
     ap.add_argument("--abandon-rate", type=float, default=2.0, help="abandoned sessions opened per second")
     ap.add_argument("--session-idle-s", type=float, default=20.0)
+    ap.add_argument(
+        "--kv-tokens",
+        type=int,
+        default=65536,
+        help="cap vLLM's KV cache (server.kv_capacity_tokens; 0: as memory allows): its pages are "
+        "committed as blocks are first used, so a smaller cache reaches its resident size sooner",
+    )
+    ap.add_argument(
+        "--log-rows",
+        type=int,
+        default=20_000,
+        help="the server's /log ring (wispsim serve --log-rows): small, so that it fills early in the soak",
+    )
     ap.add_argument("--every", type=float, default=5.0)
     ap.add_argument("--port", type=int, default=8771)
     ap.add_argument("--out", type=Path, default=ROOT / "experiments" / "data" / "soak")
@@ -160,8 +175,9 @@ def main() -> None:
         facts = wait_ready(url, proc)
         print(f"server ready: {facts['model']}, KV {facts['kv_capacity_tokens']} tokens", flush=True)
         sc = load_scenario(ROOT / args.scenario).with_policy("wisp")
+        kv = args.kv_tokens or None
         sc = sc.replace(
-            server=_with(sc.server, verifier=args.verifier),
+            server=_with(sc.server, verifier=args.verifier, kv_capacity_tokens=kv),
             workload=_with(sc.workload, warmup_s=0.0, duration_s=args.seconds),
         ).with_devices(args.devices)
         threads = [

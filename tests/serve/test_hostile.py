@@ -32,7 +32,8 @@ for _module in ("fastapi", "uvicorn", "httpx", "psutil", "prometheus_client"):
 
 import httpx  # noqa: E402
 
-from tests.serve.test_serve import SCENARIO, _fields, _free_port  # noqa: E402
+from tests.serve.support import free_port, serve_in_thread  # noqa: E402
+from tests.serve.test_serve import SCENARIO, _fields  # noqa: E402
 from tests.support import ROOT  # noqa: E402
 from wispsim.serve.limits import Limits  # noqa: E402
 from wispsim.sim.scenarios import load_scenario  # noqa: E402
@@ -56,32 +57,23 @@ def served(policy: str, **server: Any) -> Any:
 def start() -> Iterator[Any]:
     """Start a real server (in this process) for a scenario; yields ``start(sc, **limits) ->
     (url, app)``; every server is stopped at the end (the engine is shared: same settings)."""
-    import uvicorn
-
     from wispsim.serve.app import ModelSource, VLLMBackend, build_engine, make_app
 
-    running: list[tuple[Any, threading.Thread]] = []
+    running: list[Any] = []
 
     def run(sc: Any, **limits: Any) -> tuple[str, Any]:
-        for server, thread in running:  # one server on the engine at a time
-            server.should_exit = True
-            thread.join(timeout=30)
+        for stop in running:  # one server on the engine at a time
+            stop()
         running.clear()
         engine, facts = build_engine(sc, ModelSource(arch="tiny-vllm"))
         app = make_app(sc, VLLMBackend(engine), facts, Limits(admin_token=TOKEN, **limits))
-        port = _free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.02)
-        running.append((server, thread))
-        return f"http://127.0.0.1:{port}", app
+        url, stop = serve_in_thread(app)
+        running.append(stop)
+        return url, app
 
     yield run
-    for server, thread in running:
-        server.should_exit = True
-        thread.join(timeout=30)
+    for stop in running:
+        stop()
 
 
 def open_sessions(http: httpx.Client, n: int, length: int, first: int = 200) -> list[str]:
@@ -249,7 +241,7 @@ def test_wispsim_serve_on_the_default_scenario_starts_resident_and_stops_on_sigt
     children within seconds."""
     import psutil
 
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "WISPSIM_ADMIN_TOKEN": TOKEN}
     cmd = [sys.executable, "-m", "wispsim.cli", "serve", "--arch", "tiny-vllm", "--port", str(port),
            "--set", "server.verifier=resident"]  # fmt: skip

@@ -14,6 +14,7 @@ import pytest
 for _module in ("fastapi", "uvicorn", "httpx", "psutil", "prometheus_client"):
     pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
 
+from tests.serve.support import serve_in_thread  # noqa: E402
 from tests.serve.test_serve import BLOCK, FACTS, TOKEN, FakeBackend, FakeResident, _fields, scenario  # noqa: E402
 from wispsim.engines.vllm_steps import EngineStalled  # noqa: E402
 from wispsim.serve.limits import Limits  # noqa: E402
@@ -310,22 +311,13 @@ class CentralBackend(FakeBackend):
 @pytest.fixture()
 def central_server():
     """A real HTTP server (uvicorn, in a thread) for centralized serving on the fake engine."""
-    import uvicorn
-
-    from tests.serve.test_serve import _free_port
     from wispsim.serve.app import make_app
 
     backend = CentralBackend()
     app = make_app(scenario("centralized"), backend, FACTS, Limits(admin_token=TOKEN, max_sessions=2))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", backend.engine
-    server.should_exit = True
-    thread.join(timeout=10)
+    url, stop = serve_in_thread(app)
+    yield url, backend.engine
+    stop()
 
 
 def test_centralized_responses_are_capped_aborted_and_never_left_waiting(central_server) -> None:
@@ -361,25 +353,16 @@ def test_centralized_responses_are_capped_aborted_and_never_left_waiting(central
 def test_the_swarm_retries_when_the_server_says_not_now(monkeypatch: pytest.MonkeyPatch) -> None:
     """One session at a time: the second device's session is refused (503) until the first
     device's response ends; the swarm waits as Retry-After says and every round is served."""
-    import uvicorn
-
-    from tests.serve.test_serve import _free_port
     from wispsim.serve.app import make_app
     from wispsim.serve.swarm import WispsimServer, run_swarm
     from wispsim.sim.scenarios import resolve_server
 
     app = make_app(scenario("wisp"), FakeBackend(), FACTS, Limits(admin_token=TOKEN, max_sessions=1))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
+    url, stop = serve_in_thread(app)
     try:
         sc = scenario("wisp", warmup_s=0.5, duration_s=3.0).with_devices(2)
-        run = run_swarm(resolve_server(sc), WispsimServer(f"http://127.0.0.1:{port}", token=TOKEN))
+        run = run_swarm(resolve_server(sc), WispsimServer(url, token=TOKEN))
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+        stop()
     assert run.result.info["retries"] > 0
     assert len(run.result.rounds) > 10 and (run.result.rounds.verify_time > 0).all()

@@ -4,7 +4,6 @@ prefix cache. The same paths on the real engine are tested in tests/serve/test_v
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import yaml
 for _module in ("fastapi", "uvicorn", "httpx", "psutil"):
     pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
 
+from tests.serve.support import serve_in_thread  # noqa: E402
 from tests.support import ROOT, cli, write_profile  # noqa: E402
 from wispsim.serve.swarm import WispsimServer  # noqa: E402
 from wispsim.sim.scenarios import load_scenario, resolve_server  # noqa: E402
@@ -240,12 +240,6 @@ def test_wall_clock_waits_and_wakes_on_posts() -> None:
     assert 0.33 < wall < 1.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 TOKEN = "test-admin-token-0123456789"
 
 
@@ -253,30 +247,21 @@ TOKEN = "test-admin-token-0123456789"
 def fake_server(monkeypatch: pytest.MonkeyPatch):
     """A real HTTP server (uvicorn, in a thread) on the fake engine; yields (url, backend). Its
     admin token is ``TOKEN``, in the environment for the swarm command."""
-    import uvicorn
-
     from wispsim.serve.app import make_app
     from wispsim.serve.limits import ADMIN_TOKEN_ENV, Limits
 
     monkeypatch.setenv(ADMIN_TOKEN_ENV, TOKEN)
-    servers = []
+    stops = []
 
     def start(policy: str = "wisp"):
         backend = FakeBackend(caching=policy != "sled")
-        app = make_app(scenario(policy), backend, FACTS, Limits(admin_token=TOKEN))
-        port = _free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.02)
-        servers.append((server, thread))
-        return f"http://127.0.0.1:{port}", backend
+        url, stop = serve_in_thread(make_app(scenario(policy), backend, FACTS, Limits(admin_token=TOKEN)))
+        stops.append(stop)
+        return url, backend
 
     yield start
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(timeout=10)
+    for stop in stops:
+        stop()
 
 
 def test_swarm_records_what_the_server_did_and_the_log_replays(fake_server, tmp_path: Path) -> None:
