@@ -50,9 +50,9 @@ RUNS = {
 REPLAYS = ["wisp", "fcfs", "sled", "centralized", "centralized-sd"]
 BENCHES = {
     "bench-a100": ["--model", "qwen3-32b", "--gpu", "a100-80gb", "--num-prompts", "200"],
-    "bench-h100-rate": ["--model", "qwen3-14b", "--gpu", "h100-sxm", "--num-prompts", "300",
+    "bench-h100-rate": ["--model", "qwen3-14b", "--gpu", "h100-80gb", "--num-prompts", "300",
                         "--request-rate", "8", "--random-prefix-len", "100"],
-    "bench-sync-conc": ["--model", "qwen3-32b", "--gpu", "h100-sxm", "--num-prompts", "200",
+    "bench-sync-conc": ["--model", "qwen3-32b", "--gpu", "h100-80gb", "--num-prompts", "200",
                         "--max-concurrency", "16", "--no-async-scheduling", "--no-enable-prefix-caching"],
 }  # fmt: skip
 SWEEP = ["--policy", "wisp", "--classes", "8", "--devices", "20:60:20", "--seeds", "1", "--jobs", "1"]
