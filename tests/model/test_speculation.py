@@ -20,10 +20,12 @@ from wispsim.config import ServerConfig
 from wispsim.config.server import SpeculationConfig
 from wispsim.errors import ConfigError
 from wispsim.model.archs import load_arch
+from wispsim.model.latency import Pricing
 from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.model.speculation import Speculation, rate_for_length, resolve
-from wispsim.sim.centralized import CentralizedServer, Generation
+from wispsim.sim.centralized import CentralizedServer
+from wispsim.sim.generation import Generation
 from wispsim.sim.scenarios import load_scenario, resolve_server
 
 
@@ -45,18 +47,20 @@ def run_one(
 ) -> tuple[float, float, int, FakeLatency]:
     env = simpy.Environment()
     lat = FakeLatency()
-    srv = CentralizedServer(env, 1000, 16, 8, 2048, lat, [], count(), spec=drafter(k) if k else None)
+    srv = CentralizedServer(
+        env, 1000, 16, 8, 2048, Pricing(lat, None), [], count(), spec=drafter(k) if k else None
+    )
     out: dict[str, object] = {}
 
     def proc():  # type: ignore[no-untyped-def]
         done = env.event()
-        srv.submit(Generation(0, prompt, output, done, 0, runs))
+        srv.submit(Generation(0, prompt, output, done, runs))
         out["value"] = yield done
         out["end"] = env.now
 
     env.process(proc())
     env.run()
-    first, chunks = out["value"]  # type: ignore[misc]
+    first, chunks = out["value"][:2]  # type: ignore[index]
     return first, float(out["end"]), chunks, lat
 
 

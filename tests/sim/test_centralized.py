@@ -12,7 +12,9 @@ import pytest
 import simpy
 
 from tests.support import FakeLatency
-from wispsim.sim.centralized import CentralizedServer, Generation
+from wispsim.model.latency import Pricing
+from wispsim.sim.centralized import CentralizedServer
+from wispsim.sim.generation import Generation
 from wispsim.sim.records import BatchRecord
 
 
@@ -22,7 +24,9 @@ def server(
     env = simpy.Environment()
     lat = FakeLatency()
     batches: list[BatchRecord] = []
-    srv = CentralizedServer(env, total_blocks, block_size, max_running, step_tokens, lat, batches, count())
+    srv = CentralizedServer(
+        env, total_blocks, block_size, max_running, step_tokens, Pricing(lat, None), batches, count()
+    )
     return env, srv, lat, batches
 
 

@@ -15,9 +15,10 @@ import yaml
 from tests.support import deterministic_overrides, write_profile
 from wispsim.config import ServerConfig
 from wispsim.errors import ConfigError
-from wispsim.model.host_cpu import HostCPU, for_server, host_cpu, measured_terms, resident_cost
+from wispsim.model.host_cpu import HostCPU, for_server, host_cpu, measured_terms
 from wispsim.model.roofline import Roofline
-from wispsim.sim.api_server import ApiServers
+from wispsim.model.verifier_kinds import verifier_kind
+from wispsim.sim.front import GenerationFront
 from wispsim.sim.scenarios import load_scenario, resolve_server
 from wispsim.sim.simulation import simulate
 
@@ -47,23 +48,33 @@ def test_a_step_adds_its_cpu_or_hides_it_behind_the_gpu() -> None:
 
 
 def test_auto_models_the_host_where_the_profile_was_calibrated_with_it() -> None:
-    class Measured:
-        form = "measured"
+    from wispsim.model.host_cpu import HostFacts
 
     cfg = ServerConfig()
-    assert for_server(cfg, Measured()) is None
-    calibrated = type("Cal", (), {"form": "roofline", "host_cpu_speed": 3.0})()
+    measured = HostFacts()  # a measured profile: its timings include the host
+    assert for_server(cfg, measured) is None
+    calibrated = HostFacts(frontend=0.013, cpu_speed=3.0)
     assert for_server(cfg, calibrated).step == pytest.approx(host_cpu(3.0).step)  # type: ignore[union-attr]
     assert for_server(ServerConfig(host_cpu="off"), calibrated) is None
-    on = for_server(ServerConfig(host_cpu="on", host_cpu_speed=2.0, api_server_count=3), Measured())
+    on = for_server(ServerConfig(host_cpu="on", host_cpu_speed=2.0, api_server_count=3), measured)
     assert on is not None and on.api_servers == 3 and on.step == pytest.approx(host_cpu(2.0).step)
+
+
+def test_host_facts_live_on_the_profile_not_on_its_cost_form() -> None:
+    """A roofline profile's front end and host speed are the profile's host facts (stored beside
+    its overheads); the cost form prices GPU time only."""
+    from wispsim.model.profiles import load_profile
+
+    prof = load_profile("a100-qwen3-32b")
+    assert prof.host.frontend > 0 and prof.host.cpu_speed is not None
+    assert not hasattr(prof.estimator, "frontend") and not hasattr(prof.estimator, "host_cpu_speed")
 
 
 def test_a_resident_verifier_pays_no_arrival_term() -> None:
     from wispsim.model.archs import load_arch
 
     roof = Roofline(load_arch("tiny-vllm"), 1, 2, 2, 1e12, 1e14, float("inf"), arrival=2e-3)
-    res = resident_cost(roof)
+    res = verifier_kind("resident").cost(roof)
     assert res.arrival == 0.0 and roof.arrival == 2e-3
     # two members and one more, every one of them arriving anew to the re-submitting verifier
     assert roof.price_with(roof_shape(), 4, 100) - res.price_with(roof_shape(), 4, 100) == pytest.approx(
@@ -88,12 +99,12 @@ class _Engine:
 
 
 def test_api_processes_serve_first_come_first_served_by_connection() -> None:
-    from wispsim.sim.centralized import Generation
+    from wispsim.sim.generation import Generation
 
     env = simpy.Environment()
     engine = _Engine(env)
     host = _host(count=2)
-    api = ApiServers(env, engine, host)
+    api = GenerationFront(env, engine, host, 0.0)  # type: ignore[arg-type]
     service = host.api(False, text=100)
     for rid in range(4):  # sessions 0 and 2 share process 0, 1 and 3 process 1
         api.submit(Generation(rid, 100, 1, env.event()))
@@ -108,7 +119,7 @@ def test_a_router_counts_what_the_api_servers_still_hold() -> None:
     the first is still in its API server, its replica already counts it (a real router counts the
     requests it sent); before this, both went to the first replica and the second waited out its
     prefill (the azure study's code-completion violations, issue 36)."""
-    from wispsim.sim.centralized import Generation
+    from wispsim.sim.generation import Generation
     from wispsim.sim.router import CentralRouter
 
     class Idle(_Engine):
@@ -118,7 +129,7 @@ def test_a_router_counts_what_the_api_servers_still_hold() -> None:
     env = simpy.Environment()
     engines = [Idle(env), Idle(env)]
     host = _host()
-    router = CentralRouter([ApiServers(env, e, host) for e in engines], "least-work")  # type: ignore[list-item]
+    router = CentralRouter([GenerationFront(env, e, host, 0.0) for e in engines], "least-work")  # type: ignore[arg-type,list-item]
     for rid in range(2):
         router.submit(Generation(rid, 2048, 13, env.event()))
     assert router.replicas[0].outstanding_tokens() == 2048 + 13  # held, not yet handed

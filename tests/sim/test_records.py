@@ -88,7 +88,9 @@ def test_records_match_tuples_converted_at_once() -> None:
 def test_a_spill_file_goes_when_its_records_do() -> None:
     table = RecordTable(BatchRecord, memory_rows=2)
     for b in range(5):
-        table.append((b, 0, "verify", 0.1 * b, 0.1 * b + 0.05, 3, 4, 30, 900, 12, 0.05, 0.05, 10, 0))
+        table.append(
+            (b, 0, "verify", 0.1 * b, 0.1 * b + 0.05, 3, 4, 30, 900, 12, 0.05, 0.05, 10, 0, 0.05, 0.0)
+        )
     stored = table.close()
     path = stored.path
     assert path is not None and path.exists()
@@ -134,7 +136,7 @@ def test_a_value_of_the_wrong_type_is_named() -> None:
     from wispsim.sim.records import ResponseRecord
 
     table = RecordTable(ResponseRecord)
-    good = (0, 2.0, 1, 0.0, 3.0, 0.5, 100, 50, 20, 1, 16.7, False, True, False)
+    good = (0, 2.0, 1, 0.0, 3.0, 0.5, 100, 50, 20, 1, 16.7, False, True, False, 0.1, 0.1, 0.2)
     table.append(good)
     with pytest.raises(TypeError, match=r"ResponseRecord\.prompt_len: expected int, got float 100\.5"):
         table.append((0, 2.0, 1, 0.0, 3.0, 0.5, 100.5, *good[7:]))

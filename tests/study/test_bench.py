@@ -12,7 +12,7 @@ from wispsim.model.archs import load_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import parse_profile
 from wispsim.study import public
-from wispsim.study.bench import BenchRun, bench, prefix_hits
+from wispsim.study.bench import BenchRun, bench
 
 PARAMS = {
     "efficiency": {"bandwidth": 0.8, "compute": 0.7, "attention": 0.7},
@@ -106,20 +106,18 @@ def test_ttft_by_its_parts_adds_up_and_async_scheduling_is_the_step_wait(profile
 
 
 def test_prefix_hits_are_whole_blocks_of_repeated_prompts() -> None:
-    run = BenchRun(
-        num_prompts=5,
-        input_lens=[80],
-        output_lens=[8],
-        prefix_caching=True,
-        prompt_groups=2,
-        prompts_per_group=2,
-        shared_prefix_tokens=40,
-        block_size=16,
-    )
+    """The server's prefix cache (one rule for every client): a repeated prompt is cached whole,
+    a seen group's shared prefix in whole blocks, the last token always computed."""
+    from wispsim.sim.generation import Generation, PromptCache
+
+    def gen(prompt_id: int) -> Generation:  # 2 prompts per group, 40 tokens shared
+        return Generation(0, 80, 8, None, None, prompt_id, prompt_id // 2, 40)  # type: ignore[arg-type]
+
+    cache = PromptCache(16, True)
     # prompts 0,1 (group 0), 2,3 (group 1), then 0 again
-    assert prefix_hits(run, [0, 1, 2, 3, 0], [80] * 5) == [0, 32, 0, 32, 64]
-    off = BenchRun(num_prompts=2, input_lens=[80], output_lens=[8])
-    assert prefix_hits(off, [0, 0], [80, 80]) == [0, 0]
+    assert [cache.hit(gen(p)) for p in (0, 1, 2, 3, 0)] == [0, 32, 0, 32, 64]
+    off = PromptCache(16, False)
+    assert [off.hit(gen(0)), off.hit(gen(0))] == [0, 0]
 
 
 def test_a_public_run_simulates_its_figures() -> None:

@@ -43,6 +43,10 @@ class SpeculationConfig:
     # mean tokens a step commits (accepted + 1, vLLM's "mean acceptance length"); null: each
     # position's acceptance from the scenario's acceptance model (the traces WISP replays)
     acceptance_length: float | None = None
+    # the drafter's overheads beside its passes' physics (wispsim.model.speculation): per draft pass
+    # (ms) and per draft layer (us); null: the calibration's (wispsim/data/speculation.yaml)
+    draft_pass_ms: float | None = None
+    draft_layer_us: float | None = None
 
     def __post_init__(self) -> None:
         require(1 <= self.k <= MAX_DRAFT, "k", f"must be in [1, {MAX_DRAFT}], got {self.k}")
@@ -57,6 +61,9 @@ class SpeculationConfig:
             "draft",
             "and draft_profile both name the draft; give one (the profile says its architecture)",
         )
+        for name in ("draft_pass_ms", "draft_layer_us"):
+            v = getattr(self, name)
+            require(v is None or 0 <= v <= 1e4, name, f"must be in [0, 10000] or null, got {v}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,6 @@ are upper bounds.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -50,6 +49,18 @@ T = TypeVar("T")
 
 ENGINE_TERMS = ("step", "request", "arrival", "session", "token")
 API_TERMS = ("request", "session", "ids", "text")
+
+
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    """What a profile knows of the serving host it was calibrated on, apart from its GPUs: the
+    front end's latency (HTTP and tokenization before the engine sees a request, seconds:
+    ``roofline.overhead_ms.frontend``) and the host CPU's speed over the measuring host's
+    (``roofline.host_cpu_speed``; None: calibrated without the host-CPU model). Host facts, not
+    GPU time: they live on the profile, not on its cost form."""
+
+    frontend: float = 0.0
+    cpu_speed: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,25 +137,16 @@ def host_cpu(speed: float = 1.0, api_servers: int = 1, async_scheduling: bool = 
     )
 
 
-def for_server(server: ServerConfig, estimator: object) -> HostCPU | None:
+def for_server(server: ServerConfig, facts: HostFacts) -> HostCPU | None:
     """The host CPU a replica of ``server`` runs on, or None where it is not modelled.
 
     ``server.host_cpu``: ``auto`` models it where the profile's engine overheads were calibrated
-    beside it (a roofline profile that names its ``host_cpu_speed``), not for a measured profile,
-    whose timings include it; ``on`` always, ``off`` never. The speed is ``server.host_cpu_speed``
+    beside it (a profile whose host facts name a CPU speed), not for a measured profile, whose
+    timings include it; ``on`` always, ``off`` never. The speed is ``server.host_cpu_speed``
     where set, else the profile's calibrated host's, else the measuring host's (1)."""
-    calibrated = getattr(estimator, "host_cpu_speed", None)
+    calibrated = facts.cpu_speed
     mode = server.host_cpu
     if mode == "off" or (mode == "auto" and calibrated is None):
         return None
     speed = server.host_cpu_speed or calibrated or 1.0
     return host_cpu(speed, server.api_server_count, server.async_scheduling)
-
-
-def resident_cost(estimator: T) -> T:
-    """``estimator`` as a session-resident verifier pays it: a resumed round is not a request
-    arriving anew, so a per-arrival term (the roofline's ``arrival``) is not charged. A session's
-    first round is charged none either (one per response, beside a round per few tokens)."""
-    if dataclasses.is_dataclass(estimator) and getattr(estimator, "arrival", 0.0):
-        return dataclasses.replace(estimator, arrival=0.0)  # type: ignore[type-var]
-    return estimator

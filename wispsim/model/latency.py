@@ -19,7 +19,8 @@ runs, drawn at random, instead of their mean. The scheduler's estimate is always
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from wispsim.model.cost import CostModel
 from wispsim.model.noise import MeanOneLogNormal
 from wispsim.model.profiles import Profile
 from wispsim.registry import Registry
+
+if TYPE_CHECKING:
+    from wispsim.model.host_cpu import HostCPU
 
 
 class LatencyModel(Protocol):
@@ -106,3 +110,43 @@ class NearestMeasuredLatency(_MeasuredBase):
 def make_latency(profile: Profile, cfg: ServerConfig, rng: np.random.Generator) -> LatencyModel:
     model: LatencyModel = LATENCY.get(cfg.latency_model, field="server.latency_model")(profile, cfg, rng)
     return model
+
+
+class StepTime(NamedTuple):
+    """What a step (a verification batch, an engine step) took, by its parts: the GPU's pass
+    (noise applied), the engine core's CPU, and the step's wall time from the two (their sum, or
+    under async scheduling the larger: :meth:`wispsim.model.host_cpu.HostCPU.step_time`)."""
+
+    gpu: float
+    cpu: float
+    total: float
+
+
+W = TypeVar("W")
+
+
+class Pricing:
+    """A replica's price of a step, at one point: the latency model's GPU time for the pass
+    (:meth:`gpu`), then the engine core's CPU beside it where the host is modelled (:meth:`step`).
+    A request's price at the front (the front end's latency, the API server's CPU) is the front's
+    (:mod:`wispsim.sim.front`), from the same host."""
+
+    __slots__ = ("cost", "host", "latency")
+
+    def __init__(self, latency: LatencyModel, host: HostCPU | None) -> None:
+        self.latency = latency
+        self.cost: CostModel = latency.cost
+        self.host = host
+
+    def gpu(self, shape: Shape, t_hat: float) -> float:
+        """The GPU's time for a pass of ``shape`` priced ``t_hat`` by the cost form."""
+        return self.latency.time(shape, t_hat)
+
+    def step(self, gpu: float, of: W, work: Callable[[W], tuple[int, int, int, int]]) -> StepTime:
+        """The step's time by its parts, the GPU's taking ``gpu`` seconds; ``work(of)`` says what
+        the engine core does for it (asked only where the host is modelled)."""
+        host = self.host
+        if host is None:
+            return StepTime(gpu, 0.0, gpu)
+        cpu = host.engine(*work(of))
+        return StepTime(gpu, cpu, host.step_time(gpu, cpu))

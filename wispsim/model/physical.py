@@ -20,6 +20,7 @@ import yaml
 
 from wispsim.errors import ConfigError
 from wispsim.model.archs import GPU, Arch, arch_from_dict, available_archs, dtype_bytes, load_arch
+from wispsim.model.host_cpu import HostFacts
 from wispsim.model.profile_fields import PROFILE_MAXIMA, bounded_whole, number, value
 from wispsim.model.roofline import ALLREDUCE_LATENCY_S, EFFICIENCIES, OVERHEADS, OVERLAP_RANGE, Roofline
 from wispsim.paths import data_dir
@@ -209,6 +210,25 @@ ROOFLINE_EFFICIENCY_RANGE = (0.01, 1.0)
 ROOFLINE_OVERHEAD_MAX_MS = 1000.0
 
 
+def parse_host(data: dict[str, Any], src: str) -> HostFacts:
+    """What a profile's ``roofline`` section says of its serving host (stored there, fitted with the
+    overheads, but not GPU time): the front end's latency (``overhead_ms.frontend``) and the host
+    CPU's speed (``host_cpu_speed``; absent: calibrated without the host-CPU model)."""
+    sec = data.get("roofline")
+    if not isinstance(sec, dict):
+        return HostFacts()
+    speed = None
+    if sec.get("host_cpu_speed") is not None:
+        speed = value(sec["host_cpu_speed"], src, "roofline.host_cpu_speed", minimum=0.01, maximum=100.0)
+    over = sec.get("overhead_ms") or {}
+    frontend = 0.0
+    if isinstance(over, dict) and "frontend" in over:
+        frontend = number(
+            over, "frontend", src, "roofline.overhead_ms.", minimum=0.0, maximum=ROOFLINE_OVERHEAD_MAX_MS
+        )
+    return HostFacts(frontend=frontend / 1e3, cpu_speed=speed)
+
+
 def parse_roofline(
     data: dict[str, Any], src: str, hw: dict[str, Any], model: Any, precision: str
 ) -> Roofline | None:
@@ -249,9 +269,6 @@ def parse_roofline(
     overlap = math.inf  # absent: the ideal roofline (the slower of memory and math)
     if sec.get("overlap") is not None:
         overlap = value(sec["overlap"], src, "roofline.overlap", minimum=lo_p, maximum=hi_p)
-    host_speed = None  # absent: calibrated without the host-CPU model (wispsim.model.host_cpu)
-    if sec.get("host_cpu_speed") is not None:
-        host_speed = value(sec["host_cpu_speed"], src, "roofline.host_cpu_speed", minimum=0.01, maximum=100.0)
     eff = sec.get("efficiency") or {}
     over = sec.get("overhead_ms") or {}
     for key, part, allowed in (("efficiency", eff, EFFICIENCIES), ("overhead_ms", over, OVERHEADS)):
@@ -331,9 +348,7 @@ def parse_roofline(
         request=o.get("request", 0.0) / 1e3,
         arrival=o.get("arrival", 0.0) / 1e3,
         allreduce=o.get("allreduce", ALLREDUCE_LATENCY_S * 1e3) / 1e3,
-        frontend=o.get("frontend", 0.0) / 1e3,
         matmul_kernel=kn.get("kernel_us", 0.0) / 1e6,
         elementwise_floor=kn.get("elementwise_floor_us", 0.0) / 1e6,
         activation_passes=kn.get("activation_passes", 0.0),
-        host_cpu_speed=host_speed,
     )

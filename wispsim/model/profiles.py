@@ -22,7 +22,8 @@ from wispsim.errors import ConfigError
 from wispsim.model.archs import DTYPE_BYTES
 from wispsim.model.cost import CostModel
 from wispsim.model.estimator import DEFAULT_FORM, FORMS, Estimator
-from wispsim.model.physical import parse_roofline
+from wispsim.model.host_cpu import HostFacts
+from wispsim.model.physical import parse_host, parse_roofline
 from wispsim.model.profile_fields import (
     PROFILE_MAXIMA,
     bounded_whole,
@@ -118,6 +119,8 @@ class Profile:
     # where vLLM's engine core ran when it was measured: "in-process" (the server's process) or
     # "multiprocess" (its own): about 2x apart per batch on a small host (REPORT.md, KV section)
     engine_layout: str | None = None
+    # the serving host it was calibrated on: front-end latency, CPU speed (not GPU time)
+    host: HostFacts = field(default_factory=HostFacts)
 
     def check_layout(self, in_process: bool | None, source: str, where: str = "server.profile") -> None:
         """A one-line error when a real server's engine layout (``in_process``; None: unknown) is
@@ -388,6 +391,7 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         form_fits=form_fits,
         kv_block_size=opt_whole(data, "kv_block_size", src, ""),
         engine_layout=_engine_layout(data, src),
+        host=parse_host(data, src),
     )
     if profile.kv_capacity_tokens(1.0, 0.0) <= 0:
         raise ConfigError(

@@ -34,9 +34,11 @@ costs, per GPU::
   *arriving anew* (admission, block allocation, prefix-cache lookup, adding it to the persistent
   batch): every verification round of edge drafting is a new request re-submitted with its
   prefix, a running sequence's next decode step is not. Fitted.
-- ``frontend`` is not GPU time: the latency a request spends in the API server (HTTP, tokenization)
-  before the engine sees it, in parallel with the engine's steps. It delays that request only
-  (its TTFT), never the batch; fitted on TTFT at low load.
+- ``frontend`` (stored beside these, fitted with them on TTFT at low load) is not GPU time: the
+  latency a request spends in the API server (HTTP, tokenization) before the engine sees it, in
+  parallel with the engine's steps. It is a fact of the host, so it is not part of this form: the
+  profile keeps it (:class:`wispsim.model.host_cpu.HostFacts`) and the server's front charges it
+  (:mod:`wispsim.sim.front`).
 
 Each part is at least the larger of (bytes / bandwidth, FLOPs / peak) (``x (+) y >= max(x, y)``
 for ``p >= 1``), with efficiencies <= 1 and non-negative overheads, so a pass is never priced
@@ -55,7 +57,8 @@ from wispsim.model.cost import AggregateCost
 
 # parameters a roofline profile fits, with their documented defaults and allowed ranges
 EFFICIENCIES = ("bandwidth", "compute", "attention")
-# seconds; ``allreduce`` per all-reduce; ``frontend`` is latency, not GPU time (module docstring)
+# seconds; ``allreduce`` per all-reduce; ``frontend`` is latency, not GPU time: the profile's host
+# facts take it (module docstring)
 OVERHEADS = ("step", "request", "arrival", "allreduce", "frontend")
 ALLREDUCE_LATENCY_S = 8e-6  # one small-message all-reduce over NVLink (order of vLLM's custom all-reduce)
 OVERLAP_RANGE = (1.0, 64.0)  # ``overlap``: 1 = memory and math add up; beyond 64 it is the max
@@ -94,13 +97,9 @@ class Roofline(AggregateCost):
     request: float = 0.0
     arrival: float = 0.0
     allreduce: float = ALLREDUCE_LATENCY_S
-    frontend: float = 0.0  # latency of a request through the API server before the engine sees it
     activation_bytes: int = 2  # all-reduced activations are bf16
     matmul_kernel: float = 0.0  # seconds: a matmul kernel's fixed latency, four per layer
     elementwise_floor: float = 0.0  # seconds per layer: the least its elementwise kernels take
-    # the calibrated GPU server's CPU speed over the host the host-CPU costs were measured on
-    # (wispsim.model.host_cpu); None: the overheads were calibrated without the host-CPU model
-    host_cpu_speed: float | None = None
     activation_passes: float = 0.0  # how often elementwise kernels stream a token's activations
     form: str = "roofline"
     # seconds per unit, derived in __post_init__

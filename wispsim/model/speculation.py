@@ -174,8 +174,11 @@ def resolve(
             source, f"{FIELD}.draft", f"unknown architecture {name!r}; known: {', '.join(available_archs())}"
         ) from None
     _check_pair(spec.method, arch, target.arch, source)
-    cost = dataclasses.replace(target, arch=arch, step=0.0, request=0.0, arrival=0.0, frontend=0.0)
-    costs = overheads or calibration()
+    cost = dataclasses.replace(target, arch=arch, step=0.0, request=0.0, arrival=0.0)
+    costs = dict(overheads or calibration())
+    for name in ("draft_pass_ms", "draft_layer_us"):  # the scenario's own, where it sets them
+        if getattr(spec, name) is not None:
+            costs[name] = getattr(spec, name)
     return Speculation(
         spec.method,
         spec.k,

@@ -33,7 +33,7 @@ from wispsim.config.schema import POLICIES
 from wispsim.serve.client import Client, SwarmError, error_detail
 from wispsim.serve.clock import WallClock
 from wispsim.serve.swarm import RemoteCentral
-from wispsim.sim.centralized import Served
+from wispsim.sim.generation import Served
 from wispsim.sim.serving import serving_of
 
 OPTION = "--openai-url"
@@ -47,7 +47,7 @@ def centralized_policies() -> list[str]:
 def check_policy(sc: Scenario, option: str = OPTION) -> None:
     """A one-line error if ``sc``'s policy is not served centrally (an OpenAI server only
     generates whole responses; it cannot verify a device's drafts)."""
-    if serving_of(sc).verifies:
+    if serving_of(sc).name != "centralized":
         raise SwarmError(
             f"{option}: drives centralized serving only (server.mode centralized: policies "
             f"{', '.join(centralized_policies())}); policy {sc.policy} is speculative"

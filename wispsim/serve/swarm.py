@@ -34,11 +34,11 @@ from wispsim.config import Scenario
 from wispsim.results import Results
 from wispsim.serve.client import RETRY_STATUS, Client, SwarmError, error_detail, health, retry_after
 from wispsim.serve.clock import WallClock
-from wispsim.sim.centralized import Served
 from wispsim.sim.context import RunContext
+from wispsim.sim.generation import Served
 from wispsim.sim.records import BatchRecord, SimResult
 from wispsim.sim.scenarios import Resolved
-from wispsim.sim.servers import serving_of
+from wispsim.sim.serving import serving_of
 
 # spawn key of the token ids a swarm sends (apart from the devices' streams)
 TOKEN_STREAM = 7_000_003
@@ -212,6 +212,10 @@ class RemoteCentral(_Remote):
         return g.done
 
 
+# the client of a real server that a device of each kind of serving talks to
+REMOTES: dict[str, type[_Remote]] = {"speculative": RemoteVerifier, "centralized": RemoteCentral}
+
+
 @dataclass
 class SwarmRun:
     """A swarm's records (the simulator's, on the wall clock), the server's log and facts."""
@@ -247,7 +251,7 @@ class SwarmRun:
         from wispsim.study.replay.log import meta_path
 
         r = self.result
-        if not serving_of(r.scenario).verifies or not len(r.round_records):
+        if not len(r.round_records):  # centralized serving has no rounds
             return None
         write_log(r, path)
         side = meta_path(path)
@@ -261,7 +265,7 @@ def check_server(sc: Scenario, client: Client) -> tuple[dict[str, Any], float]:
     """The server's facts and clock offset; a one-line error if it is unreachable or serves
     another policy than ``sc``'s."""
     facts, offset = health(client)
-    want = serving_of(sc).pick("speculative", "centralized")  # as /health names it
+    want = serving_of(sc).name  # as /health names it
     if facts.get("mode") != want or facts.get("policy") != sc.policy:
         raise SwarmError(
             f"{client.url}: the server runs {facts.get('policy')} ({facts.get('mode')}), the swarm's "
@@ -317,7 +321,7 @@ class WispsimServer:
     def remote(
         self, sc: Scenario, env: WallClock, client: Client, offset: float, facts: dict[str, Any], seed: int
     ) -> _Remote:
-        kind = serving_of(sc).pick(RemoteVerifier, RemoteCentral)
+        kind = REMOTES[serving_of(sc).name]
         return kind(env, client, offset, int(facts["vocab"]), seed)
 
     def log(self, client: Client) -> dict[str, Any]:
@@ -381,11 +385,14 @@ def run_swarm(
             srv_batches[col] = srv_batches[col] - offset - env.origin
     fields = list(BatchRecord._fields)
     res.batches = (
-        srv_batches[fields].reset_index(drop=True) if len(srv_batches) else pd.DataFrame(columns=fields)
+        # the server logs no GPU/CPU split of a batch: those columns are unknown (NaN)
+        srv_batches.reindex(columns=fields).reset_index(drop=True)
+        if len(srv_batches)
+        else pd.DataFrame(columns=fields)
     )
     r = side.remote
     tokens = pd.DataFrame(
-        r.arrivals if isinstance(r, RemoteCentral) else [],
+        getattr(r, "arrivals", []),
         columns=["response", "tokens", "t", "t_server"],
     )
     lags = np.asarray(r.lags if r is not None else [], dtype=float)

@@ -25,43 +25,19 @@ tokens reach the device as one chunk.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Generator
 from itertools import count
-from typing import Any, NamedTuple
+from typing import Any
 
 import simpy
 
 from wispsim.model.batch import Shape, blocks
-from wispsim.model.host_cpu import HostCPU
-from wispsim.model.latency import LatencyModel
+from wispsim.model.latency import Pricing, StepTime
 from wispsim.model.speculation import Speculation
+from wispsim.sim.generation import Generation, PromptCache, Served
 from wispsim.sim.records import BatchRecord
-
-
-class Generation:
-    """A response submitted for the server to generate (what a device sends under centralized
-    serving): its id, prompt and output lengths, the event its ``done`` value goes to; ``hit``
-    prompt tokens already in the prefix cache, and (server-side speculation only) the runs of
-    drafts the target accepts from each output position."""
-
-    __slots__ = ("done", "hit", "output", "prompt", "rid", "runs")
-
-    def __init__(
-        self,
-        rid: int,
-        prompt: int,
-        output: int,
-        done: simpy.Event,
-        hit: int = 0,
-        runs: list[int] | None = None,
-    ) -> None:
-        self.rid = rid
-        self.prompt = prompt
-        self.output = output
-        self.done = done
-        self.hit = hit
-        self.runs = runs
 
 
 class _Seq:
@@ -82,16 +58,17 @@ class _Seq:
         "runs",
         "scheduled",
         "submitted",
+        "t_eligible",
     )
 
-    def __init__(self, g: Generation) -> None:
+    def __init__(self, g: Generation, hit: int) -> None:
         self.rid = g.rid
         self.prompt = prompt = g.prompt
         self.output = g.output
         self.done = g.done
         self.generated = 0
         self.first = 0.0  # when the step that gave the first token ended (done's value)
-        self.hit = min(g.hit, prompt - 1)  # prompt tokens the prefix cache holds (a shared system prompt)
+        self.hit = min(hit, prompt - 1)  # prompt tokens the prefix cache holds (a shared system prompt)
         self.prefilled = self.hit  # tokens of prompt + generated-so-far whose KV is computed
         self.new = True  # not yet scheduled: its first chunk is a request arriving anew
         self.context = prompt  # tokens that must be in KV before decoding
@@ -100,6 +77,7 @@ class _Seq:
         self.runs = g.runs  # speculation: drafts accepted in a row from each output position
         self.submitted = 0.0  # when the engine received it
         self.eligible = 0  # the first step that could have run it (async scheduling: one later)
+        self.t_eligible = math.nan  # when that step began
         self.scheduled = -1.0  # when the first step that ran a chunk of it began
 
 
@@ -113,16 +91,16 @@ class CentralizedServer:
         block_size: int,
         max_running: int,
         step_tokens: int,
-        latency: LatencyModel,
+        pricing: Pricing,
         batches: list[Any],
         batch_ids: count[int],
         replica: int = 0,
         async_scheduling: bool = False,
         spec: Speculation | None = None,
-        host: HostCPU | None = None,
+        prompts: PromptCache | None = None,
     ) -> None:
         self.env = env
-        self.host = host  # the engine core's CPU per step (wispsim.model.host_cpu), if modelled
+        self.prompts = prompts or PromptCache(block_size, False)  # this replica's prefix cache
         self.spec = spec
         self.lookahead = spec.k + 1 if spec is not None else 1  # KV slots a decode step writes
         # vLLM's async scheduling forms step n+1 while step n runs: a request arriving during a
@@ -133,7 +111,7 @@ class CentralizedServer:
         self.block_size = block_size
         self.max_running = max_running
         self.step_tokens = step_tokens
-        self.latency = latency
+        self.pricing = pricing  # a step's time by its parts, at one point (wispsim.model.latency)
         self.batches = batches
         self._ids = batch_ids
         self.replica = replica
@@ -144,11 +122,8 @@ class CentralizedServer:
         self._wake: simpy.Event | None = None
         self._in_step = False
         self._steps = 0  # steps begun
-        # TTFT by its parts (wispsim.study.bench sets ``ttft_parts`` to a dict before the run): each
-        # step's start, and each response's (submitted, when the first step it could join began,
-        # when the first step that ran it began, first token) by id
-        self.step_starts: list[float] = []
-        self.ttft_parts: dict[int, tuple[float, float, float, float]] | None = None
+        # responses waiting for the step they could first join to begin, by that step's number
+        self._eligible: dict[int, list[_Seq]] = {}
         env.process(self.loop())
 
     def outstanding_tokens(self) -> int:
@@ -161,9 +136,10 @@ class CentralizedServer:
         """Queue a response to generate; returns the event of its ``done`` value."""
         if self.spec is not None and g.runs is None:
             raise ValueError("a speculating server needs each response's acceptance runs")
-        s = _Seq(g)
+        s = _Seq(g, self.prompts.hit(g))
         s.submitted = self.env.now
         s.eligible = self._steps + (1 if self.async_scheduling and self._in_step else 0)
+        self._eligible.setdefault(s.eligible, []).append(s)
         self.waiting.append(s)
         if self._wake is not None:
             self._wake.succeed()
@@ -207,9 +183,9 @@ class CentralizedServer:
             if step is None:
                 continue
             start = env.now
+            for s in self._eligible.pop(self._steps, ()):
+                s.t_eligible = start
             self._steps += 1
-            if self.ttft_parts is not None:
-                self.step_starts.append(start)
             bid = next(self._ids)
             used = self.total_blocks - self.free
             self._known = len(self.waiting)  # what the step scheduled during this one can see
@@ -233,6 +209,8 @@ class CentralizedServer:
                     step.latency,
                     used,
                     0,
+                    step.took.gpu,
+                    step.took.cpu,
                 )
             )
 
@@ -247,19 +225,19 @@ class CentralizedServer:
         step = self._compose()
         if not step.work:
             return None
-        step.t_hat = self.latency.cost.price(step.shape)
-        step.latency = self.latency.time(step.shape, step.t_hat)
+        price = self.pricing
+        step.t_hat = price.cost.price(step.shape)
+        gpu = price.gpu(step.shape, step.t_hat)
         if self.spec is not None:  # the drafter's passes, with the step's noise draw
             sh = step.shape
             drafting = self.spec.draft_time(
                 sh.n_linear, sh.n_interactions, sh.n_cached, step.decoding, step.decoded_context
             )
-            step.latency += drafting * (step.latency / step.t_hat if step.t_hat > 0 else 1.0)
+            gpu += drafting * (gpu / step.t_hat if step.t_hat > 0 else 1.0)
             step.t_hat += drafting
-        host = self.host
-        if host is not None:  # the engine core's CPU: before the GPU's work, or beside it (async)
-            cpu = host.engine(len(step.work), step.shape.n_arrivals, 0, step.hashed)
-            step.latency = host.step_time(step.latency, cpu)
+        # the engine core's CPU: before the GPU's work, or beside it (async)
+        step.took = price.step(gpu, step, _engine_work)
+        step.latency = step.took.total
         return step
 
     def _grow(self) -> None:
@@ -339,11 +317,8 @@ class CentralizedServer:
         for s in finished:
             self.running.remove(s)
             self.free += s.blocks
-            if self.ttft_parts is not None:
-                starts = self.step_starts
-                can = starts[s.eligible] if s.eligible < len(starts) else s.scheduled
-                self.ttft_parts[s.rid] = (s.submitted, min(can, s.scheduled), s.scheduled, s.first)
-            s.done.succeed(Served(s.first, s.chunks))
+            eligible = s.t_eligible if s.t_eligible <= s.scheduled else s.scheduled
+            s.done.succeed(Served(s.first, s.chunks, s.submitted, eligible, s.scheduled))
         return finished
 
 
@@ -351,7 +326,7 @@ class _Step:
     """One engine step as scheduled: the (sequence, new tokens) it runs, its shape, the decodes
     the drafter proposes for, and its estimate and latency once priced."""
 
-    __slots__ = ("decoded_context", "decoding", "hashed", "latency", "shape", "t_hat", "work")
+    __slots__ = ("decoded_context", "decoding", "hashed", "latency", "shape", "t_hat", "took", "work")
 
     def __init__(self) -> None:
         self.work: list[tuple[_Seq, int]] = []
@@ -361,11 +336,10 @@ class _Step:
         self.decoded_context = 0
         self.t_hat = 0.0
         self.latency = 0.0
+        self.took = StepTime(0.0, 0.0, 0.0)
 
 
-class Served(NamedTuple):
-    """A generated response's ``done`` value: when the step that gave its first token ended, and
-    how many chunks its tokens streamed in (one per step that gave it tokens)."""
-
-    first: float
-    chunks: int
+def _engine_work(step: _Step) -> tuple[int, int, int, int]:
+    """What the engine core does for a step: its requests, those arriving anew (a response's first
+    prefill chunk), no resumed sessions, and the prompt tokens it hashes."""
+    return len(step.work), step.shape.n_arrivals, 0, step.hashed

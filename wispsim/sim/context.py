@@ -10,7 +10,7 @@ record.
 from __future__ import annotations
 
 from itertools import count
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import simpy
 
@@ -22,9 +22,6 @@ from wispsim.model.profiles import Profile
 from wispsim.model.speculation import Speculation
 from wispsim.sim.recorder import DeviceRound, Recorder
 from wispsim.sim.records import MEMORY_ROWS
-
-if TYPE_CHECKING:
-    from wispsim.sim.serving import Serving
 
 __all__ = ["ArrivalProcess", "DeviceRound", "RunContext"]
 
@@ -42,18 +39,6 @@ class ArrivalProcess(Protocol):
 
 class RunContext:
     """State shared by one run's processes (module text)."""
-
-    def shared_hit(self, prompt: int) -> int:
-        """Prompt tokens a centralized request finds in the prefix cache: the shared prefix once
-        an earlier request computed it, in whole KV blocks, the last prompt token always computed
-        (as vLLM's prefix caching; nothing evicts a prefix every request reuses)."""
-        if not self._shared:
-            return 0
-        if not self._shared_seen:
-            self._shared_seen = True
-            return 0
-        bs = self.profile.kv_block_size or 16
-        return min(self._shared, prompt - 1) // bs * bs
 
     def __init__(
         self,
@@ -77,10 +62,11 @@ class RunContext:
         self.alpha_ema = scenario.devices.alpha_ema
         self.header_bytes = scenario.network.header_bytes
         self.draft_token_bytes = draft_token_bytes(scenario.network, profile.model.vocab_size)
-        self.stream_pad = dr.k_max + 2
         self.request_ids = count()
         self.batch_ids = count()
-        self.serving: Serving  # verifying rounds or generating responses (wispsim.sim.servers)
+        # verifying rounds or generating responses (a wispsim.sim.serving component, which runs the
+        # responses and so sits above this module)
+        self.serving: Any
         # what devices submit to: a Verifier or a CentralizedServer, a router in front of several,
         # or a client of a real server
         self.server: Any
@@ -89,9 +75,3 @@ class RunContext:
         self.request_outputs: tuple[float, float] | None = None
         self.arrivals: ArrivalProcess
         self.devices_started = 0
-        srv = scenario.server
-        # the API server's latency in front of a centralized engine (server.frontend), seconds
-        self.frontend = float(getattr(profile.estimator, "frontend", 0.0)) if srv.frontend else 0.0
-        # a prompt prefix every request shares (workload.shared_prefix_tokens), cached once computed
-        self._shared = scenario.workload.shared_prefix_tokens if srv.prefix_cache else 0
-        self._shared_seen = False

@@ -1,9 +1,12 @@
-"""Edge devices: closed-loop clients that draft and send rounds for verification (SPEC 2.1).
+"""Edge devices: closed-loop clients of the server (SPEC 2.1).
 
 A device belongs to one SLO class, drafts at its own speed (drawn once from the draft-speed
-distribution), and loops: pick a response (prompt and output length), then round after round
-draft k tokens, send them up, wait for the verdict, append the committed tokens; then think and
-start the next response.
+distribution), and loops: pick a response (prompt and output length), have the server serve it,
+think, start the next one. How a response is served is the run's serving component's
+(:mod:`wispsim.sim.serving`): under edge drafting, round after round the device drafts k tokens,
+sends them up, waits for the verdict and appends the committed tokens; under centralized
+serving it sends the prompt and the server streams every token back. The device is the source of
+its responses' times either way: its drafting controller, acceptance trace and link.
 
 Random streams: each device owns four generators derived from (run seed, device index, purpose),
 so device i draws the same workload, acceptance and jitter whatever N is and whichever policy runs.
@@ -17,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wispsim.model.network import TOKEN_ID_BYTES, Link, pick_link_type
-from wispsim.sim.centralized import Generation
 from wispsim.sim.context import DeviceRound
-from wispsim.sim.round import RoundPlan, speculative_response
+from wispsim.sim.round import RoundPlan
 
 if TYPE_CHECKING:
     from wispsim.model.fleet import DeviceSpec
@@ -43,8 +45,8 @@ class Device:
         "_pos",
         "_prompt",
         "_runs",
-        "_side",
         "_state",
+        "_stream",
         "_tok_bytes",
         "alpha_hat",
         "ctx",
@@ -53,16 +55,18 @@ class Device:
         "once",
         "rng_accept",
         "rng_work",
+        "side",
         "slo",
         "start_offset",
         "tau_d",
         "tau_p",
     )
-    # the current response, for next_round (set by run_speculative)
+    # the current response (set by run), for its rounds or its generation
     _pos: int
     _output: int
     _prompt: int
     _runs: list[int]
+    _stream: Any
 
     def __init__(self, ctx: RunContext, index: int, spec: DeviceSpec, once: bool = False) -> None:
         """Device ``index`` of class ``spec.slo``; ``once``: an open session (one response, now)."""
@@ -108,11 +112,15 @@ class Device:
             gate = self.ctx.arrivals.gate(self.index)
         return 0.0
 
-    # --- the device as its rounds' source (wispsim.sim.round.RoundSource) -------------------
+    # --- the device as its responses' source (wispsim.sim.round.RoundSource and
+    # wispsim.sim.generation.GenerationSource) ----------------------------------------------
     def next_round(self, rnd: int) -> RoundPlan | None:
         """Plan the next round of the current response: k from the drafting controller,
         acceptance from the response's trace, drafting and uplink time from the device and its
         link ((latency + bytes / bandwidth) x jitter, written out)."""
+        if rnd == 0:  # the response's first round: its per-response state (edge drafting only)
+            self._runs = self._stream.run.tolist()
+            self._state = self.ctx.controller.prepare(self._stream)
         pos, output = self._pos, self._output
         if pos >= output:
             return None
@@ -125,7 +133,7 @@ class Device:
         nbytes = self._header + k * self._tok_bytes + (self._prompt * TOKEN_ID_BYTES if rnd == 0 else 0)
         link = self.link
         up = (link.latency + nbytes / link.up_bps) * link.jitter.next()
-        side = self._side
+        side = self.side
         side.forward_passes = passes
         side.predictor_calls = calls
         self._pos = pos + committed
@@ -137,73 +145,51 @@ class Device:
             link.latency + (self._header + committed * TOKEN_ID_BYTES) / link.down_bps
         ) * link.jitter.next()
 
-    def run_speculative(self) -> Generator[Any, Any, None]:
-        """Draft and send the rounds of response after response (module text)."""
+    def prompt_uplink(self, prompt: int) -> float:
+        return self.link.up(self._header + prompt * TOKEN_ID_BYTES)
+
+    def tokens_downlink(self) -> float:
+        # one downlink time (one jitter draw) for every token: the first and the last alike
+        return self.link.down(self._header + TOKEN_ID_BYTES)
+
+    def server_runs(self, output: int) -> list[int]:
+        spec = self.ctx.speculation
+        assert spec is not None
+        return spec.runs(self._stream.run, output, self.rng_accept)
+
+    def prompt_key(self) -> tuple[int | None, int | None, int]:
+        # every device's prompt is its own; a shared prefix (workload.shared_prefix_tokens) is one group
+        shared = self.ctx.scenario.workload.shared_prefix_tokens
+        return (None, 0, shared) if shared else (None, None, 0)
+
+    def run(self) -> Generator[Any, Any, None]:
+        """Response after response: pick it, have the server serve it (the run's serving
+        component: rounds drafted here and verified there, or every token generated there),
+        record it, think (module text)."""
         ctx = self.ctx
         env = ctx.env
-        server = ctx.server
-        ctl = ctx.controller
+        serving = ctx.serving
+        rec = ctx.recorder
         index, slo = self.index, self.slo
-        side = self._side = DeviceRound(index, slo, self.tau_d)  # the device's side of each round's record
+        self.side = DeviceRound(index, slo, self.tau_d)  # the device's side of each round's record
         self._header, self._tok_bytes = ctx.header_bytes, ctx.draft_token_bytes
-        pad = ctx.stream_pad
+        pad = serving.pad
         pending = self.start_offset  # time owed before the next thing the device does
         while True:
             pending = yield from self._gate(pending)
             think, prompt, output = self._next_response()
             stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, pad)
             prompt, output = stream.prompt_len, stream.output_len
-            self._runs = stream.run.tolist()
-            self._state = ctl.prepare(stream)
+            self._stream = stream
             self._pos, self._output, self._prompt = 0, output, prompt
             t0 = env.now + pending + think
             pending += think
-            resp = ctx.recorder.open_response(t0, index, slo, prompt, output)
-            side.measured = ctx.recorder.is_measured(resp)
-            out = yield from speculative_response(
-                ctx, side, self, resp, prompt, t0, pending, self.alpha_hat, t0
-            )
+            resp = rec.open_response(t0, index, slo, prompt, output)
+            out = yield from serving.respond(ctx, self, resp, prompt, output, t0, pending, self.alpha_hat, t0)
             self.alpha_hat, pending = out.alpha_hat, out.pending
-            server.drop(resp)
-            ctx.recorder.finish_response(
+            serving.end(ctx, resp)
+            rec.finish_response(
                 resp, index, slo, t0, out.t_end, out.t_first, prompt, output, out.rounds, out.cold_rounds
             )
-            if self.once:
-                return
-
-    def run_centralized(self) -> Generator[Any, Any, None]:
-        """Send the prompt; the server generates every token and streams them back."""
-        ctx = self.ctx
-        env = ctx.env
-        link = self.link
-        header = ctx.header_bytes
-        rec = ctx.recorder
-        pending = self.start_offset
-        while True:
-            pending = yield from self._gate(pending)
-            think, prompt, output = self._next_response()
-            # same acceptance draws as the speculative loop, so trace lengths match across policies
-            stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, 0)
-            prompt, output = stream.prompt_len, stream.output_len
-            t0 = env.now + pending + think
-            resp = rec.open_response(t0, self.index, self.slo, prompt, output)
-            up = link.up(header + prompt * TOKEN_ID_BYTES)
-            yield env.timeout(pending + think + up)
-            # under centralized-sd the server drafts for itself: which of its drafts the target accepts
-            spec = ctx.speculation
-            runs = None if spec is None else spec.runs(stream.run, output, self.rng_accept)
-            if ctx.frontend > 0:  # the API server (server.frontend): HTTP and tokenization
-                yield env.timeout(ctx.frontend)
-            done = ctx.server.submit(
-                Generation(resp, prompt, output, env.event(), ctx.shared_hit(prompt), runs)
-            )
-            # when the step that gave the first token ended; the chunks the tokens came in
-            first, chunks = yield done
-            # one downlink time (one jitter draw) for every token: the first and the last alike
-            down = link.down(header + TOKEN_ID_BYTES)
-            t_end = env.now + down
-            t_first = first + down
-            rec.finish_response(resp, self.index, self.slo, t0, t_end, t_first, prompt, output, chunks, 1)
-            pending = down
             if self.once:
                 return

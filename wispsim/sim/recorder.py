@@ -116,6 +116,8 @@ class Recorder:
         self._measured: set[int] = set()
         # when the first token of an undecided measured response reached its device (first_token)
         self._first: dict[int, float] = {}
+        # a response's times at the server, until it is recorded (server_times)
+        self._times: dict[int, tuple[float, float, float]] = {}
         self.done = env.event()
 
     def close(self) -> tuple[StoredRecords, pd.DataFrame, pd.DataFrame]:
@@ -149,6 +151,11 @@ class Recorder:
         it censors the response (:meth:`finish_response` is handed it again)."""
         if rid in self.outstanding:
             self._first[rid] = t
+
+    def server_times(self, rid: int, engine: float, eligible: float, scheduled: float) -> None:
+        """Response ``rid``'s times at the server (:class:`~wispsim.sim.records.ResponseRecord`'s
+        ``t_engine``, ``t_eligible``, ``t_scheduled``), kept until it is recorded."""
+        self._times[rid] = (engine, eligible, scheduled)
 
     def watchdog(self) -> Generator[Any, Any, None]:
         """Ends the run once every measured response is decided (the window: see
@@ -260,6 +267,7 @@ class Recorder:
         unable to meet its SLO, when the watchdog decided it) counts as violated whatever its
         speed so far, which is an upper bound."""
         speed = output / wall if wall > 0 else math.inf
+        engine, eligible, scheduled = self._times.pop(rid, _UNKNOWN_TIMES)
         self.responses.append(
             (
                 device,
@@ -276,8 +284,14 @@ class Recorder:
                 censored or speed < slo,
                 rid in self._measured,
                 censored,
+                engine,
+                eligible,
+                scheduled,
             )
         )
+
+
+_UNKNOWN_TIMES = (math.nan, math.nan, math.nan)
 
 
 def _round_row(side: DeviceRound, req: Request) -> tuple[Any, ...]:

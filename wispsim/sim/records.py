@@ -82,9 +82,11 @@ class BatchRecord(NamedTuple):
     n_interactions: int
     n_cached: int
     t_hat: float  # the estimator's latency
-    latency: float  # the simulated "true" latency
+    latency: float  # the simulated "true" latency: gpu_s and cpu_s together
     blocks_used: int  # KV blocks held after allocation
     evictions: int
+    gpu_s: float  # the GPU's pass (noise applied; the drafter's passes under centralized-sd)
+    cpu_s: float  # the engine core's CPU beside it (0 where the host is not modelled)
 
 
 class ResponseRecord(NamedTuple):
@@ -106,6 +108,13 @@ class ResponseRecord(NamedTuple):
     violated: bool
     measured: bool  # started inside the measurement window
     censored: bool  # unfinished when it could no longer meet its SLO and the run ended
+    # its times at the server (TTFT by its parts; NaN where unknown): centralized, it reached the
+    # engine (past the front end and API server), the first engine step it could join began
+    # (under async scheduling the one after next), the first step that ran it began; speculative,
+    # its first round reached the server (twice) and its first batch began
+    t_engine: float
+    t_eligible: float
+    t_scheduled: float
 
 
 _DTYPES = {int: "int64", float: "float64", bool: "bool", str: "object"}

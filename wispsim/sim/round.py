@@ -108,6 +108,7 @@ def speculative_response(
         if rnd == 0:  # the first round's verdict brings the first token
             t_first = t_end
             ctx.recorder.first_token(resp, t_end)
+            ctx.recorder.server_times(resp, req.arrival, req.arrival, req.dispatch)
         cold += req.cold
         side.round = rnd
         side.position = pos

@@ -24,16 +24,18 @@ import numpy as np
 
 from wispsim.config import Scenario
 from wispsim.model.admission import make_admission
-from wispsim.model.host_cpu import for_server, resident_cost
-from wispsim.model.latency import make_latency
+from wispsim.model.host_cpu import for_server
+from wispsim.model.latency import Pricing, make_latency
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import SCHEDULERS, GpuState
 from wispsim.model.speculation import resolve as resolve_speculation
-from wispsim.sim.api_server import ApiServers
+from wispsim.model.verifier_kinds import VerifierKind, verifier_kind
 from wispsim.sim.arrivals import load_request_trace
 from wispsim.sim.centralized import CentralizedServer
+from wispsim.sim.front import GenerationFront, RoundFront
+from wispsim.sim.generation import PromptCache
 from wispsim.sim.router import ROUTERS, CentralRouter
-from wispsim.sim.serving import Serving, serving_of
+from wispsim.sim.serving import Serving, SpeculativeServing, serving_of
 from wispsim.sim.verifier import Verifier, VerifierParts
 
 if TYPE_CHECKING:
@@ -77,7 +79,7 @@ def verifier_parts(
         srv.delta_ms / 1000.0,
     )
     # a resident session forwards only its new tokens: block-granular reuse is a re-submitted round's
-    reuse = "token" if srv.verifier == "resident" and srv.mode == "speculative" else srv.prefix_reuse
+    reuse = verifier_kind(srv.verifier).reuse(srv.prefix_reuse)
     memory = KVMemory(blocks, block_size, srv.prefix_cache, srv.eviction, reuse)
     scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
     return VerifierParts(gpu, memory, scheduler, make_admission(scenario, blocks, block_size, outputs))
@@ -91,83 +93,94 @@ def server_rng(seed: int, replica: int) -> np.random.Generator:
 
 class SimulatedServers:
     """The default server side of a run (:class:`~wispsim.sim.simulation.ServerSide`): one
-    simulated replica per profile of the resolved scenario, behind the scenario's router where
-    there are several."""
+    simulated replica per profile of the resolved scenario, built by the run's serving component,
+    behind the scenario's router where there are several."""
 
     def build(self, ctx: RunContext, resolved: Resolved) -> None:
-        srv = ctx.scenario.server
-        routed = srv.replicas > 1
-        if ctx.serving.verifies:
-            verifiers = _verifiers(ctx, resolved)
-            ctx.server = ROUTERS.get(srv.router, field="server.router")(verifiers) if routed else verifiers[0]
-        else:
-            engines = _centralized_servers(ctx, resolved)
-            ctx.server = CentralRouter(engines, srv.router) if routed else engines[0]
+        ctx.server = build_servers(ctx, resolved)
 
     def info(self, ctx: RunContext) -> dict[str, Any]:
-        return {} if ctx.serving.verifies else {"preemptions": ctx.server.preemptions}
+        return server_info(ctx)
 
 
-def _verifiers(ctx: RunContext, resolved: Resolved) -> list[Any]:
-    """One verification server per replica, with its latency noise (a replica tracks its work
-    for the router where there are several), behind its API servers where the host CPU is
-    modelled (wispsim.model.host_cpu)."""
+def build_servers(ctx: RunContext, resolved: Resolved) -> Any:
+    """The simulated server of a run: its serving component's replicas (``ctx.serving``), behind
+    the scenario's router where there are several. The factory's one switch on the kind of
+    serving."""
+    serving = ctx.serving
+    if isinstance(serving, SpeculativeServing):
+        return verifiers(ctx, resolved, serving.kind)
+    return centralized_servers(ctx, resolved)
+
+
+def server_info(ctx: RunContext) -> dict[str, Any]:
+    """What the simulated server adds to a run's ``info``: centralized engines' preemptions."""
+    return {} if isinstance(ctx.serving, SpeculativeServing) else {"preemptions": ctx.server.preemptions}
+
+
+def verifiers(ctx: RunContext, resolved: Resolved, kind: VerifierKind) -> Any:
+    """One verification server per replica, with its latency noise (a replica tracks its work for
+    the router where there are several), behind its API servers where the host CPU is modelled
+    (wispsim.model.host_cpu), behind the scenario's router where there are several; ``kind``: how
+    a round reaches the engine (wispsim.model.verifier_kinds)."""
     sc = ctx.scenario
     srv = sc.server
-    resident = srv.verifier == "resident"
     out: list[Any] = []
     for r, (prof, cap, bs) in enumerate(
         zip(resolved.profiles, resolved.capacities, resolved.block_sizes, strict=True)
     ):
         planner = resolved.planner(r).estimator
-        if resident:  # a resumed session's round does not arrive anew
-            cost = resident_cost(prof.estimator)
-            # one object where the scheduler plans with the pricing profile: priced once a batch
-            planner = cost if planner is prof.estimator else resident_cost(planner)
-            prof = dataclasses.replace(prof, estimator=cost)
+        cost = kind.cost(prof.estimator)
+        # one object where the scheduler plans with the pricing profile: priced once a batch
+        planner = cost if planner is prof.estimator else kind.cost(planner)
+        prof = dataclasses.replace(prof, estimator=cost)
         # the scheduler plans with the planning profile; ``prof`` prices the batches
         parts = verifier_parts(sc, planner, cap, bs, ctx.request_outputs)
-        latency = make_latency(prof, srv, server_rng(ctx.seed, r))
-        host = for_server(srv, prof.estimator)
+        host = for_server(srv, prof.host)
+        pricing = Pricing(make_latency(prof, srv, server_rng(ctx.seed, r)), host)
         v = Verifier(
             ctx.env,
             r,
             parts,
-            latency,
+            pricing,
             ctx.recorder.batches,
             ctx.batch_ids,
             track_work=srv.replicas > 1,
-            host=host,
-            resident=resident,
+            kind=kind,
         )
-        out.append(v if host is None else ApiServers(ctx.env, v, host, resident))
-    return out
+        out.append(v if host is None else RoundFront(ctx.env, v, host, kind))
+    return ROUTERS.get(srv.router, field="server.router")(out) if srv.replicas > 1 else out[0]
 
 
-def _centralized_servers(ctx: RunContext, resolved: Resolved) -> list[Any]:
-    """One centralized engine per replica; under centralized-sd each drafts for itself
-    (``ctx.speculation``: the first replica's drafting, which the devices ask for runs)."""
+def centralized_servers(ctx: RunContext, resolved: Resolved) -> Any:
+    """One centralized engine per replica, each with its own prefix cache, behind its front end and
+    API servers where they are modelled, behind the scenario's router where there are several;
+    under centralized-sd each drafts for itself (``ctx.speculation``: the first replica's
+    drafting, which the devices ask for runs)."""
     srv = ctx.scenario.server
     specs = [resolve_speculation(srv, prof) for prof in resolved.profiles]
     ctx.speculation = specs[0]
-    hosts = [for_server(srv, prof.estimator) for prof in resolved.profiles]
-    engines = [
-        CentralizedServer(
+    out: list[Any] = []
+    for r, (prof, cap, bs, spec) in enumerate(
+        zip(resolved.profiles, resolved.capacities, resolved.block_sizes, specs, strict=True)
+    ):
+        host = for_server(srv, prof.host)
+        # the front end's latency before the engine sees a response (server.frontend), seconds
+        frontend = prof.host.frontend if srv.frontend else 0.0
+        engine = CentralizedServer(
             ctx.env,
             cap // bs,
             bs,
             srv.max_batch_requests,
             srv.prefill_chunk_tokens,
-            make_latency(prof, srv, server_rng(ctx.seed, r)),
+            Pricing(make_latency(prof, srv, server_rng(ctx.seed, r)), host),
             ctx.recorder.batches,
             ctx.batch_ids,
             replica=r,
             spec=spec,
             async_scheduling=srv.async_scheduling,
-            host=host,
+            prompts=PromptCache(bs, srv.prefix_cache),
         )
-        for r, (prof, cap, bs, spec, host) in enumerate(
-            zip(resolved.profiles, resolved.capacities, resolved.block_sizes, specs, hosts, strict=True)
-        )
-    ]
-    return [e if h is None else ApiServers(ctx.env, e, h) for e, h in zip(engines, hosts, strict=True)]
+        front = host is not None or frontend > 0
+        out.append(GenerationFront(ctx.env, engine, host, frontend) if front else engine)
+    return CentralRouter(out, srv.router) if srv.replicas > 1 else out[0]

@@ -40,7 +40,8 @@ from wispsim.sim.context import RunContext
 from wispsim.sim.device import Device
 from wispsim.sim.records import MEMORY_ROWS, SimResult
 from wispsim.sim.scenarios import Resolved
-from wispsim.sim.servers import SimulatedServers, request_outputs, serving_of
+from wispsim.sim.servers import SimulatedServers, request_outputs
+from wispsim.sim.serving import serving_of
 
 
 class ServerSide(Protocol):
@@ -128,11 +129,10 @@ class SimulatedDevices:
         sc, env = ctx.scenario, ctx.env
         arrivals = ctx.arrivals = make_arrivals(ctx, devices)
         specs = device_specs(sc, arrivals.n if not arrivals.open else fleet_size(sc))
-        client = ctx.serving.pick(Device.run_speculative, Device.run_centralized)
 
         def start(index: int, once: bool) -> None:
             ctx.devices_started += 1
-            env.process(client(Device(ctx, index, specs[index % len(specs)], once)))
+            env.process(Device(ctx, index, specs[index % len(specs)], once).run())
 
         arrivals.start(start)
 

@@ -17,10 +17,10 @@ from simpy.events import NORMAL, PENDING, Event
 
 from wispsim.model.admission import Admission
 from wispsim.model.batch import Batch
-from wispsim.model.host_cpu import HostCPU
-from wispsim.model.latency import LatencyModel
+from wispsim.model.latency import Pricing
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import GpuState, Scheduler
+from wispsim.model.verifier_kinds import VerifierKind
 from wispsim.sim.records import BatchRecord
 
 T = TypeVar("T")
@@ -159,19 +159,6 @@ def schedule(
     return batch, rest, evicted
 
 
-def engine_work(members: list[Request], resident: bool) -> tuple[int, int, int, int]:
-    """What the engine core does for a batch (:meth:`HostCPU.engine`'s arguments): requests,
-    new requests, resumed sessions and prompt tokens hashed. A re-submitted round is a new request
-    hashing its whole sequence; a resident round hashes only its new tokens, except a session's
-    first round (cold: nothing of it in the engine yet), which opens the session."""
-    n = len(members)
-    if not resident:
-        return n, n, 0, sum(r.prefix + r.k for r in members)
-    # a resident session reuses every token it holds, so what it forwards is what it hashes
-    arrivals = sum(r.cold for r in members)
-    return n, arrivals, n - arrivals, sum(r.l_new for r in members)
-
-
 class Verifier:
     """One GPU replica running speculative verification."""
 
@@ -180,12 +167,11 @@ class Verifier:
         env: simpy.Environment,
         replica: int,
         parts: VerifierParts[Request],
-        latency: LatencyModel,
+        pricing: Pricing,
         batches: list[Any],
         batch_ids: Any,
         track_work: bool = False,
-        host: HostCPU | None = None,
-        resident: bool = False,
+        kind: VerifierKind | None = None,
     ) -> None:
         gpu, scheduler, memory, admission = parts.gpu, parts.scheduler, parts.memory, parts.admission
         self.env = env
@@ -195,15 +181,14 @@ class Verifier:
         self.gpu = gpu
         self.scheduler = scheduler
         self.memory = memory
-        self.latency = latency
+        self.pricing = pricing  # a batch's time by its parts, at one point (wispsim.model.latency)
         # the scheduler plans with another profile than the one pricing the batches
         # (server.planning_profile): the recorded estimate is the planner's, and the batch is
         # priced once more, by the profile that prices it
-        self._own_price = None if gpu.estimator is latency.cost else latency.cost.price
+        self._own_price = None if gpu.estimator is pricing.cost else pricing.cost.price
         self.batches = batches
         self._batch_ids = batch_ids
-        self.host = host  # the engine core's CPU per batch (wispsim.model.host_cpu), if modelled
-        self.resident = resident  # server.verifier: resident (sessions stay in the engine)
+        self.kind = kind or VerifierKind()  # server.verifier: how a round reaches the engine
         self.queue: list[Request] = []
         self._wake: simpy.Event | None = None
         self.busy_until = 0.0
@@ -215,6 +200,10 @@ class Verifier:
         serves what :meth:`KVMemory.hit` says, as at dispatch)."""
         hit = self.memory.hit(req.session, req.prefix)
         return self.gpu.estimator.marginal(req.prefix - hit + req.k, hit)
+
+    def held(self, session: int) -> int:
+        """Tokens of ``session`` the engine holds now (what a resident round resumes)."""
+        return self.memory.cached_tokens(session)
 
     def outstanding(self, now: float) -> float:
         """Seconds of work ahead of a new request: the running batch's rest plus the queue."""
@@ -270,13 +259,13 @@ class Verifier:
             batch, self.queue, evicted = schedule(self.queue, now, self.gpu, self.scheduler, memory, bid)
             members = batch.members
             shape = batch.shape
-            # run: every verification round is a request arriving anew, re-submitted with its
-            # prefix (a resident round resumes its session: the profile's arrival term is off, see
-            # wispsim.sim.servers); the server's profile prices it (once more only if the planner's differs)
+            # run: the server's profile prices the batch (once more only if the planner's differs),
+            # the engine core's CPU beside the GPU where the host is modelled
             t_hat = batch.estimate
-            latency = self.latency.time(shape, t_hat if self._own_price is None else self._own_price(shape))
-            if self.host is not None:  # the engine core's CPU: before the GPU's work, or beside it
-                latency = self.host.step_time(latency, self.host.engine(*engine_work(members, self.resident)))
+            price = self.pricing
+            gpu = price.gpu(shape, t_hat if self._own_price is None else self._own_price(shape))
+            took = price.step(gpu, members, self.kind.engine_work)
+            latency = took.total
             blocks_used = memory.used
             if self.track_work:
                 self.queued_work = max(self.queued_work - sum(r.work for r in members), 0.0)
@@ -307,5 +296,7 @@ class Verifier:
                     latency,
                     blocks_used,
                     evicted,
+                    took.gpu,
+                    took.cpu,
                 )
             )

@@ -20,9 +20,9 @@ prompt before the engine sees it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from itertools import count
 from typing import Any
 
 import numpy as np
@@ -30,14 +30,12 @@ import pandas as pd
 import simpy
 
 from wispsim.analysis.token_latency import token_latency
-from wispsim.config import ServerConfig
-from wispsim.config.server import SpeculationConfig
-from wispsim.model.host_cpu import for_server
-from wispsim.model.latency import LinearLatency
+from wispsim.config.schema import POLICIES
 from wispsim.model.profiles import Profile
-from wispsim.model.speculation import resolve
-from wispsim.sim.api_server import ApiServers
-from wispsim.sim.centralized import CentralizedServer, Generation
+from wispsim.sim.context import RunContext
+from wispsim.sim.scenarios import Resolved, load_scenario
+from wispsim.sim.servers import build_servers, server_info
+from wispsim.sim.serving import serving_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,27 +108,6 @@ class BenchResult:
         return {f"ttft_{p}_mean_ms": float(r[f"{p}_s"].mean() * 1e3) for p in TTFT_PARTS}
 
 
-def prefix_hits(run: BenchRun, prompt_of: Sequence[int], lengths: Sequence[int]) -> list[int]:
-    """Prompt tokens each request finds in vLLM's prefix cache, in submission order: whole KV
-    blocks only, and at least the last token is computed; a prompt seen before is cached whole,
-    one whose group's shared prefix was seen has that prefix. Nothing is evicted (the public
-    runs' caches hold their few dozen distinct prompts many times over)."""
-    if not run.prefix_caching:
-        return [0] * len(prompt_of)
-    bs = run.block_size
-    seen: set[int] = set()
-    groups: set[int] = set()
-    hits = []
-    for p, length in zip(prompt_of, lengths, strict=True):
-        group = p // run.prompts_per_group if run.prompts_per_group else -1
-        cached = length if p in seen else run.shared_prefix_tokens if group in groups else 0
-        hits.append(min(cached, length - 1) // bs * bs)
-        seen.add(p)
-        if group >= 0:
-            groups.add(group)
-    return hits
-
-
 def send_times(run: BenchRun, n: int, rng: np.random.Generator) -> np.ndarray:
     """When each prompt is sent: the replayed times; or ``vllm bench serve``'s schedule at
     ``request_rate`` (gaps drawn from a gamma distribution of shape ``burstiness``, exponential at
@@ -150,106 +127,163 @@ def send_times(run: BenchRun, n: int, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([[0.0], t[:-1]])
 
 
-def bench(profile: Profile, run: BenchRun) -> BenchResult:
-    """Simulate one benchmark run (module docstring) and measure it."""
-    env = simpy.Environment()
-    rng = np.random.default_rng(run.seed)
-    cfg = ServerConfig(
-        profile=profile.name,
-        noise=run.noise,
-        mode="centralized",
-        async_scheduling=run.async_scheduling,
-        speculation=SpeculationConfig(
-            method=run.spec_method,  # type: ignore[arg-type]
-            draft=run.draft_arch,
-            k=run.num_spec_tokens,
-            acceptance_length=run.acceptance_length,
-        ),
-    )
-    latency = LinearLatency(profile, cfg, rng)
-    spec = resolve(cfg, profile, "public run", run.draft_overheads)
-    accept_rng = np.random.default_rng([run.seed, 1])
+def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
+    """The server a benchmark run ran against, as a scenario (``vllm serve``'s settings as the
+    server's fields: ``max_num_seqs``, ``max_num_batched_tokens``, prefix caching, async
+    scheduling, the KV capacity its engine reported), resolved with ``profile``: the one server
+    factory builds it, as it builds every run's."""
     kv = (
         run.kv_tokens
         if run.kv_tokens is not None
         else profile.kv_capacity_tokens(run.gpu_memory_utilization, 0.0)
     )
-    batches: list[Any] = []
-    host = for_server(cfg, profile.estimator)  # the engine core's and API server's CPU, if modelled
-    server = CentralizedServer(
-        env,
-        total_blocks=max(kv // run.block_size, 1),
-        block_size=run.block_size,
-        max_running=run.max_num_seqs,
-        step_tokens=run.max_num_batched_tokens,
-        latency=latency,
-        batches=batches,
-        batch_ids=count(),
-        async_scheduling=run.async_scheduling,
-        spec=spec,
-        host=host,
-    )
-    server.ttft_parts = {}
-    front: Any = server if host is None else ApiServers(env, server, host)  # tokenizes each prompt
-    n = run.num_prompts
-    distinct = run.prompt_groups * run.prompts_per_group
-    prompt_of = [i % distinct if distinct else i for i in range(n)]
-    ins = [int(run.input_lens[p % len(run.input_lens)]) for p in prompt_of]
-    outs = [int(run.output_lens[p % len(run.output_lens)]) for p in prompt_of]
-    hit = prefix_hits(run, prompt_of, ins)
-    start = np.zeros(n)
-    first_token = np.zeros(n)
-    end = np.zeros(n)
-    chunks = np.array(outs)
-    nothing = np.zeros(0, dtype=int)
+    bs = run.block_size
+    speculation = {
+        "method": run.spec_method,
+        "k": run.num_spec_tokens,
+        "acceptance_length": run.acceptance_length,
+    }
+    if run.draft_arch is not None:
+        speculation["draft"] = run.draft_arch
+    if run.draft_overheads is not None:
+        speculation |= {k: float(v) for k, v in run.draft_overheads.items()}
+    preset = POLICIES["centralized" if run.spec_method == "none" else "centralized-sd"]
+    overrides = {
+        # the centralized preset, but with prefix caching as the run had it (--no-enable-prefix-caching)
+        "policy": "custom",
+        "seed": run.seed,
+        "drafting": {"controller": preset["controller"]},
+        # the client's prompts come from the run: nothing is drawn from an acceptance trace
+        "acceptance": {"model": "bernoulli"},
+        "server": {
+            "mode": preset["mode"],
+            "scheduler": preset["scheduler"],
+            "kv_policy": preset["kv"],
+            "profile": profile.name,
+            "noise": run.noise,
+            "max_batch_requests": run.max_num_seqs,
+            "prefill_chunk_tokens": run.max_num_batched_tokens,
+            "prefix_cache": run.prefix_caching,
+            "async_scheduling": run.async_scheduling,
+            "gpu_memory_utilization": run.gpu_memory_utilization,
+            "block_size": bs,
+            "kv_capacity_tokens": max(kv // bs, 1) * bs,
+            # the API server in front of the engine, as the profile was calibrated with it
+            "frontend": True,
+            "speculation": speculation,
+        },
+    }
+    sc = load_scenario(overrides=overrides, source="wispsim bench", consistency=False)
+    return Resolved(sc, (profile,), (max(kv // bs, 1) * bs,), (bs,))
 
-    frontend = float(getattr(profile.estimator, "frontend", 0.0))  # API-server latency (not GPU time)
 
-    def request(i: int) -> Generator[Any, Any, None]:
-        start[i] = env.now
-        if frontend > 0:
-            yield env.timeout(frontend)
-        runs = None if spec is None else spec.runs(nothing, outs[i], accept_rng)
-        done = front.submit(Generation(i, ins[i], outs[i], env.event(), hit[i], runs))
-        first_token[i], chunks[i] = yield done
-        end[i] = env.now
+class _BenchClients:
+    """``vllm bench serve``'s client (a :class:`wispsim.sim.simulation.DeviceSide`): request i is
+    sent at its time, waits for one of ``concurrency`` slots, then is served by the run's serving
+    component with no network between (the client runs beside the server)."""
 
-    sends = send_times(run, n, rng)
-    slots = simpy.Resource(env, capacity=min(run.concurrency or n, n))
+    def __init__(self, run: BenchRun, rng: np.random.Generator) -> None:
+        n = run.num_prompts
+        distinct = run.prompt_groups * run.prompts_per_group
+        self.run = run
+        self.prompt_of = [i % distinct if distinct else i for i in range(n)]
+        self.ins = [int(run.input_lens[p % len(run.input_lens)]) for p in self.prompt_of]
+        self.outs = [int(run.output_lens[p % len(run.output_lens)]) for p in self.prompt_of]
+        self.sends = send_times(run, n, rng)
+        self.accept_rng = np.random.default_rng([run.seed, 1])  # centralized-sd: drafts accepted
 
-    def client(i: int) -> Generator[Any, Any, None]:
-        with slots.request() as slot:  # vllm bench serve's --max-concurrency semaphore
-            yield slot
-            yield from request(i)  # its clock starts when the request is sent
+    def launch(self, ctx: RunContext, devices: int) -> None:
+        env = ctx.env
+        n = self.run.num_prompts
+        slots = simpy.Resource(env, capacity=min(self.run.concurrency or n, n))
 
-    def arrivals() -> Generator[Any, Any, None]:
-        for i in range(n):
-            if sends[i] > env.now:
-                yield env.timeout(sends[i] - env.now)
-            env.process(client(i))
+        def client(i: int) -> Generator[Any, Any, None]:
+            with slots.request() as slot:  # vllm bench serve's --max-concurrency semaphore
+                yield slot
+                t0 = env.now  # its clock starts when the request is sent
+                prompt, output = self.ins[i], self.outs[i]
+                resp = ctx.recorder.open_response(t0, i, 1.0, prompt, output)
+                source = _BenchSource(self, ctx, self.prompt_of[i])
+                out = yield from ctx.serving.respond(
+                    ctx, source, resp, prompt, output, t0, 0.0, 0.0, math.nan
+                )
+                ctx.recorder.finish_response(
+                    resp, i, 1.0, t0, out.t_end, out.t_first, prompt, output, out.rounds, 1
+                )
 
-    env.process(arrivals())
+        def arrivals() -> Generator[Any, Any, None]:
+            for i in range(n):
+                if self.sends[i] > env.now:
+                    yield env.timeout(self.sends[i] - env.now)
+                env.process(client(i))
+
+        env.process(arrivals())
+        ctx.devices_started = n
+
+
+class _BenchSource:
+    """A benchmark request as the source of its times (a
+    :class:`~wispsim.sim.generation.GenerationSource`): none on a network; its prompt's identity
+    for the prefix cache (prompt ``prompt`` of the run's repeated prompts, in its group)."""
+
+    __slots__ = ("clients", "ctx", "prompt")
+
+    def __init__(self, clients: _BenchClients, ctx: RunContext, prompt: int) -> None:
+        self.clients = clients
+        self.ctx = ctx
+        self.prompt = prompt
+
+    def prompt_uplink(self, prompt: int) -> float:
+        return 0.0
+
+    def tokens_downlink(self) -> float:
+        return 0.0
+
+    def server_runs(self, output: int) -> list[int]:
+        spec = self.ctx.speculation
+        assert spec is not None
+        return spec.runs(_NOTHING, output, self.clients.accept_rng)
+
+    def prompt_key(self) -> tuple[int | None, int | None, int]:
+        run = self.clients.run
+        group = self.prompt // run.prompts_per_group if run.prompts_per_group else None
+        return self.prompt, group, run.shared_prefix_tokens
+
+
+_NOTHING = np.zeros(0, dtype=int)  # no acceptance trace: a benchmark's drafts are drawn
+
+
+def bench(profile: Profile, run: BenchRun) -> BenchResult:
+    """Simulate one benchmark run (module docstring) and measure it."""
+    resolved = bench_scenario(profile, run)
+    env = simpy.Environment()
+    ctx = RunContext(env, resolved.scenario, run.seed, profile)
+    ctx.recorder.window = (0.0, math.inf)  # every request is measured
+    ctx.serving = serving_of(resolved.scenario)
+    ctx.server = build_servers(ctx, resolved)  # the one server factory
+    clients = _BenchClients(run, np.random.default_rng(run.seed))
+    clients.launch(ctx, run.num_prompts)
     env.run()
-    steps = len(batches)
-    mean_batch = float(np.mean([b.size for b in batches])) if batches else 0.0
+    _, batches, r = ctx.recorder.close()
     responses = pd.DataFrame(
         {
-            "t_start": start,
-            "t_first": first_token,
-            "t_end": end,
-            "output_len": outs,
-            "rounds": chunks,  # streamed chunks: one per token, or per step under speculation
+            "t_start": r.t_start,
+            "t_first": r.t_first,
+            "t_end": r.t_end,
+            "output_len": r.output_len,
+            "rounds": r.rounds,  # streamed chunks: one per token, or per step under speculation
             "measured": True,
             "censored": False,
+            "frontend_s": r.t_engine - r.t_start,
+            "step_wait_s": r.t_eligible - r.t_engine,  # to the first step it could join (async: one more)
+            "queue_s": r.t_scheduled - r.t_eligible,  # waiting for admission or the step's token budget
+            "prefill_s": r.t_first
+            - r.t_scheduled,  # its prefill chunks, to the end of the step that ends them
         }
     )
-    parts = server.ttft_parts
-    sub, can, ran, first = (np.array([parts[i][j] for i in range(n)]) for j in range(4))
-    responses["frontend_s"] = sub - start
-    responses["step_wait_s"] = can - sub  # to the first step it could join (async: one more)
-    responses["queue_s"] = ran - can  # waiting for admission or the step's token budget
-    responses["prefill_s"] = first - ran  # its prefill chunks, to the end of the step that ends them
-    return BenchResult(responses, float(env.now), steps, server.preemptions, mean_batch)
+    duration = float(r.t_end.max()) if len(r) else 0.0
+    mean_batch = float(batches["size"].mean()) if len(batches) else 0.0
+    return BenchResult(responses, duration, len(batches), server_info(ctx)["preemptions"], mean_batch)
 
 
 def vllm_defaults(memory_gib: float, gpu_name: str) -> tuple[int, int]:

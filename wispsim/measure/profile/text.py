@@ -29,7 +29,7 @@ def estimator_line(p: Any) -> str:
     return (
         f"roofline: efficiency bandwidth {e.bandwidth_eff:.3g}, compute {e.compute_eff:.3g}; overheads step "
         f"{e.step * 1e3:.3g} ms, request {e.request * 1e3:.3g} ms, arrival {e.arrival * 1e3:.3g} ms, "
-        f"front end {e.frontend * 1e3:.3g} ms; one decode over 500 cached tokens {decode:.1f} ms "
+        f"front end {p.host.frontend * 1e3:.3g} ms; one decode over 500 cached tokens {decode:.1f} ms "
         f"(physical floor {floor:.1f} ms)"
     )
 

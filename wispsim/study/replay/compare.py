@@ -19,7 +19,7 @@ import pandas as pd
 from wispsim.analysis.metrics import class_label
 from wispsim.config import Scenario
 from wispsim.sim.records import SimResult
-from wispsim.sim.servers import serving_of
+from wispsim.sim.serving import serving_of
 from wispsim.study.replay.log import UNFINISHED_KEYS
 
 
@@ -27,7 +27,7 @@ def describe(scenario: Scenario, meta: Mapping[str, Any]) -> str:
     """What a replay under ``scenario`` keeps from the log and what it changes (one paragraph)."""
     srv = scenario.server
     recorded = meta.get("policy")
-    if not serving_of(scenario).verifies:
+    if serving_of(scenario).name == "centralized":
         return (
             "centralized: the recorded responses (start gaps, prompt and output lengths, first uplink "
             "and last downlink times) are served by the centralized engine; nothing is drafted"

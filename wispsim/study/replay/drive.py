@@ -7,11 +7,13 @@ draft and uplink time, asks the simulated server with the recorded k, accepted a
 tokens, and waits its recorded downlink time. Only the server side is simulated, so any
 scheduler, prefix cache, profile, replica count or router can be asked "what if". A per-round log
 has no draft features, so another drafting controller cannot be replayed (acceptance traces are
-the tool for that). Under ``centralized`` serving the recorded responses (start gaps, prompt and
-output lengths, first uplink and last downlink time) go to the centralized engine instead. The
-replayed devices write their records through the run context
-(:meth:`~wispsim.sim.context.RunContext.record_round`,
-:meth:`~wispsim.sim.context.RunContext.finish_response`), as the simulated devices do.
+the tool for that). Under centralized serving the recorded responses (start gaps, prompt and
+output lengths, first uplink and last downlink time) go to the centralized engine instead, and a
+server that drafts for itself (``centralized-sd``) has accepted what the recorded device's target
+accepted. Each recorded response is served by the run's serving component, as a simulated
+device's is (:mod:`wispsim.sim.serving`), so whatever the server does -- its front end, its prefix
+cache, a shared prompt prefix -- the replay does too. The replayed devices write their records
+through the run's recorder, as the simulated devices do.
 
 Responses still running when recording stopped count as violations on the recorded side, as
 wispsim counts its censored responses. The replay leaves such a response open where it got no
@@ -33,10 +35,9 @@ import pandas as pd
 from wispsim.config import ArrivalsConfig, Scenario
 from wispsim.errors import ConfigError
 from wispsim.sim.arrivals import Closed
-from wispsim.sim.centralized import Generation
 from wispsim.sim.context import DeviceRound, RunContext
 from wispsim.sim.records import SimResult
-from wispsim.sim.round import RoundPlan, speculative_response
+from wispsim.sim.round import RoundPlan
 from wispsim.sim.scenarios import Resolved, check_consistency, load_scenario
 from wispsim.sim.simulation import simulate
 
@@ -173,14 +174,19 @@ def _recording_stopped(
         notes.truncated[resp] = r.slo
 
 
-class _RecordedRounds:
-    """A recorded response's rounds as a :class:`~wispsim.sim.round.RoundSource`: each as the log
-    has it (its lead, draft, uplink and downlink times, k, accepted, committed, position)."""
+class _RecordedSource:
+    """A recorded response as the source of its times (a :class:`~wispsim.sim.round.RoundSource`
+    and a :class:`~wispsim.sim.generation.GenerationSource`): each round as the log has it (its
+    lead, draft, uplink and downlink times, k, accepted, committed, position); generated whole,
+    its prompt goes up in the first round's lead and uplink time and its tokens come down in the
+    last round's downlink time, and the drafts the recorded device's target accepted are what a
+    server drafting for itself would have had accepted."""
 
-    __slots__ = ("current", "rounds", "side")
+    __slots__ = ("current", "rounds", "shared", "side")
 
-    def __init__(self, side: DeviceRound) -> None:
+    def __init__(self, side: DeviceRound, shared: int) -> None:
         self.side = side
+        self.shared = shared
         self.rounds: list[_RecordedRound] = []
         self.current = 0
 
@@ -195,67 +201,62 @@ class _RecordedRounds:
     def downlink(self, committed: int) -> float:
         return self.rounds[self.current].down
 
+    def prompt_uplink(self, prompt: int) -> float:
+        return self.rounds[0].lead + self.rounds[0].up
 
-def _replay_speculative(
+    def tokens_downlink(self) -> float:
+        return self.rounds[-1].down
+
+    def server_runs(self, output: int) -> list[int]:
+        """Drafts accepted in a row from each position, as the recorded rounds show them: a
+        round at ``p`` that accepted ``a`` of its drafts had ``a - j`` accepted from ``p + j``
+        (``a`` of ``k``: at least that many)."""
+        runs = [0] * max(output, 1)
+        for r in self.rounds:
+            for j in range(r.committed):
+                if r.position + j < len(runs):
+                    runs[r.position + j] = r.accepted - j
+        return runs
+
+    def prompt_key(self) -> tuple[int | None, int | None, int]:
+        return (None, 0, self.shared) if self.shared else (None, None, 0)
+
+
+def _replay_device(
     ctx: RunContext, dev: int, responses: list[_RecordedResponse], notes: _ReplayNotes
 ) -> Generator[Any, Any, None]:
-    """One recorded device, response by response, its rounds run by
-    :func:`wispsim.sim.round.speculative_response` as the simulated device's are."""
+    """One recorded device, response by response, each served by the run's serving component as
+    the simulated device's are (its rounds verified, or its tokens generated)."""
     env = ctx.env
-    server = ctx.server
+    serving = ctx.serving
     alpha_hat = ctx.alpha_init
     pending = 0.0  # time owed before the next thing the device does
     side = DeviceRound(dev, 0.0)
     # the log does not say how many forward passes and predictor calls a round took
     side.forward_passes = side.predictor_calls = -1
-    source = _RecordedRounds(side)
+    source = _RecordedSource(side, ctx.scenario.workload.shared_prefix_tokens)
     for r in responses:
         slo, prompt = r.slo, r.prompt
         pending += r.gap
         t0 = env.now + pending
         resp = ctx.recorder.open_response(t0, dev, slo, prompt, r.output)
         notes.ids[resp] = r.log_id
+        if not r.rounds or (serving.needs_length and not r.known):
+            _recording_stopped(ctx, r, resp, 0.0, notes)  # nothing to replay of it
+            continue
         side.slo = slo
-        side.measured = ctx.recorder.is_measured(resp)
         source.rounds = r.rounds
-        # no round recorded: no token came out (t_first NaN)
-        out = yield from speculative_response(
-            ctx, side, source, resp, prompt, t0, pending, alpha_hat, math.nan
+        out = yield from serving.respond(
+            ctx, source, resp, prompt, r.output, t0, pending, alpha_hat, math.nan
         )
         alpha_hat, pending = out.alpha_hat, out.pending
         if r.finished:
-            server.drop(resp)
+            serving.end(ctx, resp)
             ctx.recorder.finish_response(
                 resp, dev, slo, t0, out.t_end, out.t_first, prompt, r.output, out.rounds, out.cold_rounds
             )
         else:
             _recording_stopped(ctx, r, resp, out.t_end - t0, notes)
-
-
-def _replay_centralized(
-    ctx: RunContext, dev: int, responses: list[_RecordedResponse], notes: _ReplayNotes
-) -> Generator[Any, Any, None]:
-    """One recorded device under centralized serving (mirrors ``Device.run_centralized``): the
-    prompt goes up in the first round's uplink time, the output (its first token as its last) comes
-    back in the last round's downlink time."""
-    env = ctx.env
-    pending = 0.0
-    for r in responses:
-        pending += r.gap
-        t0 = env.now + pending
-        resp = ctx.recorder.open_response(t0, dev, r.slo, r.prompt, r.output)
-        notes.ids[resp] = r.log_id
-        if not r.rounds or not r.known:
-            _recording_stopped(ctx, r, resp, 0.0, notes)  # no uplink time, or an unknown length
-            continue
-        yield env.timeout(pending + r.rounds[0].lead + r.rounds[0].up)
-        done = ctx.server.submit(Generation(resp, r.prompt, r.output, env.event()))
-        first, _ = yield done  # the end of the step that gave the first token
-        down = r.rounds[-1].down
-        ctx.recorder.finish_response(
-            resp, dev, r.slo, t0, env.now + down, first + down, r.prompt, r.output, r.output, 1
-        )
-        pending = down
 
 
 class _RecordedDevices:
@@ -268,9 +269,8 @@ class _RecordedDevices:
 
     def launch(self, ctx: RunContext, devices: int) -> None:
         ctx.arrivals = Closed(ctx, 0)  # the recorded gaps pace the devices: nothing gates them
-        process = ctx.serving.pick(_replay_speculative, _replay_centralized)
         for dev in sorted(self.plan):
-            ctx.env.process(process(ctx, dev, self.plan[dev], self.notes))
+            ctx.env.process(_replay_device(ctx, dev, self.plan[dev], self.notes))
         ctx.devices_started = len(self.plan)
 
 

@@ -1,0 +1,131 @@
+"""A replica's front: what a request passes before the engine sees it (issue 36; issue 43).
+
+Every request passes the server's front end (``server.frontend``: the calibrated HTTP and
+tokenization latency, :attr:`wispsim.model.profiles.Profile.frontend`) and one API-server
+process (``server.api_server_count`` processes; :meth:`wispsim.model.host_cpu.HostCPU.api`): a
+serial process that handles its requests first come, first served, each for its CPU time. A
+device's requests all go to one process (its connection), ``session mod count``. While the
+processes keep up this only delays each request by its own service time; when the request rate
+nears ``count / service`` they queue, and the API servers, not the GPU, cap what the replica
+serves. Each process is a clock of when it is next free (its work is deterministic and FIFO), so a
+request costs one event: it is handed to the engine when its service ends.
+
+What a request costs there is the serving component's: a verification round parses its token ids
+(all of them re-submitted, its new ones resident: the verifier's kind,
+:mod:`wispsim.model.verifier_kinds`); a response to generate has its text prompt tokenized, after
+the front end's latency. The front end's latency is charged to responses only, as it was
+calibrated (on public benchmark runs of centralized serving).
+
+A front counts what it holds, not yet handed to the engine, in what a router reads of its replica
+(a real router counts the requests it sent and has no answer for: it cannot see the engine's
+queue); everything else a router asks goes to the engine, by name.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+if TYPE_CHECKING:
+    from wispsim.model.host_cpu import HostCPU
+    from wispsim.model.verifier_kinds import VerifierKind
+    from wispsim.sim.centralized import CentralizedServer
+    from wispsim.sim.generation import Generation
+    from wispsim.sim.verifier import Request, Verifier
+
+
+class _Front:
+    def __init__(self, env: simpy.Environment, host: HostCPU) -> None:
+        self.env = env
+        self.host = host
+        self.free_at = [0.0] * host.api_servers
+
+    def _serve(self, session: int, seconds: float) -> float:
+        """Queue ``seconds`` of work on the session's process; returns the delay until it is done."""
+        now = self.env.now
+        p = session % len(self.free_at)
+        start = self.free_at[p] if self.free_at[p] > now else now
+        self.free_at[p] = start + seconds
+        return start + seconds - now
+
+
+class RoundFront(_Front):
+    """The API servers in front of a verification replica (:class:`~wispsim.sim.verifier.Verifier`)."""
+
+    def __init__(self, env: simpy.Environment, engine: Verifier, host: HostCPU, kind: VerifierKind) -> None:
+        super().__init__(env, host)
+        self.engine = engine
+        self.kind = kind
+        # a dict, not a set, so it is summed in arrival order and the same seed routes the same way
+        self.held: dict[Request, None] = {}
+
+    def _hand(self, r: Request) -> None:
+        del self.held[r]
+        self.engine.submit(r)
+
+    def submit(self, r: Request) -> simpy.Event:
+        """Hand a round to the verifier when its API server is done with it; returns the event of
+        its verdict."""
+        self.held[r] = None
+        resumed, ids = self.kind.api_work(r, self.engine.held(r.session))
+        delay = self._serve(r.session, self.host.api(resumed, ids=ids))
+        r.send(self.env, delay, self._hand)  # the arrival event is the request itself
+        return r.done
+
+    def cost(self, r: Request) -> float:
+        return self.engine.cost(r)
+
+    def outstanding(self, now: float) -> float:
+        """The verifier's outstanding seconds of work plus the marginal cost of the rounds the API
+        servers still hold (the ``least-work`` and ``affinity`` routers' signal)."""
+        held = sum(self.engine.cost(r) for r in self.held)
+        return self.engine.outstanding(now) + held
+
+    def drop(self, session: int) -> None:
+        self.engine.drop(session)
+
+
+class GenerationFront:
+    """The front end and API servers in front of a centralized replica
+    (:class:`~wispsim.sim.centralized.CentralizedServer`): ``frontend`` seconds, then (``host``)
+    the prompt tokenized by the connection's API-server process."""
+
+    def __init__(
+        self, env: simpy.Environment, engine: CentralizedServer, host: HostCPU | None, frontend: float
+    ) -> None:
+        self.env = env
+        self.engine = engine
+        self.api = _Front(env, host) if host is not None else None
+        self.frontend = frontend
+        self.held: dict[Generation, None] = {}
+
+    def _hand(self, g: Generation) -> None:
+        del self.held[g]
+        self.engine.submit(g)
+
+    def _api(self, g: Generation) -> None:
+        assert self.api is not None
+        delay = self.api._serve(g.rid, self.api.host.api(False, text=g.prompt))  # a text prompt, tokenized
+        self.env.timeout(delay).callbacks.append(lambda _: self._hand(g))
+
+    def submit(self, g: Generation) -> simpy.Event:
+        """Hand a response to the engine once the front end and its API server are done with it;
+        returns the event of its :class:`~wispsim.sim.generation.Served` value."""
+        self.held[g] = None
+        nxt: Any = self._api if self.api is not None else self._hand
+        if self.frontend > 0:
+            self.env.timeout(self.frontend).callbacks.append(lambda _: nxt(g))
+        else:
+            nxt(g)
+        return g.done
+
+    def outstanding_tokens(self) -> int:
+        """The engine's outstanding tokens plus those of the responses still held here
+        (centralized routing's signal)."""
+        held = sum(g.prompt + g.output for g in self.held)
+        return self.engine.outstanding_tokens() + held
+
+    @property
+    def preemptions(self) -> int:
+        return self.engine.preemptions
