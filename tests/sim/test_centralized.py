@@ -69,13 +69,13 @@ def test_decode_steps_after_prefill() -> None:
     finished: dict[int, float] = {}
     submit(env, srv, 0, prompt=100, output=3, at=0.0, finished=finished)
     env.run(until=0.115)
-    assert srv.running[0].generated == 1  # the first token exists right after step 1 (t = 0.110)
+    assert srv.batcher.running[0].generated == 1  # the first token exists right after step 1 (t = 0.110)
     env.run(until=1.0)
     # step 2 decodes token 2 on a 100-token context: (1, 101*1, 100), 11 ms
     # step 3 decodes token 3 on 101 tokens:          (1, 102*1, 101), 11 ms
     assert lat.calls == [(100, 10_000, 0), (1, 101, 100), (1, 102, 101)]
     assert finished == {0: pytest.approx(0.110 + 0.011 + 0.011)}
-    assert srv.free == srv.total_blocks  # everything released
+    assert srv.memory.free == srv.memory.total_blocks  # everything released
 
 
 def test_chunked_prefill() -> None:
@@ -137,4 +137,4 @@ def test_memory_pressure_preempts_the_newest_and_recomputes() -> None:
     recompute = [c for c in lat.calls if c == (9, 81, 0)]
     assert len(recompute) == 1  # B's prompt + its 3 generated tokens, prefilled again
     assert all(b.blocks_used <= 5 for b in batches)
-    assert srv.free == 5
+    assert srv.memory.free == 5

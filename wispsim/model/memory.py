@@ -73,6 +73,20 @@ class KVMemory:
     def blocks(self, tokens: int) -> int:
         return blocks_of(tokens, self.block_size)
 
+    # --- blocks held by running sequences (centralized serving's continuous batching) ----------
+    @property
+    def free(self) -> int:
+        """Blocks no one holds."""
+        return self.total_blocks - self.used
+
+    def take(self, n: int) -> None:
+        """A running sequence takes ``n`` free blocks (the caller checked :attr:`free`)."""
+        self.used += n
+
+    def give(self, n: int) -> None:
+        """A sequence gives ``n`` blocks back (it finished, or was preempted)."""
+        self.used -= n
+
     def cached_tokens(self, session: int) -> int:
         entry = self.cache.get(session)
         return entry[0] if entry else 0

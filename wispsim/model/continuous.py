@@ -1,0 +1,249 @@
+"""Continuous batching as a pure scheduler: what vLLM's scheduler does each engine step (SPEC 3.3).
+
+Iteration-level scheduling over one block manager (:class:`wispsim.model.memory.KVMemory`, the
+one place KV blocks are counted). Each step decodes one token (``lookahead``: ``k + 1`` under
+server-side speculation) for every running sequence whose prompt is processed, and spends the
+rest of a per-step token budget (``step_tokens``: vLLM's ``max_num_batched_tokens``) on prefill
+chunks of sequences still being prefilled, oldest first (chunked prefill).
+
+- **admit**: a waiting sequence joins the running ones (oldest first, at most ``max_running``:
+  vLLM's ``max_num_seqs``) when free blocks cover its whole context; under async scheduling
+  (vLLM's ``--async-scheduling``: the next step is formed while this one runs) only the ones
+  that arrived before the running step began (:meth:`ContinuousBatcher.begin`) can join the next;
+- **grow**: every decoding sequence gets the blocks of its next tokens; when none are free the
+  most recently admitted sequence is preempted (its blocks freed, back to the front of the queue
+  to be recomputed: vLLM's recompute preemption);
+- **compose**: the step's work, and its :class:`~wispsim.model.batch.Shape` (a decode is
+  L_new = lookahead over its context; a chunk is L_new = chunk over what is already prefilled);
+- **commit**: what the step produced (a decode commits the accepted run of its drafts plus one
+  token; a prefill's last chunk gives the first token); finished sequences give their blocks back.
+
+No clock: :class:`wispsim.sim.centralized.CentralizedServer` runs it on SimPy's, passing the time
+in. *(nano-vllm's ``Scheduler`` over its ``BlockManager``.)*
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from wispsim.model.batch import Shape
+from wispsim.model.latency import StepTime
+from wispsim.model.memory import KVMemory
+
+
+class Sequence:
+    """One response being generated: its lengths and progress, the blocks it holds, the step
+    counts of its chunks, and (server-side speculation) the runs of drafts its target accepts
+    from each output position. ``item`` is whatever the caller submitted (the response)."""
+
+    __slots__ = (
+        "blocks",
+        "chunks",
+        "context",
+        "eligible",
+        "first",
+        "generated",
+        "hit",
+        "item",
+        "new",
+        "output",
+        "prefilled",
+        "prompt",
+        "runs",
+        "scheduled",
+        "submitted",
+        "t_eligible",
+    )
+
+    def __init__(self, item: Any, prompt: int, output: int, hit: int, runs: list[int] | None) -> None:
+        self.item = item
+        self.prompt = prompt
+        self.output = output
+        self.generated = 0
+        self.first = 0.0  # when the step that gave the first token ended
+        self.hit = min(hit, prompt - 1)  # prompt tokens the prefix cache holds (a shared system prompt)
+        self.prefilled = self.hit  # tokens of prompt + generated-so-far whose KV is computed
+        self.new = True  # not yet scheduled: its first chunk is a request arriving anew
+        self.context = prompt  # tokens that must be in KV before decoding
+        self.blocks = 0
+        self.chunks = 0  # steps that gave it tokens (one streamed chunk each)
+        self.runs = runs  # speculation: drafts accepted in a row from each output position
+        self.submitted = 0.0  # when the engine received it
+        self.eligible = 0  # the first step that could have run it (async scheduling: one later)
+        self.t_eligible = math.nan  # when that step began
+        self.scheduled = -1.0  # when the first step that ran a chunk of it began
+
+
+class Step:
+    """One engine step as scheduled: the (sequence, new tokens) it runs, its shape, the prompt
+    tokens the engine core hashes (those arriving anew), the decodes the drafter proposes for,
+    and its estimate and time once priced."""
+
+    __slots__ = ("decoded_context", "decoding", "hashed", "latency", "shape", "t_hat", "took", "work")
+
+    def __init__(self) -> None:
+        self.work: list[tuple[Sequence, int]] = []
+        self.shape = Shape()
+        self.hashed = 0
+        self.decoding = 0
+        self.decoded_context = 0
+        self.t_hat = 0.0
+        self.latency = 0.0
+        self.took = StepTime(0.0, 0.0, 0.0)
+
+    def engine_work(self) -> tuple[int, int, int, int]:
+        """What the engine core does for it: its requests, those arriving anew (a response's first
+        prefill chunk), no resumed sessions, and the prompt tokens it hashes."""
+        return len(self.work), self.shape.n_arrivals, 0, self.hashed
+
+
+class ContinuousBatcher:
+    """vLLM-style continuous batching over ``memory`` (module docstring)."""
+
+    def __init__(
+        self,
+        memory: KVMemory,
+        max_running: int,
+        step_tokens: int,
+        lookahead: int = 1,
+        async_scheduling: bool = False,
+    ) -> None:
+        self.memory = memory
+        self.max_running = max_running
+        self.step_tokens = step_tokens
+        self.lookahead = lookahead  # KV slots a decode step writes (k + 1 under speculation)
+        self.async_scheduling = async_scheduling
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.preemptions = 0
+        self._known = 0  # waiting sequences that arrived before the running step began
+
+    def add(self, s: Sequence) -> None:
+        """A sequence arrives."""
+        self.waiting.append(s)
+
+    def begin(self) -> None:
+        """A step begins: what waits now is what the next step (formed during it) can see."""
+        self._known = len(self.waiting)
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to process here (prefill and decode), for routing."""
+        return sum(
+            s.prompt - min(s.prefilled, s.prompt) + s.output - s.generated for s in self.running
+        ) + sum(s.prompt + s.output - s.generated for s in self.waiting)
+
+    # --- schedule: admit, grow (preempting), compose ------------------------------------------
+    def schedule(self, idle: bool, now: float) -> Step | None:
+        """The next step at time ``now`` (``idle``: no step ran before it): admit what fits, grow
+        every decode by its lookahead (preempting the newest where memory runs out), compose the
+        step; None if nothing runs."""
+        self._admit(self._known if self.async_scheduling and not idle else len(self.waiting))
+        if not self.running:  # the head of the queue can never fit: a config error upstream
+            raise RuntimeError("a centralized request does not fit in KV memory")
+        self._grow()
+        step = self._compose(now)
+        return step if step.work else None
+
+    def _admit(self, limit: int) -> None:
+        memory = self.memory
+        while self.waiting and len(self.running) < self.max_running and limit > 0:
+            limit -= 1
+            s = self.waiting[0]
+            need = memory.blocks(s.context + self.lookahead)
+            if need > memory.free:
+                break
+            self.waiting.popleft()
+            s.blocks = need
+            memory.take(need)
+            self.running.append(s)
+
+    def _preempt_last(self) -> None:
+        s = self.running.pop()
+        self.memory.give(s.blocks)
+        s.blocks = 0
+        s.prefilled = s.hit  # the prefix cache still holds the shared prompt
+        s.context = s.prompt + s.generated
+        self.waiting.appendleft(s)
+        self._known += 1
+        self.preemptions += 1
+
+    def _grow(self) -> None:
+        """Give every decoding sequence the blocks of its next tokens, preempting the newest
+        sequence while memory runs out (vLLM's recompute preemption)."""
+        memory = self.memory
+        i = 0
+        while i < len(self.running):
+            s = self.running[i]
+            if s.prefilled >= s.context:
+                need = memory.blocks(s.context + self.lookahead) - s.blocks
+                while need > memory.free and self.running[-1] is not s:
+                    self._preempt_last()
+                if need > memory.free:  # s itself is the newest: preempt it
+                    self._preempt_last()
+                    continue
+                s.blocks += need
+                memory.take(need)
+            i += 1
+
+    def _compose(self, now: float) -> Step:
+        """Decodes for every prefilled sequence, then prefill chunks oldest first within the
+        step's token budget (chunked prefill)."""
+        budget = self.step_tokens
+        step = Step()
+        shape = step.shape
+        work = step.work
+        for s in self.running:
+            if s.prefilled >= s.context:
+                new, cached = self.lookahead, s.context
+                arriving = False
+                step.decoding += 1
+                step.decoded_context += cached
+            else:
+                if budget <= 0:
+                    continue
+                new = min(s.context - s.prefilled, budget)
+                cached = s.prefilled
+                arriving = s.new  # its first chunk: the request arrives anew
+                if s.new:
+                    s.scheduled = now
+                    step.hashed += s.context  # the engine core hashes its whole prompt
+                s.new = False
+                if cached + new >= s.context:  # its prefill ends: the drafter proposes for it too
+                    step.decoding += 1
+                    step.decoded_context += s.context
+            budget -= new
+            work.append((s, new))
+            shape.add(new, cached, arriving)
+        return step
+
+    # --- commit: what the step produced --------------------------------------------------------
+    def commit(self, step: Step, now: float) -> list[Sequence]:
+        """Commit what ``step`` produced, ending at ``now``; returns the sequences it finished
+        (their blocks given back)."""
+        finished = []
+        for s, new in step.work:
+            if s.prefilled >= s.context:  # decode step
+                n = 1
+                if s.runs is not None:  # the accepted drafts and the target's own token
+                    k = self.lookahead - 1
+                    run = s.runs[s.generated] if s.generated < len(s.runs) else 0
+                    n = min((run if run < k else k) + 1, s.output - s.generated)
+                s.context += n
+                s.prefilled += n
+                s.generated += n
+                s.chunks += 1
+            else:
+                s.prefilled += new
+                if s.prefilled >= s.context:  # prefill completed: first token comes out
+                    if not s.generated:  # (not a recompute after preemption)
+                        s.first = now
+                    s.generated += 1
+                    s.chunks += 1
+            if s.generated >= s.output:
+                finished.append(s)
+        for s in finished:
+            self.running.remove(s)
+            self.memory.give(s.blocks)
+        return finished
