@@ -29,7 +29,7 @@ class ConfigError(WispsimError):
     """A scenario, profile or option has a bad value.
 
     ``source`` is the file (or "default scenario", "--devices", ...) and ``field`` the dotted path
-    of the offending value, so the message reads ``scenario.yaml: server.delta_ms: must be >= 0,
+    of the offending value, so the message reads ``scenario.yaml: server.verifier.delta_ms: must be >= 0,
     got -1``.
     """
 

@@ -49,10 +49,10 @@ def start_server(args: argparse.Namespace, token: str, log: Path) -> subprocess.
     cmd = [
         sys.executable, "-m", "wispsim.cli", "serve", args.scenario, "--policy", "wisp", "--arch", args.arch,
         "--port", str(args.port), "--session-idle-s", str(args.session_idle_s),
-        "--set", f"server.verifier={args.verifier}", "--log-rows", str(args.log_rows),
+        "--set", f"server.verifier.kind={args.verifier}", "--log-rows", str(args.log_rows),
     ]  # fmt: skip
     if args.kv_tokens:
-        cmd += ["--set", f"server.kv_capacity_tokens={args.kv_tokens}"]
+        cmd += ["--set", f"server.engine.kv_capacity_tokens={args.kv_tokens}"]
     env = {**os.environ, "WISPSIM_ADMIN_TOKEN": token}
     out = log.open("wb")
     return subprocess.Popen(
@@ -145,7 +145,7 @@ def main() -> None:
         "--kv-tokens",
         type=int,
         default=65536,
-        help="cap vLLM's KV cache (server.kv_capacity_tokens; 0: as memory allows): its pages are "
+        help="cap vLLM's KV cache (server.engine.kv_capacity_tokens; 0: as memory allows): its pages are "
         "committed as blocks are first used, so a smaller cache reaches its resident size sooner",
     )
     ap.add_argument(

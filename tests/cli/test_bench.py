@@ -219,7 +219,7 @@ def test_run_and_bench_of_one_open_loop_workload_agree(tmp_path: Path) -> None:
 
 
 def test_vllm_serving_fields_change_a_centralized_run(tmp_path: Path) -> None:
-    """server.frontend delays every first token by the profile's front end; a shared system prompt
+    """server.host.frontend delays every first token by the profile's front end; a shared system prompt
     (workload.shared_prefix_tokens) is prefilled once, then read from the prefix cache."""
     rng = np.random.default_rng(2)
     t = np.cumsum(rng.exponential(0.5, 40))
@@ -240,7 +240,7 @@ def test_vllm_serving_fields_change_a_centralized_run(tmp_path: Path) -> None:
         return float((r.t_first - r.t_start).mean() * 1e3), float(b.n_linear.sum())
 
     ttft, work = run("base")
-    ttft_fe, _ = run("frontend", "server.frontend=true")
+    ttft_fe, _ = run("frontend", "server.host.frontend=true")
     assert ttft_fe - ttft == pytest.approx(frontend_ms, rel=0.1)
     _, work_shared = run("shared", "workload.shared_prefix_tokens=512")
     assert work - work_shared == pytest.approx(39 * 512, rel=0.02)  # all but the first read it from cache

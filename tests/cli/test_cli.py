@@ -114,7 +114,7 @@ def test_compare_writes_speedups(tmp_path: Path) -> None:
         (["run", "--devices", "0"], None, "--devices: must be >= 1"),
         (["sweep", "--classes", "2,x"], None, "--classes: expected comma-separated"),
         (["sweep", "--devices", "10:5"], None, "--devices: expected LO:HI:STEP"),
-        (["run", "--set", "server.delta_ms=-1"], None, "server.delta_ms: must be >= 0"),
+        (["run", "--set", "server.verifier.delta_ms=-1"], None, "server.verifier.delta_ms: must be >= 0"),
         (["run"], "workload: [1, 2\n", "malformed YAML at line"),
         (["run"], "server:\n  delta: 1\n", "server.delta: unknown field; allowed:"),
         (["run"], "acceptance:\n  mean: 1.5\n", "acceptance.mean: must be in (0, 1)"),
@@ -189,14 +189,16 @@ def test_a_piped_summary_keeps_every_column_and_number(tmp_path: Path) -> None:
 
 
 def test_the_verifier_kind_reaches_compare_and_refuses_a_policy_without_pinned_kv(tmp_path: Path) -> None:
-    """``--set server.verifier=resident`` (issue 36) runs through compare (centralized serving
+    """``--set server.verifier.kind=resident`` (issue 36) runs through compare (centralized serving
     ignores it); SLED, whose verifier has no prefix cache to keep a session in, is a one-line error."""
     p = wispsim(
         "compare", "--policies", "wisp,centralized", "--classes", "8", "--seeds", "1", "--max-devices", "64",
-        "--set", "server.verifier=resident", "--out", str(tmp_path), *QUICK,
+        "--set", "server.verifier.kind=resident", "--out", str(tmp_path), *QUICK,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
-    assert "verifier: resident" in (tmp_path / "scenario-wisp.yaml").read_text()
-    bad = wispsim("run", "--policy", "sled", "--devices", "4", "--set", "server.verifier=resident", *QUICK)
+    assert "kind: resident" in (tmp_path / "scenario-wisp.yaml").read_text()
+    bad = wispsim(
+        "run", "--policy", "sled", "--devices", "4", "--set", "server.verifier.kind=resident", *QUICK
+    )
     last = bad.stderr.strip().splitlines()[-1]
-    assert bad.returncode == 2 and "server.verifier" in last and "kv_policy: admission" in last
+    assert bad.returncode == 2 and "server.verifier.kind" in last and "kv_policy: admission" in last

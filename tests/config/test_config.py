@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from wispsim.config import POLICIES, Dist, Scenario, parse_set
 from wispsim.errors import ConfigError, WispsimError
@@ -44,9 +45,9 @@ def test_default_scenario_loads() -> None:
 def test_file_is_merged_over_defaults(tmp_path: Path) -> None:
     p = write(tmp_path, "server: {delta_ms: 3}\nworkload: {duration_s: 60}\n")
     sc = load_scenario(p)
-    assert sc.server.delta_ms == 3.0
+    assert sc.server.verifier.delta_ms == 3.0
     assert sc.workload.duration_s == 60.0
-    assert sc.server.block_size is None  # untouched default (the profile's engine's, 16 here)
+    assert sc.server.engine.block_size is None  # untouched default (the profile's engine's, 16 here)
     assert sc.workload.prompt_tokens == Dist("lognormal", mean=256.0, cv=0.5, min=16.0, max=2048.0)
 
 
@@ -57,12 +58,16 @@ def test_policy_presets(policy: str) -> None:
     assert sc.drafting.controller == p["controller"]
     assert sc.server.mode == p["mode"]
     assert sc.server.scheduler == p["scheduler"]
-    assert sc.server.prefix_cache == p["cache"]
+    assert sc.server.engine.enable_prefix_caching == p["cache"]
 
 
 def test_sled_preset_is_fixed_fcfs_without_cache() -> None:
     sc = load_scenario(overrides={"policy": "sled"})
-    assert (sc.drafting.controller, sc.server.scheduler, sc.server.prefix_cache) == ("fixed", "fcfs", False)
+    assert (sc.drafting.controller, sc.server.scheduler, sc.server.engine.enable_prefix_caching) == (
+        "fixed",
+        "fcfs",
+        False,
+    )
 
 
 def test_custom_policy_keeps_explicit_fields() -> None:
@@ -79,13 +84,13 @@ def test_resolved_yaml_round_trips(tmp_path: Path, policy: str) -> None:
 
 
 def test_parse_set() -> None:
-    assert parse_set(["server.delta_ms=3", "devices.classes=[2, 4]", "name=x"]) == {
-        "server": {"delta_ms": 3},
+    assert parse_set(["server.verifier.delta_ms=3", "devices.classes=[2, 4]", "name=x"]) == {
+        "server": {"verifier": {"delta_ms": 3}},
         "devices": {"classes": [2, 4]},
         "name": "x",
     }
     with pytest.raises(ConfigError):
-        parse_set(["server.delta_ms"])
+        parse_set(["server.verifier.delta_ms"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,8 +124,8 @@ def test_unknown_top_level_field(tmp_path: Path) -> None:
 
 
 def test_unknown_nested_field(tmp_path: Path) -> None:
-    p = write(tmp_path, "server:\n  delta: 3\n")
-    msg = assert_one_line_naming(load_error(p), p, "server.delta")
+    p = write(tmp_path, "server:\n  verifier:\n    delta: 3\n")
+    msg = assert_one_line_naming(load_error(p), p, "server.verifier.delta")
     assert "delta_ms" in msg
 
 
@@ -140,7 +145,7 @@ def test_unknown_policy(tmp_path: Path) -> None:
         ("devices: {draft_speed: {dist: constant, value: -50}}\n", "devices.draft_speed.value"),
         ("network: {link_types: {wifi: {up_mbps: -5}}}\n", "network.link_types.wifi.up_mbps"),
         ("workload: {duration_s: -3}\n", "workload.duration_s"),
-        ("server: {delta_ms: -1}\n", "server.delta_ms"),
+        ("server: {delta_ms: -1}\n", "server.verifier.delta_ms"),
     ],
     ids=["acceptance-rate", "slo-rate", "draft-rate", "uplink-rate", "duration", "delta"],
 )
@@ -198,3 +203,46 @@ def test_constant_distribution_is_not_silently_clipped(tmp_path: Path, section: 
         return
     dist = getattr(sc.workload, section)
     assert dist.sample(np.random.default_rng(0)) == value
+
+
+def test_the_earlier_flat_server_names_still_load(tmp_path: Path) -> None:
+    """Issue 43 grouped the server section by concern (engine, verifier, host) with vLLM's names;
+    a scenario written with the earlier flat names loads to the same scenario, ``--set`` takes
+    either name, and a name given both ways is refused in one line."""
+    from wispsim.config.server import FLAT_NAMES
+
+    old = {
+        "max_batch_requests": 64, "prefill_chunk_tokens": 1024, "async_scheduling": True,
+        "block_size": 32, "kv_capacity_tokens": 4096, "gpu_memory_utilization": 0.8,
+        "activation_reserve_gib": 2.0, "prefix_reuse": "block", "eviction": "block",
+        "max_batch_tokens": 8192, "delta_ms": 3.0, "kv_headroom": 0.1, "kv_growth": "max",
+        "kv_admission_order": "deadline", "host_cpu": "on", "host_cpu_speed": 2.0,
+        "api_server_count": 2, "frontend": True, "verifier": "resident",
+    }  # fmt: skip
+    assert set(old) - {"verifier"} == set(FLAT_NAMES) - {"prefix_cache", "kv_policy"}
+    p = write(tmp_path, yaml.safe_dump({"server": old}))
+    flat = load_scenario(p)
+    new: dict[str, dict[str, object]] = {"verifier": {"kind": "resident"}}
+    for name, value in old.items():
+        if name != "verifier":
+            group, field = FLAT_NAMES[name]
+            new.setdefault(group, {})[field] = value
+    q = tmp_path / "new.yaml"
+    q.write_text(yaml.safe_dump({"server": new}))
+    assert load_scenario(q) == flat
+    assert load_scenario(overrides=parse_set(["server.max_batch_requests=7"])).server.engine.max_num_seqs == 7
+    both = {"server": {"max_batch_requests": 7, "engine": {"max_num_seqs": 8}}}
+    with pytest.raises(
+        ConfigError, match=r"server\.max_batch_requests: is server\.engine\.max_num_seqs, also given"
+    ):
+        load_scenario(overrides=both)
+
+
+def test_every_stored_scenario_of_a_shipped_result_loads() -> None:
+    """Results written before the server section was grouped keep loading (a sample of them)."""
+    from tests.support import ROOT
+
+    stored = sorted((ROOT / "experiments" / "data").rglob("scenario.yaml"))[:40]
+    assert stored
+    for path in stored:
+        load_scenario(path, consistency=False)

@@ -104,7 +104,7 @@ def test_profile_record_keeps_what_vllm_served(
 
 
 def test_release_prefixes_frees_an_ended_sessions_blocks_first(engine: VLLMEngine) -> None:
-    """Session-aware freeing (server.kv_policy: admission): the blocks of a session that ended
+    """Session-aware freeing (server.verifier.kv_policy: admission): the blocks of a session that ended
     leave the prefix cache and go to the head of vLLM's free queue; other prefixes stay cached."""
     rng = np.random.default_rng(7)
     ended, active = (rng.integers(0, engine.vocab, 300).tolist() for _ in range(2))
@@ -137,7 +137,7 @@ def _fresh(engine: VLLMEngine, seqs: list[list[int]], tag: int) -> list[int]:
 
 
 def test_resident_sessions_verify_like_fresh_requests(engine: VLLMEngine) -> None:
-    """``server.verifier: resident``: a session stays in the engine; each round rolls back its
+    """``server.verifier.kind: resident``: a session stays in the engine; each round rolls back its
     rejected drafts, sends only what the engine has not computed (the last bonus token) and the new
     drafts, and its next token is exactly what a fresh request over the committed sequence and
     the drafts gives. Ending a session frees its blocks."""

@@ -422,7 +422,15 @@ def test_replica_profiles_unknown_names_the_field(work: Path) -> None:
 def test_set_any_value(default_doc: dict[str, Any], data: st.DataObject) -> None:
     """``--set PATH=VALUE`` with a schema path (or a junk path) and a hostile YAML text."""
     paths = [".".join(map(str, p)) for p in leaves(default_doc)]
-    junk = ["bogus", "server.bogus", "server..delta_ms", "", ".", "server.delta_ms.x", "devices.classes.0"]
+    junk = [
+        "bogus",
+        "server.bogus",
+        "server..delta_ms",
+        "",
+        ".",
+        "server.verifier.delta_ms.x",
+        "devices.classes.0",
+    ]
     n = data.draw(st.integers(1, 3), label="count")
     items = []
     for _ in range(n):
@@ -444,18 +452,18 @@ def test_set_nan_is_refused(default_doc: dict[str, Any], data: st.DataObject) ->
         ["devices.count=.inf"],
         ["drafting.k=.nan"],
         ["workload.duration_s=1" + "0" * 400],
-        ["server.activation_reserve_gib=.inf"],
-        ["server=1", "server.delta_ms=3"],
-        ["server.prefix_cache=false"],  # the wisp preset overrode it silently
+        ["server.engine.activation_reserve_gib=.inf"],
+        ["server=1", "server.verifier.delta_ms=3"],
+        ["server.engine.enable_prefix_caching=false"],  # the wisp preset overrode it silently
         ["server.scheduler=bogus"],
         ["workload.output_tokens.max=.inf"],
-        ["server.block_size=40000"],
+        ["server.engine.block_size=40000"],
         ["devices.start_spread_s=.inf"],
         ["server.replicas=10000000000000000000"],
         ["arrivals.process=poisson", "arrivals.rate=.inf"],
-        ["server.max_batch_tokens=1"],
+        ["server.verifier.max_batch_tokens=1"],
         ["seed=-1"],
-        ["server.delta_ms"],
+        ["server.verifier.delta_ms"],
         ["=3"],
     ],
     ids=lambda s: " ".join(s)[:40],
@@ -465,7 +473,7 @@ def test_set_issue_cases_refused(sets: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "sets", [["workload.duration_s=1e3"], ["server.delta_ms=3"], ["seed=7"], ["epsilon=0.1"]]
+    "sets", [["workload.duration_s=1e3"], ["server.verifier.delta_ms=3"], ["seed=7"], ["epsilon=0.1"]]
 )
 def test_set_valid_values_load(sets: list[str]) -> None:
     assert outcome(load_with, None, sets) == "ok"

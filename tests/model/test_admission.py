@@ -1,4 +1,4 @@
-"""KV admission control (server.kv_policy: admission): exact small cases, pure and simulated."""
+"""KV admission control (server.verifier.kv_policy: admission): exact small cases, pure and simulated."""
 
 from __future__ import annotations
 
@@ -136,8 +136,8 @@ def test_admission_order_and_headroom_come_from_the_scenario(det_scenario) -> No
 def test_presets_say_their_kv_policy() -> None:
     assert POLICIES["wisp"]["kv"] == "admission" and POLICIES["wisp-lru"]["kv"] == "lru"
     base = load_scenario()
-    assert base.with_policy("wisp").server.kv_policy == "admission"
-    assert base.with_policy("wisp-lru").server.kv_policy == "lru"
+    assert base.with_policy("wisp").server.verifier.kv_policy == "admission"
+    assert base.with_policy("wisp-lru").server.verifier.kv_policy == "lru"
     assert base.with_policy("wisp-lru").server.scheduler == "wisp"
 
 
@@ -152,14 +152,16 @@ def test_presets_say_their_kv_policy() -> None:
 )
 def test_bad_admission_settings_name_the_field(field: str, value: object, allowed: str) -> None:
     with pytest.raises(ConfigError) as e:
-        load_scenario(overrides={"server": {field: value}})
+        load_scenario(overrides={"server": {field: value}})  # the earlier flat name: still taken
     msg = str(e.value)
-    assert f"server.{field}" in msg and allowed in msg and "\n" not in msg
+    assert f"server.verifier.{field}" in msg and allowed in msg and "\n" not in msg
 
 
 def test_a_kv_policy_that_conflicts_with_the_preset_is_an_error_not_dropped() -> None:
-    with pytest.raises(ConfigError, match=r"server\.kv_policy: lru conflicts with policy wisp") as e:
-        load_scenario(overrides={"server": {"kv_policy": "lru"}})
+    with pytest.raises(
+        ConfigError, match=r"server\.verifier\.kv_policy: lru conflicts with policy wisp"
+    ) as e:
+        load_scenario(overrides={"server": {"verifier": {"kv_policy": "lru"}}})
     assert "\n" not in str(e.value)
     custom = load_scenario(overrides={"policy": "custom", "server": {"kv_policy": "lru"}})
-    assert custom.server.kv_policy == "lru" and custom.server.scheduler == "wisp"
+    assert custom.server.verifier.kv_policy == "lru" and custom.server.scheduler == "wisp"

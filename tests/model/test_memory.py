@@ -192,7 +192,7 @@ def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
 
 def test_block_granular_reuse_forwards_the_tail_after_the_last_whole_block(det_scenario) -> None:
     """vLLM's prefix cache hashes whole blocks: a warm round reads floor(prefix / B) * B tokens
-    from the cache and forwards the rest of its prefix with its drafts (server.prefix_reuse)."""
+    from the cache and forwards the rest of its prefix with its drafts (server.engine.prefix_reuse)."""
     sections = {
         "workload": {"prompt_tokens": {"dist": "constant", "value": 40, "min": 40, "max": 40}},
         "server": {"block_size": 16},
@@ -211,7 +211,7 @@ def test_block_granular_reuse_forwards_the_tail_after_the_last_whole_block(det_s
 
 
 def test_block_size_comes_from_the_profiles_engine_unless_the_scenario_sets_one(tmp_path) -> None:
-    """``server.block_size: null`` (the default) takes the profile's ``kv_block_size`` (vLLM's CPU
+    """``server.engine.block_size: null`` (the default) takes the profile's ``kv_block_size`` (vLLM's CPU
     backend: 128), or 16 where the profile does not say; a number in the scenario wins."""
     import yaml
 

@@ -64,20 +64,20 @@ def test_policy_option_applies_its_preset_over_the_files_choices(scenario_file: 
     sc = resolve(scenario_file(), None, Options(policy="sled")).scenario
     assert sc.policy == "sled"
     assert (sc.drafting.controller, sc.server.mode, sc.server.scheduler) == ("fixed", "speculative", "fcfs")
-    assert (sc.server.prefix_cache, sc.server.kv_policy) == (False, "lru")
+    assert (sc.server.engine.enable_prefix_caching, sc.server.verifier.kv_policy) == (False, "lru")
 
 
 def test_set_is_checked_against_the_policy_the_option_chooses(scenario_file: ScenarioFile) -> None:
     f = scenario_file()  # the file's policy: wisp
     refused(
-        lambda: resolve(f, ["server.prefix_cache=false"], Options(policy="centralized")),
+        lambda: resolve(f, ["server.engine.enable_prefix_caching=false"], Options(policy="centralized")),
         "--set",
-        "server.prefix_cache",
+        "server.engine.enable_prefix_caching",
         "conflicts with policy centralized",
     )
     # what the refusal advises works from the command line too
-    sc = resolve(f, ["server.prefix_cache=false"], Options(policy="custom")).scenario
-    assert (sc.policy, sc.server.prefix_cache) == ("custom", False)
+    sc = resolve(f, ["server.engine.enable_prefix_caching=false"], Options(policy="custom")).scenario
+    assert (sc.policy, sc.server.engine.enable_prefix_caching) == ("custom", False)
 
 
 def test_poisson_option_sets_the_process_and_the_rate(scenario_file: ScenarioFile) -> None:

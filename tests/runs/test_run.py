@@ -243,7 +243,7 @@ def test_replay_under_another_policy_says_so(recorded: Path, tmp_path: Path) -> 
     r = replay(recorded, None, None, "sled", None, out=tmp_path / "replay")
     m = manifest(tmp_path / "replay")
     assert (m["recorded_policy"], m["policy"]) == ("custom", "sled")
-    assert r.scenario.policy == "sled" and r.scenario.server.prefix_cache is False
+    assert r.scenario.policy == "sled" and r.scenario.server.engine.enable_prefix_caching is False
 
 
 def test_replay_checks_its_folder_before_reading_the_log(tmp_path: Path) -> None:

@@ -244,7 +244,7 @@ def test_wispsim_serve_on_the_default_scenario_starts_resident_and_stops_on_sigt
     port = free_port()
     env = {**os.environ, "WISPSIM_ADMIN_TOKEN": TOKEN}
     cmd = [sys.executable, "-m", "wispsim.cli", "serve", "--arch", "tiny-vllm", "--port", str(port),
-           "--set", "server.verifier=resident"]  # fmt: skip
+           "--set", "server.verifier.kind=resident"]  # fmt: skip
     log = tmp_path / "serve.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(

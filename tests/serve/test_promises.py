@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ for _module in ("fastapi", "uvicorn", "httpx", "psutil", "prometheus_client"):
     pytest.importorskip(_module, reason="the serve extra: pip install 'wispsim[serve]'")
 
 from tests.serve.support import serve_in_thread  # noqa: E402
-from tests.serve.test_serve import BLOCK, FACTS, TOKEN, FakeBackend, FakeResident, _fields, scenario  # noqa: E402
+from tests.serve.test_serve import BLOCK, FACTS, TOKEN, FakeBackend, FakeResident, scenario  # noqa: E402
 from wispsim.engines.vllm_steps import EngineStalled  # noqa: E402
 from wispsim.serve.limits import Limits  # noqa: E402
 
@@ -146,7 +147,7 @@ def test_a_resident_round_the_engine_could_not_fit_is_a_503() -> None:
             return [None] * len(items), held
 
     sc = scenario("wisp")
-    sc = sc.replace(server=sc.server.__class__(**{**_fields(sc.server), "verifier": "resident"}))
+    sc = sc.replace(server=replace(sc.server, verifier=replace(sc.server.verifier, kind="resident")))
     backend = FakeBackend()
     backend.resident_sessions = lambda: Full()  # type: ignore[attr-defined]
     with client(sc, backend) as c:

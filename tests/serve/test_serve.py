@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,7 @@ def test_api_answers_bad_requests_in_one_line() -> None:
 
 
 def test_admission_control_makes_a_session_wait_until_another_ends() -> None:
-    """server.kv_policy: admission on the real server: with room for one reservation (prompt 200
+    """server.verifier.kv_policy: admission on the real server: with room for one reservation (prompt 200
     + 32 expected output + k_max + 1 = 2 blocks of 3), a second session's first round waits until
     the first session is closed; the engine is told to free the closed session's blocks first."""
     import threading
@@ -174,7 +175,7 @@ def test_admission_control_makes_a_session_wait_until_another_ends() -> None:
     from wispsim.serve.app import make_app
 
     sc = scenario("wisp")
-    assert sc.server.kv_policy == "admission"
+    assert sc.server.verifier.kv_policy == "admission"
     backend = FakeBackend()
     app = make_app(sc, backend, {**FACTS, "kv_capacity_tokens": 3 * BLOCK})
     body = {"draft": [5, 6, 7], "accepted": 2, "commit": 3, "budget_s": 5.0, "n_hat": 3.0}
@@ -329,7 +330,7 @@ def test_swarm_cli_writes_records_and_log(fake_server, capsys, monkeypatch, tmp_
         (["validate", "--arch", "tiny-vllm", "--regime", "a b:x=1"], "--regime"),
         (["validate", "--arch", "tiny-vllm", "--regime", "a", "--regime", "a"], "unique"),
         (
-            ["validate", "--arch", "tiny-vllm", "--regime", "p:server.kv_capacity_tokens=-3"],
+            ["validate", "--arch", "tiny-vllm", "--regime", "p:server.engine.kv_capacity_tokens=-3"],
             "kv_capacity_tokens",
         ),
         (["validate", "--arch", "tiny-vllm", "--policies", "wisp,nope"], "nope"),
@@ -389,10 +390,10 @@ def test_validate_real_from_simulates_stored_real_points_again(
     code, _, err = cli(capsys, monkeypatch, "validate", str(SCENARIO), "--policies", "wisp", "--devices", "2",
                        "--real-from", str(first), "--out", str(again),
                        "--set", "workload.warmup_s=0.5", "--set", "workload.duration_s=2",
-                       "--sim-set", "server.delta_ms=50")  # fmt: skip
+                       "--sim-set", "server.verifier.delta_ms=50")  # fmt: skip
     assert code == 0, err
     redone = json.loads((point(Results(again), "compute", "wisp", 2) / DONE).read_text())
-    assert redone["real"] == done["real"] and redone["sim_sets"] == ["server.delta_ms=50"]
+    assert redone["real"] == done["real"] and redone["sim_sets"] == ["server.verifier.delta_ms=50"]
     assert "delta_ms: 50" in (point(Results(again), "compute", "wisp", 2) / "sim_scenario.yaml").read_text()
     comp = pd.read_csv(again / "comparison.csv")
     assert (
@@ -408,7 +409,7 @@ def test_validate_real_from_simulates_stored_real_points_again(
                        "--real-from", str(first), "--out", str(priced),
                        "--set", "workload.warmup_s=0.5", "--set", "workload.duration_s=2",
                        "--sim-set", f"server.profile={fitted}",
-                       "--sim-set", "server.activation_reserve_gib=0")  # fmt: skip
+                       "--sim-set", "server.engine.activation_reserve_gib=0")  # fmt: skip
     assert code == 0, err
     sim_sc = point(Results(priced), "compute", "wisp", 2) / "sim_scenario.yaml"
     sim_srv = yaml.safe_load(sim_sc.read_text())["server"]
@@ -481,7 +482,7 @@ class FakeResident:
 
 
 def test_a_resident_verifier_sends_each_round_its_new_tokens_only() -> None:
-    """server.verifier: resident on the real server: the session stays in the engine, a round
+    """server.verifier.kind: resident on the real server: the session stays in the engine, a round
     sends the last bonus token and its drafts (what the reply and the log call l_new) over the
     held tokens (l_cached); a closed session ends in the engine (in the batch thread, once it is
     idle), a reset ends the rest; the re-submitting run_batch is never called."""
@@ -490,7 +491,7 @@ def test_a_resident_verifier_sends_each_round_its_new_tokens_only() -> None:
     from wispsim.serve.app import make_app
 
     sc = scenario("wisp")
-    sc = sc.replace(server=sc.server.__class__(**{**_fields(sc.server), "verifier": "resident"}))
+    sc = sc.replace(server=replace(sc.server, verifier=replace(sc.server.verifier, kind="resident")))
     backend = FakeBackend()
     resident = FakeResident()
     backend.resident_sessions = lambda: resident  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ import yaml
 
 from tests.support import deterministic_overrides, write_profile
 from wispsim.config import ServerConfig
+from wispsim.config.server import HostConfig
 from wispsim.errors import ConfigError
 from wispsim.model.host_cpu import HostCPU, for_server, host_cpu, measured_terms
 from wispsim.model.roofline import Roofline
@@ -55,8 +56,8 @@ def test_auto_models_the_host_where_the_profile_was_calibrated_with_it() -> None
     assert for_server(cfg, measured) is None
     calibrated = HostFacts(frontend=0.013, cpu_speed=3.0)
     assert for_server(cfg, calibrated).step == pytest.approx(host_cpu(3.0).step)  # type: ignore[union-attr]
-    assert for_server(ServerConfig(host_cpu="off"), calibrated) is None
-    on = for_server(ServerConfig(host_cpu="on", host_cpu_speed=2.0, api_server_count=3), measured)
+    assert for_server(ServerConfig(host=HostConfig(cpu="off")), calibrated) is None
+    on = for_server(ServerConfig(host=HostConfig(cpu="on", cpu_speed=2.0, api_server_count=3)), measured)
     assert on is not None and on.api_servers == 3 and on.step == pytest.approx(host_cpu(2.0).step)
 
 
@@ -202,7 +203,7 @@ def test_a_resident_verifier_refuses_what_would_drop_its_kv(server: dict[str, An
                 "server": {"verifier": "resident", "kv_policy": "admission", **server},
             }
         )
-    assert "server.verifier" in str(err.value) and "kv_policy: admission" in str(err.value)
+    assert "server.verifier.kind" in str(err.value) and "kv_policy: admission" in str(err.value)
 
 
 def test_a_resident_round_forwards_no_block_tail(tmp_path: Path) -> None:
@@ -216,8 +217,8 @@ def test_a_resident_round_forwards_no_block_tail(tmp_path: Path) -> None:
 
 
 def test_a_bare_on_or_off_reads_as_the_mode_not_a_boolean() -> None:
-    """``--set server.host_cpu=on`` parses as YAML, where a bare on/off is a boolean."""
-    assert load_scenario(overrides={"server": {"host_cpu": True}}).server.host_cpu == "on"
-    assert load_scenario(overrides={"server": {"host_cpu": False}}).server.host_cpu == "off"
-    with pytest.raises(ConfigError, match=r"server\.host_cpu: got 'sometimes'; allowed: auto, on, off"):
+    """``--set server.host.cpu=on`` parses as YAML, where a bare on/off is a boolean."""
+    assert load_scenario(overrides={"server": {"host_cpu": True}}).server.host.cpu == "on"
+    assert load_scenario(overrides={"server": {"host_cpu": False}}).server.host.cpu == "off"
+    with pytest.raises(ConfigError, match=r"server\.host\.cpu: got 'sometimes'; allowed: auto, on, off"):
         load_scenario(overrides={"server": {"host_cpu": "sometimes"}})

@@ -168,8 +168,8 @@ def check_batch_laws(res: SimResult) -> None:
     # fits in memory and respects the limits, unless it is a single never-empty fallback
     multi = full[full["size"] > 1]
     assert (multi.m_blocks <= res.kv_blocks).all()
-    assert (multi["size"] <= sc.max_batch_requests).all()
-    assert (multi.n_linear <= sc.max_batch_tokens).all()
+    assert (multi["size"] <= sc.engine.max_num_seqs).all()
+    assert (multi.n_linear <= sc.verifier.max_batch_tokens).all()
     # work conservation: a request only waits while the GPU is busy, and is then picked up
     # exactly when some batch ends
     waited = r[r.dispatch > r.arrival + 1e-9].dispatch.to_numpy()
@@ -184,7 +184,7 @@ def check_fcfs_order(res: SimResult) -> None:
     admission control a response's first round joins the queue when it is admitted, not when it
     arrives, so there the law is checked on the later rounds (they queue on arrival)."""
     r = res.rounds.sort_values("arrival", kind="stable")
-    if res.scenario.server.kv_policy == "admission":
+    if res.scenario.server.verifier.kv_policy == "admission":
         r = r[r["round"] > 0]
     first = r.groupby("arrival", sort=True).dispatch.min()
     last = r.groupby("arrival", sort=True).dispatch.max()
@@ -214,12 +214,14 @@ def test_simulation_laws(profiles: dict[str, str], data: st.DataObject) -> None:
         check_fcfs_order(res)
     else:
         check_wisp_deadlines(res)
-    if not sc.server.prefix_cache:
+    if not sc.server.engine.enable_prefix_caching:
         assert res.rounds.cold.all() and (res.rounds.l_cached == 0).all()
-    if sc.server.kv_policy == "admission" and sc.server.kv_growth == "max":
+    if sc.server.verifier.kv_policy == "admission" and sc.server.verifier.kv_growth == "max":
         # reservations cover the longest response: no admitted prefix is ever evicted
         assert res.batches.evictions.sum() == 0
-        assert not res.rounds[res.rounds["round"] > 0].cold.any() or not sc.server.prefix_cache
+        assert (
+            not res.rounds[res.rounds["round"] > 0].cold.any() or not sc.server.engine.enable_prefix_caching
+        )
 
 
 def test_tight_memory_scenario_really_evicts(profiles: dict[str, str]) -> None:

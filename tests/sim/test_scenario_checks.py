@@ -31,7 +31,7 @@ def refuse(sets: list[str], field: str, *words: str, path: Path | None = None) -
         ("devices.count=.inf", "devices.count", "integer"),
         ("drafting.k=.nan", "drafting.k", "integer"),
         ("workload.duration_s=1" + "0" * 400, "workload.duration_s", "401-digit"),
-        ("server.activation_reserve_gib=.inf", "server.activation_reserve_gib", "finite"),
+        ("server.engine.activation_reserve_gib=.inf", "server.engine.activation_reserve_gib", "finite"),
         ("devices.start_spread_s=.inf", "devices.start_spread_s", "finite"),
         ("server.replicas=10000000000000000000", "server.replicas", "whole number"),
         ("devices.count=100000000000000000000", "devices.count", "whole number"),
@@ -81,14 +81,14 @@ def test_malformed_yaml_files_are_one_line(tmp_path: Path, content: bytes, word:
 
 def test_a_section_and_one_of_its_fields_on_set_is_an_error() -> None:
     with pytest.raises(ConfigError, match="server was already set to a value"):
-        parse_set(["server=1", "server.delta_ms=3"])
+        parse_set(["server=1", "server.verifier.delta_ms=3"])
     refuse(["server=1"], "server", "mapping")
 
 
 @pytest.mark.parametrize(
     ("assignment", "field"),
     [
-        ("server.prefix_cache=false", "server.prefix_cache"),
+        ("server.engine.enable_prefix_caching=false", "server.engine.enable_prefix_caching"),
         ("server.scheduler=bogus", "server.scheduler"),
         ("drafting.controller=fixed", "drafting.controller"),
         ("server.mode=centralized", "server.mode"),
@@ -99,9 +99,11 @@ def test_an_explicit_setting_the_preset_would_override_is_an_error(assignment: s
 
 
 def test_agreeing_settings_and_custom_policy_are_accepted(tmp_path: Path) -> None:
-    assert load_scenario(overrides=parse_set(["server.prefix_cache=true"])).server.prefix_cache
-    sc = load_scenario(overrides=parse_set(["policy=custom", "server.prefix_cache=false"]))
-    assert sc.policy == "custom" and not sc.server.prefix_cache
+    assert load_scenario(
+        overrides=parse_set(["server.engine.enable_prefix_caching=true"])
+    ).server.engine.enable_prefix_caching
+    sc = load_scenario(overrides=parse_set(["policy=custom", "server.engine.enable_prefix_caching=false"]))
+    assert sc.policy == "custom" and not sc.server.engine.enable_prefix_caching
     # a resolved scenario written by a run loads as it is
     p = tmp_path / "resolved.yaml"
     p.write_text(load_scenario(overrides={"policy": "sled"}).to_yaml())
@@ -109,16 +111,18 @@ def test_agreeing_settings_and_custom_policy_are_accepted(tmp_path: Path) -> Non
     # --set wins over the file: a file's conflicting value corrected on the command line is fine
     q = tmp_path / "f.yaml"
     q.write_text("server: {prefix_cache: false}\n")
-    assert load_scenario(q, parse_set(["server.prefix_cache=true"])).server.prefix_cache
-    refuse([], "server.prefix_cache", str(q), path=q)
+    assert load_scenario(
+        q, parse_set(["server.engine.enable_prefix_caching=true"])
+    ).server.engine.enable_prefix_caching
+    refuse([], "server.engine.enable_prefix_caching", str(q), path=q)
 
 
 def test_kv_block_larger_than_the_cache_is_caught_by_validation() -> None:
-    refuse(["server.block_size=40000"], "server.block_size", "more than the whole KV cache")
+    refuse(["server.engine.block_size=40000"], "server.engine.block_size", "more than the whole KV cache")
 
 
 def test_batch_token_cap_below_one_cold_round_is_an_error() -> None:
-    refuse(["server.max_batch_tokens=1"], "server.max_batch_tokens", "allowed: >= 3,081")
+    refuse(["server.verifier.max_batch_tokens=1"], "server.verifier.max_batch_tokens", "allowed: >= 3,081")
 
 
 def test_a_drain_shorter_than_an_on_time_response_is_an_error_and_null_is_exactly_it() -> None:

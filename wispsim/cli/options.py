@@ -134,7 +134,9 @@ ScenarioArg = Annotated[
 ]
 SetOpt = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Override a scenario field, e.g. --set server.delta_ms=3 (repeatable)."),
+    typer.Option(
+        "--set", help="Override a scenario field, e.g. --set server.verifier.delta_ms=3 (repeatable)."
+    ),
 ]
 OutOpt = Annotated[
     Path | None, typer.Option("--out", "-o", help="Output folder (default: a new folder under results/).")

@@ -26,14 +26,14 @@ MAX_TOKENS = 10_000_000
 #: KV block size in tokens.
 MAX_BLOCK_SIZE = 1 << 16
 #: GiB of memory per GPU: a profile's ``hardware.memory_gib`` (a CPU profile's: the host's) and a
-#: scenario's ``server.activation_reserve_gib`` (the largest GPU today has 288 GiB). With at most
+#: scenario's ``server.engine.activation_reserve_gib`` (the largest GPU today has 288 GiB). With at most
 #: 1,024 GPUs per model it keeps the KV-cache arithmetic finite and its token count within int64.
 MAX_MEMORY_GIB = 4096.0
-#: Tokens of KV cache per replica (``server.kv_capacity_tokens``): 2**53, exact as a float.
+#: Tokens of KV cache per replica (``server.engine.kv_capacity_tokens``): 2**53, exact as a float.
 MAX_KV_TOKENS = 1 << 53
-#: Requests in one batch (``server.max_batch_requests``).
+#: Requests in one batch (``server.engine.max_num_seqs``).
 MAX_BATCH_REQUESTS = 1_000_000
-#: Tokens in one batch or prefill chunk (``server.max_batch_tokens``, ``prefill_chunk_tokens``).
+#: Tokens in one batch or prefill chunk (``server.verifier.max_batch_tokens``, ``prefill_chunk_tokens``).
 MAX_BATCH_TOKENS = 1_000_000_000
 #: Draft tokens per round (k, k_max) and top-k width.
 MAX_DRAFT = 1024

@@ -206,16 +206,16 @@ def default_scenario_dict() -> dict[str, Any]:
 
 
 def parse_set(assignments: list[str]) -> dict[str, Any]:
-    """Turn ``["server.delta_ms=3", "workload.duration_s=60"]`` into a nested mapping."""
+    """Turn ``["server.verifier.delta_ms=3", "workload.duration_s=60"]`` into a nested mapping."""
     out: dict[str, Any] = {}
     for item in assignments:
         if "=" not in item:
-            raise ConfigError("--set", item, "expected KEY=VALUE, e.g. server.delta_ms=3")
+            raise ConfigError("--set", item, "expected KEY=VALUE, e.g. server.verifier.delta_ms=3")
         key, raw = item.split("=", 1)
         key = key.strip()
         parts = key.split(".")
         if not all(parts):
-            raise ConfigError("--set", key, "expected a dotted field name like server.delta_ms")
+            raise ConfigError("--set", key, "expected a dotted field name like server.verifier.delta_ms")
         try:
             value = load_yaml_text(raw, "--set", key)
         except ConfigError as e:

@@ -14,13 +14,13 @@ from typing import Any
 from wispsim.config.schema import POLICIES, Scenario
 from wispsim.errors import ConfigError
 
-# the fields a policy preset sets (SPEC 3): (section, field) -> the preset key
+# the fields a policy preset sets (SPEC 3): their path in the scenario -> the preset key
 PRESET_FIELDS = {
     ("drafting", "controller"): "controller",
     ("server", "mode"): "mode",
     ("server", "scheduler"): "scheduler",
-    ("server", "prefix_cache"): "cache",
-    ("server", "kv_policy"): "kv",
+    ("server", "engine", "enable_prefix_caching"): "cache",
+    ("server", "verifier", "kv_policy"): "kv",
 }
 
 Layers = tuple[tuple[Mapping[str, Any], str], ...]  # (settings, where they were given), latest first
@@ -38,23 +38,34 @@ def check_preset(
     layers: Layers = ((overrides, "--set"),)
     if "policy" not in overrides:
         layers += ((written, source),)
-    for (section, name), key in PRESET_FIELDS.items():
+    for path, key in PRESET_FIELDS.items():
         for layer, where in layers:
-            given = layer.get(section)
-            if not isinstance(given, Mapping) or name not in given:
+            if not _given(layer, path):
                 continue
-            value = getattr(getattr(scenario, section), name)
+            value: Any = scenario
+            for part in path:
+                value = getattr(value, part)
             if value != preset[key]:
                 want = str(preset[key]).lower() if isinstance(preset[key], bool) else preset[key]
                 got = str(value).lower() if isinstance(value, bool) else value
                 raise ConfigError(
                     where,
-                    f"{section}.{name}",
+                    ".".join(path),
                     f"{got} conflicts with policy {scenario.policy}, which sets {want}; "
                     "set policy: custom to choose it yourself",
                 )
             break  # the later layer wins; an agreeing value there is fine
     _check_spec_preset(scenario, preset, layers)
+
+
+def _given(layer: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    """Whether ``layer`` (a scenario mapping) sets the field at ``path``."""
+    node: Any = layer
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _check_spec_preset(scenario: Scenario, preset: Mapping[str, Any], layers: Layers) -> None:

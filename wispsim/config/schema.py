@@ -171,8 +171,8 @@ class WorkloadConfig:
     duration_s: float = 120.0
     drain_limit_s: float | None = None  # None: long enough for every on-time response
     # tokens at the start of every prompt that all requests share (a system prompt); with
-    # server.prefix_cache a centralized server reads them from its prefix cache once one request
-    # has computed them (whole KV blocks, the last prompt token always computed)
+    # server.engine.enable_prefix_caching a centralized server reads them from its prefix cache
+    # once one request has computed them (whole KV blocks, the last prompt token always computed)
     shared_prefix_tokens: int = 0
 
     def __post_init__(self) -> None:
@@ -234,8 +234,8 @@ class ArrivalsConfig:
 
 
 POLICIES: dict[str, dict[str, Any]] = {
-    # policy: drafting.controller, server.mode, server.scheduler, server.prefix_cache and
-    # server.kv_policy (docs/policies.md says why each preset has the KV policy it has)
+    # policy: drafting.controller, server.mode, server.scheduler, server.engine.enable_prefix_caching
+    # and server.verifier.kv_policy (docs/policies.md says why each preset has the KV policy it has)
     "wisp": {
         "controller": "predictor",
         "mode": "speculative",
@@ -355,8 +355,8 @@ class Scenario:
             self.server,
             mode=p["mode"],
             scheduler=p["scheduler"],
-            prefix_cache=p["cache"],
-            kv_policy=p["kv"],
+            engine=dataclasses.replace(self.server.engine, enable_prefix_caching=p["cache"]),
+            verifier=dataclasses.replace(self.server.verifier, kv_policy=p["kv"]),
             speculation=spec,
         )
         return self.replace(policy=policy, drafting=drafting, server=server)

@@ -5,7 +5,7 @@ bounds (:mod:`wispsim.config.limits`) in ``__post_init__``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from wispsim.config.dist import require
 from wispsim.config.limits import (
@@ -18,6 +18,7 @@ from wispsim.config.limits import (
     MAX_REPLICAS,
     MAX_SIM_SECONDS,
 )
+from wispsim.errors import ConfigError
 
 SPEC_METHODS = ("none", "draft", "eagle", "ngram")
 
@@ -67,85 +68,40 @@ class SpeculationConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ServerConfig:
-    """The verification server (SPEC 2.3 and 3)."""
+class EngineConfig:
+    """The serving engine's limits and features, by vLLM's names where vLLM has the knob
+    (``vllm serve --max-num-seqs ...``): what any server built on it, verifying or generating,
+    is bound by."""
 
-    profile: str = "a100-qwen3-32b"
-    mode: Literal["speculative", "centralized"] = "speculative"
-    scheduler: str = "wisp"
-    prefix_cache: bool = True
-    eviction: Literal["session", "block"] = "session"
-    prefix_reuse: Literal["token", "block"] = "token"
-    # KV policy of a speculative server (wispsim.model.admission): "lru" starts every response at
-    # once and evicts idle prefixes LRU-first; "admission" admits a response only when its KV
-    # reservation fits and keeps admitted prefixes cached until they end
-    kv_policy: Literal["lru", "admission"] = "lru"
-    kv_headroom: float = 0.0  # fraction of the KV cache admission control keeps unreserved
-    kv_growth: Literal["mean", "max", "none"] = "mean"  # output tokens reserved per admitted response
-    kv_admission_order: Literal["fcfs", "deadline"] = "fcfs"
-    latency_model: str = "linear"
-    estimator_form: str | None = None  # None: the profile's own (``estimator:``; additive if it says none)
-    # the profile the scheduler plans with when it is not the engine's true cost (``profile``): a
-    # deployment configured with another profile than the one its engine follows; None: ``profile``
-    planning_profile: str | None = None
-    noise: bool = True
-    gpu_memory_utilization: float = 0.9
-    activation_reserve_gib: float = 1.5
+    max_num_seqs: int = 256  # requests in one batch or engine step (vLLM's --max-num-seqs)
+    # tokens one engine step processes (vLLM's --max-num-batched-tokens): centralized serving's
+    # step budget, its prefill chunks included
+    max_num_batched_tokens: int = 2048
+    enable_prefix_caching: bool = True  # automatic prefix caching (set by the policy preset)
+    # --async-scheduling: the next step is formed while this one runs, so a request arriving
+    # mid-step joins the step after next, and the engine core's CPU hides behind the GPU
+    async_scheduling: bool = False
     block_size: int | None = None  # tokens per KV block; None: the profile's engine's (16 if it does not say)
     # tokens of KV cache per replica; None: derived from the profile's GPU memory (a real engine's
     # measured capacity goes here, and `wispsim serve` sizes its engine's cache to it)
     kv_capacity_tokens: int | None = None
-    max_batch_requests: int = 256
-    max_batch_tokens: int = 16384
-    delta_ms: float = 5.0
-    prefill_chunk_tokens: int = 2048
-    # vLLM serving of a centralized server (docs/profiles.md): --async-scheduling (the next step is
-    # formed while this one runs, so a request arriving mid-step joins the step after next), and
-    # the API server in front of the engine (each request waits the profile's ``frontend`` latency,
-    # HTTP and tokenization, before the engine sees it). Both off: the engine alone, as before.
-    async_scheduling: bool = False
-    frontend: bool = False
-    # how a speculative server verifies (issue 36): "resubmit" sends every round as a new request
-    # with its whole prefix (a stock server; wispsim.serve.verify); "resident" keeps each
-    # session's sequence in the engine and forwards only the round's new tokens over its KV
-    # (the paper's verification engine); resident KV stays pinned, so it needs kv_policy admission,
-    # and no block tail is forwarded again (prefix_reuse applies to re-submitted rounds only)
-    verifier: Literal["resubmit", "resident"] = "resubmit"
-    # the serving host's CPU (wispsim.model.host_cpu): the engine core per step and the API
-    # server per request, measured on vLLM. auto: on where the profile's overheads were calibrated
-    # beside it (a roofline profile naming its host_cpu_speed), off for measured profiles (their
-    # timings include it)
-    host_cpu: Literal["auto", "on", "off"] = "auto"
-    # the host CPU's speed over the measuring host's (2: twice as fast); None: the profile's
-    # calibrated GPU server's (roofline.host_cpu_speed), else 1
-    host_cpu_speed: float | None = None
-    api_server_count: int = 1  # API-server processes in front of each replica (vLLM --api-server-count)
-    replicas: int = 1
-    router: str = "affinity"
-    replica_profiles: tuple[str, ...] = ()
-    speculation: SpeculationConfig = SpeculationConfig()
+    gpu_memory_utilization: float = 0.9
+    activation_reserve_gib: float = 1.5
+    # how the prefix cache reuses a prefix: token (SPEC 2.3) or block (vLLM: whole blocks only)
+    prefix_reuse: Literal["token", "block"] = "token"
+    # how much of an idle prefix is evicted for room: session (SPEC 2.3) or block (vLLM v1)
+    eviction: Literal["session", "block"] = "session"
 
     def __post_init__(self) -> None:
         require(
-            self.host_cpu_speed is None or 0.01 <= self.host_cpu_speed <= 100,
-            "host_cpu_speed",
-            f"must be in [0.01, 100] (times the measuring host's) or null, got {self.host_cpu_speed}",
+            1 <= self.max_num_seqs <= MAX_BATCH_REQUESTS,
+            "max_num_seqs",
+            f"must be in [1, {MAX_BATCH_REQUESTS:,}], got {self.max_num_seqs:,}",
         )
         require(
-            1 <= self.api_server_count <= 64,
-            "api_server_count",
-            f"must be in [1, 64] processes, got {self.api_server_count}",
-        )
-        require(
-            1 <= self.replicas <= MAX_REPLICAS,
-            "replicas",
-            f"must be in [1, {MAX_REPLICAS}], got {self.replicas:,}",
-        )
-        require(
-            not self.replica_profiles or len(self.replica_profiles) == self.replicas,
-            "replica_profiles",
-            f"gives {len(self.replica_profiles)} profiles for {self.replicas} replicas; "
-            "give one per replica, or none to use server.profile for all",
+            1 <= self.max_num_batched_tokens <= MAX_BATCH_TOKENS,
+            "max_num_batched_tokens",
+            f"must be in [1, {MAX_BATCH_TOKENS:,}], got {self.max_num_batched_tokens:,}",
         )
         require(
             0 < self.gpu_memory_utilization <= 1,
@@ -168,12 +124,30 @@ class ServerConfig:
             f"must be in [1, {MAX_KV_TOKENS:,}] tokens or null (derived from the profile), "
             f"got {self.kv_capacity_tokens}",
         )
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierConfig:
+    """How a speculative server verifies: how a round reaches the engine (its kind), the batch
+    the scheduler may form, and its KV policy (SPEC 2.3, 3.1)."""
+
+    # resubmit: every round a new request with its whole prefix (a stock server;
+    # wispsim.serve.verify); resident: each session's sequence stays in the engine and a round
+    # forwards only its new tokens over its KV (the paper's verification engine; needs kv_policy
+    # admission: resident KV stays pinned); wispsim.model.verifier_kinds
+    kind: Literal["resubmit", "resident"] = "resubmit"
+    max_batch_tokens: int = 16384  # new tokens one verification batch may hold
+    delta_ms: float = 5.0  # WISP's guard time against estimator error
+    # lru starts every response at once and evicts idle prefixes LRU-first; admission admits a
+    # response only when its KV reservation fits and keeps admitted prefixes cached until they end
+    # (wispsim.model.admission; set by the policy preset)
+    kv_policy: Literal["lru", "admission"] = "lru"
+    kv_headroom: float = 0.0  # fraction of the KV cache admission control keeps unreserved
+    kv_growth: Literal["mean", "max", "none"] = "mean"  # output tokens reserved per admitted response
+    kv_admission_order: Literal["fcfs", "deadline"] = "fcfs"
+
+    def __post_init__(self) -> None:
         require(0 <= self.kv_headroom < 1, "kv_headroom", f"must be in [0, 1), got {self.kv_headroom}")
-        require(
-            1 <= self.max_batch_requests <= MAX_BATCH_REQUESTS,
-            "max_batch_requests",
-            f"must be in [1, {MAX_BATCH_REQUESTS:,}], got {self.max_batch_requests:,}",
-        )
         require(
             1 <= self.max_batch_tokens <= MAX_BATCH_TOKENS,
             "max_batch_tokens",
@@ -184,8 +158,124 @@ class ServerConfig:
             "delta_ms",
             f"must be >= 0 and <= {1000 * MAX_SIM_SECONDS:g} ms, got {self.delta_ms:g}",
         )
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    """The serving host around the GPUs (wispsim.model.host_cpu, wispsim.sim.front): its CPU (the
+    engine core per step, the API servers per request, measured on vLLM) and the front end."""
+
+    # auto: on where the profile's overheads were calibrated beside it (a profile naming its
+    # host's CPU speed), off for measured profiles (their timings include it); on; off
+    cpu: Literal["auto", "on", "off"] = "auto"
+    # the host CPU's speed over the measuring host's (2: twice as fast); None: the profile's
+    # calibrated GPU server's, else 1
+    cpu_speed: float | None = None
+    api_server_count: int = 1  # API-server processes per replica (vLLM's --api-server-count)
+    # the front end before the engine sees a response to generate: the profile's ``frontend``
+    # latency (HTTP and tokenization) for each request; off: the engine alone, as before
+    frontend: bool = False
+
+    def __post_init__(self) -> None:
         require(
-            1 <= self.prefill_chunk_tokens <= MAX_BATCH_TOKENS,
-            "prefill_chunk_tokens",
-            f"must be in [1, {MAX_BATCH_TOKENS:,}], got {self.prefill_chunk_tokens:,}",
+            self.cpu_speed is None or 0.01 <= self.cpu_speed <= 100,
+            "cpu_speed",
+            f"must be in [0.01, 100] (times the measuring host's) or null, got {self.cpu_speed}",
         )
+        require(
+            1 <= self.api_server_count <= 64,
+            "api_server_count",
+            f"must be in [1, 64] processes, got {self.api_server_count}",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """The server (SPEC 2.3 and 3), by concern: its cost profile (what a pass costs, and how
+    that cost is drawn), the policy preset's mode and scheduler, the engine's limits
+    (:class:`EngineConfig`), the verifier (:class:`VerifierConfig`), the host around the GPUs
+    (:class:`HostConfig`), its replicas, and server-side speculation. A scenario written with the
+    earlier flat names (``server.engine.max_num_seqs``, ``server.host.cpu``, ...) still loads
+    (:data:`FLAT_NAMES`)."""
+
+    profile: str = "a100-qwen3-32b"
+    mode: Literal["speculative", "centralized"] = "speculative"
+    scheduler: str = "wisp"
+    latency_model: str = "linear"
+    estimator_form: str | None = None  # None: the profile's own (``estimator:``; additive if it says none)
+    # the profile the scheduler plans with when it is not the engine's true cost (``profile``): a
+    # deployment configured with another profile than the one its engine follows; None: ``profile``
+    planning_profile: str | None = None
+    noise: bool = True
+    engine: EngineConfig = EngineConfig()
+    verifier: VerifierConfig = VerifierConfig()
+    host: HostConfig = HostConfig()
+    replicas: int = 1
+    router: str = "affinity"
+    replica_profiles: tuple[str, ...] = ()
+    speculation: SpeculationConfig = SpeculationConfig()
+
+    def __post_init__(self) -> None:
+        require(
+            1 <= self.replicas <= MAX_REPLICAS,
+            "replicas",
+            f"must be in [1, {MAX_REPLICAS}], got {self.replicas:,}",
+        )
+        require(
+            not self.replica_profiles or len(self.replica_profiles) == self.replicas,
+            "replica_profiles",
+            f"gives {len(self.replica_profiles)} profiles for {self.replicas} replicas; "
+            "give one per replica, or none to use server.profile for all",
+        )
+
+
+# the earlier flat names of the server section, and where each now lives (a stored scenario, a
+# replay log's sidecar, ``--set server.max_batch_requests=...`` keep working)
+FLAT_NAMES: dict[str, tuple[str, str]] = {
+    "max_batch_requests": ("engine", "max_num_seqs"),
+    "prefill_chunk_tokens": ("engine", "max_num_batched_tokens"),
+    "prefix_cache": ("engine", "enable_prefix_caching"),
+    "async_scheduling": ("engine", "async_scheduling"),
+    "block_size": ("engine", "block_size"),
+    "kv_capacity_tokens": ("engine", "kv_capacity_tokens"),
+    "gpu_memory_utilization": ("engine", "gpu_memory_utilization"),
+    "activation_reserve_gib": ("engine", "activation_reserve_gib"),
+    "prefix_reuse": ("engine", "prefix_reuse"),
+    "eviction": ("engine", "eviction"),
+    "max_batch_tokens": ("verifier", "max_batch_tokens"),
+    "delta_ms": ("verifier", "delta_ms"),
+    "kv_policy": ("verifier", "kv_policy"),
+    "kv_headroom": ("verifier", "kv_headroom"),
+    "kv_growth": ("verifier", "kv_growth"),
+    "kv_admission_order": ("verifier", "kv_admission_order"),
+    "host_cpu": ("host", "cpu"),
+    "host_cpu_speed": ("host", "cpu_speed"),
+    "api_server_count": ("host", "api_server_count"),
+    "frontend": ("host", "frontend"),
+}
+
+
+def upgrade_server(section: Any, source: str) -> Any:
+    """A server section with the earlier flat names moved to where they live now (unchanged
+    otherwise); ``verifier: resident`` (a kind, the earlier form) becomes ``verifier: {kind:
+    resident}``. A name given both ways is an error naming both."""
+    if not isinstance(section, dict):
+        return section
+    out = dict(section)
+    if isinstance(out.get("verifier"), str):
+        out["verifier"] = {"kind": out["verifier"]}
+    for old, (group, new) in FLAT_NAMES.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        sub = out.get(group)
+        sub = dict(sub) if isinstance(sub, dict) else {}
+        if new in sub:
+            raise ConfigError(
+                source,
+                f"server.{old}",
+                f"is server.{group}.{new}, also given; give it once, as server.{group}.{new}",
+            )
+        sub[new] = value
+        out[group] = sub
+    return out

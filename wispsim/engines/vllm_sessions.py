@@ -1,4 +1,4 @@
-"""A session-resident verifier on vLLM (``server.verifier: resident``; issue 36).
+"""A session-resident verifier on vLLM (``server.verifier.kind: resident``; issue 36).
 
 A stock server verifies a round by re-submitting the session's whole sequence as a new request:
 vLLM hashes it, looks its blocks up in the prefix cache and forwards the tail after the last
@@ -119,7 +119,7 @@ class ResidentSessions:
         core = in_process_core(engine)
         if core is None:
             raise WispsimError(
-                "server.verifier: resident keeps sessions in vLLM's engine core, which must run in the "
+                "server.verifier.kind: resident keeps sessions in vLLM's engine core, which must run in the "
                 "server's process: unset VLLM_ENABLE_V1_MULTIPROCESSING or set it to 0"
             )
         self.engine = engine

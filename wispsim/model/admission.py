@@ -1,4 +1,4 @@
-"""KV admission control: a session-aware verifier's gate on new responses (``server.kv_policy``).
+"""KV admission control: a session-aware verifier's gate on new responses (``server.verifier.kv_policy``).
 
 With ``lru`` (vLLM's automatic prefix cache) every response starts at once and idle prefixes are
 evicted least recently used first when memory runs short, so past the memory cliff rounds turn
@@ -7,9 +7,9 @@ is admitted only when its reservation fits beside those of the responses already
 waits otherwise; an admitted response's prefix stays cached until the response ends.
 
 A response's reservation is the KV blocks of ``max(prompt + growth, current length) + k_max + 1``
-tokens: its prompt, the output it is expected to grow by (``server.kv_growth``: the workload's
+tokens: its prompt, the output it is expected to grow by (``server.verifier.kv_growth``: the workload's
 ``mean`` output, or its ``max`` for a hard guarantee), and one round's draft and bonus token. The
-reservations of all admitted responses fit in ``(1 - server.kv_headroom)`` of the cache. A
+reservations of all admitted responses fit in ``(1 - server.verifier.kv_headroom)`` of the cache. A
 response that outgrows its reservation (longer than the expected output) grows it; with ``mean``
 growth the cache can then overflow, and the memory model evicts an admitted prefix as a last
 resort (counted as an eviction in the batch records), never silently.
@@ -19,7 +19,7 @@ vLLM request, and vLLM runs at most ``max_num_seqs`` requests, paused ones inclu
 ``max_sessions`` caps how many are admitted at once; the real server sets it, the simulator
 leaves it unset.
 
-Waiting responses are admitted in ``server.kv_admission_order``: ``fcfs`` (arrival order, the head
+Waiting responses are admitted in ``server.verifier.kv_admission_order``: ``fcfs`` (arrival order, the head
 blocks the rest, so nobody starves) or ``deadline`` (earliest first-round deadline first, so a
 tighter class goes ahead; still head-of-line, so a large prompt is not starved by small ones).
 The time a response waits counts against its SLO like any other: its first round's deadline is
@@ -161,19 +161,19 @@ def make_admission(
     scenario: Scenario, total_blocks: int, block_size: int, outputs: tuple[float, float] | None = None
 ) -> Admission[Any] | None:
     """The scenario's admission control for one replica of ``total_blocks`` blocks, or None
-    under ``server.kv_policy: lru``. ``outputs``: (mean, max) output tokens where the workload's
+    under ``server.verifier.kv_policy: lru``. ``outputs``: (mean, max) output tokens where the workload's
     distribution does not describe them (a request trace sets every response's length)."""
     srv = scenario.server
-    if srv.kv_policy != "admission":
+    if srv.verifier.kv_policy != "admission":
         return None
     out = scenario.workload.output_tokens
     mean, top = outputs if outputs is not None else (out.nominal(), out.support()[1])
-    growth = {"mean": mean, "max": top, "none": 0.0}[srv.kv_growth]
+    growth = {"mean": mean, "max": top, "none": 0.0}[srv.verifier.kv_growth]
     return Admission(
         total_blocks,
         block_size,
         math.ceil(min(growth, 1e9)),  # check_memory already requires a finite maximum
         scenario.drafting.largest + 1,
-        srv.kv_headroom,
-        srv.kv_admission_order,
+        srv.verifier.kv_headroom,
+        srv.verifier.kv_admission_order,
     )

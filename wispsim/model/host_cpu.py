@@ -13,9 +13,9 @@ tokenization of text prompts) in front of it. Both were measured on vLLM's CPU b
 
 ``N_new``: requests arriving anew (every re-submitted verification round; a response's first
 prefill chunk), which hash their whole prompt (``N_hashed``); ``N_resident``: rounds of a
-session-resident verifier (``server.verifier: resident``), which hash only their new tokens.
+session-resident verifier (``server.verifier.kind: resident``), which hash only their new tokens.
 Without async scheduling the engine core runs the step's CPU work and then the GPU's, so a step
-takes ``cpu + gpu``; with it (``server.async_scheduling``, vLLM's default where supported) the CPU
+takes ``cpu + gpu``; with it (``server.engine.async_scheduling``, vLLM's default where supported) the CPU
 work of the next step runs while the GPU runs this one, and a step takes ``max(cpu, gpu)``: the
 CPU caps steps per second instead of lengthening them.
 
@@ -26,7 +26,7 @@ re-submitted round sends its whole sequence, a resident round its new tokens) or
 prompt token sent as text (tokenization). ``api_server_count`` processes share the requests by
 connection (a device's requests go to one process).
 
-All times are the measuring host's, divided by ``server.host_cpu_speed`` (2 = a CPU twice as fast).
+All times are the measuring host's, divided by ``server.host.cpu_speed`` (2 = a CPU twice as fast).
 The measuring host is a 2-core cloud VM, slower than a GPU server's CPU: at speed 1 these costs
 are upper bounds.
 """
@@ -140,13 +140,13 @@ def host_cpu(speed: float = 1.0, api_servers: int = 1, async_scheduling: bool = 
 def for_server(server: ServerConfig, facts: HostFacts) -> HostCPU | None:
     """The host CPU a replica of ``server`` runs on, or None where it is not modelled.
 
-    ``server.host_cpu``: ``auto`` models it where the profile's engine overheads were calibrated
+    ``server.host.cpu``: ``auto`` models it where the profile's engine overheads were calibrated
     beside it (a profile whose host facts name a CPU speed), not for a measured profile, whose
-    timings include it; ``on`` always, ``off`` never. The speed is ``server.host_cpu_speed``
+    timings include it; ``on`` always, ``off`` never. The speed is ``server.host.cpu_speed``
     where set, else the profile's calibrated host's, else the measuring host's (1)."""
     calibrated = facts.cpu_speed
-    mode = server.host_cpu
+    mode = server.host.cpu
     if mode == "off" or (mode == "auto" and calibrated is None):
         return None
-    speed = server.host_cpu_speed or calibrated or 1.0
-    return host_cpu(speed, server.api_server_count, server.async_scheduling)
+    speed = server.host.cpu_speed or calibrated or 1.0
+    return host_cpu(speed, server.host.api_server_count, server.engine.async_scheduling)

@@ -210,7 +210,7 @@ DEFAULT_BLOCK_SIZE = 16  # vLLM's on a GPU
 
 
 def block_size(configured: int | None, profile: Profile) -> int:
-    """Tokens per KV block: the scenario's ``server.block_size`` if it sets one, else the one the
+    """Tokens per KV block: the scenario's ``server.engine.block_size`` if it sets one, else the one the
     profile's engine was measured with (``kv_block_size``: 128 on vLLM's CPU backend), else 16."""
     if configured is not None:
         return configured
@@ -218,14 +218,14 @@ def block_size(configured: int | None, profile: Profile) -> int:
 
 
 def kv_capacity(server: ServerConfig, profile: Profile) -> int:
-    """Tokens of KV cache per replica: the scenario's ``server.kv_capacity_tokens`` if it sets one
+    """Tokens of KV cache per replica: the scenario's ``server.engine.kv_capacity_tokens`` if it sets one
     (a real engine's measured capacity), else what the profile's GPU memory leaves (after a
     server-side draft model's weights, its KV sharing every token's bytes)."""
-    if server.kv_capacity_tokens is not None:
-        return server.kv_capacity_tokens
+    if server.engine.kv_capacity_tokens is not None:
+        return server.engine.kv_capacity_tokens
     weights, kv = memory_extra(server, profile)
     return profile.kv_capacity_tokens(
-        server.gpu_memory_utilization, server.activation_reserve_gib, weights, kv
+        server.engine.gpu_memory_utilization, server.engine.activation_reserve_gib, weights, kv
     )
 
 
@@ -237,15 +237,15 @@ def check_memory(
     if capacity_tokens <= 0:
         raise ConfigError(
             source,
-            "server.gpu_memory_utilization",
+            "server.engine.gpu_memory_utilization",
             "no memory is left for the KV cache after the weights and the activation reserve",
         )
-    bs = block_size(scenario.server.block_size, profile)
+    bs = block_size(scenario.server.engine.block_size, profile)
     blocks = capacity_tokens // bs
     if blocks < 1:
         raise ConfigError(
             source,
-            "server.block_size",
+            "server.engine.block_size",
             f"{bs:,} tokens is more than the whole KV cache ({capacity_tokens:,} tokens); "
             f"allowed: <= {capacity_tokens:,}",
         )

@@ -1,4 +1,4 @@
-"""How a speculative server hands a round to its engine: the verifier's kind (``server.verifier``).
+"""How a speculative server hands a round to its engine: the verifier's kind (``server.verifier.kind``).
 
 A strategy of the verification component, chosen once by name where a server is built, instead
 of a flag tested wherever the two differ (issue 43):
@@ -7,7 +7,7 @@ of a flag tested wherever the two differ (issue 43):
     Every round is a new request carrying the session's whole sequence, which the engine hashes
     and looks up in its prefix cache (a stock ``vllm serve``): the API server parses every token
     id, the engine core takes a new request and hashes the whole prompt, and the prefix cache
-    reuses what the scenario's ``server.prefix_reuse`` says (vLLM's whole blocks, or every token).
+    reuses what the scenario's ``server.engine.prefix_reuse`` says (vLLM's whole blocks, or every token).
 ``resident``
     Each session stays in the engine between rounds and a round sends only what the engine does
     not hold: its new tokens over the session's KV, reused token by token (no block tail to
@@ -104,6 +104,6 @@ VERIFIER_KINDS.register("resident")(Resident)
 
 
 def verifier_kind(name: str) -> VerifierKind:
-    """The kind called ``name`` (``server.verifier``)."""
-    kind: Any = VERIFIER_KINDS.get(name, field="server.verifier")
+    """The kind called ``name`` (``server.verifier.kind``)."""
+    kind: Any = VERIFIER_KINDS.get(name, field="server.verifier.kind")
     return kind()  # type: ignore[no-any-return]

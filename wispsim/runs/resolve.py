@@ -39,7 +39,13 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "--replicas": ("server.replicas", "server.replica_profiles"),
     "--router": ("server.router",),
     "--profile": ("server.profile", "server.replica_profiles"),
-    "--policy": ("policy", "drafting.controller", "server.mode", "server.scheduler", "server.prefix_cache"),
+    "--policy": (
+        "policy",
+        "drafting.controller",
+        "server.mode",
+        "server.scheduler",
+        "server.engine.enable_prefix_caching",
+    ),
 }
 # the option-only fields below runs/ name: a profile's (profile derive) and simulate's device count
 DERIVE_OPTIONS = {

@@ -101,12 +101,12 @@ def longest_sequence(sc: Scenario) -> int:
 
 def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]]:
     """Start vLLM for ``sc``'s server: prefix caching as the policy says (off for SLED), the KV
-    cache capped at ``server.kv_capacity_tokens`` when the scenario sets it; returns the engine
+    cache capped at ``server.engine.kv_capacity_tokens`` when the scenario sets it; returns the engine
     and its facts (block size, the KV capacity a request can really get, request slots).
 
     The KV block is the engine's (128 tokens on vLLM's CPU backend, 16 on a GPU): the server
     plans with it whatever the scenario's profile says. Only a scenario that caps the cache in
-    tokens (``server.kv_capacity_tokens``) must agree with it, since the cap is set in blocks."""
+    tokens (``server.engine.kv_capacity_tokens``) must agree with it, since the cap is set in blocks."""
     from wispsim.engines.base import EngineSpec
     from wispsim.engines.vllm import VLLMEngine
     from wispsim.model.archs import load_arch
@@ -117,11 +117,16 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
     # (REPORT.md, KV section), and every policy gets the same layout. Admission control needs it:
     # the server frees ended sessions' blocks in vLLM's block pool (release_prefixes).
     layout = os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    if srv.mode == "speculative" and srv.kv_policy == "admission" and srv.prefix_cache and layout != "0":
+    if (
+        srv.mode == "speculative"
+        and srv.verifier.kv_policy == "admission"
+        and srv.engine.enable_prefix_caching
+        and layout != "0"
+    ):
         what = (
-            "server.verifier resident keeps sessions"
-            if srv.verifier == "resident"
-            else "server.kv_policy admission frees ended sessions' blocks"
+            "server.verifier.kind resident keeps sessions"
+            if srv.verifier.kind == "resident"
+            else "server.verifier.kv_policy admission frees ended sessions' blocks"
         )
         raise WispsimError(
             f"VLLM_ENABLE_V1_MULTIPROCESSING={layout}: {what} in vLLM's engine core, which must run in "
@@ -129,14 +134,16 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
         )
     profile = load_profile(srv.profile)
     profile.check_layout(layout == "0", "wispsim serve")  # its estimates must be this engine's
-    bs = block_size(srv.block_size, profile)
+    bs = block_size(srv.engine.block_size, profile)
     max_len = longest_sequence(sc)
     # vLLM keeps one block of its cache for itself (the null block): cap it one block larger
-    blocks = None if srv.kv_capacity_tokens is None else blocks_of(srv.kv_capacity_tokens, bs) + 1
+    blocks = (
+        None if srv.engine.kv_capacity_tokens is None else blocks_of(srv.engine.kv_capacity_tokens, bs) + 1
+    )
     if blocks is not None and (blocks - 1) * bs < max_len:
         raise WispsimError(
-            f"server.kv_capacity_tokens: {srv.kv_capacity_tokens} tokens cannot hold the longest "
-            f"session ({max_len} tokens); raise it or shorten the workload"
+            f"server.engine.kv_capacity_tokens: {srv.engine.kv_capacity_tokens} tokens cannot hold the "
+            f"longest session ({max_len} tokens); raise it or shorten the workload"
         )
     spec = EngineSpec(
         model_path=source.model,
@@ -144,9 +151,9 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
         dtype=source.dtype,
         seed=source.seed,
         max_len=max_len,
-        max_batch_tokens=max(srv.max_batch_tokens, max_len) * 2,
-        max_seqs=srv.max_batch_requests,
-        prefix_caching=srv.prefix_cache or srv.mode == "centralized",
+        max_batch_tokens=max(srv.verifier.max_batch_tokens, max_len) * 2,
+        max_seqs=srv.engine.max_num_seqs,
+        prefix_caching=srv.engine.enable_prefix_caching or srv.mode == "centralized",
         kv_cache_gib=max(1.0, (blocks or 0) * bs * profile.model.kv_bytes_per_token / 2**30),
         kv_blocks=blocks,
     )
@@ -154,8 +161,8 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
     real_bs = eng.block_size or bs
     if blocks is not None and real_bs != bs:
         raise WispsimError(
-            f"server.kv_capacity_tokens: the cap is set in the scenario's {bs}-token blocks, the "
-            f"engine's KV block is {real_bs} tokens; set server.block_size: {real_bs}"
+            f"server.engine.kv_capacity_tokens: the cap is set in the scenario's {bs}-token blocks, the "
+            f"engine's KV block is {real_bs} tokens; set server.engine.block_size: {real_bs}"
         )
     facts = {
         "engine": "vllm",
@@ -168,8 +175,8 @@ def build_engine(sc: Scenario, source: ModelSource) -> tuple[Any, dict[str, Any]
         "prefix_caching": spec.prefix_caching,
         "model": source.describe(),
         "dtype": source.dtype,
-        "kv_policy": srv.kv_policy if srv.mode == "speculative" else "engine",
-        "verifier": srv.verifier if srv.mode == "speculative" else "engine",
+        "kv_policy": srv.verifier.kv_policy if srv.mode == "speculative" else "engine",
+        "verifier": srv.verifier.kind if srv.mode == "speculative" else "engine",
         "engine_in_process": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0",
         "host": cpu_facts(),  # the CPU the real timings come from (wispsim.host)
     }
@@ -197,7 +204,7 @@ class VLLMBackend:
         return self.engine.release_prefixes(seqs)
 
     def resident_sessions(self) -> Any:
-        """Sessions kept in the engine (``server.verifier: resident``)."""
+        """Sessions kept in the engine (``server.verifier.kind: resident``)."""
         from wispsim.engines.vllm_sessions import ResidentSessions
 
         return ResidentSessions(self.engine.llm, self.engine.params, self.stop)
@@ -244,7 +251,7 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any], limits: Limits |
         plan = profile if srv.planning_profile is None else load_profile(srv.planning_profile)
         # the scheduler plans with the planning profile (``profile`` where none), as in simulate
         parts = verifier_parts(sc, plan.with_form(srv.estimator_form).estimator, cap, bs, request_outputs(sc))
-        resident = backend.resident_sessions() if srv.verifier == "resident" else None
+        resident = backend.resident_sessions() if srv.verifier.kind == "resident" else None
         if resident is not None and parts.admission is not None and facts.get("max_num_seqs"):
             # a paused resident session holds one of vLLM's request slots: no more than it has
             parts.admission.max_sessions = int(facts["max_num_seqs"])

@@ -10,7 +10,7 @@ one output token each, in one call. What the engine really served from its prefi
 the reply and the batch log report (vLLM's ``num_cached_tokens``); the model's plan is logged
 beside it.
 
-A resident verifier (``server.verifier: resident``; ``resident`` given, e.g.
+A resident verifier (``server.verifier.kind: resident``; ``resident`` given, e.g.
 :class:`wispsim.engines.vllm_sessions.ResidentSessions`) keeps each session in the engine instead
 of re-submitting it: a round sends the tokens the engine has not computed (the last bonus token)
 and its drafts, over the session's KV; a closed session's request ends before the next batch.
@@ -106,7 +106,7 @@ class VerifyServer:
     the engine (blocking; it is called in a worker thread). ``clock`` is the server's clock
     (``time.monotonic``), the one every logged time is on.
 
-    ``admission`` (``server.kv_policy: admission``) gates each session's first round on the KV
+    ``admission`` (``server.verifier.kv_policy: admission``) gates each session's first round on the KV
     reservations of the sessions already admitted (:mod:`wispsim.model.admission`, the
     simulator's own), sized to the engine's real cache; a session waits until one ends.
     ``release(seqs)`` tells the engine which sessions ended, so that it reuses their blocks first

@@ -1,8 +1,8 @@
 """A replica's front: what a request passes before the engine sees it (issue 36; issue 43).
 
-Every request passes the server's front end (``server.frontend``: the calibrated HTTP and
+Every request passes the server's front end (``server.host.frontend``: the calibrated HTTP and
 tokenization latency, :attr:`wispsim.model.profiles.Profile.frontend`) and one API-server
-process (``server.api_server_count`` processes; :meth:`wispsim.model.host_cpu.HostCPU.api`): a
+process (``server.host.api_server_count`` processes; :meth:`wispsim.model.host_cpu.HostCPU.api`): a
 serial process that handles its requests first come, first served, each for its CPU time. A
 device's requests all go to one process (its connection), ``session mod count``. While the
 processes keep up this only delays each request by its own service time; when the request rate

@@ -375,7 +375,7 @@ class SimResult:
     wall_s: float
     kv_blocks: int
     info: dict[str, Any] = field(default_factory=dict)
-    block_size: int = 16  # tokens per KV block (server.block_size, or the profile's engine's)
+    block_size: int = 16  # tokens per KV block (server.engine.block_size, or the profile's engine's)
 
     @property
     def rounds(self) -> pd.DataFrame:

@@ -19,6 +19,7 @@ from wispsim.config import Dist, Scenario
 from wispsim.config.limits import MAX_SIM_SECONDS
 from wispsim.config.parse import build, deep_merge, default_scenario_dict, read_yaml
 from wispsim.config.presets import check_preset
+from wispsim.config.server import upgrade_server
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.model.acceptance import ACCEPTANCE, find_trace
 from wispsim.model.drafting import CONTROLLERS
@@ -73,8 +74,8 @@ def load_scenario(
     or ``--set`` when the field at fault was set there.
 
     A field the policy preset sets (``drafting.controller``, ``server.mode``, ``server.scheduler``,
-    ``server.prefix_cache``) given explicitly in the file or with ``--set`` must agree with the
-    preset; to choose them one by one, use ``policy: custom``.
+    ``server.engine.enable_prefix_caching``, ``server.verifier.kv_policy``) given explicitly in the
+    file or with ``--set`` must agree with the preset; to choose them one by one, use ``policy: custom``.
 
     ``consistency=False`` leaves the checks that load profiles and traces
     (:func:`check_consistency`) to the caller, who runs them once after changing the scenario
@@ -83,14 +84,15 @@ def load_scenario(
     data = default_scenario_dict()
     label = "default scenario"
     if base:
-        data = deep_merge(data, base)
+        data = deep_merge(data, upgrade(base, source or "scenario"))
     written: dict[str, Any] = {}
     if path is not None:
         path = find_scenario(path)
         label = str(path)
-        written = read_yaml(Path(path))
+        written = upgrade(read_yaml(Path(path)), label)
         data = deep_merge(data, written)
     if overrides:
+        overrides = upgrade(overrides, "--set")
         data = deep_merge(data, overrides)
     source = label if source is None else source
     set_paths = dotted_fields(overrides or {})
@@ -103,6 +105,16 @@ def load_scenario(
     except ConfigError as e:
         raise relabel(e, dict.fromkeys(set_paths, "--set")) from None
     return scenario
+
+
+def upgrade(layer: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """A scenario mapping with its server section in today's names
+    (:func:`wispsim.config.server.upgrade_server`): files written with the earlier flat names
+    keep loading, and ``--set`` takes either name."""
+    out = dict(layer)
+    if "server" in out:
+        out["server"] = upgrade_server(out["server"], source)
+    return out
 
 
 def relabel(error: ConfigError, owners: Mapping[str, str]) -> ConfigError:
@@ -218,7 +230,7 @@ def resolve_server(scenario: Scenario, source: str = "scenario") -> Resolved:
         capacities.append(cap)
     copies = 1 if scenario.server.replica_profiles else scenario.server.replicas
     profiles = tuple(distinct) * copies
-    sizes = tuple(block_size(scenario.server.block_size, p) for p in profiles)
+    sizes = tuple(block_size(scenario.server.engine.block_size, p) for p in profiles)
     plan = scenario.server.planning_profile
     planning = (_load(plan, "server.planning_profile", scenario, source),) * len(profiles) if plan else ()
     resolved = Resolved(scenario, profiles, tuple(capacities) * copies, sizes, planning)
@@ -240,7 +252,10 @@ def _check_requests_fit(resolved: Resolved) -> None:
     srv = sc.server
     for limit, what in (
         (capacity, f"the KV cache ({capacity:,} tokens)"),
-        (srv.max_batch_tokens if srv.mode == "speculative" else None, "server.max_batch_tokens"),
+        (
+            srv.verifier.max_batch_tokens if srv.mode == "speculative" else None,
+            "server.verifier.max_batch_tokens",
+        ),
     ):
         if limit is not None and need[i] > limit:
             raise ConfigError(
@@ -260,15 +275,16 @@ def check_consistency(scenario: Scenario, source: str = "scenario") -> Resolved:
     sv, wl, dr = scenario.server, scenario.workload, scenario.drafting
     if (
         sv.mode == "speculative"
-        and sv.verifier == "resident"
-        and not (sv.prefix_cache and sv.kv_policy == "admission")
+        and sv.verifier.kind == "resident"
+        and not (sv.engine.enable_prefix_caching and sv.verifier.kv_policy == "admission")
     ):
         raise ConfigError(  # a preset may set either, so this is checked on the whole scenario
             source,
-            "server.verifier",
-            "resident keeps each session's KV pinned until its response ends: it needs prefix_cache: "
-            f"true and kv_policy: admission (got prefix_cache: {str(sv.prefix_cache).lower()}, "
-            f"kv_policy: {sv.kv_policy}); allowed with this policy: resubmit",
+            "server.verifier.kind",
+            "resident keeps each session's KV pinned until its response ends: it needs "
+            "engine.enable_prefix_caching: true and verifier.kv_policy: admission (got "
+            f"{str(sv.engine.enable_prefix_caching).lower()} and {sv.verifier.kv_policy}); allowed with "
+            "this policy: resubmit",
         )
     _check_speculation(scenario, source)
     resolved = resolve_server(scenario, source)
@@ -276,11 +292,11 @@ def check_consistency(scenario: Scenario, source: str = "scenario") -> Resolved:
     longest_prompt = wl.prompt_tokens.support()[1]
     longest_output = wl.output_tokens.support()[1]
     longest = int(longest_prompt + longest_output) + dr.largest + 1
-    if sv.mode == "speculative" and sv.max_batch_tokens < longest:
+    if sv.mode == "speculative" and sv.verifier.max_batch_tokens < longest:
         raise ConfigError(
             source,
-            "server.max_batch_tokens",
-            f"{sv.max_batch_tokens:,} is less than the longest single verification ({longest:,} "
+            "server.verifier.max_batch_tokens",
+            f"{sv.verifier.max_batch_tokens:,} is less than the longest single verification ({longest:,} "
             "tokens: a cold round forwards prompt + output + max(k, k_max) + 1); "
             f"allowed: >= {longest:,}",
         )

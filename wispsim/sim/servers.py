@@ -74,13 +74,13 @@ def verifier_parts(
         planner,
         blocks,
         block_size,
-        srv.max_batch_requests,
-        srv.max_batch_tokens,
-        srv.delta_ms / 1000.0,
+        srv.engine.max_num_seqs,
+        srv.verifier.max_batch_tokens,
+        srv.verifier.delta_ms / 1000.0,
     )
     # a resident session forwards only its new tokens: block-granular reuse is a re-submitted round's
-    reuse = verifier_kind(srv.verifier).reuse(srv.prefix_reuse)
-    memory = KVMemory(blocks, block_size, srv.prefix_cache, srv.eviction, reuse)
+    reuse = verifier_kind(srv.verifier.kind).reuse(srv.engine.prefix_reuse)
+    memory = KVMemory(blocks, block_size, srv.engine.enable_prefix_caching, srv.engine.eviction, reuse)
     scheduler = SCHEDULERS.get(srv.scheduler, field="server.scheduler")()
     return VerifierParts(gpu, memory, scheduler, make_admission(scenario, blocks, block_size, outputs))
 
@@ -165,21 +165,21 @@ def centralized_servers(ctx: RunContext, resolved: Resolved) -> Any:
         zip(resolved.profiles, resolved.capacities, resolved.block_sizes, specs, strict=True)
     ):
         host = for_server(srv, prof.host)
-        # the front end's latency before the engine sees a response (server.frontend), seconds
-        frontend = prof.host.frontend if srv.frontend else 0.0
+        # the front end's latency before the engine sees a response (server.host.frontend), seconds
+        frontend = prof.host.frontend if srv.host.frontend else 0.0
         engine = CentralizedServer(
             ctx.env,
             cap // bs,
             bs,
-            srv.max_batch_requests,
-            srv.prefill_chunk_tokens,
+            srv.engine.max_num_seqs,
+            srv.engine.max_num_batched_tokens,
             Pricing(make_latency(prof, srv, server_rng(ctx.seed, r)), host),
             ctx.recorder.batches,
             ctx.batch_ids,
             replica=r,
             spec=spec,
-            async_scheduling=srv.async_scheduling,
-            prompts=PromptCache(bs, srv.prefix_cache),
+            async_scheduling=srv.engine.async_scheduling,
+            prompts=PromptCache(bs, srv.engine.enable_prefix_caching),
         )
         front = host is not None or frontend > 0
         out.append(GenerationFront(ctx.env, engine, host, frontend) if front else engine)

@@ -42,7 +42,7 @@ class SpeculativeServing:
     needs_length = False
 
     def __init__(self, scenario: Scenario) -> None:
-        self.kind: VerifierKind = verifier_kind(scenario.server.verifier)
+        self.kind: VerifierKind = verifier_kind(scenario.server.verifier.kind)
         self.pad = scenario.drafting.k_max + 2
 
     def respond(

@@ -175,7 +175,7 @@ class Verifier:
     ) -> None:
         gpu, scheduler, memory, admission = parts.gpu, parts.scheduler, parts.memory, parts.admission
         self.env = env
-        self.admission = admission  # KV admission control (server.kv_policy: admission), or LRU
+        self.admission = admission  # KV admission control (server.verifier.kv_policy: admission), or LRU
         self.track_work = track_work  # only routers read the outstanding work
         self.replica = replica
         self.gpu = gpu
@@ -188,7 +188,7 @@ class Verifier:
         self._own_price = None if gpu.estimator is pricing.cost else pricing.cost.price
         self.batches = batches
         self._batch_ids = batch_ids
-        self.kind = kind or VerifierKind()  # server.verifier: how a round reaches the engine
+        self.kind = kind or VerifierKind()  # server.verifier.kind: how a round reaches the engine
         self.queue: list[Request] = []
         self._wake: simpy.Event | None = None
         self.busy_until = 0.0

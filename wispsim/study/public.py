@@ -279,7 +279,7 @@ def memory_check(folder: str) -> pd.DataFrame:
     """wispsim's memory facts against what the public runs' servers logged, per deployment without
     speculation: weight GiB per GPU, KV bytes per token per GPU (logged: KV GiB over KV tokens;
     inference-sim logs KV blocks, not weights), and the activation reserve the engine kept
-    (GPU memory x utilization - weights - KV), which ``server.activation_reserve_gib`` stands for."""
+    (GPU memory x utilization - weights - KV), which ``server.engine.activation_reserve_gib`` stands for."""
     mem = pd.read_csv(Path(folder) / "memory.csv")
     runs = load_runs(folder)
     rows = []

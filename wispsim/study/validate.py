@@ -33,6 +33,7 @@ import pandas as pd
 
 from wispsim.analysis.metrics import server_stats, summarize
 from wispsim.config import POLICY_NAMES, Scenario, parse_set
+from wispsim.config.server import upgrade_server
 from wispsim.errors import ConfigError
 from wispsim.model.profiles import load_profile
 from wispsim.results import Results
@@ -197,14 +198,17 @@ def with_facts(sc: Scenario, facts: Mapping[str, Any], sets: tuple[str, ...] | l
     ``sets`` set stays as set (model options under test, e.g. a profile fitted from a
     deployment's batch log); a profile not chosen there must have been measured in the server's
     engine layout."""
-    given = parse_set(list(sets)).get("server")
+    given = upgrade_server(parse_set(list(sets)).get("server"), "--sim-set")
     given = given if isinstance(given, dict) else {}
+    engine_given = given.get("engine") if isinstance(given.get("engine"), dict) else {}
     srv = sc.server
+    eng = srv.engine
     cap, bs = facts.get("kv_capacity_tokens"), facts.get("block_size")
-    if cap and "kv_capacity_tokens" not in given:
-        srv = dataclasses.replace(srv, kv_capacity_tokens=int(cap))
-    if bs and srv.block_size is None and "block_size" not in given:  # the engine's, as it reported it
-        srv = dataclasses.replace(srv, block_size=int(bs))
+    if cap and "kv_capacity_tokens" not in engine_given:
+        eng = dataclasses.replace(eng, kv_capacity_tokens=int(cap))
+    if bs and eng.block_size is None and "block_size" not in engine_given:  # the engine's, as it reported it
+        eng = dataclasses.replace(eng, block_size=int(bs))
+    srv = dataclasses.replace(srv, engine=eng)
     if "profile" not in given:  # a --sim-set profile is chosen on purpose
         load_profile(srv.profile).check_layout(facts.get("engine_in_process"), "scenario")
     return sc.replace(server=srv)

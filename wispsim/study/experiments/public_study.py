@@ -278,7 +278,7 @@ def study_public(ctx: Context) -> Section:
     memory.to_csv(ctx.out / "memory_check.csv", index=False)
     sec.body += [
         "The memory facts against what the servers logged (per GPU; the reserve is GPU memory x "
-        "utilization - weights - KV, what `server.activation_reserve_gib` stands for):",
+        "utilization - weights - KV, what `server.engine.activation_reserve_gib` stands for):",
         "",
     ]
     sec.body += md_table(memory, "{:.4g}")

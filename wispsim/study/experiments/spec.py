@@ -170,7 +170,7 @@ def _check_spec(spec: dict[str, Any]) -> None:
                     )
                 for part, what in (
                     ("roofline", "parameters"),
-                    ("set", "scenario fields (server.verifier: ...)"),
+                    ("set", "scenario fields (server.verifier.kind: ...)"),
                 ):
                     if not isinstance(t.get(part) or {}, dict):
                         raise ConfigError(src, "targets", f"{t['name']}: {part} must be a mapping of {what}")

@@ -2,7 +2,7 @@
 
 A ``targets`` entry is a profile's name, or ``{name, profile, roofline, set}``: the profile with
 some roofline parameters replaced (a sensitivity variant, written to the study's folder with its
-provenance) and some scenario fields set (``server.verifier``, ``server.api_server_count``, ...).
+provenance) and some scenario fields set (``server.verifier.kind``, ``server.host.api_server_count``, ...).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def study_target(ctx: Context, target: Any) -> tuple[str, str, dict[str, Any]]:
     ``{name, profile, roofline, set}`` whose roofline parameters (``efficiency``, ``overlap``,
     ``overhead_ms``) replace the profile's (the variant's profile is written to the study's
     folder, its provenance saying what changed, and checked like any other) and whose ``set``
-    overrides the study's scenario (``server.verifier``, ``server.api_server_count``, ...)."""
+    overrides the study's scenario (``server.verifier.kind``, ``server.host.api_server_count``, ...)."""
     if not isinstance(target, dict):
         return str(target), str(target), {}
     sets = dict(target.get("set") or {})

@@ -33,8 +33,8 @@ def describe(scenario: Scenario, meta: Mapping[str, Any]) -> str:
             "and last downlink times) are served by the centralized engine; nothing is drafted"
         )
     what = (
-        f"scheduler {srv.scheduler}, prefix cache {'on' if srv.prefix_cache else 'off'}, profile "
-        f"{srv.profile}, {srv.replicas} replica(s)" + (f", {srv.router} router" if srv.replicas > 1 else "")
+        f"scheduler {srv.scheduler}, prefix cache {'on' if srv.engine.enable_prefix_caching else 'off'}, "
+        f"profile {srv.profile}, {srv.replicas} replica(s)" + (f", {srv.router} router" if srv.replicas > 1 else "")
     )
     same = (
         " (the recorded policy)" if recorded == scenario.policy else f" (recorded: {recorded or 'unknown'})"
