@@ -56,7 +56,20 @@ BENCHES = {
                         "--max-concurrency", "16", "--no-async-scheduling", "--no-enable-prefix-caching"],
 }  # fmt: skip
 SWEEP = ["--policy", "wisp", "--classes", "8", "--devices", "20:60:20", "--seeds", "1", "--jobs", "1"]
-VOLATILE = {"commit", "provenance", "log", "date", "wall_s", "wall_time_s", "seconds", "elapsed_s", "started", "finished", "command", "out"}
+VOLATILE = {  # what differs from run to run whatever the code
+    "commit",
+    "provenance",
+    "log",
+    "date",
+    "wall_s",
+    "wall_time_s",
+    "seconds",
+    "elapsed_s",
+    "started",
+    "finished",
+    "command",
+    "out",
+}
 
 
 def wispsim(*args: str) -> None:

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from wispsim.version import __version__
 
 __all__ = ["__version__", "check", "load_scenario", "simulate", "summarize"]
 
 if TYPE_CHECKING:
     from wispsim.analysis.metrics import summarize
-    from wispsim.runs.resolve import check
-    from wispsim.sim.scenarios import load_scenario
+    from wispsim.sim.scenarios import check, load_scenario
     from wispsim.sim.simulation import simulate
 
 _EXPORTS = {
-    "check": "wispsim.runs.resolve",
+    "check": "wispsim.sim.scenarios",
     "load_scenario": "wispsim.sim.scenarios",
     "simulate": "wispsim.sim.simulation",
     "summarize": "wispsim.analysis.metrics",

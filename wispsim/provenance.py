@@ -20,8 +20,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from wispsim import __version__
 from wispsim.paths import PACKAGE_DIR
+from wispsim.version import __version__
 
 NOT_INSTALLED = "not installed"
 

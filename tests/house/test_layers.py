@@ -21,6 +21,8 @@ PACKAGE = ROOT / "wispsim"
 LAYERS = (
     "", "config", "model", "sim", "analysis", "plots", "study", "engines", "measure", "serve", "runs", "cli",
 )  # fmt: skip
+# the highest layer the package face (``wispsim/__init__.py``) re-exports from
+FACE_REACH = "analysis"
 # a leaf layer imports only the root modules (errors, registry, paths, ...), whatever its rank
 LEAVES = {"engines"}
 # a tower: imported only by the layers named (and itself); nothing else may lean on it
@@ -113,12 +115,17 @@ def check(root: Path) -> list[str]:
     for mod, path in files.items():
         deps = {d for d in imports_of(path, mod, package) if d in files and d != mod}
         graph[mod] = deps
-        if mod == package:  # the top-level __init__ only re-exports, lazily
+        if mod == package:  # the top-level __init__ only re-exports, lazily, from low layers
+            for d in sorted(deps):
+                if layer_of(d) > layer_of(f"{package}.{FACE_REACH}"):
+                    problems.append(f"the package face imports {d} (above {FACE_REACH})")
             continue
         inner = mod.split(".", 1)[1] if "." in mod else ""
         for lib in sorted(third_party(path) & set(EDGES)):
             if not any(inner == e or inner.startswith(e + ".") for e in EDGES[lib]):
                 problems.append(f"{mod} imports {lib} (allowed only in {', '.join(EDGES[lib])})")
+        if package in imports_of(path, mod, package):  # from wispsim import X: the face, back
+            problems.append(f"{mod} imports the package face (import from the module that defines it)")
         for d in sorted(deps):
             if d == package:
                 continue
@@ -274,6 +281,16 @@ def test_checker_accepts_a_clean_package(tmp_path: Path) -> None:
         (
             {"runs/run.py": "from wispsim.cli.run import run\n"},
             "wispsim.runs.run imports the higher layer wispsim.cli.run",
+        ),
+        # a root module importing the package face back (the version it re-exports): a loop
+        (
+            {"provenance.py": "from wispsim import __version__\n"},
+            "wispsim.provenance imports the package face (import from the module that defines it)",
+        ),
+        # the package face reaching into the entrance hall
+        (
+            {"__init__.py": "def f():\n    from wispsim.runs.run import run\n", "runs/run.py": ""},
+            "the package face imports wispsim.runs.run (above analysis)",
         ),
     ],
 )

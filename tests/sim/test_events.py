@@ -8,7 +8,7 @@ from typing import Any
 
 import simpy
 
-from wispsim.sim.verifier import Request, succeed_together
+from wispsim.sim.verifier import Request, Verdict
 
 
 def _trace(complete: Callable[[simpy.Environment, list[simpy.Event]], None]) -> list[tuple[float, str]]:
@@ -24,7 +24,7 @@ def _trace(complete: Callable[[simpy.Environment, list[simpy.Event]], None]) -> 
         log.append((env.now, f"{name} again"))
 
     def replica(name: str, members: int) -> Generator[Any, Any, None]:
-        dones = [env.event() for _ in range(members)]
+        dones = [Verdict(env) for _ in range(members)]
         for i, d in enumerate(dones):
             env.process(device(f"{name}{i}", d))
         yield env.timeout(1.0)
@@ -48,7 +48,7 @@ def test_one_heap_entry_per_batch_keeps_the_order_of_separate_events() -> None:
             ev.succeed()
 
     plain = _trace(one_by_one)
-    assert _trace(succeed_together) == plain
+    assert _trace(Verdict.succeed_all) == plain  # type: ignore[arg-type]
     assert [w for _, w in plain][:4] == ["a next batch", "bystander", "b next batch", "a0 resumed"]
 
 

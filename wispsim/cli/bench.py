@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from wispsim.cli.common import make_console
+from wispsim.cli.options import SetOpt
 
 console = make_console()
 HELP = (
@@ -101,6 +102,7 @@ def bench(
         bool, typer.Option("--save-result", help="Write the JSON vllm bench serve writes.")
     ] = False,
     result_filename: Annotated[Path | None, typer.Option("--result-filename")] = None,
+    set_: SetOpt = None,
 ) -> None:
     from wispsim.provenance import code_commit, command_line, now_iso
     from wispsim.results import check_output_file, writing
@@ -126,7 +128,7 @@ def bench(
         max_num_seqs, max_num_batched_tokens, enable_prefix_caching, async_scheduling, gpu_memory_utilization
     )
     with console.status(f"simulating {num_prompts} requests on {prof.name}"):
-        result, _ = run_bench(prof, client, server)
+        result, _ = run_bench(prof, client, server, set_)
     result["model_id"] = model or prof.name
     _print_table(result)
     if save_result:

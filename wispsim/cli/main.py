@@ -18,7 +18,6 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from wispsim import __version__
 from wispsim.cli import bench, plan, run, serve, sweep
 from wispsim.cli.arrivals import arrivals_app
 from wispsim.cli.common import err_console
@@ -31,6 +30,7 @@ from wispsim.cli.scenario import scenario_app
 from wispsim.cli.trace import trace_app
 from wispsim.config import FieldError
 from wispsim.errors import WispsimError
+from wispsim.version import __version__
 
 app = typer.Typer(
     name="wispsim",

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wispsim.config import parse_set
 from wispsim.errors import ConfigError
 from wispsim.model.archs import Arch, arch_from_dict, available_archs, load_arch, load_gpu
 from wispsim.model.physical import physical_profile
@@ -190,10 +191,14 @@ def check(c: Client, s: Server) -> None:
             raise ConfigError(flag, flag.lstrip("-").replace("-", "_"), f"got {v}; allowed: an integer >= 1")
 
 
-def run_bench(prof: Profile, c: Client, s: Server) -> tuple[dict[str, Any], Any]:
+def run_bench(
+    prof: Profile, c: Client, s: Server, sets: list[str] | None = None
+) -> tuple[dict[str, Any], Any]:
     """Simulate the benchmark; returns vLLM's result keys (and the server flags as they ran) and
-    the simulated result."""
+    the simulated result. ``sets``: scenario fields beyond vLLM's flags (``--set``), honoured as a
+    run honours them."""
     check(c, s)
+    overrides = parse_set(sets) if sets else None
     rate = rate_of(c.request_rate)
     tokens_default, seqs_default = vllm_defaults(prof.gpu_memory_gib, prof.gpu)
     seqs = s.max_num_seqs if s.max_num_seqs is not None else seqs_default
@@ -230,6 +235,7 @@ def run_bench(prof: Profile, c: Client, s: Server) -> tuple[dict[str, Any], Any]
         shared_prefix_tokens=prefix,
         async_scheduling=s.async_scheduling,
         seed=c.seed,
+        overrides=overrides,
     )
     res = bench(prof, run)
     result = vllm_result(res, run, rate, c.max_concurrency)
@@ -251,6 +257,7 @@ def run_bench(prof: Profile, c: Client, s: Server) -> tuple[dict[str, Any], Any]
                 "gpu_memory_utilization": s.gpu_memory_utilization,
                 "tensor_parallel_size": prof.gpu_count,
             },
+            "set": list(sets or []),
             "simulated_steps": res.steps,
             "simulated_preemptions": res.preemptions,
         }

@@ -61,10 +61,10 @@ def calibrate_profile(
     leave-one-run-out errors."""
     import yaml
 
-    from wispsim.measure.profile.calibrate import calibrate
     from wispsim.measure.profile.derive import render
     from wispsim.model.profiles import parse_profile
     from wispsim.runs.bench import physical_of
+    from wispsim.study.calibrate import calibrate
 
     check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
     base = physical_of(model, gpu, tp, dtype, name=name or out.stem, command=command_line())

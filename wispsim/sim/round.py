@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from wispsim.sim.verifier import Request
+from wispsim.sim.verifier import Request, Verdict
 
 if TYPE_CHECKING:
     from wispsim.sim.context import DeviceRound, RunContext
@@ -76,7 +76,7 @@ def speculative_response(
     submit = ctx.server.submit  # called with the request when its uplink ends (Request.send)
     record_round = ctx.recorder.record_round
     req_ids = ctx.request_ids
-    event = env.event
+    verdict = Verdict  # the event of a round's verdict (a batch succeeds its members' at once)
     w = ctx.alpha_ema
     slo = side.slo
     next_round, downlink = source.next_round, source.downlink
@@ -97,7 +97,7 @@ def speculative_response(
         budget = n_hat / slo - draft - up
         prefix = prompt + pos
         req = Request(
-            next(req_ids), resp, arrival, arrival + budget, n_hat, k, prefix, prefix + committed, event()
+            next(req_ids), resp, arrival, arrival + budget, n_hat, k, prefix, prefix + committed, verdict(env)
         )
         # the request reaches the server when its uplink ends (it is the event of its arrival),
         # and the device sleeps until the verdict: one resume per round

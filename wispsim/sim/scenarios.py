@@ -266,6 +266,12 @@ def _check_requests_fit(resolved: Resolved) -> None:
             )
 
 
+def check(scenario: Scenario) -> Resolved:
+    """A scenario resolved, once: its one consistency check (profiles, memory, lengths,
+    reachability), what :func:`wispsim.sim.simulation.simulate` takes (``wispsim.check``)."""
+    return check_consistency(scenario, "scenario")
+
+
 def check_consistency(scenario: Scenario, source: str = "scenario") -> Resolved:
     """What a run would trip over, caught before it starts: the KV cache holds the longest
     response in whole blocks, one batch can hold the longest single verification, the drain

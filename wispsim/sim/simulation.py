@@ -79,7 +79,7 @@ def simulate(
     ``devices.count``).
 
     ``resolved`` is a :class:`~wispsim.sim.scenarios.Resolved`, taken as it is: nothing is loaded
-    or checked again (:func:`wispsim.runs.resolve.check`, or ``wispsim.check`` from Python,
+    or checked again (:func:`wispsim.sim.scenarios.check`, ``wispsim.check`` from Python,
     resolves a scenario, once). A bad device count names the field ``devices.count``; the
     entrance hall (:mod:`wispsim.runs`) names the option that set it. ``servers``, ``load``
     and ``env`` are the run's components (module text; default: simulated servers, the arrival

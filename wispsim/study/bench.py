@@ -21,7 +21,7 @@ prompt before the engine sees it.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +30,11 @@ import pandas as pd
 import simpy
 
 from wispsim.analysis.token_latency import token_latency
+from wispsim.config import deep_merge
 from wispsim.config.schema import POLICIES
 from wispsim.model.profiles import Profile
 from wispsim.sim.context import RunContext
-from wispsim.sim.scenarios import Resolved, load_scenario
+from wispsim.sim.scenarios import Resolved, load_scenario, upgrade
 from wispsim.sim.servers import build_servers, server_info
 from wispsim.sim.serving import serving_of
 
@@ -71,6 +72,9 @@ class BenchRun:
     draft_overheads: dict[str, float] | None = None  # None: wispsim/data/speculation.yaml's
     seed: int = 0
     noise: bool = False
+    # further scenario fields (a nested mapping, as ``--set`` gives them), over the ones above: every
+    # server setting a run honours, a benchmark honours too
+    overrides: Mapping[str, Any] | None = None
 
 
 TTFT_PARTS = ("frontend", "step_wait", "queue", "prefill")
@@ -175,8 +179,13 @@ def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
             "speculation": speculation,
         },
     }
+    if run.overrides:
+        overrides = deep_merge(overrides, upgrade(run.overrides, "--set"))
     sc = load_scenario(overrides=overrides, source="wispsim bench", consistency=False)
-    return Resolved(sc, (profile,), (max(kv // bs, 1) * bs,), (bs,))
+    eng = sc.server.engine
+    cap = eng.kv_capacity_tokens if eng.kv_capacity_tokens is not None else max(kv // bs, 1) * bs
+    size = eng.block_size or bs
+    return Resolved(sc, (profile,), (max(cap // size, 1) * size,), (size,))
 
 
 class _BenchClients:

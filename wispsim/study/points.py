@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from wispsim import __version__
 from wispsim.analysis.metrics import device_counts, replica_summary, summarize
 from wispsim.config import Scenario
 from wispsim.provenance import code_commit, file_digest
 from wispsim.sim.records import StoredRecords
 from wispsim.sim.scenarios import resolve_server
 from wispsim.sim.simulation import simulate
+from wispsim.version import __version__
 
 RECORD_MODES = ("none", "responses", "all")
 

@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from wispsim import __version__
 from wispsim.errors import WispsimError
 from wispsim.measure.predictor.evaluate import Trained, classification_metrics, operating_threshold, proba
 from wispsim.measure.predictor.export import require_ml, save_native, write_npz
 from wispsim.measure.predictor.labels import Split, label_traces, split_set
 from wispsim.model.acceptance import Trace
 from wispsim.provenance import command_line, distribution_versions, file_sha256, now_iso
+from wispsim.version import __version__
 
 MODEL_KINDS = ("mlp", "xgboost", "lightgbm", "rf")
 

@@ -23,11 +23,11 @@ from typing import Any
 
 import pandas as pd
 
-from wispsim import __version__
 from wispsim.config import Scenario, parse_set
 from wispsim.provenance import code_commit, distribution_versions
 from wispsim.sim.scenarios import load_scenario
 from wispsim.study.experiments.spec import STUDIES, experiments_dir, list_experiments, load_spec, resolve
+from wispsim.version import __version__
 
 
 @dataclass

@@ -34,7 +34,8 @@ def describe(scenario: Scenario, meta: Mapping[str, Any]) -> str:
         )
     what = (
         f"scheduler {srv.scheduler}, prefix cache {'on' if srv.engine.enable_prefix_caching else 'off'}, "
-        f"profile {srv.profile}, {srv.replicas} replica(s)" + (f", {srv.router} router" if srv.replicas > 1 else "")
+        f"profile {srv.profile}, {srv.replicas} replica(s)"
+        + (f", {srv.router} router" if srv.replicas > 1 else "")
     )
     same = (
         " (the recorded policy)" if recorded == scenario.policy else f" (recorded: {recorded or 'unknown'})"

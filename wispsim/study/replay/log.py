@@ -160,7 +160,7 @@ def _unfinished_responses(result: SimResult) -> list[dict[str, Any]]:
 
 def write_log(result: SimResult, path: str | Path) -> Path:
     """Write the per-round log of ``result`` to ``path`` (.parquet or .csv) and its sidecar."""
-    from wispsim import __version__
+    from wispsim.version import __version__
 
     p = Path(path)
     if p.suffix.lower() not in SUFFIXES:

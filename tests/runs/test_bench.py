@@ -1,0 +1,103 @@
+"""``wispsim.runs.bench``: the benchmark command's one function and its checks, called directly
+(the command itself: tests/cli/test_bench.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from wispsim.errors import ConfigError
+from wispsim.runs.bench import Client, Server, arch_of, check, profile_of, random_lengths, rate_of, run_bench
+
+
+def test_a_model_is_a_shipped_arch_a_config_json_or_a_hub_id(tmp_path: Path) -> None:
+    assert arch_of("qwen3-32b").name == "qwen3-32b"
+    assert arch_of("Qwen/Qwen3-32B").name == "qwen3-32b"
+    cfg = tmp_path / "mine" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps({**_qwen_like(), "model_type": "qwen2"}))
+    assert arch_of(str(cfg.parent)).name == "mine" and arch_of(str(cfg)).hidden_size == 512
+    for bad, words in (("nope-7b", "unknown model"), (str(tmp_path), "no config.json")):
+        with pytest.raises(ConfigError, match=words):
+            arch_of(bad)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        arch_of(str(broken))
+
+
+def _qwen_like() -> dict[str, object]:
+    return {
+        "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 4096,
+    }  # fmt: skip
+
+
+def test_the_profile_comes_from_the_model_and_gpu_or_is_named() -> None:
+    prof = profile_of("qwen3-32b", "a100-80gb", 1, "auto", None)
+    assert prof.gpu_count == 1 and prof.estimator.form == "roofline"
+    assert profile_of(None, None, 1, "auto", "a100-qwen3-32b").name == "a100-qwen3-32b"
+    with pytest.raises(ConfigError, match="not both"):
+        profile_of("qwen3-32b", None, 1, "auto", "a100-qwen3-32b")
+    with pytest.raises(ConfigError, match="--model and --gpu"):
+        profile_of("qwen3-32b", None, 1, "auto", None)
+    with pytest.raises(ConfigError, match="--dtype"):
+        profile_of("qwen3-32b", "a100-80gb", 1, "int3", None)
+
+
+def test_rates_and_lengths_as_vllm_draws_them() -> None:
+    assert rate_of("inf") is None and rate_of(" INF ") is None and rate_of("2.5") == 2.5
+    for bad in ("0", "-1", "nan", "fast"):
+        with pytest.raises(ConfigError, match="--request-rate"):
+            rate_of(bad)
+    x = random_lengths(np.random.default_rng(0), 100, 0.5, 1000)
+    assert x.min() >= 50 and x.max() <= 150 and len(set(x.tolist())) > 50
+
+
+def test_bad_flags_are_refused_before_any_work() -> None:
+    good_c, good_s = Client(), Server()
+    check(good_c, good_s)
+    for client, server, words in (
+        (Client(num_prompts=0), good_s, "--num-prompts"),
+        (Client(random_range_ratio=1.0), good_s, "--random-range-ratio"),
+        (Client(burstiness=0), good_s, "--burstiness"),
+        (Client(max_concurrency=0), good_s, "--max-concurrency"),
+        (Client(dataset_name="sharegpt"), good_s, "--dataset-name"),
+        (good_c, Server(gpu_memory_utilization=1.5), "--gpu-memory-utilization"),
+        (good_c, Server(max_num_seqs=0), "--max-num-seqs"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            check(client, server)
+
+
+def test_a_run_reports_vllms_keys_the_servers_flags_and_honours_set() -> None:
+    prof = profile_of("qwen3-14b", "h100-80gb", 1, "auto", None)
+    client = Client(num_prompts=60, request_rate="10", random_input_len=400, random_output_len=40)
+    result, res = run_bench(prof, client, Server())
+    assert result["completed"] == 60 and result["num_prompts"] == 60 and result["request_rate"] == 10.0
+    assert result["server"]["max_num_seqs"] == 1024 and result["server"]["max_num_batched_tokens"] == 8192
+    assert all(math.isfinite(result[k]) for k in ("mean_ttft_ms", "p99_itl_ms", "output_throughput"))
+    assert set(result["ttft_parts_mean_ms"]) == {"frontend", "step_wait", "queue", "prefill"}
+    # a scenario field beyond vLLM's flags, honoured as a run honours it
+    off, _ = run_bench(prof, client, Server(), ["server.host.frontend=false"])
+    assert off["ttft_parts_mean_ms"]["frontend"] < result["ttft_parts_mean_ms"]["frontend"]
+    assert off["set"] == ["server.host.frontend=false"]
+    with pytest.raises(ConfigError, match=r"server\.bogus"):
+        run_bench(prof, client, Server(), ["server.bogus=1"])
+    assert isinstance(res.responses, pd.DataFrame) and len(res.responses) == 60
+
+
+def test_a_dataset_replays_its_times_and_lengths(tmp_path: Path) -> None:
+    path = tmp_path / "requests.csv"
+    pd.DataFrame(
+        {"time_s": [0.0, 0.5, 1.0], "prompt_tokens": [100, 200, 300], "output_tokens": [5, 6, 7]}
+    ).to_csv(path, index=False)
+    prof = profile_of("qwen3-14b", "h100-80gb", 1, "auto", None)
+    result, res = run_bench(prof, Client(dataset_path=path), Server())
+    assert result["completed"] == 3 and result["total_output_tokens"] == 18
+    assert res.responses.t_start.tolist() == pytest.approx([0.0, 0.5, 1.0])
