@@ -23,6 +23,13 @@ def require(cond: bool, fld: str, problem: str) -> None:
         raise FieldError(fld, problem)
 
 
+def require_count(value: int, fld: str, low: int, high: int, unit: str = "") -> None:
+    """``value`` a whole number in ``[low, high]`` (``unit``: what it counts), else a FieldError
+    naming the range."""
+    if not low <= value <= high:
+        raise FieldError(fld, f"must be in [{low:,}, {high:,}]{' ' + unit if unit else ''}, got {value:,}")
+
+
 DistKind = Literal["constant", "uniform", "lognormal", "exponential", "normal"]
 
 

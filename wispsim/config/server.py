@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from wispsim.config.dist import require
+from wispsim.config.dist import require, require_count
 from wispsim.config.limits import (
     MAX_BATCH_REQUESTS,
     MAX_BATCH_TOKENS,
@@ -93,16 +93,8 @@ class EngineConfig:
     eviction: Literal["session", "block"] = "session"
 
     def __post_init__(self) -> None:
-        require(
-            1 <= self.max_num_seqs <= MAX_BATCH_REQUESTS,
-            "max_num_seqs",
-            f"must be in [1, {MAX_BATCH_REQUESTS:,}], got {self.max_num_seqs:,}",
-        )
-        require(
-            1 <= self.max_num_batched_tokens <= MAX_BATCH_TOKENS,
-            "max_num_batched_tokens",
-            f"must be in [1, {MAX_BATCH_TOKENS:,}], got {self.max_num_batched_tokens:,}",
-        )
+        require_count(self.max_num_seqs, "max_num_seqs", 1, MAX_BATCH_REQUESTS)
+        require_count(self.max_num_batched_tokens, "max_num_batched_tokens", 1, MAX_BATCH_TOKENS)
         require(
             0 < self.gpu_memory_utilization <= 1,
             "gpu_memory_utilization",
@@ -148,11 +140,7 @@ class VerifierConfig:
 
     def __post_init__(self) -> None:
         require(0 <= self.kv_headroom < 1, "kv_headroom", f"must be in [0, 1), got {self.kv_headroom}")
-        require(
-            1 <= self.max_batch_tokens <= MAX_BATCH_TOKENS,
-            "max_batch_tokens",
-            f"must be in [1, {MAX_BATCH_TOKENS:,}], got {self.max_batch_tokens:,}",
-        )
+        require_count(self.max_batch_tokens, "max_batch_tokens", 1, MAX_BATCH_TOKENS)
         require(
             0 <= self.delta_ms <= 1000 * MAX_SIM_SECONDS,
             "delta_ms",
@@ -182,11 +170,7 @@ class HostConfig:
             "cpu_speed",
             f"must be in [0.01, 100] (times the measuring host's) or null, got {self.cpu_speed}",
         )
-        require(
-            1 <= self.api_server_count <= 64,
-            "api_server_count",
-            f"must be in [1, 64] processes, got {self.api_server_count}",
-        )
+        require_count(self.api_server_count, "api_server_count", 1, 64, "processes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,11 +200,7 @@ class ServerConfig:
     speculation: SpeculationConfig = SpeculationConfig()
 
     def __post_init__(self) -> None:
-        require(
-            1 <= self.replicas <= MAX_REPLICAS,
-            "replicas",
-            f"must be in [1, {MAX_REPLICAS}], got {self.replicas:,}",
-        )
+        require_count(self.replicas, "replicas", 1, MAX_REPLICAS)
         require(
             not self.replica_profiles or len(self.replica_profiles) == self.replicas,
             "replica_profiles",

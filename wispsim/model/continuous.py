@@ -172,19 +172,22 @@ class ContinuousBatcher:
     def _grow(self) -> None:
         """Give every decoding sequence the blocks of its next tokens, preempting the newest
         sequence while memory runs out (vLLM's recompute preemption)."""
-        memory = self.memory
+        grow = self.memory.grow
+        running = self.running
+        lookahead = self.lookahead
         i = 0
-        while i < len(self.running):
-            s = self.running[i]
+        while i < len(running):
+            s = running[i]
             if s.prefilled >= s.context:
-                need = memory.blocks(s.context + self.lookahead) - s.blocks
-                while need > memory.free and self.running[-1] is not s:
+                tokens = s.context + lookahead
+                got = grow(s.blocks, tokens)
+                while got < 0 and running[-1] is not s:
                     self._preempt_last()
-                if need > memory.free:  # s itself is the newest: preempt it
+                    got = grow(s.blocks, tokens)
+                if got < 0:  # s itself is the newest: preempt it
                     self._preempt_last()
                     continue
-                s.blocks += need
-                memory.take(need)
+                s.blocks += got
             i += 1
 
     def _compose(self, now: float) -> Step:

@@ -26,14 +26,8 @@ class CostModel(Protocol):
 
     form: str
 
-    def batch(
-        self,
-        n_linear: float,
-        n_interactions: float,
-        n_cached: float,
-        n_requests: float = 0,
-        n_arrivals: float = 0,
-    ) -> float:
+    def batch(self, n_linear: float, n_interactions: float, n_cached: float,
+              n_requests: float = 0, n_arrivals: float = 0) -> float:  # fmt: skip
         """``T_hat`` of a pass from its shape's sums."""
         ...
 
@@ -70,14 +64,8 @@ class AggregateCost:
 
     __slots__ = ()
 
-    def batch(
-        self,
-        n_linear: float,
-        n_interactions: float,
-        n_cached: float,
-        n_requests: float = 0,
-        n_arrivals: float = 0,
-    ) -> float:
+    def batch(self, n_linear: float, n_interactions: float, n_cached: float,
+              n_requests: float = 0, n_arrivals: float = 0) -> float:  # fmt: skip
         raise NotImplementedError
 
     def price(self, shape: Shape) -> float:

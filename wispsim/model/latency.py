@@ -131,16 +131,15 @@ class Pricing:
     A request's price at the front (the front end's latency, the API server's CPU) is the front's
     (:mod:`wispsim.sim.front`), from the same host."""
 
-    __slots__ = ("cost", "host", "latency")
+    __slots__ = ("cost", "gpu", "host", "latency")
 
     def __init__(self, latency: LatencyModel, host: HostCPU | None) -> None:
         self.latency = latency
         self.cost: CostModel = latency.cost
         self.host = host
-
-    def gpu(self, shape: Shape, t_hat: float) -> float:
-        """The GPU's time for a pass of ``shape`` priced ``t_hat`` by the cost form."""
-        return self.latency.time(shape, t_hat)
+        # the GPU's time for a pass of ``shape`` priced ``t_hat`` by the cost form: the latency
+        # model's own (bound here, not wrapped: it is asked once a batch)
+        self.gpu: Callable[[Shape, float], float] = latency.time
 
     def step(self, gpu: float, of: W, work: Callable[[W], tuple[int, int, int, int]]) -> StepTime:
         """The step's time by its parts, the GPU's taking ``gpu`` seconds; ``work(of)`` says what

@@ -71,7 +71,7 @@ class KVMemory:
         self.evictions = 0
 
     def blocks(self, tokens: int) -> int:
-        return blocks_of(tokens, self.block_size)
+        return -(-tokens // self.block_size)  # batch.blocks, written out: a decode asks every step
 
     # --- blocks held by running sequences (centralized serving's continuous batching) ----------
     @property
@@ -82,6 +82,15 @@ class KVMemory:
     def take(self, n: int) -> None:
         """A running sequence takes ``n`` free blocks (the caller checked :attr:`free`)."""
         self.used += n
+
+    def grow(self, held: int, tokens: int) -> int:
+        """A running sequence holding ``held`` blocks now needs room for ``tokens`` tokens: takes
+        the blocks it lacks and returns how many, or -1 (taking none) if they are not free."""
+        need = -(-tokens // self.block_size) - held
+        if need > self.total_blocks - self.used:
+            return -1
+        self.used += need
+        return need
 
     def give(self, n: int) -> None:
         """A sequence gives ``n`` blocks back (it finished, or was preempted)."""

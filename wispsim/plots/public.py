@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -39,16 +40,8 @@ def public_tpot(errors: pd.DataFrame, path: Path | str) -> Path:
         ax.set_ylabel("median TPOT (ms)", fontsize=8)
         ax.set_ylim(bottom=0)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(groups) :]:
-        ax.axis("off")
-    legend: dict[str, object] = {}
-    for ax in axes.flat:
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            legend.setdefault(lab, h)
-    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.suptitle("Median TPOT, simulated (roofline) vs real vLLM on H100", fontsize=10)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
-    return save(fig, path, "public_tpot.png")
+    title = "Median TPOT, simulated (roofline) vs real vLLM on H100"
+    return _finish(fig, axes, len(groups), 3, title, path, "public_tpot.png")
 
 
 def public_speculative(errors: pd.DataFrame, runs: pd.DataFrame, path: Path | str) -> Path:
@@ -90,13 +83,19 @@ def public_speculative(errors: pd.DataFrame, runs: pd.DataFrame, path: Path | st
         ax.set_ylabel("mean ITL (ms per step)", fontsize=8)
         ax.set_ylim(bottom=0)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(groups) :]:
+    title = "Server-side speculation: mean ITL, simulated (lines) vs real vLLM (circles)"
+    return _finish(fig, axes, len(groups), 8, title, path, "public_sd_itl.png")
+
+
+def _finish(fig: Any, axes: Any, used: int, ncol: int, title: str, path: Path | str, name: str) -> Path:
+    """A grid of panels finished: the unused panels off, one legend for all below, the title."""
+    for ax in list(axes.flat)[used:]:
         ax.axis("off")
     legend: dict[str, object] = {}
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(lab, h)
-    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=8, fontsize=8, frameon=False)
-    fig.suptitle("Server-side speculation: mean ITL, simulated (lines) vs real vLLM (circles)", fontsize=10)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 0.96))
-    return save(fig, path, "public_sd_itl.png")
+    return save(fig, path, name)

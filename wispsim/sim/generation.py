@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import simpy
@@ -29,35 +30,22 @@ if TYPE_CHECKING:
     from wispsim.sim.context import RunContext
 
 
+@dataclass(slots=True, eq=False)
 class Generation:
     """A response submitted for the server to generate (what a client sends under centralized
     serving): its id, prompt and output lengths, the event its :class:`Served` value goes to;
-    what identifies its prompt to the prefix cache (``prompt_id``: the same id, the same prompt;
-    ``group``: prompts of a group open with the same ``shared`` tokens; None: none); and
     (server-side speculation only) the runs of drafts the target accepts from each output
-    position."""
+    position; and what identifies its prompt to the prefix cache (``prompt_id``: the same id, the
+    same prompt; ``group``: prompts of a group open with the same ``shared`` tokens; None: none)."""
 
-    __slots__ = ("done", "group", "output", "prompt", "prompt_id", "rid", "runs", "shared")
-
-    def __init__(
-        self,
-        rid: int,
-        prompt: int,
-        output: int,
-        done: simpy.Event,
-        runs: list[int] | None = None,
-        prompt_id: int | None = None,
-        group: int | None = None,
-        shared: int = 0,
-    ) -> None:
-        self.rid = rid
-        self.prompt = prompt
-        self.output = output
-        self.done = done
-        self.runs = runs
-        self.prompt_id = prompt_id
-        self.group = group
-        self.shared = shared
+    rid: int
+    prompt: int
+    output: int
+    done: simpy.Event
+    runs: list[int] | None = None
+    prompt_id: int | None = None
+    group: int | None = None
+    shared: int = 0
 
 
 class Served(NamedTuple):
@@ -125,20 +113,15 @@ class GenerationSource(Protocol):
         ...
 
 
-def centralized_response(
-    ctx: RunContext,
-    source: GenerationSource,
-    resp: int,
-    prompt: int,
-    output: int,
-    pending: float,
-    alpha_hat: float,
-) -> Generator[Any, Any, Outcome]:
-    """Run response ``resp`` (a ``prompt``-token prompt, ``output`` tokens) on the centralized
-    server, the first ``pending`` seconds from now: the prompt goes up, the server generates every
-    token, they come down. Returns the :class:`~wispsim.sim.round.Outcome` (one chunk per step that
-    gave tokens; ``cold_rounds`` 1: the prompt is prefilled once; ``alpha_hat`` as it was: nothing
-    is drafted at the edge) and leaves the server's times with the recorder."""
+def centralized_response(ctx: RunContext, source: GenerationSource, resp: int, prompt: int, output: int,
+                         t0: float, pending: float, alpha_hat: float, t_first: float,
+                         ) -> Generator[Any, Any, Outcome]:  # fmt: skip
+    """Run response ``resp`` (a ``prompt``-token prompt, ``output`` tokens, started at ``t0``) on
+    the centralized server, the first ``pending`` seconds from now: the prompt goes up, the server
+    generates every token, they come down. Returns the :class:`~wispsim.sim.round.Outcome` (one
+    chunk per step that gave tokens; ``cold_rounds`` 1: the prompt is prefilled once;
+    ``alpha_hat`` as it was: nothing is drafted at the edge; ``t_first`` is the server's) and
+    leaves the server's times with the recorder."""
     env = ctx.env
     up = source.prompt_uplink(prompt)
     yield env.timeout(pending + up)

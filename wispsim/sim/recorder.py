@@ -217,19 +217,8 @@ class Recorder:
         if len(buf) >= self._chunk_bytes:
             self.rounds.flush()
 
-    def finish_response(
-        self,
-        rid: int,
-        device: int,
-        slo: float,
-        t0: float,
-        t_end: float,
-        t_first: float,
-        prompt: int,
-        output: int,
-        rounds: int,
-        cold_rounds: int,
-    ) -> None:
+    def finish_response(self, rid: int, device: int, slo: float, t0: float, t_end: float, t_first: float,
+                        prompt: int, output: int, rounds: int, cold_rounds: int) -> None:  # fmt: skip
         """Record response ``rid`` as finished at ``t_end`` (its last verdict or token is back at
         the device; its first one was at ``t_first``), unless the watchdog has already recorded it
         as censored. ``rounds``: the chunks the output reached the device in."""

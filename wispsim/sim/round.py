@@ -33,7 +33,10 @@ RoundPlan = tuple[float, int, int, int, int, float, float]
 
 
 class RoundSource(Protocol):
-    """Where a device's rounds come from (module text)."""
+    """Where a device's rounds come from (module text), with the device's side of each round's
+    record (``side``)."""
+
+    side: DeviceRound
 
     def next_round(self, rnd: int) -> RoundPlan | None:
         """Round ``rnd`` of the response, or None once the response is over. A source may fill
@@ -57,21 +60,16 @@ class Outcome(NamedTuple):
     pending: float  # device time still owed (the last downlink)
 
 
-def speculative_response(
-    ctx: RunContext,
-    side: DeviceRound,
-    source: RoundSource,
-    resp: int,
-    prompt: int,
-    t0: float,
-    pending: float,
-    alpha_hat: float,
-    t_first: float,
-) -> Generator[Any, Any, Outcome]:
+def speculative_response(ctx: RunContext, source: RoundSource, resp: int, prompt: int, output: int,
+                         t0: float, pending: float, alpha_hat: float, t_first: float,
+                         ) -> Generator[Any, Any, Outcome]:  # fmt: skip
     """Run response ``resp`` (a ``prompt``-token prompt, started at ``t0``) round by round from
     ``source``, the first ``pending`` seconds from now, with accept-rate estimate ``alpha_hat``;
-    every round is recorded with the device's ``side`` of it. ``t_first``: the response's
-    first-token time if no round runs. Returns the :class:`Outcome`."""
+    every round is recorded with the source's ``side`` of it (the device's side of the round
+    record). ``t_first``: the response's first-token time if no round runs; ``output`` is the
+    source's to know (its rounds end the response). Returns the :class:`Outcome`."""
+    side = source.side
+    side.measured = ctx.recorder.is_measured(resp)
     env = ctx.env
     submit = ctx.server.submit  # called with the request when its uplink ends (Request.send)
     record_round = ctx.recorder.record_round
