@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ for _module in ("fastapi", "uvicorn", "httpx", "psutil", "prometheus_client"):
 import httpx  # noqa: E402
 
 from tests.serve.support import free_port, serve_in_thread  # noqa: E402
-from tests.serve.test_serve import SCENARIO, _fields  # noqa: E402
+from tests.serve.test_serve import SCENARIO  # noqa: E402
 from tests.support import ROOT  # noqa: E402
 from wispsim.serve.limits import Limits  # noqa: E402
 from wispsim.sim.scenarios import load_scenario  # noqa: E402
@@ -46,11 +47,14 @@ USABLE_BLOCKS = 24
 ROUND = {"draft": [5, 6, 7], "accepted": 2, "commit": 3, "budget_s": 5.0, "n_hat": 3.0}
 
 
-def served(policy: str, **server: Any) -> Any:
-    """The validation scenario for ``policy``, its KV cache capped at 24 usable blocks."""
+def served(policy: str, kind: str = "resubmit") -> Any:
+    """The validation scenario for ``policy`` (its verifier of ``kind``), its KV cache capped at
+    24 usable blocks."""
     sc = load_scenario(SCENARIO).with_policy(policy)
-    fields = {**_fields(sc.server), "kv_capacity_tokens": USABLE_BLOCKS * 128, **server}
-    return sc.replace(server=sc.server.__class__(**fields))
+    srv = sc.server
+    engine = replace(srv.engine, kv_capacity_tokens=USABLE_BLOCKS * 128)
+    verifier = replace(srv.verifier, kind=kind) if srv.mode == "speculative" else srv.verifier
+    return sc.replace(server=replace(srv, engine=engine, verifier=verifier))
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +108,7 @@ def test_ordinary_load_past_capacity_waits_for_room_and_is_all_served(start: Any
     KV block with its expected output: 24 fit the engine at once (vLLM's own block left out) and
     the rest wait for admission -- no round is skipped by vLLM and waits forever. The devices
     never close their sessions: the idle ones expire and the waiting rounds are served."""
-    url, _ = start(served("wisp", verifier="resident"), session_idle_s=2.0)
+    url, _ = start(served("wisp", "resident"), session_idle_s=2.0)
     with httpx.Client(base_url=url, timeout=30) as http:
         assert http.get("/health").json()["load"]["admission_limit_blocks"] == USABLE_BLOCKS
         ids = open_sessions(http, 40, 80)
@@ -135,7 +139,7 @@ def test_ordinary_load_past_capacity_waits_for_room_and_is_all_served(start: Any
 def test_drafts_longer_than_reserved_are_refused_and_the_server_serves_on(start: Any) -> None:
     """Item 1, the hostile form: admitted sessions sending drafts far longer than the k_max + 1
     tokens admission reserved for them get a 422; ordinary rounds go on being served."""
-    url, _ = start(served("wisp", verifier="resident"))
+    url, _ = start(served("wisp", "resident"))
     with httpx.Client(base_url=url, timeout=60) as http:
         ids = open_sessions(http, 12, 200)
         assert [r.status_code for r in rounds_at_once(url, ids, ROUND)] == [200] * 12

@@ -519,9 +519,3 @@ def test_a_resident_verifier_sends_each_round_its_new_tokens_only() -> None:
 def admin(app: Any) -> dict[str, str]:
     """The header /reset and /log need."""
     return {"Authorization": f"Bearer {app.state.admin_token}"}
-
-
-def _fields(cfg: Any) -> dict[str, Any]:
-    from dataclasses import fields
-
-    return {f.name: getattr(cfg, f.name) for f in fields(cfg)}
