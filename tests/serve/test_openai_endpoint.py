@@ -112,12 +112,15 @@ class VllmServe:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
         self.proc.wait(timeout=10)
-        time.sleep(0.5)
-        left = []
-        for p in psutil.process_iter(["pid", "status"]):
+        group = []
+        for p in psutil.process_iter(["pid"]):
             with contextlib.suppress(psutil.Error):
-                if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                    left.append(p.pid)
+                if os.getpgid(p.pid) == pgid:
+                    group.append(p)
+        # a killed engine process can take seconds to exit (it unmaps its KV cache): give it
+        # those, not forever
+        _, alive = psutil.wait_procs(group, timeout=15)
+        left = [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE]
         assert not left, f"vllm serve left processes behind: {left}"
 
 
@@ -139,8 +142,13 @@ def servers(model: Path, tmp_path_factory: pytest.TempPathFactory):
         started.append(VllmServe(model, logs / "spec.log", "--speculative-config", spec))
         yield {"plain": started[0].ready(), "spec": started[1].ready()}
     finally:
+        left = []  # stop every server before reporting one that left processes behind
         for s in started:
-            s.stop()
+            try:
+                s.stop()
+            except AssertionError as e:
+                left.append(str(e))
+        assert not left, "; ".join(left)
 
 
 @pytest.fixture(scope="module")

@@ -89,7 +89,8 @@ def test_quick_capacity_and_mix_tables_have_numbers(quick_run: Path) -> None:
     # a target's ``set`` reaches its scenario (the crossover's verifier kinds)
     for target, kind in (("a100-resubmit", "resubmit"), ("a100-resident", "resident")):
         sc = yaml.safe_load((quick_run / "crossover" / target / "scenario.yaml").read_text())
-        assert sc["server"]["verifier"] == kind and sc["server"]["async_scheduling"] is True
+        srv = sc["server"]
+        assert srv["verifier"]["kind"] == kind and srv["engine"]["async_scheduling"] is True
     assert set(pd.read_csv(quick_run / "mix-resident" / "curve_pooled.csv").policy) == {"wisp", "fcfs"}
 
 
