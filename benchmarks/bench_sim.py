@@ -45,7 +45,7 @@ from wispsim.model.profiles import load_profile
 from wispsim.sim.records import RecordTable, RoundRecord, SimResult
 from wispsim.sim.scenarios import load_scenario, resolve_server
 from wispsim.sim.simulation import simulate
-from wispsim.sim.verifier import Request, succeed_together
+from wispsim.sim.verifier import Request, Verdict
 
 SIZES = (50, 100, 200)
 POOL = 4096  # pre-drawn round times shared by the bare devices
@@ -138,12 +138,11 @@ def event_pattern(n: int, cal: Calibration, records: bool) -> int:
     def device(i: int) -> Generator[Any, Any, None]:
         nonlocal buf
         j = (i * 97) % POOL
-        event = env.event
         while True:
             now = env.now
             delay = times[j]
             j = (j + 1) % POOL
-            req = Request(next(ids), i, now + delay, now + delay + 1.0, 3.0, 2, 300, 303, event())
+            req = Request(next(ids), i, now + delay, now + delay + 1.0, 3.0, 2, 300, 303, Verdict(env))
             req.send(env, delay, submit)
             yield req.done
             if records:
@@ -170,7 +169,7 @@ def event_pattern(n: int, cal: Calibration, records: bool) -> int:
             yield env.timeout(latency)
             for r in batch:
                 r.dispatch, r.verify_time, r.batch = now, latency, batch_id
-            succeed_together(env, [r.done for r in batch])  # as the model's verifier does
+            Verdict.succeed_all(env, [r.done for r in batch])  # as the model's verifier does
             batch_id += 1
             rounds[0] += len(batch)
 

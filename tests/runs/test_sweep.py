@@ -31,9 +31,9 @@ def manifest(folder: Path) -> dict:
 
 def test_sweep_over_a_grid_returns_every_point_in_order(scenario_file: ScenarioFile, tmp_path: Path) -> None:
     f = scenario_file(devices={"classes": [1.0, 55.0]})
-    progress: list[tuple[int, int | None]] = []
+    progress: list[tuple[int, int | None, str]] = []
     o = sweep(
-        request(f, ["custom"]), "sweep", out=tmp_path / "sweep", report=lambda d, t: progress.append((d, t))
+        request(f, ["custom"]), "sweep", out=tmp_path / "sweep", report=lambda *a: progress.append(a)
     )
     assert o.speedups is None
     cap = o.result.capacity
@@ -43,7 +43,9 @@ def test_sweep_over_a_grid_returns_every_point_in_order(scenario_file: ScenarioF
     got = list(zip(curve.group.astype(str), curve.devices, curve.seed, strict=True))
     assert got == [(g, n, s) for g in ("1", "55") for n in (1, 2, 3) for s in (0, 1)]
     assert list(curve.violation_rate) == [0.0] * 6 + [1.0] * 6
-    assert progress[-1] == (12, 12)
+    # one phase (the grid), its 6 points (one per class and N, both seeds together) counted up
+    assert [p[:2] for p in progress] == [(i, 6) for i in range(7)]
+    assert progress[-1][2] == "sweep custom, phase 1 (0/2 capacities found)"
     folder = tmp_path / "sweep"
     assert {p.name for p in folder.iterdir()} == {
         "scenario.yaml",
@@ -53,7 +55,7 @@ def test_sweep_over_a_grid_returns_every_point_in_order(scenario_file: ScenarioF
         "points",
         "manifest.json",
     }
-    assert len(list((folder / "points").iterdir())) == 12
+    assert len(list((folder / "points").iterdir())) == 6
     m = manifest(folder)
     assert (m["policies"], m["mix"], m["classes"], m["seeds"]) == (
         ["custom"],
@@ -82,7 +84,7 @@ def test_a_rerun_into_the_same_folder_simulates_nothing_again(
     def never(*args, **kw):  # type: ignore[no-untyped-def]
         raise AssertionError("a stored point was simulated again")
 
-    monkeypatch.setattr(points_mod, "simulate", never)
+    monkeypatch.setattr(points_mod, "Run", never)
     again = sweep(request(f, ["custom"], seeds=1), "sweep", out=tmp_path / "sweep")
     pd.testing.assert_frame_equal(again.result.capacity, first.result.capacity)
     pd.testing.assert_frame_equal(again.result.curve, first.result.curve)

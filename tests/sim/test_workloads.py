@@ -334,8 +334,13 @@ class FakeRunner:
         for p in points:
             r = p.scenario.server.replicas
             self.seen.append(r)
-            counts = pd.DataFrame({"device": [0, 1], "slo": [2.0, 8.0], "violated": [int(r < self.need)] * 2})
-            out.append(PointResult("k", pd.DataFrame(), counts.assign(responses=1)))
+            counts = pd.concat(
+                pd.DataFrame(
+                    {"seed": seed, "device": [0, 1], "slo": [2.0, 8.0], "violated": [int(r < self.need)] * 2}
+                )
+                for seed in p.seeds
+            )
+            out.append(PointResult("k", pd.DataFrame({"seed": p.seeds}), counts.assign(responses=1)))
         return out
 
 

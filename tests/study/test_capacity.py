@@ -164,26 +164,28 @@ class _SeedRunner:
         out = []
         for p in points:
             r = p.scenario.server.replicas
-            self.seen.append((r, p.seed))
-            bad = int(r < 5) * (1 + p.seed)  # the seeds disagree: pooled 3 of 20
-            counts = pd.DataFrame({"device": [0], "slo": [8.0], "violated": [bad], "responses": [10]})
-            out.append(PointResult("k", pd.DataFrame(), counts))
+            rows = []
+            for seed in p.seeds:
+                self.seen.append((r, seed))
+                bad = int(r < 5) * (1 + seed)  # the seeds disagree: pooled 3 of 20
+                rows.append({"seed": seed, "device": 0, "slo": 8.0, "violated": bad, "responses": 10})
+            out.append(PointResult("k", pd.DataFrame({"seed": p.seeds}), pd.DataFrame(rows)))
         return out
 
 
-def test_run_search_maps_every_seed_of_a_wave_at_once_and_pools_them() -> None:
+def test_run_search_runs_each_x_with_every_seed_and_pools_them() -> None:
     from wispsim.sim.scenarios import load_scenario
     from wispsim.study.replicas import with_replicas
 
     sc = load_scenario()
     runner = _SeedRunner()
     seeds = [0, 1]
-    s = EdgeSearch(0.05, more_helps=True, low=1, high=64, first=[2, 4], width=per_wave(runner, seeds))  # type: ignore[arg-type]
+    s = EdgeSearch(0.05, more_helps=True, low=1, high=64, first=[2, 4], width=per_wave(runner))  # type: ignore[arg-type]
     heard = []
     got = run_search(
         s, runner, seeds, lambda r: (with_replicas(sc, r), 10), lambda r, st, res: heard.append(r)
     )  # type: ignore[arg-type]
     assert got == 5
     assert runner.seen[:4] == [(2, 0), (2, 1), (4, 0), (4, 1)]  # x-major, seed-minor
-    assert heard == [2, 4, 8, 16, 5, 7]
+    assert heard == [2, 4, 8, 16, 32, 64, 5, 6, 7]  # a wave is one x per runner slot (4)
     assert s.evaluated[4].violation == pytest.approx(3 / 20)

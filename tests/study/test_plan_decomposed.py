@@ -157,10 +157,13 @@ class LoadRunner:
             self.seen.append((r, p.devices))
             cap = self.alone if r == 1 else self.routed
             bad = int(p.devices / r > cap)
-            counts = pd.DataFrame(
-                {"device": [0, 1], "slo": [2.0, 8.0], "violated": [bad, bad], "responses": 1}
+            counts = pd.concat(
+                pd.DataFrame(
+                    {"seed": seed, "device": [0, 1], "slo": [2.0, 8.0], "violated": [bad, bad], "responses": 1}
+                )
+                for seed in p.seeds
             )
-            out.append(PointResult("k", pd.DataFrame(), counts))
+            out.append(PointResult("k", pd.DataFrame({"seed": p.seeds}), counts))
         return out
 
 

@@ -39,6 +39,21 @@ from wispsim.runs.sweep import SweepRequest
 from wispsim.runs.sweep import sweep as run_sweep
 
 RecordsOpt = Annotated[str, typer.Option(help="Records kept per point: none, responses, all.")]
+StopOpt = Annotated[
+    str,
+    typer.Option(
+        help="When a point ends: sequential (once its violation rate's interval clears epsilon, "
+        "else at the horizon) or horizon (always the whole window)."
+    ),
+]
+SearchOpt = Annotated[
+    str,
+    typer.Option(
+        help="Where the search ends: knee (once both ends of its bracket are within the noise of "
+        "epsilon; the capacity is where the rate crosses it between them) or exact (bisect to the "
+        "integer)."
+    ),
+]
 ABLATION_COLUMNS = [
     "devices",
     "acceptance_ratio_off",
@@ -53,6 +68,33 @@ ABLATION_COLUMNS = [
 ]
 
 ablate_app = typer.Typer(help="Ablation studies.", no_args_is_help=True)
+
+
+CAPACITY_COLUMNS = ["class", "capacity", "ci_low", "ci_high", "saturated", "estimate", "evaluated"]
+
+
+def _shown(cap: Any) -> Any:
+    """The capacity table as printed: the estimate with what binds it, saturated as yes/no."""
+    return cap.assign(
+        estimate=[f"{e} ({b})" for e, b in zip(cap.estimate, cap.estimate_binds, strict=True)],
+        saturated=cap.saturated.map({True: "yes", False: "no"}),
+    )
+
+
+def _legend(o: Any) -> None:
+    """What the capacity table's columns mean, under it."""
+    f = o.facts
+    for pol, text in o.servers.items():
+        console.print(f"server ({pol}): {text}" if len(o.servers) > 1 else f"server: {text}")
+    console.print(
+        f"class: the devices' SLO, the least speed a response may have (tok/s). capacity: the most "
+        f"devices of one class the server serves with at most {f['epsilon']:g} of their responses "
+        f"slower than that (epsilon), pooled over {len(f['seeds'])} seeds; ci_low/ci_high: its 95% "
+        f"interval. saturated: even {f['max_devices']} devices met it (a lower bound). estimate: the "
+        "fluid model's first guess and the resource that binds it (wispsim.model.fluid). evaluated: "
+        "N values simulated, each with every seed.",
+        highlight=False,
+    )
 
 
 def _request(scenario: Path | None, sets: list[str] | None, policies: list[str], **kw: Any) -> SweepRequest:
@@ -90,18 +132,20 @@ def sweep(
     start: StartOpt = 8,
     max_devices: MaxDevicesOpt = 4096,
     records: RecordsOpt = "responses",
+    stop: StopOpt = "sequential",
+    search: SearchOpt = "knee",
     set_: SetOpt = None,
 ) -> None:
     """Capacity per SLO class for one policy: the largest N with violation rate <= epsilon."""
     pols = parse_policies(policy, "--policy")
     req = _request(scenario, set_, pols, classes=classes, devices=devices, seeds=seeds, seed=seed,
                    epsilon=epsilon, jobs=jobs, mix=mix, start=start, max_devices=max_devices,
-                   records=records, backend=backend, address=address)  # fmt: skip
+                   records=records, backend=backend, address=address, stop=stop, search=search)  # fmt: skip
     with reporting(f"sweep {policy}") as report:
         o = run_sweep(req, "sweep", out, report)
     folder, result = o.folder, o.result
-    columns = ["policy", "class", "capacity", "ci_low", "ci_high", "evaluated"]
-    console.print(table(result.capacity, f"capacity ({policy})", columns))
+    console.print(table(_shown(result.capacity), f"capacity ({policy}): devices per server", CAPACITY_COLUMNS))
+    _legend(o)
     console.print(f"capacity.csv, curve.csv and points/: {folder}")
 
 
@@ -121,17 +165,21 @@ def compare(
     start: StartOpt = 8,
     max_devices: MaxDevicesOpt = 4096,
     records: RecordsOpt = "responses",
+    stop: StopOpt = "sequential",
+    search: SearchOpt = "knee",
     set_: SetOpt = None,
 ) -> None:
     """Capacity of several policies side by side, with speedup ratios."""
     pols = parse_policies(policies)
     req = _request(scenario, set_, pols, classes=classes, devices=devices, seeds=seeds, seed=seed,
                    epsilon=epsilon, jobs=jobs, mix=mix, start=start, max_devices=max_devices,
-                   records=records, backend=backend, address=address)  # fmt: skip
+                   records=records, backend=backend, address=address, stop=stop, search=search)  # fmt: skip
     with reporting(f"compare {','.join(pols)}") as report:
         o = run_sweep(req, "compare", out, report)
     folder, wide = o.folder, o.speedups
-    console.print(table(wide, "capacity (devices) by policy"))
+    console.print(table(_shown(o.result.capacity), "capacity: devices per server", ["policy", *CAPACITY_COLUMNS[1:]]))
+    console.print(table(wide, "capacity (devices per server) by policy"))
+    _legend(o)
     console.print(f"compare.csv, capacity.csv, curve.csv: {folder}")
 
 

@@ -96,3 +96,21 @@ class Dist:
             "uniform": (self.low + self.high) / 2,
         }.get(self.dist, self.mean)
         return float(min(max(c, self.min), self.max))
+
+    def quantile(self, q: float) -> float:
+        """The value a share ``q`` (0 < q < 1) of samples fall below (clipping included)."""
+        from statistics import NormalDist
+
+        d = self.dist
+        if d == "constant":
+            x = self.value
+        elif d == "uniform":
+            x = self.low + q * (self.high - self.low)
+        elif d == "lognormal":
+            s2 = math.log1p(self.cv**2)
+            x = math.exp(math.log(self.mean) - s2 / 2 + math.sqrt(s2) * NormalDist().inv_cdf(q))
+        elif d == "exponential":
+            x = -self.mean * math.log1p(-q)
+        else:
+            x = self.mean + self.std * NormalDist().inv_cdf(q)
+        return float(min(max(x, self.min), self.max))

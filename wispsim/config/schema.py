@@ -205,6 +205,10 @@ class WorkloadConfig:
             f"allowed: <= {MAX_SIM_SECONDS:g} s",
         )
 
+    def window(self) -> tuple[float, float]:
+        """The measurement window: responses that start in [warmup, warmup + duration) count."""
+        return self.warmup_s, self.warmup_s + self.duration_s
+
 
 @dataclass(frozen=True, slots=True)
 class ArrivalsConfig:

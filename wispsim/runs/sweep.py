@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -31,11 +32,11 @@ from wispsim.runs.resolve import (
 )
 from wispsim.study.capacity import SweepResult
 
-# progress of a long command: (done, total or None while unknown)
-Report = Callable[[int, int | None], None]
+# progress of a long command: (done, total or None while unknown[, what it is doing])
+Report = Callable[..., None]
 
 
-def _none(done: int, total: int | None) -> None:
+def _none(done: int, total: int | None, text: str | None = None) -> None:
     return None
 
 
@@ -58,6 +59,12 @@ class SweepRequest:
     records: str = "responses"
     backend: str = "local"
     address: str | None = None
+    stop: str = "sequential"  # STOPS: when a point ends (wispsim.study.stopping)
+    search: str = "knee"  # SEARCHES: where the capacity search ends (study.capacity_search)
+
+
+STOPS = ("sequential", "horizon")
+SEARCHES = ("knee", "exact")
 
 
 @dataclass
@@ -65,12 +72,14 @@ class SweepOutcome:
     folder: Path
     result: SweepResult
     speedups: pd.DataFrame | None  # compare's ratios
+    servers: dict[str, str]  # per policy: what a capacity is per (study.capacity.server_text)
+    facts: dict[str, Any]  # what the search ran with (the manifest's)
 
 
 def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Report = _none) -> SweepOutcome:
     """Run the capacity sweep of ``req.policies`` and write its folder; ``command`` compare also
     writes the speed-up ratios (compare.csv)."""
-    from wispsim.study.capacity import groups_for, speedups
+    from wispsim.study.capacity import groups_for, server_text, speedups
     from wispsim.study.points import RECORD_MODES
 
     folder = Results.planned(out, command)  # checked before any work
@@ -80,6 +89,7 @@ def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Repo
         raise ConfigError("--records", "", f"got {req.records!r}; allowed: {', '.join(RECORD_MODES)}")
     check_start(req.start, req.max_devices)
     check_backend(req.backend, req.address)
+    check_stop(req.stop, req.search)
     sc = load(req.scenario, req.sets)
     cls = req.classes or sc.devices.classes
     eps = sc.epsilon if req.epsilon is None else req.epsilon
@@ -92,14 +102,20 @@ def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Repo
     with folder.writing():  # the folder is incomplete until the manifest
         for p, s in base.items():
             folder.text(f"scenario-{p}.yaml" if len(base) > 1 else "scenario.yaml", s.to_yaml())
-    result = _search(req, folder, base, groups_for(cls, req.mix), seed_list, eps, req.records, report)
+    name = f"{command} {','.join(req.policies)}"
+    result = _search(
+        req, folder, base, groups_for(cls, req.mix), seed_list, eps, req.records,
+        lambda done, total, text: report(done, total, f"{name}, {text}"),
+    )  # fmt: skip
     wide = speedups(result.capacity, req.policies) if command == "compare" else None
+    facts = _facts(req, cls, seed_list, eps)
+    servers = {p: server_text(s) for p, s in base.items()}
     with folder.writing():
         result.write(folder)
         if wide is not None:
             folder.table("compare.csv", wide)
-        folder.finish({"policies": req.policies, "mix": req.mix, **_facts(req, cls, seed_list, eps)})
-    return SweepOutcome(folder.path, result, wide)
+        folder.finish({"policies": req.policies, "mix": req.mix, "servers": servers, **facts})
+    return SweepOutcome(folder.path, result, wide, servers, facts)
 
 
 def _search(
@@ -116,6 +132,7 @@ def _search(
     and runner, its points stored in ``folder``."""
     from wispsim.study.capacity import capacity_sweep
     from wispsim.study.runners import make_runner
+    from wispsim.study.stopping import Stopping
 
     with (
         folder.writing(),  # a full disk while storing points: one line; finished points stay
@@ -124,6 +141,8 @@ def _search(
         return capacity_sweep(
             base, groups, seeds, epsilon, runner,
             grid=req.grid, start=req.start, max_devices=req.max_devices, progress=report,
+            stopping=Stopping(epsilon) if req.stop == "sequential" else None,
+            exact=req.search == "exact",
         )  # fmt: skip
 
 
@@ -139,7 +158,16 @@ def _facts(req: SweepRequest, classes: tuple[float, ...], seeds: list[int], epsi
         "jobs": req.jobs,
         "backend": req.backend,
         "address": req.address,
+        "stop": req.stop,
+        "search": req.search,
     }
+
+
+def check_stop(stop: str, search: str = "knee") -> None:
+    if stop not in STOPS:
+        raise ConfigError("--stop", "", f"got {stop!r}; allowed: {', '.join(STOPS)}")
+    if search not in SEARCHES:
+        raise ConfigError("--search", "", f"got {search!r}; allowed: {', '.join(SEARCHES)}")
 
 
 @dataclass
@@ -215,6 +243,7 @@ def estimator_compare(
         raise ConfigError("--measured", "", f"got {measured!r}; allowed: {', '.join(MEASURED_MODELS)}")
     check_start(req.start, req.max_devices)
     check_backend(req.backend, req.address)
+    check_stop(req.stop, req.search)
     policy = req.policies[0]
     with blaming({"policy": "--policy"}):
         sc = load(req.scenario, req.sets).with_policy(policy)

@@ -8,6 +8,12 @@ the servers to :attr:`Recorder.batches`. Simulated devices, replayed ones
 (:mod:`wispsim.study.replay.drive`) and the real swarm's all write through it, so their records
 are the same. The watchdog ends the run once every measured response is decided, recording the
 undecided ones as censored (the window: :mod:`wispsim.sim.simulation`).
+
+A run stopped early (:meth:`Recorder.complete_until`, :meth:`Recorder.decided_before`,
+:meth:`Recorder.cut`) ends as if its window had closed at the cut: every response that started
+before it is decided by then, so it measures the responses the run with the shorter window
+measures, each with the same verdict. (One that run would have censored past its SLO may have
+finished here, late: violated either way.)
 """
 
 from __future__ import annotations
@@ -96,8 +102,7 @@ class Recorder:
 
     def __init__(self, env: simpy.Environment, scenario: Scenario, memory_rows: int = MEMORY_ROWS) -> None:
         self.env = env
-        wl = scenario.workload
-        self.window = (wl.warmup_s, wl.warmup_s + wl.duration_s)
+        self.window = scenario.workload.window()
         # how long after the window measured responses may run (a request trace's longest
         # response can be longer than the workload's: simulate sets it from the trace then)
         self.drain_s = scenario.drain_limit_s()
@@ -118,13 +123,57 @@ class Recorder:
         self._first: dict[int, float] = {}
         # a response's times at the server, until it is recorded (server_times)
         self._times: dict[int, tuple[float, float, float]] = {}
+        # measured responses decided so far: (start, device, SLO, violated), in decision order
+        self.decided: list[tuple[float, int, float, bool]] = []
+        self._cut: float | None = None  # the window's end moved here (cut)
         self.done = env.event()
 
     def close(self) -> tuple[StoredRecords, pd.DataFrame, pd.DataFrame]:
         """The run's records once it has ended: the round table, the batches and the responses
         (in response order)."""
         responses = self.responses.close().frame().sort_values("response", kind="stable")
-        return self.rounds.close(), self.batches.close().frame(), responses.reset_index(drop=True)
+        rounds = self.rounds.close()
+        if self._cut is not None:  # responses from the cut on were measured when they began: no more
+            responses.loc[responses.t_start >= self._cut, "measured"] = False
+            kept = responses.response[responses.measured].to_numpy()
+            rounds.patch(lambda df: df.assign(measured=df.measured & df.response.isin(kept)))
+        return rounds, self.batches.close().frame(), responses.reset_index(drop=True)
+
+    # --- stopping early -------------------------------------------------------------------------
+    def complete_until(self) -> float:
+        """The latest time ``t`` such that every measured response that started before it is
+        decided now: finished, or past the time it could still meet its SLO (a certain violation).
+        Never past now or the window's end."""
+        now = self.env.now
+        t = min(now, self.window[1])
+        for t0, deadline, *_ in self.outstanding.values():
+            if t0 < t and deadline >= now:
+                t = t0
+        return t
+
+    def decided_before(self, t: float) -> list[tuple[float, int, float, bool]]:
+        """(start, device, SLO, violated) of every measured response that started before ``t``,
+        which :meth:`complete_until` says are decided (the ones past their SLO: violated)."""
+        rows = [d for d in self.decided if d[0] < t]
+        rows += [(t0, dev, slo, True) for t0, _, dev, slo, _, _ in self.outstanding.values() if t0 < t]
+        return rows
+
+    def cut(self, t: float) -> None:
+        """End the run now, its window closed at ``t`` (at most :meth:`complete_until`): responses
+        that started from ``t`` on are no longer measured, the ones before it that are still
+        running are past their SLO and recorded as censored, as the watchdog would."""
+        assert t <= self.complete_until() + 1e-12, "a cut leaves no measured response undecided"
+        self.window = (self.window[0], t)
+        self._cut = t
+        for rid, entry in list(self.outstanding.items()):
+            if entry[0] >= t:
+                del self.outstanding[rid]
+                self._first.pop(rid, None)
+                self._measured.discard(rid)
+            else:
+                self._censor(rid, self.env.now)
+        if not self.done.triggered:
+            self.done.succeed()
 
     def open_response(self, t0: float, device: int, slo: float, prompt: int, output: int) -> int:
         """A new response id; the response is measured if it starts (``t0``) inside the window."""
@@ -257,6 +306,9 @@ class Recorder:
         speed so far, which is an upper bound."""
         speed = output / wall if wall > 0 else math.inf
         engine, eligible, scheduled = self._times.pop(rid, _UNKNOWN_TIMES)
+        measured = rid in self._measured
+        if measured:
+            self.decided.append((t0, device, slo, censored or speed < slo))
         self.responses.append(
             (
                 device,
@@ -271,7 +323,7 @@ class Recorder:
                 cold_rounds,
                 speed,
                 censored or speed < slo,
-                rid in self._measured,
+                measured,
                 censored,
                 engine,
                 eligible,

@@ -16,6 +16,7 @@ Readers ask :class:`StoredRecords` for the columns (and rows) they need, so a su
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import struct
 import tempfile
@@ -218,6 +219,23 @@ class StoredRecords:
         if not parts:
             return frame([], self.cls)[cols]
         return pd.concat(parts, ignore_index=True)
+
+    def patch(self, change: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
+        """Replace the records by ``change`` of them (same columns and rows), in memory or, for a
+        spilled table, row group by row group in its file."""
+        if self._data is not None:
+            self._data = change(self._data)
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        assert self.path is not None
+        tmp = self.path.with_suffix(".patch")
+        with pq.ParquetFile(self.path) as pf, pq.ParquetWriter(tmp, pf.schema_arrow) as out:
+            for i in range(pf.num_row_groups):
+                part = change(pf.read_row_group(i).to_pandas())
+                out.write_table(pa.Table.from_pandas(part, schema=pf.schema_arrow, preserve_index=False))
+        os.replace(tmp, self.path)
 
     def __getstate__(self) -> dict[str, Any]:
         # sent to another process (a Ray worker's result): the records travel, not the file path

@@ -87,26 +87,78 @@ def simulate(
     keeps in memory before it spills to a temporary Parquet file (:mod:`wispsim.sim.records`); the
     records, and every summary of them, are the same either way.
     """
-    wall0 = time.perf_counter()
-    if not isinstance(resolved, Resolved):
-        raise TypeError(
-            f"simulate takes a resolved scenario, got {type(resolved).__name__}: resolve it once "
-            "with wispsim.check(scenario)"
-        )
-    sc = resolved.scenario
-    n = devices if devices is not None else sc.devices.count
-    if not 1 <= n <= MAX_DEVICES:
-        raise ConfigError("scenario", "devices.count", f"must be in [1, {MAX_DEVICES:,}], got {n:,}")
-    env = simpy.Environment() if env is None else env
-    ctx = RunContext(env, sc, sc.seed if seed is None else seed, resolved.profiles[0], memory_rows)
-    ctx.serving = serving_of(sc)
-    _request_lengths(ctx)
-    servers = SimulatedServers() if servers is None else servers
-    servers.build(ctx, resolved)
-    (SimulatedDevices() if load is None else load).launch(ctx, n)
-    env.process(ctx.recorder.watchdog())
-    env.run(until=ctx.recorder.done)  # every measured response decided
-    return _collect(ctx, resolved, servers.info(ctx), wall0)
+    run = Run(resolved, devices, seed, servers=servers, load=load, env=env, memory_rows=memory_rows)
+    run.env.run(until=run.ctx.recorder.done)  # every measured response decided
+    return run.result()
+
+
+class Run:
+    """One simulation built and run in steps: :meth:`advance` to a time, look at what is decided
+    (:meth:`complete_until`, :meth:`decided_before`), :meth:`cut` it short or run on, then
+    :meth:`result`. Stepping changes nothing: a run advanced to its end in any steps gives the
+    records :func:`simulate` gives (arguments as there). A cut run measures what the same run with
+    its window closed at the cut measures, with the same verdicts (:mod:`wispsim.sim.recorder`)."""
+
+    def __init__(
+        self,
+        resolved: Resolved,
+        devices: int | None = None,
+        seed: int | None = None,
+        *,
+        servers: ServerSide | None = None,
+        load: DeviceSide | None = None,
+        env: simpy.Environment | None = None,
+        memory_rows: int = MEMORY_ROWS,
+    ) -> None:
+        self.wall0 = time.perf_counter()
+        if not isinstance(resolved, Resolved):
+            raise TypeError(
+                f"simulate takes a resolved scenario, got {type(resolved).__name__}: resolve it once "
+                "with wispsim.check(scenario)"
+            )
+        sc = resolved.scenario
+        n = devices if devices is not None else sc.devices.count
+        if not 1 <= n <= MAX_DEVICES:
+            raise ConfigError("scenario", "devices.count", f"must be in [1, {MAX_DEVICES:,}], got {n:,}")
+        self.resolved = resolved
+        self.env = env = simpy.Environment() if env is None else env
+        ctx = self.ctx = RunContext(env, sc, sc.seed if seed is None else seed, resolved.profiles[0], memory_rows)
+        ctx.serving = serving_of(sc)
+        _request_lengths(ctx)
+        self.servers = SimulatedServers() if servers is None else servers
+        self.servers.build(ctx, resolved)
+        (SimulatedDevices() if load is None else load).launch(ctx, n)
+        env.process(ctx.recorder.watchdog())
+
+    @property
+    def ended(self) -> bool:
+        """Every measured response is decided (or the run was cut)."""
+        return self.ctx.recorder.done.processed or self.ctx.recorder.done.triggered
+
+    def advance(self, until: float) -> bool:
+        """Run to simulated time ``until``, or to the run's end if that comes first; True once
+        the run has ended."""
+        done = self.ctx.recorder.done
+        if not self.ended and until > self.env.now:
+            self.env.run(until=self.env.any_of([done, self.env.timeout(until - self.env.now)]))
+        return self.ended
+
+    def complete_until(self) -> float:
+        """The latest start time before which every measured response is decided (recorder)."""
+        return self.ctx.recorder.complete_until()
+
+    def decided_before(self, t: float) -> list[tuple[float, int, float, bool]]:
+        """(start, device, SLO, violated) of the measured responses that started before ``t``."""
+        return self.ctx.recorder.decided_before(t)
+
+    def cut(self, t: float) -> None:
+        """End the run now, its measurement window closed at ``t`` (at most :meth:`complete_until`)."""
+        self.ctx.recorder.cut(t)
+
+    def result(self) -> SimResult:
+        """The run's records and facts (run it to its end, or cut it, first)."""
+        assert self.ended, "advance the run to its end or cut it first"
+        return _collect(self.ctx, self.resolved, self.servers.info(self.ctx), self.wall0)
 
 
 def _request_lengths(ctx: RunContext) -> None:

@@ -17,7 +17,10 @@ from wispsim.config import Scenario
 from wispsim.results import Results
 from wispsim.study.capacity_search import CapacitySearch, pooled_stats
 from wispsim.study.points import Point
+from wispsim.model.fluid import FluidEstimate, fluid_capacity
+from wispsim.sim.scenarios import resolve_server
 from wispsim.study.runners import Runner
+from wispsim.study.stopping import Stopping
 
 
 @dataclass(frozen=True)
@@ -63,56 +66,67 @@ def capacity_sweep(
     grid: tuple[int, ...] = (),
     start: int = 8,
     max_devices: int = 4096,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    stopping: Stopping | None = None,
+    exact: bool = False,
 ) -> SweepResult:
-    """Capacity of every (policy, group); ``base`` maps policy name -> resolved scenario."""
+    """Capacity of every (policy, group); ``base`` maps policy name -> resolved scenario. Each N
+    is one point with every seed (:class:`~wispsim.study.points.Point`), stopped by
+    ``stopping`` (None: every seed to its horizon). Without a ``grid`` each search starts from
+    the fluid estimate (:func:`estimate_group`); ``exact``: bisect to the integer
+    (:class:`~wispsim.study.capacity_search.CapacitySearch`)."""
+    estimates = {(pol, g.label): estimate_group(base[pol], g, epsilon) for pol in base for g in groups}
     searches = {
-        (pol, g.label): CapacitySearch(epsilon, start=start, max_devices=max_devices, grid=grid)
-        for pol in base
-        for g in groups
+        key: CapacitySearch(
+            epsilon, start=start, max_devices=max_devices, grid=grid,
+            estimate=None if grid else est.devices, exact=exact,
+        )  # fmt: skip
+        for key, est in estimates.items()
     }
     group_of = {g.label: g for g in groups}
     curve_rows: list[pd.DataFrame] = []
     pooled_rows: list[dict[str, object]] = []
-    planned = finished = 0
+    phase = 0
+    finished = 0  # points of this phase done
+    text = ""
 
     def tick() -> None:
         nonlocal finished
         finished += 1
         if progress:
-            progress(finished, planned)
+            progress(finished, len(points), text)
 
     while True:
         wave: list[tuple[tuple[str, str], int]] = []
+        answered = 0
         for key, s in searches.items():
-            wave.extend((key, n) for n in s.next_devices())
+            xs = s.next_devices()
+            wave.extend((key, n) for n in xs)
+            answered += not xs
         if not wave:
             break
         points: list[Point] = []
         for (pol, label), n in wave:
             sc = base[pol].with_devices(n, group_of[label].classes)
-            points.extend(Point(sc, n, seed) for seed in seeds)
-        planned += len(points)
+            points.append(Point(sc, n, tuple(seeds), stopping))
+        phase += 1
+        finished = 0
+        text = f"phase {phase} ({answered}/{len(searches)} capacities found)"
         if progress:
-            progress(finished, planned)
+            progress(0, len(points), text)
         results = runner.map(points, tick)
-        it = iter(results)
-        for (pol, label), n in wave:
-            counts = []
-            for seed in seeds:
-                r = next(it)
-                summ = r.summary.rename(columns={"devices": "class_devices"})
-                summ.insert(0, "seed", seed)
-                summ.insert(0, "devices", n)
-                summ.insert(0, "group", label)
-                summ.insert(0, "policy", pol)
-                summ["point"] = r.key
-                curve_rows.append(summ)
-                c = r.counts.copy()
-                c["seed"] = seed
-                counts.append(c)
-            allc = pd.concat(counts, ignore_index=True)
+        for ((pol, label), n), r in zip(wave, results, strict=True):
+            summ = r.summary.rename(columns={"devices": "class_devices"})
+            summ.insert(0, "devices", n)
+            summ.insert(0, "group", label)
+            summ.insert(0, "policy", pol)
+            summ["point"] = r.key
+            summ["stop"] = r.stop.how
+            summ["window_end_s"] = r.stop.window_end
+            curve_rows.append(summ)
+            allc = r.counts
             stats = pooled_stats(n, allc)
+            stats.stop = r.stop.how
             searches[(pol, label)].evaluated[n] = stats
             for cls, rate in stats.per_class.items():
                 pooled_rows.append(
@@ -127,20 +141,26 @@ def capacity_sweep(
                         "decision_violation": stats.violation,
                         "decision_ci_low": stats.ci_low,
                         "decision_ci_high": stats.ci_high,
+                        "stop": r.stop.how,
+                        "window_end_s": r.stop.window_end,
                     }
                 )
     cap_rows = []
     for (pol, label), s in searches.items():
         lo, hi = s.interval()
+        est = estimates[(pol, label)]
         cap_rows.append(
             {
                 "policy": pol,
+                "profile": base[pol].server.profile,
                 "class": label,
                 "capacity": s.capacity,
                 "ci_low": lo,
                 "ci_high": hi,
                 "saturated": s.saturated,
                 "evaluated": len(s.evaluated),
+                "estimate": est.devices,
+                "estimate_binds": est.binds,
             }
         )
     curve = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
@@ -150,6 +170,39 @@ def capacity_sweep(
     if not pooled.empty:
         pooled = pooled.sort_values(["policy", "group", "class", "devices"], kind="stable")
     return SweepResult(pd.DataFrame(cap_rows), curve.reset_index(drop=True), pooled.reset_index(drop=True))
+
+
+def server_text(scenario: Scenario) -> str:
+    """What one capacity is per, in words: its server's replicas, GPUs and model (the profile's),
+    e.g. ``one NVIDIA A100 80GB SXM verifying Qwen/Qwen3-32B (bf16, profile a100-qwen3-32b)``."""
+    from wispsim.model.profiles import load_profile
+
+    srv = scenario.server
+    role = "verifying" if srv.mode == "speculative" else "generating"
+    parts = []
+    for name in dict.fromkeys(srv.replica_profiles or (srv.profile,)):
+        p = load_profile(name)
+        gpus = f"{p.gpu_count} x {p.gpu}" if p.gpu_count > 1 else p.gpu
+        parts.append(f"{gpus} {role} {p.model.name} ({p.precision}, profile {p.name})")
+    count = len(srv.replica_profiles) or srv.replicas
+    return ("one replica: " if count == 1 else f"{count} replicas: ") + "; ".join(parts)
+
+
+def estimate_group(scenario: Scenario, group: Group, epsilon: float) -> FluidEstimate:
+    """The fluid model's capacity (:mod:`wispsim.model.fluid`) of one replica of ``scenario``'s
+    first profile for ``group``: one class's, or a mix's (devices split evenly between its
+    classes, each taking 1 / its own capacity of the server: the harmonic mean), binding where
+    the class with the smallest estimate binds."""
+    resolved = resolve_server(scenario)
+    per = [
+        fluid_capacity(scenario, slo, resolved.profiles[0], resolved.capacities[0], epsilon)
+        for slo in group.classes
+    ]
+    worst = min(per, key=lambda e: e.devices)
+    if worst.devices <= 0:
+        return worst
+    n = len(per) / sum(1 / e.devices for e in per)
+    return FluidEstimate(max(1, int(n)), worst.binds, worst.batch, worst.pass_ms)
 
 
 def speedups(cap: pd.DataFrame, policies: list[str]) -> pd.DataFrame:

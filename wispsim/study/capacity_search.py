@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from wispsim.study.points import Point, PointResult
+from wispsim.study.stopping import Stopping
 
 if TYPE_CHECKING:
     from wispsim.config import Scenario
@@ -45,6 +46,12 @@ class PointStats:
     ci_high: float
     per_class: dict[str, float]
     responses: int
+    stop: str = "none"  # the sequential rule's verdict on the point (wispsim.study.stopping.Stop.how)
+
+    @property
+    def at_knee(self) -> bool:
+        """The rule could not tell this point's side of epsilon from noise in its whole window."""
+        return self.stop == "undecided"
 
 
 def pooled_stats(devices: int, counts: pd.DataFrame, seed: int = 0) -> PointStats:
@@ -70,14 +77,6 @@ def pooled_stats(devices: int, counts: pd.DataFrame, seed: int = 0) -> PointStat
         boot_max = np.maximum(boot_max, np.nan_to_num(boot, nan=0.0))
     lo, hi = np.quantile(boot_max, [0.025, 0.975])
     return PointStats(devices, float(point), float(lo), float(hi), per_class, int(counts.responses.sum()))
-
-
-def pooled_over_seeds(devices: int, results: list[PointResult], seeds: list[int]) -> PointStats:
-    """Violation statistics of one configuration pooled over its seeds' points."""
-    counts = pd.concat(
-        [r.counts.assign(seed=s) for r, s in zip(results, seeds, strict=True)], ignore_index=True
-    )
-    return pooled_stats(devices, counts)
 
 
 def feasible(violation: float, epsilon: float) -> bool:
@@ -208,9 +207,9 @@ class EdgeSearch:
         return sorted(set(xs))
 
 
-def per_wave(runner: Runner, seeds: list[int]) -> int:
-    """x values per wave: as many as the runner's slots hold with every seed, at least one."""
-    return max(1, runner.jobs // len(seeds))
+def per_wave(runner: Runner) -> int:
+    """x values per wave: one per runner slot (a point runs all its seeds), at least one."""
+    return max(1, runner.jobs)
 
 
 def run_search(
@@ -219,23 +218,64 @@ def run_search(
     seeds: list[int],
     point: Callable[[int], tuple[Scenario, int]],
     seen: Callable[[int, PointStats, PointResult], None],
+    stopping: bool = True,
 ) -> int | None:
     """Run ``search`` to its answer. Each wave's x values become points (``point``: x -> the
-    scenario and its devices) times ``seeds``, all mapped on ``runner`` at once; ``seen`` hears
-    each x's pooled statistics and its first seed's result, in the wave's order."""
+    scenario and its devices) with every seed, stopped once their answer is known
+    (:mod:`wispsim.study.stopping`; ``stopping`` False: at their horizon), all mapped on
+    ``runner`` at once; ``seen`` hears each x's pooled statistics and its first seed's result,
+    in the wave's order."""
+    rule = Stopping(search.epsilon) if stopping else None
     while xs := search.next():
         cases = [point(x) for x in xs]
-        results = runner.map([Point(sc, m, s) for sc, m in cases for s in seeds])
-        for i, (x, (_, m)) in enumerate(zip(xs, cases, strict=True)):
-            mine = results[i * len(seeds) : (i + 1) * len(seeds)]
-            search.evaluated[x] = stats = pooled_over_seeds(m, mine, seeds)
-            seen(x, stats, mine[0])
+        results = runner.map([Point(sc, m, tuple(seeds), rule) for sc, m in cases])
+        for x, (_, m), res in zip(xs, cases, results, strict=True):
+            search.evaluated[x] = stats = pooled_stats(m, res.counts)
+            stats.stop = res.stop.how
+            seen(x, stats, res.seed(seeds[0]))
     return search.answer
 
 
+@dataclass(frozen=True)
+class Geometric:
+    """Out from a first estimate by a constant ratio: up to ``ratio``, ``ratio^2``, ... times the
+    largest x seen, down to 1/``ratio``, ... of the smallest (at least one step of 1)."""
+
+    ratio: float = 1.2
+
+    def up(self, below: int, width: int) -> list[int]:
+        return [max(math.ceil(below * self.ratio**k), below + k) for k in range(1, width + 1)]
+
+    def down(self, edge: int, width: int) -> list[int]:
+        return [min(math.floor(edge / self.ratio**k), edge - k) for k in range(1, width + 1)]
+
+
+def crossing(below: PointStats, edge: PointStats, epsilon: float, extend: bool = False) -> float:
+    """Where the violation rate crosses ``epsilon`` on the line through two evaluated N: between
+    them, or (``extend``) wherever the line crosses it; NaN where the line does not rise."""
+    lo, hi = below.violation, edge.violation
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return math.nan
+    share = (epsilon - lo) / (hi - lo)
+    if not extend:
+        share = min(max(share, 0.0), 1.0)
+    return below.devices + share * (edge.devices - below.devices)
+
+
 class CapacitySearch(EdgeSearch):
-    """The sweep's search: the largest N within epsilon for one (policy, class or class mix), one
-    N a wave. The user's grid runs first, else ``start``; then doubling and bisection.
+    """The sweep's search: the largest N within epsilon for one (policy, class or class mix).
+
+    It starts from the user's grid (then doubling out), else from ``estimate`` (the fluid
+    model's, :mod:`wispsim.model.fluid`: then out by :class:`Geometric` steps), else from
+    ``start`` (doubling). Inside the bracket it cuts where the violation rate crosses epsilon
+    (regula falsi, held an eighth of the bracket inside each end, and a bisection whenever its
+    last two cuts fell on the same side; with one end at the knee, the secant through that end
+    and its nearest neighbour, just past the crossing), and it
+    ends when the bracket is one apart or -- unless ``exact`` -- when both its ends are at the
+    knee (:attr:`PointStats.at_knee`: points whose violation rate the sequential rule could not
+    tell from epsilon in their whole window). Cutting further there would place the capacity by
+    noise; the capacity is then where the rate crosses epsilon between them, rounded down.
+    ``exact`` (``--search exact``) bisects to the integer, as earlier versions did.
 
     The capacity's 95% interval comes from the evaluated curve: each N's violation rate gets a
     cluster bootstrap interval (resampling devices, so that the responses of one device count as
@@ -245,10 +285,69 @@ class CapacitySearch(EdgeSearch):
     """
 
     def __init__(
-        self, epsilon: float, start: int = 8, max_devices: int = 4096, grid: tuple[int, ...] = ()
-    ) -> None:
-        first = grid or (min(start, max_devices),)
-        super().__init__(epsilon, more_helps=False, low=1, high=max_devices, first=first, split=midpoint)
+        self, epsilon: float, start: int = 8, max_devices: int = 4096, grid: tuple[int, ...] = (),
+        estimate: int | None = None, exact: bool = False,
+    ) -> None:  # fmt: skip
+        steps: Steps = DOUBLING
+        if grid:
+            first: tuple[int, ...] = grid
+        elif estimate is not None and estimate >= 1:
+            first, steps = (min(estimate, max_devices),), Geometric()
+        else:
+            first = (min(start, max_devices),)
+        self.exact = exact
+        self._cuts: list[int] = []
+        super().__init__(
+            epsilon, more_helps=False, low=1, high=max_devices, first=first, steps=steps,
+            split=midpoint if exact else self._cut,
+        )  # fmt: skip
+
+    def _cut(self, below: int, edge: int, width: int) -> list[int]:
+        cut = self._cut_at(below, edge)
+        self._cuts.append(cut)
+        return [cut]
+
+    def _landed_alike(self) -> bool:
+        """The last two cuts fell on the same side of the knee (regula falsi is creeping)."""
+        if len(self._cuts) < 2 or not all(c in self.evaluated for c in self._cuts[-2:]):
+            return False
+        a, b = self._cuts[-2:]
+        return self.turned(a) == self.turned(b)
+
+    def _cut_at(self, below: int, edge: int) -> int:
+        if self._landed_alike():  # bisect once: the interpolation keeps landing on one side
+            return (below + edge) // 2
+        lo, hi = self.evaluated[below], self.evaluated[edge]
+        knee = lo if lo.at_knee else hi if hi.at_knee else None
+        if knee is not None and not (lo.at_knee and hi.at_knee):
+            # one end at the knee: the curve is steeper there than the chord to a far end says,
+            # so cross by the secant through the knee point and its nearest neighbour, just past
+            # it, to land on the other side of epsilon
+            near = min((p for x, p in self.evaluated.items() if x != knee.devices),
+                       key=lambda p: abs(p.devices - knee.devices))  # fmt: skip
+            a, b = sorted((knee, near), key=lambda p: p.devices)
+            x = crossing(a, b, self.epsilon, extend=True)
+            if math.isfinite(x):
+                x = math.floor(x) + 1 if knee is lo else math.ceil(x) - 1
+                return min(max(x, below + 1), edge - 1)
+        x = crossing(lo, hi, self.epsilon)
+        if not math.isfinite(x):
+            x = (below + edge) / 2
+        guard = (edge - below) / 8
+        x = min(max(x, below + guard), edge - guard)
+        return min(max(round(x), below + 1), edge - 1)
+
+    def resolved(self) -> bool:
+        """Both ends of the bracket are at the knee (class text), so cutting further is noise."""
+        below, edge = self.bounds()
+        if self.exact or below is None or edge is None:
+            return False
+        return self.evaluated[below].at_knee and self.evaluated[edge].at_knee
+
+    def next(self) -> list[int]:
+        if self._started and self.resolved():
+            return []
+        return super().next()
 
     def next_devices(self) -> list[int]:
         """N values to simulate next ([] when the search is finished)."""
@@ -256,7 +355,15 @@ class CapacitySearch(EdgeSearch):
 
     @property
     def capacity(self) -> int:
-        return self.answer or 0
+        below, edge = self.bounds()
+        if below is None:
+            return 0
+        if edge is None or edge - below <= 1 or not self.resolved():
+            return below
+        x = crossing(self.evaluated[below], self.evaluated[edge], self.epsilon)
+        if not math.isfinite(x):
+            return below
+        return min(max(math.floor(x), below), edge - 1)
 
     @property
     def saturated(self) -> bool:
@@ -270,4 +377,4 @@ class CapacitySearch(EdgeSearch):
         ci_low = max(lows, default=0)
         highs = [p.devices for p in pts if p.devices > cap and p.ci_low > self.epsilon]
         ci_high = min(highs) - 1 if highs else max(p.devices for p in pts)
-        return ci_low, max(ci_high, cap)
+        return min(ci_low, cap), max(ci_high, cap)

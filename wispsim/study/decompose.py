@@ -130,7 +130,7 @@ def largest_share(
     n_all = fleet_size(scenario)
     rows: dict[int, dict[str, object]] = {}
     first: dict[int, PointResult] = {}
-    width = per_wave(runner, seeds)
+    width = per_wave(runner)
     n0 = min(max(start, least), n_all)
     wave = sorted({min(max(c, least), n_all) for c in [n0, *[n0 >> k for k in range(1, width)]]})
     search = EdgeSearch(epsilon, more_helps=False, low=least, high=n_all, first=wave, width=width)
@@ -203,7 +203,7 @@ def confirm(
         low=lo,
         high=hi,
         first=[x for x in (x0 - 1, x0) if lo <= x <= hi],
-        width=per_wave(runner, seeds),
+        width=per_wave(runner),
         steps=Gallop(x0),
     )
     x = run_search(search, runner, seeds, lambda x: case(x)[:2], seen)

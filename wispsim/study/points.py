@@ -1,9 +1,12 @@
-"""Points: one simulation each, and a results store that survives interruption.
+"""Points: one configuration under its seeds, and a results store that survives interruption.
 
-A *point* is one simulation: a resolved scenario, N and a seed. Its results live in
-``OUT/points/<key>/`` where the key is a hash of the resolved scenario, N, the seed, the wispsim
-version and the contents of the data files the scenario names (latency profiles, acceptance
-trace, predictor, arrival trace: editing a profile in place makes new points); a point whose
+A *point* is a resolved scenario, N and its seeds: one simulation per seed, run together
+(:mod:`wispsim.study.stopping`: a capacity search's points stop together once their answer is
+known; a point without a stopping rule runs each seed to its horizon). Its results live in
+``OUT/points/<key>/`` (every table with a ``seed`` column) where the key is a hash of the
+resolved scenario, N, the seeds, the stopping rule, the wispsim version and the contents of the
+data files the scenario names (latency profiles, acceptance trace, predictor, arrival trace:
+editing a profile in place makes new points); a point whose
 folder is complete is never run again, so an interrupted sweep resumes where it stopped and
 loses nothing it finished. Each point's ``meta.json`` records the git commit of the code that
 computed it (:func:`code_commit`), so a report built from stored points can say which code made
@@ -18,8 +21,10 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -30,7 +35,8 @@ from wispsim.config import Scenario
 from wispsim.provenance import code_commit, file_digest
 from wispsim.sim.records import StoredRecords
 from wispsim.sim.scenarios import resolve_server
-from wispsim.sim.simulation import simulate
+from wispsim.sim.simulation import Run
+from wispsim.study.stopping import UNRULED, Stop, Stopping, run_together
 from wispsim.version import __version__
 
 RECORD_MODES = ("none", "responses", "all")
@@ -78,9 +84,17 @@ def input_digests(scenario: Scenario) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Point:
+    """``scenario`` with ``devices`` devices under each of ``seeds`` (one seed: an int), stopped
+    by ``stopping`` (None: every seed to its horizon)."""
+
     scenario: Scenario
     devices: int
-    seed: int
+    seeds: tuple[int, ...]
+    stopping: Stopping | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seeds, int):
+            object.__setattr__(self, "seeds", (self.seeds,))
 
     @cached_property
     def key(self) -> str:
@@ -88,7 +102,8 @@ class Point:
             {
                 "scenario": self.scenario.to_dict(),
                 "devices": self.devices,
-                "seed": self.seed,
+                "seeds": list(self.seeds),
+                "stopping": self.stopping.to_dict() if self.stopping else None,
                 "version": __version__,
                 "inputs": input_digests(self.scenario),
             },
@@ -99,12 +114,30 @@ class Point:
 
 @dataclass
 class PointResult:
+    """A point's tables, each with a ``seed`` column: ``summary`` (per class), ``counts`` (per
+    device: the clusters of the capacity bootstrap), ``replicas``; ``stop`` how it ended
+    (:class:`~wispsim.study.stopping.Stop`: ``how`` and ``window_end``)."""
+
     key: str
     summary: pd.DataFrame
     counts: pd.DataFrame
     replicas: pd.DataFrame | None = None  # per-replica load (replicas.csv)
     computed: bool = False  # simulated now (False: loaded from the store)
     commit: str = "unknown"  # git commit of the code that computed it (meta.json)
+    stop: Stop = field(default_factory=lambda: Stop(UNRULED, math.nan))
+
+    def seed(self, seed: int) -> PointResult:
+        """This point's tables of one seed (without the ``seed`` column)."""
+
+        def mine(df: pd.DataFrame | None) -> pd.DataFrame | None:
+            if df is None:
+                return None
+            return df[df.seed == seed].drop(columns="seed").reset_index(drop=True)
+
+        return PointResult(
+            self.key, mine(self.summary), mine(self.counts), mine(self.replicas),  # type: ignore[arg-type]
+            self.computed, self.commit, self.stop,
+        )  # fmt: skip
 
 
 def _write_atomic_dir(final: Path, write: Callable[[Path], None]) -> None:
@@ -128,15 +161,18 @@ def load_point(point: Point, out: Path | None) -> PointResult | None:
         return None
     reps = folder / "replicas.csv"
     try:
-        commit = str(json.loads((folder / "meta.json").read_text()).get("commit", "unknown"))
-    except (OSError, ValueError, AttributeError):
-        commit = "unknown"
+        meta = json.loads((folder / "meta.json").read_text())
+        commit = str(meta.get("commit", "unknown"))
+        stop = Stop(str(meta["stop"]), float(meta["window_end_s"]), bool(meta["stopped_early"]))
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return None  # not a point of this layout: simulate it again
     return PointResult(
         point.key,
         pd.read_csv(folder / "summary.csv", dtype={"class": str}),
         pd.read_csv(folder / "devices.csv"),
         pd.read_csv(reps) if reps.is_file() else None,
         commit=commit,
+        stop=stop,
     )
 
 
@@ -150,27 +186,49 @@ class PointOutput:
     replicas: pd.DataFrame
     meta: dict[str, object]
     frames: dict[str, pd.DataFrame | StoredRecords]  # records kept per the record mode
+    stop: Stop
+
+
+def _with_seed(df: pd.DataFrame, seed: int) -> pd.DataFrame:
+    out = df.copy()
+    out.insert(0, "seed", seed)
+    return out
 
 
 def compute_point(point: Point, records: str = "responses") -> PointOutput:
-    """Simulate one point (no disk access: safe on a remote Ray worker)."""
-    res = simulate(resolve_server(point.scenario), point.devices, point.seed)
-    frames: dict[str, pd.DataFrame] = {}
-    if records in ("responses", "all"):
-        frames["responses"] = res.responses
-    if records == "all":
-        frames["rounds"] = res.round_records  # a spilled run's file is copied, not loaded
-        frames["batches"] = res.batches
+    """Simulate one point, its seeds together (no disk access: safe on a remote Ray worker)."""
+    wall0 = time.perf_counter()
+    resolved = resolve_server(point.scenario)
+    runs = [Run(resolved, point.devices, seed) for seed in point.seeds]
+    stop = run_together(runs, resolved.scenario.workload.window(), point.stopping)
+    results = [r.result() for r in runs]
+    frames: dict[str, pd.DataFrame | StoredRecords] = {}
+    for seed, res in zip(point.seeds, results, strict=True):
+        tail = "" if len(point.seeds) == 1 else f"-seed{seed}"
+        if records in ("responses", "all"):
+            frames["responses" + tail] = res.responses
+        if records == "all":
+            frames["rounds" + tail] = res.round_records  # a spilled run's file is copied, not loaded
+            frames["batches" + tail] = res.batches
     meta = {
         "devices": point.devices,
-        "seed": point.seed,
+        "seeds": list(point.seeds),
         "key": point.key,
         "version": __version__,
-        "sim_end_s": res.sim_end,
-        "wall_s": res.wall_s,
-        **res.info,
+        "stop": stop.how,
+        "window_end_s": stop.window_end,
+        "stopped_early": stop.early,
+        "stopping": point.stopping.to_dict() if point.stopping else None,
+        "sim_end_s": [res.sim_end for res in results],
+        "wall_s": time.perf_counter() - wall0,  # the seeds together
+        **results[0].info,
     }
-    return PointOutput(point, summarize(res), device_counts(res), replica_summary(res), meta, frames)
+    tables = [(summarize(r), device_counts(r), replica_summary(r)) for r in results]
+    summary, counts, replicas = (
+        pd.concat([_with_seed(t[i], s) for s, t in zip(point.seeds, tables, strict=True)], ignore_index=True)
+        for i in range(3)
+    )
+    return PointOutput(point, summary, counts, replicas, meta, frames, stop)
 
 
 def store_point(output: PointOutput, out: Path | None) -> PointResult:
@@ -190,8 +248,9 @@ def store_point(output: PointOutput, out: Path | None) -> PointResult:
 
         _write_atomic_dir(out / "points" / point.key, write)
     return PointResult(
-        point.key, output.summary, output.counts, output.replicas, computed=True, commit=str(meta["commit"])
-    )
+        point.key, output.summary, output.counts, output.replicas,
+        computed=True, commit=str(meta["commit"]), stop=output.stop,
+    )  # fmt: skip
 
 
 def run_point(point: Point, out: Path | None, records: str = "responses") -> PointResult:

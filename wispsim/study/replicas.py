@@ -80,7 +80,7 @@ def plan_replicas(
     n = fleet_size(scenario)
     rows: dict[int, dict[str, object]] = {}
     replica_load: dict[int, pd.DataFrame] = {}
-    width = per_wave(runner, seeds)
+    width = per_wave(runner)
     r0 = min(max(1, start if start is not None else math.ceil(n / 100)), max_replicas)
     first = sorted({r0, *[max(1, r0 >> k) for k in range(1, width)]})
     search = EdgeSearch(epsilon, more_helps=True, low=1, high=max_replicas, first=first, width=width)

@@ -28,6 +28,7 @@ from wispsim.study.capacity import SweepResult, capacity_sweep, groups_for, spee
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
 from wispsim.study.experiments.targets import study_target, with_profile
+from wispsim.study.stopping import Stopping
 
 
 def _sweep(
@@ -52,9 +53,11 @@ def _sweep(
             grid=grid,
             start=int(spec.get("start", 8)),
             max_devices=int(spec.get("max_devices", 4096)),
-            progress=lambda done, planned: ctx.progress(
-                f"{ctx.rel(folder)}: {done}/{planned} simulations done"
+            progress=lambda done, planned, phase: ctx.progress(
+                f"{ctx.rel(folder)}: {phase} {done}/{planned} N values"
             ),
+            stopping=None if spec.get("stop") == "horizon" else Stopping(float(spec.get("epsilon", 0.05))),
+            exact=spec.get("search") == "exact",
         )
     out = Results(folder, f"experiment {ctx.name}")
     with out.writing():

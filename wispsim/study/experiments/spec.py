@@ -179,6 +179,9 @@ def _check_spec(spec: dict[str, Any]) -> None:
                 find_profile(str(t))
             except WispsimError:
                 raise ConfigError(src, "targets", f"no profile {t!r} (see `wispsim profile list`)") from None
+    for key, allowed in (("stop", ("sequential", "horizon")), ("search", ("knee", "exact"))):
+        if key in spec and spec[key] not in allowed:
+            raise ConfigError(src, key, f"got {spec[key]!r}; allowed: {', '.join(allowed)}")
     if "set" in spec and not isinstance(spec["set"], dict):
         raise ConfigError(src, "set", "must be a mapping of field.path: value")
 

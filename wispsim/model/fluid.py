@@ -1,0 +1,255 @@
+"""A first estimate of capacity from the model's own facts: one server, in the mean, with its tail.
+
+Before anything is simulated, the parts a run is made of already say roughly where the knee is:
+the cost form prices a pass, the acceptance model says how many tokens a round commits, the
+workload how long responses are, the KV cache and ``max_num_seqs`` how many run at once, the host
+how fast it takes requests. :func:`fluid_capacity` puts them together for one class (SLO ``s``
+tok/s) in steady state, every rate at its mean (a *fluid* model: no queueing variance), and asks
+of the ``epsilon`` tail -- the slowest-drafting devices, the shortest responses -- whether it
+still keeps the SLO. It returns the largest N it finds feasible and the resource that stops N + 1.
+The capacity search brackets from it (:mod:`wispsim.study.capacity_search`); the sweep prints it
+beside the simulated answer. It is an estimate, not an answer: the simulated violation rate
+decides.
+
+**Running.** Of N closed-loop devices at most ``A`` run at once: the responses the KV cache holds
+(admission reserves ``prompt + output`` tokens each; vLLM allocates ``prompt + output / 2`` on
+average as they grow) and ``max_num_seqs``; the rest wait. The ``A`` running ones go as fast as
+the server lets them:
+
+- *speculative*: a round drafts ``k`` tokens (``k / draft speed`` and the predictor's calls),
+  crosses the link twice, waits for the pass in progress (half a pass on average) and is verified
+  in the next: ``tau = draft + network + 1.5 T(B)``, the batch ``B = A T(B) / tau`` (Little's law
+  on the GPU), and it commits ``c = (1 - a^(k+1)) / (1 - a)`` tokens (acceptance ``a``): a
+  running response makes ``c / tau`` tok/s. A batch member verifies ``k + 1`` tokens over the
+  context (mean prompt + half the mean output; without prefix caching the whole context again),
+  and one round in ``output / c`` is a response's first (its prompt). Past ``max_batch_tokens``
+  or ``max_num_seqs`` rounds wait for passes of the largest batch.
+- *centralized*: every step decodes one token (server-side speculation: the mean accepted run
+  plus one, after its drafting) for each of the ``A`` running responses and prefills the
+  prompts of the ones that start (``A * prompt / output`` tokens a step): ``tokens / T(A)`` tok/s.
+
+Where the host is modelled, the engine core's CPU per step joins each pass (or overlaps it under
+async scheduling) and the API servers must keep up with the requests (``cpu``).
+
+**The tail.** A running device at the ``epsilon`` quantile of draft speed must still make ``s``
+tok/s (else ``gpu`` binds, or the batch limit that held the pass). The waiting ones wait
+``W = (N / A - 1) * output / v`` (closed loop: a response's cycle is N / A running times), and a
+response at the ``epsilon`` quantile of output length must still finish at ``s``:
+``W <= output_eps * (1 / s - 1 / v)`` (else ``kv`` or ``max_num_seqs`` binds). What is not
+modelled: the drafting controller's own choice of draft length (a predictor that stops early
+commits fewer tokens a round than ``c``), bursts, and the spread of acceptance between
+responses; the simulated answer includes them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from wispsim.config import Scenario
+from wispsim.config.limits import MAX_DEVICES
+from wispsim.model.acceptance import make_acceptance
+from wispsim.model.host_cpu import for_server
+from wispsim.model.profiles import Profile
+from wispsim.model.speculation import resolve as resolve_speculation
+
+QUEUE_PASSES = 1.5  # a round waits for the pass in progress (half, on average), then its own
+
+
+@dataclass(frozen=True)
+class FluidEstimate:
+    """The largest N (devices of one class on one replica) the fluid model finds feasible, the
+    resource that stops N + 1 (``binds``: gpu, kv, cpu, max_num_seqs, max_batch_tokens; none
+    past the device limit), and the batch and pass (``pass_ms``) it serves N with."""
+
+    devices: int
+    binds: str
+    batch: float = 0.0
+    pass_ms: float = math.nan
+
+    def describe(self) -> str:
+        return f"~{self.devices} ({self.binds})"
+
+
+@dataclass(frozen=True)
+class Running:
+    """``A`` responses running: the mean and the slow-tail token speed of one, the batch and the
+    pass, and the requests a second the API servers see."""
+
+    speed: float
+    slow: float
+    batch: float
+    pass_s: float
+    requests: float
+    limit: str  # what holds the pass: gpu, or the batch limit that capped it
+
+
+def _solve(f: Callable[[float], float], lo: float, hi: float) -> float:
+    """A root of the decreasing ``f`` on [lo, hi] (bisection; ``hi`` if f(hi) >= 0)."""
+    if f(hi) >= 0:
+        return hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if f(mid) >= 0:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _largest_n(check: Callable[[int], str | None]) -> tuple[int, str]:
+    """The largest N that ``check`` passes (None: feasible; else the resource that binds), and what
+    binds at the next N (doubling, then bisection; up to :data:`MAX_DEVICES`)."""
+    first = check(1)
+    if first is not None:
+        return 0, first
+    lo, hi = 1, 2
+    while hi <= MAX_DEVICES and check(hi) is None:
+        lo, hi = hi, hi * 2
+    if hi > MAX_DEVICES:
+        return MAX_DEVICES, "none"
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if check(mid) is None:
+            lo = mid
+        else:
+            hi = mid
+    return lo, str(check(hi))
+
+
+def _network_s(sc: Scenario) -> float:
+    """A round's two crossings of the link, weighted by the links' shares (latency only)."""
+    links, shares = sc.network.link_types, sc.network.links
+    total = sum(shares.values()) or 1.0
+    return sum(2 * links[name].latency_ms / 1000.0 * share / total for name, share in shares.items())
+
+
+def _committed(rate: float, k: int) -> float:
+    """Tokens a round of ``k`` drafts commits in the mean: the accepted run and the bonus token."""
+    return (1 - rate ** (k + 1)) / (1 - rate) if rate < 1 else k + 1.0
+
+
+def fluid_capacity(
+    scenario: Scenario, slo: float, profile: Profile, kv_tokens: int, epsilon: float | None = None
+) -> FluidEstimate:
+    """The fluid estimate (module text) of one replica of ``scenario``'s server, priced by
+    ``profile`` with ``kv_tokens`` of KV cache, serving devices of SLO ``slo`` tok/s;
+    ``epsilon``: the tail that must keep it (default: the scenario's)."""
+    sc, srv = scenario, scenario.server
+    eps = sc.epsilon if epsilon is None else epsilon
+    out = sc.workload.output_tokens
+    prompt, output, short = sc.workload.prompt_tokens.nominal(), out.nominal(), out.quantile(eps)
+    host = for_server(srv, profile.host)
+    rate = make_acceptance(sc.acceptance).nominal_rate()
+    seqs = srv.engine.max_num_seqs
+    if srv.mode == "centralized":
+        running, at_once = _centralized(sc, profile, kv_tokens, prompt, output, rate, host)
+    else:
+        running, at_once = _speculative(sc, profile, kv_tokens, prompt, output, rate, host, eps)
+    held = "max_num_seqs" if at_once == seqs else "kv"
+    api_servers = host.api_servers if host is not None else math.inf
+    state: dict[int, Running] = {}
+
+    def check(n: int) -> str | None:
+        a = min(n, at_once)
+        r = state[n] = running(a)
+        if r.slow < slo:
+            return r.limit
+        if n > a and (n / a - 1) * output / r.speed > short * (1 / slo - 1 / r.speed):
+            return held
+        if r.requests > api_servers:
+            return "cpu"
+        return None
+
+    n, binds = _largest_n(check)
+    if n == 0:
+        return FluidEstimate(0, binds)
+    r = state[n]
+    return FluidEstimate(n, binds, r.batch, r.pass_s * 1e3)
+
+
+def _speculative(
+    sc: Scenario, profile: Profile, kv_tokens: int, prompt: float, output: float, rate: float,
+    host: Any, eps: float,
+) -> tuple[Callable[[int], Running], int]:  # fmt: skip
+    srv = sc.server
+    cost = profile.estimator
+    k = sc.drafting.k
+    committed = _committed(rate, k)
+    speed = sc.devices.draft_speed
+    net = _network_s(sc) + k * sc.devices.predictor_latency_ms / 1000.0
+    draft, slow_draft = k / speed.nominal(), k / speed.quantile(eps)
+    context = prompt + output / 2
+    cold = min(1.0, committed / output)  # a response's first round carries its prompt
+    cached = srv.engine.enable_prefix_caching
+    resident = srv.verifier.kind == "resident"
+    top = float(max(1, min(srv.engine.max_num_seqs, srv.verifier.max_batch_tokens // (k + 1))))
+    limit = "max_num_seqs" if top == srv.engine.max_num_seqs else "max_batch_tokens"
+    warm_new, warm_cached = (k + 1.0, context) if cached else (context + k + 1.0, 0.0)
+    cold_new = prompt + k + 1.0
+    api = host.api(resident, ids=0 if resident else int(context)) if host is not None else 0.0
+
+    @lru_cache(maxsize=None)
+    def pass_s(b: float) -> float:
+        n_lin = b * ((1 - cold) * warm_new + cold * cold_new)
+        n_int = b * ((1 - cold) * warm_new * (warm_new + warm_cached) + cold * cold_new * cold_new)
+        gpu = cost.batch(n_lin, n_int, b * (1 - cold) * warm_cached, b, b)
+        if host is None:
+            return gpu
+        hashed = 0 if resident else round(b * (prompt if cached else context))
+        n = max(1, round(b))
+        return host.step_time(gpu, host.engine(n, n, n if resident else 0, hashed))
+
+    def running(a: int) -> Running:
+        # the batch where A rounds in a cycle of tau meet passes of T(B): B = A T(B) / tau
+        b = _solve(lambda x: a * pass_s(x) / (draft + net + QUEUE_PASSES * pass_s(x)) - x, 1e-6, top)
+        tau = max(draft + net + QUEUE_PASSES * pass_s(b), a * pass_s(top) / top)
+        capped = a * pass_s(top) / top > draft + net + QUEUE_PASSES * pass_s(b)
+        slow_tau = tau + slow_draft - draft
+        return Running(committed / tau, committed / slow_tau, b, pass_s(b), a / tau * api, limit if capped else "gpu")
+
+    if srv.verifier.kv_policy == "admission":
+        at_once = int(kv_tokens // (prompt + output + k + 1))
+    else:  # vLLM's prefix cache: past what it holds, rounds turn cold (not modelled: a bound)
+        at_once = int(kv_tokens // context)
+    return running, max(1, min(at_once, MAX_DEVICES))
+
+
+def _centralized(
+    sc: Scenario, profile: Profile, kv_tokens: int, prompt: float, output: float, rate: float,
+    host: Any,
+) -> tuple[Callable[[int], Running], int]:  # fmt: skip
+    srv = sc.server
+    cost = profile.estimator
+    spec = resolve_speculation(srv, profile)
+    if spec is None:
+        per_step, look = 1.0, 1
+    else:
+        length = spec.acceptance_length
+        per_step = length + 1.0 if length is not None else _committed(rate, spec.k)
+        look = spec.k + 1
+    context = prompt + output / 2
+    api = host.api(False, text=int(prompt)) if host is not None else 0.0
+
+    @lru_cache(maxsize=None)
+    def step_s(b: int) -> float:
+        chunk = b * prompt * per_step / output  # prompt tokens prefilled per step, on average
+        starts = b * per_step / output
+        n_int = b * look * (look + context) + chunk * chunk
+        gpu = cost.batch(b * look + chunk, n_int, b * context, b + starts, starts)
+        if spec is not None:
+            gpu += spec.draft_time(b * look, int(n_int), int(b * context), b, int(b * context))
+        if host is None:
+            return gpu
+        return host.step_time(gpu, host.engine(b, max(1, round(starts)), 0, round(chunk)))
+
+    def running(a: int) -> Running:
+        t = step_s(a)
+        v = per_step / t
+        return Running(v, v, float(a), t, a * v / output * api, "gpu")
+
+    at_once = min(srv.engine.max_num_seqs, int(kv_tokens // context))
+    return running, max(1, min(at_once, MAX_DEVICES))
