@@ -270,3 +270,15 @@ def test_profile_fit_writes_the_engine_layout_it_was_recorded_in() -> None:
     recorded = {"engine": "vllm", "engine_facts": {"vllm_env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}}
     assert engine_layout(recorded) == "in-process"
     assert engine_layout({"engine": "hf"}) is None
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_scenario_list_wraps_whole_sentences_at_any_width(capsys, monkeypatch, columns: str) -> None:  # type: ignore[no-untyped-def]
+    """Each scenario's first sentence, whole: wrapped at the terminal's width, never cut mid-word."""
+    monkeypatch.setenv("COLUMNS", columns)
+    code, out, _ = cli(capsys, monkeypatch, "scenario", "list")
+    assert code == 0
+    assert max(len(ln) for ln in out.splitlines()) <= int(columns)
+    text = " ".join(out.split())
+    assert "two device types (phones draft slower than laptops) and three link types." in text
+    assert "phones-5g Example: phones on 5G/4G drafting with a slower model, longer answers, two SLO classes." in text

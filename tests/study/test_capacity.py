@@ -189,3 +189,62 @@ def test_run_search_runs_each_x_with_every_seed_and_pools_them() -> None:
     assert runner.seen[:4] == [(2, 0), (2, 1), (4, 0), (4, 1)]  # x-major, seed-minor
     assert heard == [2, 4, 8, 16, 32, 64, 5, 6, 7]  # a wave is one x per runner slot (4)
     assert s.evaluated[4].violation == pytest.approx(3 / 20)
+
+
+# -- the sweep's search from an estimate, with the sequential rule's verdicts (issue 44) ---------
+
+
+def _ruled(search: CapacitySearch, curve, knee_band: float = 0.01) -> list[int]:
+    """As :func:`_run`, the rule's verdict on each point: undecided within ``knee_band`` of epsilon."""
+    order = []
+    while todo := search.next_devices():
+        for n in todo:
+            v = curve(n)
+            how = "undecided" if abs(v - search.epsilon) <= knee_band else ("feasible" if v < search.epsilon else "infeasible")
+            search.evaluated[n] = PointStats(n, v, max(0.0, v - 0.01), min(1.0, v + 0.01), {"8": v}, 1000, how)
+            order.append(n)
+    return order
+
+
+def _ramp(n: int) -> float:
+    """A violation curve that rises through epsilon (0.05) at N = 130: 0.002 per device."""
+    return min(1.0, max(0.0, 0.05 + 0.002 * (n - 130)))
+
+
+def test_the_search_starts_at_the_estimate_and_steps_out_by_a_growing_ratio() -> None:
+    s = CapacitySearch(epsilon=0.05, estimate=100)
+    order = _ruled(s, _ramp)
+    assert order[:3] == [100, 120, 173]  # out by 1.2x, then 1.44x, until one fails
+    # the rule's knee band is +-5 devices; both bracket ends inside it end the search
+    assert s.resolved() and abs(s.capacity - 130) <= 5 and len(order) <= 7
+    b, e = s.bounds()
+    assert s.evaluated[b].at_knee and s.evaluated[e].at_knee
+
+
+def test_an_estimate_above_the_knee_steps_down() -> None:
+    s = CapacitySearch(epsilon=0.05, estimate=400)
+    order = _ruled(s, _ramp)
+    assert order[:2] == [400, 333]
+    assert abs(s.capacity - 130) <= 5
+
+
+def test_exact_search_bisects_to_the_integer_through_the_knee() -> None:
+    ruled = CapacitySearch(epsilon=0.05, estimate=100)
+    exact = CapacitySearch(epsilon=0.05, estimate=100, exact=True)
+    n_ruled, n_exact = len(_ruled(ruled, _ramp)), len(_ruled(exact, _ramp))
+    assert exact.capacity == 130 and not exact.resolved()
+    assert n_exact > n_ruled
+
+
+@pytest.mark.parametrize("knee", [3, 40, 131, 700])
+def test_regula_falsi_on_a_steep_knee_still_brackets_to_one_device(knee: int) -> None:
+    """A step curve (no point at the knee): the cut bisects whenever interpolation creeps."""
+    s = CapacitySearch(epsilon=0.05, estimate=100)
+    order = _ruled(s, lambda n: 0.0 if n <= knee else 0.9, knee_band=0.0)
+    assert s.capacity == knee and len(order) <= 2 * (knee.bit_length() + 6)
+
+
+def test_a_point_without_responses_counts_as_past_the_knee() -> None:
+    s = CapacitySearch(epsilon=0.05, estimate=10)
+    _ruled(s, lambda n: float("nan") if n > 20 else 0.0)
+    assert s.capacity == 20

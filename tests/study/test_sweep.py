@@ -44,7 +44,7 @@ def test_sweep_finds_a_knee_and_keeps_every_point(tmp_path: Path) -> None:
         assert curve[row.capacity] <= 0.05 if row.capacity in curve.index else row.capacity == 0
         assert curve[row.capacity + 1] > 0.05
     points = list((tmp_path / "points").iterdir())
-    assert len(points) == len(res.curve) // 1  # one folder per (policy, N, seed); one class here
+    assert len(points) == len(res.curve) // 2  # one folder per (policy, N), its two seeds inside; one class
     assert all((p / "summary.csv").is_file() and (p / "scenario.yaml").is_file() for p in points)
 
 
@@ -57,15 +57,15 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_points(tmp_path: P
     for f in folders[1::2]:
         shutil.rmtree(f)
     calls: list[int] = []
-    real = sweep_mod.simulate
+    real = sweep_mod.Run
 
     def counting(sc, devices, seed):
         calls.append(devices)
         return real(sc, devices, seed)
 
-    monkeypatch.setattr(sweep_mod, "simulate", counting)
+    monkeypatch.setattr(sweep_mod, "Run", counting)
     again = _quick_sweep(tmp_path / "a")
-    assert len(calls) == len(folders) - len(kept)  # only the lost points ran again
+    assert len(calls) == 2 * (len(folders) - len(kept))  # only the lost points ran again, both seeds
     pd.testing.assert_frame_equal(first.capacity, again.capacity)
     pd.testing.assert_frame_equal(first.curve, again.curve)
 

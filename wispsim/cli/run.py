@@ -81,9 +81,7 @@ def run(
     if o.bursts is not None and not o.bursts.empty:
         title = f"bursts (threshold {1 - sc.epsilon:g}, trailing {window:g} s window)"
         console.print(table(o.bursts, title))
-    console.print(
-        f"records and summary: {o.folder}  ({res.wall_s:.1f} s wall, {len(res.round_records)} rounds)"
-    )
+    console.print(f"records and summary: {o.folder}  ({res.wall_s:.1f} s wall; {_rounds_said(res, o.summary)})")
     if not res.responses.measured.any():
         err_console.print(
             "[yellow]warning:[/yellow] no response started inside the measurement window "
@@ -122,8 +120,21 @@ def replay_cmd(
     title = f"violation rate: recorded ({recorded}) vs simulated ({o.scenario.policy}), seed={o.result.seed}"
     console.print(table(violations, title))
     console.print(table(times, "queue and verify time (ms), recorded/simulated; KS statistic"))
-    n_rounds = len(o.result.round_records)
-    console.print(f"records and comparison: {o.folder}  ({o.result.wall_s:.1f} s wall, {n_rounds} rounds)")
+    console.print(
+        f"records and comparison: {o.folder}  ({o.result.wall_s:.1f} s wall; {_rounds_said(o.result)})"
+    )
+
+
+def _rounds_said(res: Any, summary: pd.DataFrame | None = None) -> str:
+    """The rounds a run simulated, and -- with its summary -- how many of them ``summary.csv``
+    counts (the rounds of the responses measured in the window; warm-up and drain are not)."""
+    total = f"{len(res.round_records):,} rounds simulated"
+    if summary is None or "rounds" not in summary or summary.empty:
+        return total
+    per_class = summary[summary["class"].astype(str) != "all"]
+    measured = int(per_class["rounds"].sum())
+    w0, w1 = res.window
+    return f"{total}, {measured:,} of them by the responses started in the window [{w0:g}, {w1:g}) s: the rounds summary.csv counts"
 
 
 def _replay_tables(comparison: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -8,6 +8,10 @@ and the acceptance model, so a bad file fails here in one line instead of minute
 
 from __future__ import annotations
 
+import re
+import shutil
+import textwrap
+
 import typer
 
 from wispsim.cli.options import ScenarioArg, SetOpt
@@ -16,21 +20,27 @@ from wispsim.runs.resolve import resolve
 scenario_app = typer.Typer(help="List, show or check a scenario.", no_args_is_help=True)
 
 
+def _about(text: str) -> str:
+    """The first sentence of a scenario file's leading comment (its lines joined)."""
+    lines = []
+    for ln in text.splitlines():
+        if not ln.startswith("#") or ln.startswith("#  "):  # the block ends, or a command example
+            break
+        lines.append(ln.lstrip("#").strip())
+    about = " ".join(lines)
+    end = re.search(r"\.(\s|$)", about)
+    return about[: end.start() + 1] if end else about
+
+
 @scenario_app.command("list")
 def scenario_list() -> None:
     """List the shipped scenarios (give one by name to any command: `wispsim run fleet-2000`)."""
     from wispsim.sim.scenarios import available_scenarios, find_scenario
 
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
     for name in available_scenarios():
-        about = next(
-            (
-                ln.lstrip("# ").strip()
-                for ln in find_scenario(name).read_text().splitlines()
-                if ln.startswith("#")
-            ),
-            "",
-        )
-        typer.echo(f"{name:<16} {about}")
+        about = _about(find_scenario(name).read_text())
+        typer.echo(textwrap.fill(f"{name:<16} {about}", width, subsequent_indent=" " * 17, break_long_words=False, break_on_hyphens=False))
 
 
 @scenario_app.command("show")

@@ -69,12 +69,15 @@ def capacity_sweep(
     progress: Callable[[int, int, str], None] | None = None,
     stopping: Stopping | None = None,
     exact: bool = False,
+    also: tuple[int, ...] = (),
 ) -> SweepResult:
     """Capacity of every (policy, group); ``base`` maps policy name -> resolved scenario. Each N
     is one point with every seed (:class:`~wispsim.study.points.Point`), stopped by
     ``stopping`` (None: every seed to its horizon). Without a ``grid`` each search starts from
     the fluid estimate (:func:`estimate_group`); ``exact``: bisect to the integer
-    (:class:`~wispsim.study.capacity_search.CapacitySearch`)."""
+    (:class:`~wispsim.study.capacity_search.CapacitySearch`). ``also``: N values every search
+    evaluates in its first phase besides its own (a study's light-load points), on the curve
+    and in the search's bracket like any other."""
     estimates = {(pol, g.label): estimate_group(base[pol], g, epsilon) for pol in base for g in groups}
     searches = {
         key: CapacitySearch(
@@ -101,6 +104,8 @@ def capacity_sweep(
         answered = 0
         for key, s in searches.items():
             xs = s.next_devices()
+            if phase == 0 and xs:
+                xs = xs + [n for n in also if n not in xs and 1 <= n <= max_devices]
             wave.extend((key, n) for n in xs)
             answered += not xs
         if not wave:

@@ -236,18 +236,26 @@ def run_search(
     return search.answer
 
 
-@dataclass(frozen=True)
+@dataclass
 class Geometric:
-    """Out from a first estimate by a constant ratio: up to ``ratio``, ``ratio^2``, ... times the
-    largest x seen, down to 1/``ratio``, ... of the smallest (at least one step of 1)."""
+    """Out from a first estimate by a growing ratio: the first wave steps ``ratio``, ``ratio^2``,
+    ... times the largest x seen (down: divides the smallest), and each further wave squares the
+    wave's ratio (1.2, 1.44, 2.07, 4.3, ...: an estimate that is near costs a step or two, one
+    that is far off only a few more), at least one step of 1."""
 
     ratio: float = 1.2
+    waves: int = 0
+
+    def _ratios(self, width: int) -> list[float]:
+        base = self.ratio ** (2**self.waves)
+        self.waves += 1
+        return [base**k for k in range(1, width + 1)]
 
     def up(self, below: int, width: int) -> list[int]:
-        return [max(math.ceil(below * self.ratio**k), below + k) for k in range(1, width + 1)]
+        return [max(math.ceil(below * r), below + k) for k, r in enumerate(self._ratios(width), 1)]
 
     def down(self, edge: int, width: int) -> list[int]:
-        return [min(math.floor(edge / self.ratio**k), edge - k) for k in range(1, width + 1)]
+        return [min(math.floor(edge / r), edge - k) for k, r in enumerate(self._ratios(width), 1)]
 
 
 def crossing(below: PointStats, edge: PointStats, epsilon: float, extend: bool = False) -> float:

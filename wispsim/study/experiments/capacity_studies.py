@@ -38,6 +38,7 @@ def _sweep(
     classes: list[float],
     mix: str,
     grid: tuple[int, ...] = (),
+    also: tuple[int, ...] = (),
 ) -> SweepResult:
     """A capacity sweep of the policies in ``base`` through the study's runner (stored points),
     written to ``folder`` as ``wispsim sweep`` writes it."""
@@ -58,6 +59,7 @@ def _sweep(
             ),
             stopping=None if spec.get("stop") == "horizon" else Stopping(float(spec.get("epsilon", 0.05))),
             exact=spec.get("search") == "exact",
+            also=also,
         )
     out = Results(folder, f"experiment {ctx.name}")
     with out.writing():
@@ -286,7 +288,7 @@ def study_acceptance(ctx: Context) -> Section:
     bern = traced.replace(acceptance=dataclasses.replace(traced.acceptance, model="bernoulli", mean=mean))
     caps, drafting = [], []
     for label, sc in (("trace", traced), ("bernoulli", bern)):
-        res = _sweep(ctx, ctx.out / label, {p: sc.with_policy(p) for p in policies}, classes, "separate")
+        res = _sweep(ctx, ctx.out / label, {p: sc.with_policy(p) for p in policies}, classes, "separate", also=(light,))
         caps.append(res.capacity.assign(acceptance=label))
         cv = res.curve[res.curve.devices <= light]
         for pol, d in cv.groupby("policy", sort=False):
@@ -371,7 +373,7 @@ def study_threshold(ctx: Context) -> Section:
     for ref in spec.get("references", ["wisp-fixed"]):
         base[ref] = ctx.scenario().with_policy(ref)
         meta.append({"arm": ref, "threshold": math.nan, "k_max": base[ref].drafting.k})
-    res = _sweep(ctx, ctx.out, base, classes, "separate")
+    res = _sweep(ctx, ctx.out, base, classes, "separate", also=(light,))
     cap = res.capacity
     arms = pd.DataFrame(meta)
     cv = res.curve[res.curve.devices <= light]

@@ -1,0 +1,51 @@
+"""The fluid estimate of capacity (issue 44): the bounds it must respect and what binds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from wispsim.model.fluid import FluidEstimate, fluid_capacity
+from wispsim.sim.scenarios import load_scenario, resolve_server
+
+BINDS = {"gpu", "kv", "cpu", "max_num_seqs", "max_batch_tokens", "none"}
+
+
+def _estimate(policy: str, slo: float, kv_share: float = 1.0, eps: float | None = None, **server: Any) -> FluidEstimate:
+    sc = load_scenario(overrides={"policy": policy, **({"server": server} if server else {})})
+    r = resolve_server(sc)
+    return fluid_capacity(sc, slo, r.profiles[0], int(r.capacities[0] * kv_share), eps)
+
+
+@pytest.mark.parametrize("policy", ["wisp", "sled", "centralized", "centralized-sd"])
+def test_a_faster_class_never_gets_more_devices(policy: str) -> None:
+    got = [_estimate(policy, slo) for slo in (2.0, 4.0, 6.0, 8.0)]
+    assert all(e.binds in BINDS for e in got)
+    assert [e.devices for e in got] == sorted((e.devices for e in got), reverse=True)
+    assert got[0].devices > got[-1].devices >= 1
+
+
+@pytest.mark.parametrize("policy", ["wisp", "centralized"])
+def test_a_smaller_kv_cache_binds_on_kv(policy: str) -> None:
+    full, eighth = _estimate(policy, 4.0), _estimate(policy, 4.0, kv_share=1 / 8)
+    assert eighth.binds == "kv" and eighth.devices < full.devices / 2
+
+
+def test_a_looser_tail_never_lowers_the_estimate() -> None:
+    tight, loose = _estimate("wisp", 4.0, eps=0.01), _estimate("wisp", 4.0, eps=0.2)
+    assert loose.devices >= tight.devices
+
+
+def test_a_pass_is_never_cheaper_than_reading_the_weights_once() -> None:
+    """The estimate's pass prices at least the profile's weight read (physics first)."""
+    sc = load_scenario()
+    est = _estimate("wisp", 4.0)
+    floor = resolve_server(sc).profiles[0].estimator.batch(1, 1, 0, 1, 1)
+    assert est.pass_ms / 1e3 >= floor and est.batch >= 1.0
+
+
+def test_centralized_running_is_held_by_max_num_seqs() -> None:
+    few = _estimate("centralized", 2.0, engine={"max_num_seqs": 4})
+    assert few.binds in {"max_num_seqs", "gpu"} and few.batch <= 4
+    assert few.devices < _estimate("centralized", 2.0).devices
