@@ -68,8 +68,15 @@ def test_interval_reads_the_bootstrap_bounds_off_the_curve() -> None:
     for n, (v, lo, hi) in pts.items():
         s.evaluated[n] = PointStats(n, v, lo, hi, {}, 100)
     assert s.capacity == 20
-    # 10 is the largest N <= capacity whose upper bound is <= eps; 30 the first whose lower bound > eps
-    assert s.interval() == (10, 29)
+    # the upper bound crosses 0.05 between 10 (0.01) and 20 (0.07): at 16.7; the lower bound
+    # between 21 (0.04) and 30 (0.2): at 21.6, so 22 is the first N whose lower bound is > eps
+    assert s.interval() == (16, 21)
+    # evaluated at every N, the bounds are read at the evaluated points
+    dense = CapacitySearch(epsilon=0.05)
+    for n in range(1, 41):
+        v = 0.0 if n <= 20 else 0.5
+        dense.evaluated[n] = PointStats(n, v, max(0.0, v - 0.02), v + 0.01 if n <= 18 else v + 0.2, {}, 100)
+    assert dense.capacity == 20 and dense.interval() == (18, 20)
 
 
 def test_pooled_stats_pool_responses_and_bootstrap_devices() -> None:
@@ -248,3 +255,16 @@ def test_a_point_without_responses_counts_as_past_the_knee() -> None:
     s = CapacitySearch(epsilon=0.05, estimate=10)
     _ruled(s, lambda n: float("nan") if n > 20 else 0.0)
     assert s.capacity == 20
+
+
+def test_a_search_that_ends_at_the_knee_evaluates_the_points_its_interval_needs() -> None:
+    """Every point near 130 is at the knee and its bounds straddle epsilon: the search adds a
+    point below whose upper bound clears epsilon and one above whose lower bound does, so the
+    interval is read off decided points (not 0 or the search ceiling)."""
+    s = CapacitySearch(epsilon=0.05, estimate=128)
+    order = _ruled(s, _ramp, knee_band=0.02)
+    lo, hi = s.interval()
+    assert 0 < lo <= s.capacity <= hi < 4096
+    assert any(p.devices <= s.capacity and p.ci_high <= 0.05 for p in s.evaluated.values())
+    assert any(p.devices > s.capacity and p.ci_low > 0.05 for p in s.evaluated.values())
+    assert len(order) <= 8

@@ -287,9 +287,11 @@ class CapacitySearch(EdgeSearch):
 
     The capacity's 95% interval comes from the evaluated curve: each N's violation rate gets a
     cluster bootstrap interval (resampling devices, so that the responses of one device count as
-    one unit), ``ci_low`` is the largest evaluated N at or below the capacity whose upper bound
-    is <= epsilon and ``ci_high`` is one below the smallest evaluated N whose lower bound is
-    > epsilon.
+    one unit), ``ci_low`` is the largest N at or below the capacity whose upper bound is <=
+    epsilon and ``ci_high`` is one below the smallest N whose lower bound is
+    > epsilon, each bound read off the line between the evaluated N on either side of where it
+    crosses epsilon (the bounds move smoothly with N under common random numbers; a search that
+    evaluated every N reads them at the evaluated points, as before).
     """
 
     def __init__(
@@ -353,9 +355,29 @@ class CapacitySearch(EdgeSearch):
         return self.evaluated[below].at_knee and self.evaluated[edge].at_knee
 
     def next(self) -> list[int]:
-        if self._started and self.resolved():
-            return []
-        return super().next()
+        xs = [] if self._started and self.resolved() else super().next()
+        return xs or self._anchors()
+
+    def _anchors(self) -> list[int]:
+        """Once the capacity is found: the N its 95% interval needs and the search did not
+        evaluate -- a point below it whose upper bound is clear of epsilon, and one above whose
+        lower bound is (a search that ends at the knee may have evaluated only points at the
+        knee on one side); each a step of :class:`Geometric`'s ratio past the farthest point on
+        its side, so that the bound is read off a decided point, not left at 0 or the ceiling."""
+        cap, eps, ratio = self.capacity, self.epsilon, Geometric.ratio
+        seen = [p for p in self.evaluated.values() if math.isfinite(p.violation)]
+        xs = []
+        lows = [p.devices for p in seen if p.devices <= cap]
+        if cap >= 1 and lows and not any(p.devices <= cap and p.ci_high <= eps for p in seen):
+            x = max(1, min(math.floor(min(lows) / ratio), min(lows) - 1))
+            if x not in self.evaluated and x < min(lows):
+                xs.append(x)
+        highs = [p.devices for p in self.evaluated.values() if p.devices > cap]
+        if not self.saturated and highs and not any(p.devices > cap and p.ci_low > eps for p in seen):
+            x = min(self.high, max(math.ceil(max(highs) * ratio), max(highs) + 1))
+            if x not in self.evaluated and x > max(highs):
+                xs.append(x)
+        return xs
 
     def next_devices(self) -> list[int]:
         """N values to simulate next ([] when the search is finished)."""
@@ -379,10 +401,27 @@ class CapacitySearch(EdgeSearch):
         return self.bounds()[1] is None
 
     def interval(self) -> tuple[int, int]:
+        """(ci_low, ci_high) of the capacity (class text): where the bootstrap bounds of the
+        evaluated curve cross epsilon, on the line between the evaluated N on either side."""
         cap = self.capacity
-        pts = sorted(self.evaluated.values(), key=lambda p: p.devices)
-        lows = [p.devices for p in pts if p.devices <= cap and p.ci_high <= self.epsilon]
-        ci_low = max(lows, default=0)
-        highs = [p.devices for p in pts if p.devices > cap and p.ci_low > self.epsilon]
-        ci_high = min(highs) - 1 if highs else max(p.devices for p in pts)
+        eps = self.epsilon
+        pts = sorted((p for p in self.evaluated.values() if math.isfinite(p.violation)), key=lambda p: p.devices)
+        if not pts:
+            return cap, cap
+        ci_low = 0
+        for a, b in zip([None, *pts], pts, strict=False):
+            if b.devices > cap or b.ci_high > eps:
+                if a is not None and a.ci_high <= eps and b.ci_high > eps:
+                    x = a.devices + (eps - a.ci_high) / (b.ci_high - a.ci_high) * (b.devices - a.devices)
+                    ci_low = max(ci_low, math.floor(x))
+                break
+            ci_low = b.devices
+        ci_high = pts[-1].devices
+        for a, b in zip(pts, pts[1:], strict=False):
+            if b.devices > cap and b.ci_low > eps:
+                ci_high = b.devices - 1
+                if a.ci_low <= eps:
+                    x = a.devices + (eps - a.ci_low) / (b.ci_low - a.ci_low) * (b.devices - a.devices)
+                    ci_high = min(ci_high, max(math.ceil(x) - 1, a.devices))
+                break
         return min(ci_low, cap), max(ci_high, cap)

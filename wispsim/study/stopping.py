@@ -20,6 +20,15 @@ are already decided:
   effect is estimated from the responses as in a cluster-sampled ratio, at least 1). The point is
   *feasible* when every class's upper bound is at most epsilon, *infeasible* when some class's
   lower bound is above it.
+- **At the knee, optionally no longer than it pays.** Past ``futility`` of the window (off by
+  default; 0.5: half), a
+  point whose rates, over the whole window, would still give an interval that holds epsilon --
+  the whole window's and its later half's alike -- stops *undecided*: running on to the horizon
+  would not place it on either side, only cost the most expensive points of a search (the
+  knee's, which also wait out the drain of their slowest responses). The capacity search treats
+  it as any knee point, so the capacity lies between two such points. Measured on the
+  4-policy compare it saves 13% of the CPU and moves knee capacities by 1-3% (fewer responses
+  at the points that place the capacity), so no sweep turns it on yet.
 - **A guard against a transient.** The window must span ``min_window`` of ``duration_s``
   (default a quarter), and its later half alone must clear epsilon the same way: a queue that is
   still building up (KV memory filling, a backlog growing) shows in the later half first.
@@ -48,12 +57,14 @@ FEASIBLE, INFEASIBLE, UNDECIDED, UNRULED = "feasible", "infeasible", "undecided"
 class Stopping:
     """The sequential rule (module text): ``epsilon`` the target, ``z`` the interval's width in
     standard errors, ``min_window`` the share of ``duration_s`` a decision needs at least,
-    ``check_s`` simulated seconds between looks."""
+    ``check_s`` simulated seconds between looks, ``futility`` the share of it after which a point
+    whose interval would still hold epsilon at the horizon stops, at the knee (None: never)."""
 
     epsilon: float
     z: float = 3.0
     min_window: float = 0.25
     check_s: float = 5.0
+    futility: float | None = None
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -86,11 +97,14 @@ def wilson(rate: float, n: float, z: float) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def class_interval(cluster: np.ndarray, violated: np.ndarray, z: float) -> tuple[float, float, int]:
+def class_interval(
+    cluster: np.ndarray, violated: np.ndarray, z: float, scale: float = 1.0
+) -> tuple[float, float, int]:
     """(low, high, responses) of one class's violation rate: responses ``violated`` (bool), each
     from the device ``cluster`` (an id per seed and device). The sample size is the responses over
     the design effect of a cluster-sampled ratio (at least 1; 1 where no violation or no success
-    is seen, since then it cannot be estimated)."""
+    is seen, since then it cannot be estimated), times ``scale`` (> 1: the interval the same rate
+    would have over a window ``scale`` times longer)."""
     n = len(violated)
     if n == 0:
         return 0.0, 1.0, 0
@@ -104,19 +118,20 @@ def class_interval(cluster: np.ndarray, violated: np.ndarray, z: float) -> tuple
     if 0.0 < rate < 1.0 and m > 1:
         var_cluster = m / (m - 1) * float(np.sum((per_v - rate * per_n) ** 2)) / (n * n)
         deff = max(1.0, var_cluster / (rate * (1 - rate) / n))
-    low, high = wilson(rate, n / deff, z)
+    low, high = wilson(rate, scale * n / deff, z)
     return low, high, n
 
 
-def verdict(rows: np.ndarray, epsilon: float, z: float) -> str | None:
-    """FEASIBLE, INFEASIBLE or None (undecided) for ``rows`` of (cluster, SLO, violated)."""
+def verdict(rows: np.ndarray, epsilon: float, z: float, scale: float = 1.0) -> str | None:
+    """FEASIBLE, INFEASIBLE or None (undecided) for ``rows`` of (cluster, SLO, violated);
+    ``scale``: as the same rates would read over a window that many times longer."""
     if len(rows) == 0:
         return None
     cluster, slo, bad = rows[:, 0], rows[:, 1], rows[:, 2].astype(bool)
     highs, lows = [], []
     for s in np.unique(slo):
         sel = slo == s
-        low, high, _ = class_interval(cluster[sel], bad[sel], z)
+        low, high, _ = class_interval(cluster[sel], bad[sel], z, scale)
         lows.append(low)
         highs.append(high)
     if max(lows) > epsilon:
@@ -144,7 +159,8 @@ class Stepped(Protocol):
 def decide(
     runs: Sequence[Stepped], window: tuple[float, float], rule: Stopping
 ) -> tuple[str | None, float]:
-    """The rule's verdict on what ``runs`` have decided now, and the window's end it used."""
+    """The rule's verdict on what ``runs`` have decided now (FEASIBLE, INFEASIBLE, UNDECIDED when
+    futile, None: look again later), and the window's end it used."""
     w0, w1 = window
     t_c = min(w1 if r.ended else r.complete_until() for r in runs)
     if t_c - w0 < rule.min_window * (w1 - w0):
@@ -158,7 +174,14 @@ def decide(
     arr = np.asarray(rows, dtype=float)
     whole = verdict(arr[:, :3], rule.epsilon, rule.z)
     if whole is None:
-        return None, t_c
+        # futile: past ``futility`` of the window, the same rates over the whole window would
+        # still not clear epsilon either way (the later half alike): the point is at the knee
+        if rule.futility is None or t_c - w0 < rule.futility * (w1 - w0):
+            return None, t_c
+        scale = (w1 - w0) / (t_c - w0)
+        late = arr[arr[:, 3] >= (w0 + t_c) / 2, :3]
+        held = verdict(arr[:, :3], rule.epsilon, rule.z, scale) is None
+        return (UNDECIDED if held and verdict(late, rule.epsilon, rule.z, scale) is None else None), t_c
     later = verdict(arr[arr[:, 3] >= (w0 + t_c) / 2, :3], rule.epsilon, rule.z)
     return (whole if later == whole else None), t_c
 
@@ -177,7 +200,7 @@ def run_together(runs: Sequence[Stepped], window: tuple[float, float], rule: Sto
             how, _ = decide(runs, window, rule)  # the whole window: at the knee, or not
             return Stop(how or UNDECIDED, w1)
         how, t_c = decide(runs, window, rule)
-        if how is not None:
+        if how is not None:  # feasible, infeasible, or (futile) undecided
             for r in runs:
                 r.cut(t_c)
             return Stop(how, t_c, early=True)
