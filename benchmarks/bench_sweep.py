@@ -32,7 +32,15 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ["sweep", "--policy", "wisp", "--classes", "2,4,6,8", "--jobs", "2"]
-COMPARE = ["compare", "--policies", "wisp,centralized,centralized-sd,sled", "--classes", "2,4,6,8", "--jobs", "2"]
+COMPARE = [
+    "compare",
+    "--policies",
+    "wisp,centralized,centralized-sd,sled",
+    "--classes",
+    "2,4,6,8",
+    "--jobs",
+    "2",
+]
 
 
 @dataclass
@@ -75,7 +83,16 @@ def run(tree: str, src: Path, args: list[str], what: str) -> Timed:
 
 def _cells(cap: pd.DataFrame) -> str:
     return ", ".join(
-        f"{r.policy} {r['class']}: {int(r.capacity)} [{int(r.ci_low)}, {int(r.ci_high)}]" for _, r in cap.iterrows()
+        f"{r.policy} {r['class']}: {int(r.capacity)} [{int(r.ci_low)}, {int(r.ci_high)}]"
+        for _, r in cap.iterrows()
+    )
+
+
+def _line(t: Timed) -> None:
+    print(
+        f"  {t.tree:>16} {t.what:<8} {t.wall:7.1f} s wall {t.cpu:7.1f} s CPU "
+        f"{t.simulations:4d} simulations  {_cells(t.capacity)}",
+        flush=True,
     )
 
 
@@ -96,12 +113,16 @@ def worktree(rev: str, into: Path) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", default="478e6eb", help="git revision to compare with (default: before issue 44)")
+    ap.add_argument(
+        "--baseline", default="478e6eb", help="git revision to compare with (default: before issue 44)"
+    )
     ap.add_argument("--reps", type=int, default=1, help="alternating repetitions")
     ap.add_argument("--compare", action="store_true", help="also time the 4-policy compare")
     ap.add_argument("--modes", action="store_true", help="also time --stop horizon and --search exact")
     args = ap.parse_args()
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()  # fmt: skip
     this = head.stdout.strip() + ("+changes" if dirty else "")
@@ -118,24 +139,32 @@ def main() -> None:
                     for tree, src, extra in [(args.baseline, base, []), (this, ROOT, [])]:
                         t = run(tree, src, cmd + extra, what)
                         results.append(t)
-                        print(f"  {tree:>16} {what:<8} {t.wall:7.1f} s wall {t.cpu:7.1f} s CPU "
-                              f"{t.simulations:4d} simulations  {_cells(t.capacity)}", flush=True)  # fmt: skip
+                        _line(t)
                 if args.modes:
-                    for label, extra in [("--stop horizon", ["--stop", "horizon"]), ("--search exact", ["--search", "exact"])]:
+                    for label, extra in [
+                        ("--stop horizon", ["--stop", "horizon"]),
+                        ("--search exact", ["--search", "exact"]),
+                    ]:
                         t = run(f"{this} {label}", ROOT, SWEEP + extra, "sweep")
                         results.append(t)
-                        print(f"  {t.tree:>16} sweep    {t.wall:7.1f} s wall {t.cpu:7.1f} s CPU "
-                              f"{t.simulations:4d} simulations  {_cells(t.capacity)}", flush=True)  # fmt: skip
+                        _line(t)
         finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], capture_output=True
+            )
     print()
     for what, _ in jobs:
         old = [r for r in results if r.what == what and r.tree == args.baseline]
         new = [r for r in results if r.what == what and r.tree == this]
         ow, nw = min(r.wall for r in old), min(r.wall for r in new)
-        print(f"{what}: {args.baseline} {ow:.1f} s, {this} {nw:.1f} s wall (best of {args.reps}): {ow / nw:.1f}x faster")
+        best = f"best of {args.reps}"
+        print(f"{what}: {args.baseline} {ow:.1f} s, {this} {nw:.1f} s wall ({best}): {ow / nw:.1f}x faster")
         outside = [b for r in new for b in _inside(r.capacity, old[0].capacity)]
-        print("  every capacity inside the baseline's 95% interval" if not outside else "  outside: " + "; ".join(outside))
+        print(
+            "  every capacity inside the baseline's 95% interval"
+            if not outside
+            else "  outside: " + "; ".join(outside)
+        )
 
 
 if __name__ == "__main__":

@@ -281,4 +281,7 @@ def test_scenario_list_wraps_whole_sentences_at_any_width(capsys, monkeypatch, c
     assert max(len(ln) for ln in out.splitlines()) <= int(columns)
     text = " ".join(out.split())
     assert "two device types (phones draft slower than laptops) and three link types." in text
-    assert "phones-5g Example: phones on 5G/4G drafting with a slower model, longer answers, two SLO classes." in text
+    assert (
+        "phones-5g Example: phones on 5G/4G drafting with a slower model, longer answers, two SLO classes."
+        in text
+    )

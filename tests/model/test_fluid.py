@@ -12,7 +12,9 @@ from wispsim.sim.scenarios import load_scenario, resolve_server
 BINDS = {"gpu", "kv", "cpu", "max_num_seqs", "max_batch_tokens", "none"}
 
 
-def _estimate(policy: str, slo: float, kv_share: float = 1.0, eps: float | None = None, **server: Any) -> FluidEstimate:
+def _estimate(
+    policy: str, slo: float, kv_share: float = 1.0, eps: float | None = None, **server: Any
+) -> FluidEstimate:
     sc = load_scenario(overrides={"policy": policy, **({"server": server} if server else {})})
     r = resolve_server(sc)
     return fluid_capacity(sc, slo, r.profiles[0], int(r.capacities[0] * kv_share), eps)

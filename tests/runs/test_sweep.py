@@ -32,9 +32,7 @@ def manifest(folder: Path) -> dict:
 def test_sweep_over_a_grid_returns_every_point_in_order(scenario_file: ScenarioFile, tmp_path: Path) -> None:
     f = scenario_file(devices={"classes": [1.0, 55.0]})
     progress: list[tuple[int, int | None, str]] = []
-    o = sweep(
-        request(f, ["custom"]), "sweep", out=tmp_path / "sweep", report=lambda *a: progress.append(a)
-    )
+    o = sweep(request(f, ["custom"]), "sweep", out=tmp_path / "sweep", report=lambda *a: progress.append(a))
     assert o.speedups is None
     cap = o.result.capacity
     assert list(cap["class"].astype(str)) == ["1", "55"]

@@ -207,8 +207,14 @@ def _ruled(search: CapacitySearch, curve, knee_band: float = 0.01) -> list[int]:
     while todo := search.next_devices():
         for n in todo:
             v = curve(n)
-            how = "undecided" if abs(v - search.epsilon) <= knee_band else ("feasible" if v < search.epsilon else "infeasible")
-            search.evaluated[n] = PointStats(n, v, max(0.0, v - 0.01), min(1.0, v + 0.01), {"8": v}, 1000, how)
+            how = (
+                "undecided"
+                if abs(v - search.epsilon) <= knee_band
+                else ("feasible" if v < search.epsilon else "infeasible")
+            )
+            search.evaluated[n] = PointStats(
+                n, v, max(0.0, v - 0.01), min(1.0, v + 0.01), {"8": v}, 1000, how
+            )
             order.append(n)
     return order
 

@@ -159,7 +159,13 @@ class LoadRunner:
             bad = int(p.devices / r > cap)
             counts = pd.concat(
                 pd.DataFrame(
-                    {"seed": seed, "device": [0, 1], "slo": [2.0, 8.0], "violated": [bad, bad], "responses": 1}
+                    {
+                        "seed": seed,
+                        "device": [0, 1],
+                        "slo": [2.0, 8.0],
+                        "violated": [bad, bad],
+                        "responses": 1,
+                    }
                 )
                 for seed in p.seeds
             )

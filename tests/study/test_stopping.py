@@ -157,7 +157,9 @@ QUICK = {"workload": {"warmup_s": 2.0, "duration_s": 20.0}}
 
 
 def _scenario(devices: int, slo: float = 4.0, **more: Any) -> Scenario:
-    return load_scenario(overrides={"policy": "wisp", "devices": {"count": devices, "classes": [slo]}, **QUICK, **more})
+    return load_scenario(
+        overrides={"policy": "wisp", "devices": {"count": devices, "classes": [slo]}, **QUICK, **more}
+    )
 
 
 def _measured(df: pd.DataFrame) -> pd.DataFrame:
@@ -191,7 +193,9 @@ def test_a_cut_run_measures_what_a_run_with_that_window_measures() -> None:
         assert 5.0 < t_c < 90.0
         run.cut(t_c)
         assert run.ended
-        short = simulate(check(_scenario(devices, workload={"warmup_s": 5.0, "duration_s": t_c - 5.0})), seed=seed)
+        short = simulate(
+            check(_scenario(devices, workload={"warmup_s": 5.0, "duration_s": t_c - 5.0})), seed=seed
+        )
         cut = _measured(run.result().responses)
         assert len(cut) >= 10
         pd.testing.assert_frame_equal(cut, _measured(short.responses))

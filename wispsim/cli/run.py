@@ -81,7 +81,9 @@ def run(
     if o.bursts is not None and not o.bursts.empty:
         title = f"bursts (threshold {1 - sc.epsilon:g}, trailing {window:g} s window)"
         console.print(table(o.bursts, title))
-    console.print(f"records and summary: {o.folder}  ({res.wall_s:.1f} s wall; {_rounds_said(res, o.summary)})")
+    console.print(
+        f"records and summary: {o.folder}  ({res.wall_s:.1f} s wall; {_rounds_said(res, o.summary)})"
+    )
     if not res.responses.measured.any():
         err_console.print(
             "[yellow]warning:[/yellow] no response started inside the measurement window "
@@ -134,7 +136,8 @@ def _rounds_said(res: Any, summary: pd.DataFrame | None = None) -> str:
     per_class = summary[summary["class"].astype(str) != "all"]
     measured = int(per_class["rounds"].sum())
     w0, w1 = res.window
-    return f"{total}, {measured:,} of them by the responses started in the window [{w0:g}, {w1:g}) s: the rounds summary.csv counts"
+    window = f"[{w0:g}, {w1:g}) s"
+    return f"{total}, {measured:,} of them by responses started in the window {window} (summary.csv's)"
 
 
 def _replay_tables(comparison: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

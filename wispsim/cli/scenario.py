@@ -40,7 +40,15 @@ def scenario_list() -> None:
     width = max(60, shutil.get_terminal_size((100, 24)).columns)
     for name in available_scenarios():
         about = _about(find_scenario(name).read_text())
-        typer.echo(textwrap.fill(f"{name:<16} {about}", width, subsequent_indent=" " * 17, break_long_words=False, break_on_hyphens=False))
+        typer.echo(
+            textwrap.fill(
+                f"{name:<16} {about}",
+                width,
+                subsequent_indent=" " * 17,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
 
 
 @scenario_app.command("show")

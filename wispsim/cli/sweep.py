@@ -144,7 +144,9 @@ def sweep(
     with reporting(f"sweep {policy}") as report:
         o = run_sweep(req, "sweep", out, report)
     folder, result = o.folder, o.result
-    console.print(table(_shown(result.capacity), f"capacity ({policy}): devices per server", CAPACITY_COLUMNS))
+    console.print(
+        table(_shown(result.capacity), f"capacity ({policy}): devices per server", CAPACITY_COLUMNS)
+    )
     _legend(o)
     console.print(f"capacity.csv, curve.csv and points/: {folder}")
 
@@ -177,7 +179,9 @@ def compare(
     with reporting(f"compare {','.join(pols)}") as report:
         o = run_sweep(req, "compare", out, report)
     folder, wide = o.folder, o.speedups
-    console.print(table(_shown(o.result.capacity), "capacity: devices per server", ["policy", *CAPACITY_COLUMNS[1:]]))
+    console.print(
+        table(_shown(o.result.capacity), "capacity: devices per server", ["policy", *CAPACITY_COLUMNS[1:]])
+    )
     console.print(table(wide, "capacity (devices per server) by policy"))
     _legend(o)
     console.print(f"compare.csv, capacity.csv, curve.csv: {folder}")

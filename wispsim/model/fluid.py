@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from wispsim.config import Scenario
@@ -192,7 +192,7 @@ def _speculative(
     cold_new = prompt + k + 1.0
     api = host.api(resident, ids=0 if resident else int(context)) if host is not None else 0.0
 
-    @lru_cache(maxsize=None)
+    @cache
     def pass_s(b: float) -> float:
         n_lin = b * ((1 - cold) * warm_new + cold * cold_new)
         n_int = b * ((1 - cold) * warm_new * (warm_new + warm_cached) + cold * cold_new * cold_new)
@@ -209,7 +209,9 @@ def _speculative(
         tau = max(draft + net + QUEUE_PASSES * pass_s(b), a * pass_s(top) / top)
         capped = a * pass_s(top) / top > draft + net + QUEUE_PASSES * pass_s(b)
         slow_tau = tau + slow_draft - draft
-        return Running(committed / tau, committed / slow_tau, b, pass_s(b), a / tau * api, limit if capped else "gpu")
+        return Running(
+            committed / tau, committed / slow_tau, b, pass_s(b), a / tau * api, limit if capped else "gpu"
+        )
 
     if srv.verifier.kv_policy == "admission":
         at_once = int(kv_tokens // (prompt + output + k + 1))
@@ -234,7 +236,7 @@ def _centralized(
     context = prompt + output / 2
     api = host.api(False, text=int(prompt)) if host is not None else 0.0
 
-    @lru_cache(maxsize=None)
+    @cache
     def step_s(b: int) -> float:
         chunk = b * prompt * per_step / output  # prompt tokens prefilled per step, on average
         starts = b * per_step / output

@@ -122,7 +122,9 @@ class Run:
             raise ConfigError("scenario", "devices.count", f"must be in [1, {MAX_DEVICES:,}], got {n:,}")
         self.resolved = resolved
         self.env = env = simpy.Environment() if env is None else env
-        ctx = self.ctx = RunContext(env, sc, sc.seed if seed is None else seed, resolved.profiles[0], memory_rows)
+        ctx = self.ctx = RunContext(
+            env, sc, sc.seed if seed is None else seed, resolved.profiles[0], memory_rows
+        )
         ctx.serving = serving_of(sc)
         _request_lengths(ctx)
         self.servers = SimulatedServers() if servers is None else servers

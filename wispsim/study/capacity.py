@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from wispsim.config import Scenario
+from wispsim.model.fluid import FluidEstimate, fluid_capacity
 from wispsim.results import Results
+from wispsim.sim.scenarios import resolve_server
 from wispsim.study.capacity_search import CapacitySearch, pooled_stats
 from wispsim.study.points import Point
-from wispsim.model.fluid import FluidEstimate, fluid_capacity
-from wispsim.sim.scenarios import resolve_server
 from wispsim.study.runners import Runner
 from wispsim.study.stopping import Stopping
 
@@ -81,9 +81,13 @@ def capacity_sweep(
     estimates = {(pol, g.label): estimate_group(base[pol], g, epsilon) for pol in base for g in groups}
     searches = {
         key: CapacitySearch(
-            epsilon, start=start, max_devices=max_devices, grid=grid,
-            estimate=None if grid else est.devices, exact=exact,
-        )  # fmt: skip
+            epsilon,
+            start=start,
+            max_devices=max_devices,
+            grid=grid,
+            estimate=None if grid else est.devices,
+            exact=exact,
+        )
         for key, est in estimates.items()
     }
     group_of = {g.label: g for g in groups}

@@ -18,6 +18,7 @@ many of which :func:`wispsim.study.capacity.capacity_sweep` drives at once.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -405,7 +406,9 @@ class CapacitySearch(EdgeSearch):
         evaluated curve cross epsilon, on the line between the evaluated N on either side."""
         cap = self.capacity
         eps = self.epsilon
-        pts = sorted((p for p in self.evaluated.values() if math.isfinite(p.violation)), key=lambda p: p.devices)
+        pts = sorted(
+            (p for p in self.evaluated.values() if math.isfinite(p.violation)), key=lambda p: p.devices
+        )
         if not pts:
             return cap, cap
         ci_low = 0
@@ -417,7 +420,7 @@ class CapacitySearch(EdgeSearch):
                 break
             ci_low = b.devices
         ci_high = pts[-1].devices
-        for a, b in zip(pts, pts[1:], strict=False):
+        for a, b in itertools.pairwise(pts):
             if b.devices > cap and b.ci_low > eps:
                 ci_high = b.devices - 1
                 if a.ci_low <= eps:

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path

@@ -156,9 +156,7 @@ class Stepped(Protocol):
     def cut(self, t: float) -> None: ...
 
 
-def decide(
-    runs: Sequence[Stepped], window: tuple[float, float], rule: Stopping
-) -> tuple[str | None, float]:
+def decide(runs: Sequence[Stepped], window: tuple[float, float], rule: Stopping) -> tuple[str | None, float]:
     """The rule's verdict on what ``runs`` have decided now (FEASIBLE, INFEASIBLE, UNDECIDED when
     futile, None: look again later), and the window's end it used."""
     w0, w1 = window

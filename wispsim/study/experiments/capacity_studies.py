@@ -42,32 +42,67 @@ def _sweep(
 ) -> SweepResult:
     """A capacity sweep of the policies in ``base`` through the study's runner (stored points),
     written to ``folder`` as ``wispsim sweep`` writes it."""
-    folder.mkdir(parents=True, exist_ok=True)
+    return _sweeps(ctx, {folder: base}, classes, mix, grid, also)[folder]
+
+
+SEP = "|"  # joins a sweep's index to a policy name in a combined sweep (no policy name has one)
+
+
+def _sweeps(
+    ctx: Context,
+    sweeps: dict[Path, dict[str, Scenario]],
+    classes: list[float],
+    mix: str,
+    grid: tuple[int, ...] = (),
+    also: tuple[int, ...] = (),
+) -> dict[Path, SweepResult]:
+    """Several capacity sweeps (a results folder -> its policies' scenarios) searched together,
+    so that every phase fills the runner with the points of all of them (sweeps run one after
+    the other leave cores idle in their last phases, when few searches are left); each written
+    to its folder as ``wispsim sweep`` writes it, its points stored in the study's folder (the
+    sweep's own when there is one)."""
     spec = ctx.spec
-    with ctx.make_runner(folder) as runner:
+    folders = list(sweeps)
+    for f in folders:
+        f.mkdir(parents=True, exist_ok=True)
+    joined = {f"{i}{SEP}{pol}": sc for i, f in enumerate(folders) for pol, sc in sweeps[f].items()}
+    eps = float(spec.get("epsilon", 0.05))
+    where = ctx.rel(folders[0]) if len(folders) == 1 else f"{len(folders)} sweeps"
+    with ctx.make_runner(folders[0] if len(folders) == 1 else ctx.out) as runner:
         res = capacity_sweep(
-            base,
+            joined,
             groups_for(classes, mix),
             seeds(spec),
-            float(spec.get("epsilon", 0.05)),
+            eps,
             runner,
             grid=grid,
             start=int(spec.get("start", 8)),
             max_devices=int(spec.get("max_devices", 4096)),
-            progress=lambda done, planned, phase: ctx.progress(
-                f"{ctx.rel(folder)}: {phase} {done}/{planned} N values"
-            ),
-            stopping=None if spec.get("stop") == "horizon" else Stopping(float(spec.get("epsilon", 0.05))),
+            progress=lambda done, planned, phase: ctx.progress(f"{where}: {phase} {done}/{planned} N values"),
+            stopping=None if spec.get("stop") == "horizon" else Stopping(eps),
             exact=spec.get("search") == "exact",
             also=also,
         )
-    out = Results(folder, f"experiment {ctx.name}")
-    with out.writing():
-        res.write(out)
-        out.text("scenario.yaml", next(iter(base.values())).to_yaml())
-        eps = float(spec.get("epsilon", 0.05))
-        out.finish({"seeds": seeds(spec), "epsilon": eps, "policies": list(base)})
-    return res
+    out: dict[Path, SweepResult] = {}
+    for i, folder in enumerate(folders):
+        part = SweepResult(*(_part(df, i) for df in (res.capacity, res.curve, res.pooled)))
+        results = Results(folder, f"experiment {ctx.name}")
+        with results.writing():
+            part.write(results)
+            results.text("scenario.yaml", next(iter(sweeps[folder].values())).to_yaml())
+            results.finish({"seeds": seeds(spec), "epsilon": eps, "policies": list(sweeps[folder])})
+        out[folder] = part
+    return out
+
+
+def _part(df: pd.DataFrame, i: int) -> pd.DataFrame:
+    """The rows of sweep ``i`` of a combined sweep's table, its policy names as they were."""
+    if df.empty:
+        return df
+    prefix = f"{i}{SEP}"
+    mine = df[df.policy.astype(str).str.startswith(prefix)].copy()
+    mine["policy"] = mine.policy.str.slice(len(prefix))
+    return mine.reset_index(drop=True)
 
 
 def _cap_cell(r: Any) -> str:
@@ -92,14 +127,18 @@ def study_capacity(ctx: Context) -> Section:
     targets = list(spec.get("targets", ["a100-qwen3-32b"]))
     sec = Section(spec.get("title", "Capacity table"))
     goodput_rows = []
+    plan: dict[Path, dict[str, Scenario]] = {}
+    names: dict[Path, str] = {}
     for entry in targets:
         target, profile, sets = study_target(ctx, entry)
-        ctx.progress(f"capacity: {target}")
-        base = {p: with_profile(ctx.scenario(**sets), profile).with_policy(p) for p in policies}
         folder = ctx.out / target
-        t0 = time.perf_counter()
-        res = _sweep(ctx, folder, base, classes, "separate")
-        wall = time.perf_counter() - t0
+        names[folder] = target
+        plan[folder] = {p: with_profile(ctx.scenario(**sets), profile).with_policy(p) for p in policies}
+    t0 = time.perf_counter()
+    results = _sweeps(ctx, plan, classes, "separate")  # every target's searches together
+    sec.facts["wall_s_sweeps"] = time.perf_counter() - t0
+    for folder, res in results.items():
+        target, base = names[folder], plan[folder]
         cap = res.capacity
         wide = cap.assign(cell=[_cap_cell(r) for r in cap.itertuples()]).pivot(
             index="class", columns="policy", values="cell"
@@ -143,7 +182,6 @@ def study_capacity(ctx: Context) -> Section:
             f"![violation vs N, {target}]({ctx.rel(curves)})",
             "",
         ]
-        sec.facts[f"wall_s_{target}"] = wall
     gp = pd.DataFrame(goodput_rows)
     gp.to_csv(ctx.out / "goodput_at_capacity.csv", index=False)
     if len(gp):
@@ -287,8 +325,11 @@ def study_acceptance(ctx: Context) -> Section:
     mean = float(make_acceptance(traced.acceptance).nominal_rate())
     bern = traced.replace(acceptance=dataclasses.replace(traced.acceptance, model="bernoulli", mean=mean))
     caps, drafting = [], []
-    for label, sc in (("trace", traced), ("bernoulli", bern)):
-        res = _sweep(ctx, ctx.out / label, {p: sc.with_policy(p) for p in policies}, classes, "separate", also=(light,))
+    models = {"trace": traced, "bernoulli": bern}
+    plan = {ctx.out / label: {p: sc.with_policy(p) for p in policies} for label, sc in models.items()}
+    results = _sweeps(ctx, plan, classes, "separate", also=(light,))
+    for label in models:
+        res = results[ctx.out / label]
         caps.append(res.capacity.assign(acceptance=label))
         cv = res.curve[res.curve.devices <= light]
         for pol, d in cv.groupby("policy", sort=False):
