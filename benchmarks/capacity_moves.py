@@ -45,7 +45,11 @@ def main() -> None:
         old = _at(args.before, path)
         if old is None or old.empty or new.empty:
             continue
-        key = [c for c in ("policy", "class") if c in new and c in old]
+        need = {"policy", "capacity", "ci_low", "ci_high"}
+        if not (need <= set(new) and need <= set(old)):
+            continue
+        key = [c for c in ("policy", "class", "acceptance", "group") if c in new and c in old]
+        new["class"], old["class"] = new["class"].astype(str), old["class"].astype(str)
         m = new.merge(old, on=key, suffixes=("", "_before"))
         for _, r in m.iterrows():
             inside = r.ci_low_before <= r.capacity <= r.ci_high_before
@@ -54,7 +58,7 @@ def main() -> None:
                 **{k: r[k] for k in key},
                 "before": f"{int(r.capacity_before)} [{int(r.ci_low_before)}, {int(r.ci_high_before)}]",
                 "after": f"{int(r.capacity)} [{int(r.ci_low)}, {int(r.ci_high)}]",
-                "evaluated": f"{int(r.evaluated_before)} -> {int(r.evaluated)}",
+                "evaluated": f"{r.get('evaluated_before', '?')} -> {r.get('evaluated', '?')}",
                 "inside": bool(inside),
                 "move_pct": 100.0 * (r.capacity - r.capacity_before) / max(r.capacity_before, 1),
             })  # fmt: skip

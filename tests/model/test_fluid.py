@@ -51,3 +51,15 @@ def test_centralized_running_is_held_by_max_num_seqs() -> None:
     few = _estimate("centralized", 2.0, engine={"max_num_seqs": 4})
     assert few.binds in {"max_num_seqs", "gpu"} and few.batch <= 4
     assert few.devices < _estimate("centralized", 2.0).devices
+
+
+def test_where_the_api_server_binds_it_caps_the_tokens_all_devices_need() -> None:
+    """An API-server-bound replica shares its rounds out: N devices at ``slo`` need N * slo
+    committed tokens a second, so N * slo is the same for every class, and a second API-server
+    process doubles it."""
+    one = [_estimate("wisp", s, profile="h100-qwen3-14b") for s in (2.0, 4.0, 8.0)]
+    assert {e.binds for e in one} == {"cpu"}
+    rates = [e.devices * s for e, s in zip(one, (2.0, 4.0, 8.0), strict=True)]
+    assert max(rates) / min(rates) < 1.02
+    two = _estimate("wisp", 4.0, profile="h100-qwen3-14b", host={"api_server_count": 2})
+    assert two.devices >= 1.9 * one[1].devices or two.binds != "cpu"

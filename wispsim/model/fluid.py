@@ -29,7 +29,11 @@ the server lets them:
   prompts of the ones that start (``A * prompt / output`` tokens a step): ``tokens / T(A)`` tok/s.
 
 Where the host is modelled, the engine core's CPU per step joins each pass (or overlaps it under
-async scheduling) and the API servers must keep up with the requests (``cpu``).
+async scheduling), and the API servers must have the CPU to keep all N at ``s``: N devices at
+``s`` tok/s send ``N s / c`` rounds a second (``N s / output`` requests under centralized
+serving), each costing the API server its CPU (``cpu`` binds past ``--api-server-count``). When
+they bind, devices do not run at their own speed: they share the rounds the API servers
+pass, which is why this check is on the rate the SLO needs, not the rate devices would send.
 
 **The tail.** A running device at the ``epsilon`` quantile of draft speed must still make ``s``
 tok/s (else ``gpu`` binds, or the batch limit that held the pass). The waiting ones wait
@@ -77,13 +81,14 @@ class FluidEstimate:
 @dataclass(frozen=True)
 class Running:
     """``A`` responses running: the mean and the slow-tail token speed of one, the batch and the
-    pass, and the requests a second the API servers see."""
+    pass, and the API servers' CPU seconds per committed token (a round's, or a response's, over
+    the tokens it commits)."""
 
     speed: float
     slow: float
     batch: float
     pass_s: float
-    requests: float
+    api_per_token: float
     limit: str  # what holds the pass: gpu, or the batch limit that capped it
 
 
@@ -160,7 +165,7 @@ def fluid_capacity(
             return r.limit
         if n > a and (n / a - 1) * output / r.speed > short * (1 / slo - 1 / r.speed):
             return held
-        if r.requests > api_servers:
+        if n * slo * r.api_per_token > api_servers:  # too little API-server CPU to keep all N at slo
             return "cpu"
         return None
 
@@ -210,7 +215,7 @@ def _speculative(
         capped = a * pass_s(top) / top > draft + net + QUEUE_PASSES * pass_s(b)
         slow_tau = tau + slow_draft - draft
         return Running(
-            committed / tau, committed / slow_tau, b, pass_s(b), a / tau * api, limit if capped else "gpu"
+            committed / tau, committed / slow_tau, b, pass_s(b), api / committed, limit if capped else "gpu"
         )
 
     if srv.verifier.kv_policy == "admission":
@@ -251,7 +256,7 @@ def _centralized(
     def running(a: int) -> Running:
         t = step_s(a)
         v = per_step / t
-        return Running(v, v, float(a), t, a * v / output * api, "gpu")
+        return Running(v, v, float(a), t, api / output, "gpu")
 
     at_once = min(srv.engine.max_num_seqs, int(kv_tokens // context))
     return running, max(1, min(at_once, MAX_DEVICES))
