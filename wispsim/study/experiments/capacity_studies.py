@@ -156,12 +156,12 @@ def study_capacity(ctx: Context) -> Section:
             "",
         ]
         sec.body += md_table(wide)
-        # goodput at capacity: the curve's rows at N = capacity
+        # goodput at capacity: the curve at N = capacity (interpolated between evaluated N)
         curve = res.curve
         for r in cap.to_dict("records"):
             label = str(r["class"])
-            at = curve[(curve.policy == r["policy"]) & (curve.devices == r["capacity"])]
-            at = at[(at.group.astype(str) == label) & (at["class"].astype(str) == label)]
+            mine = curve[(curve.policy == r["policy"]) & (curve.group.astype(str) == label)]
+            at = _rows_at(mine[mine["class"].astype(str) == label], int(r["capacity"]))
             goodput_rows.append(
                 {
                     "target": target,
@@ -190,7 +190,8 @@ def study_capacity(ctx: Context) -> Section:
         ).reset_index()
         table = table.sort_values(["target", "class"], key=_numeric_class, kind="stable")
         gp = gp.sort_values(["target", "class"], key=_numeric_class, kind="stable")
-        sec.body += ["### System goodput at capacity (committed tokens/s)", "", *md_table(table, "{:.0f}")]
+        title = "### System goodput at capacity (committed tokens/s; between evaluated N, interpolated)"
+        sec.body += [title, "", *md_table(table, "{:.0f}")]
         if spec.get("at_capacity_details"):
             sec.body += [
                 "",
@@ -208,6 +209,24 @@ def study_capacity(ctx: Context) -> Section:
                 ),
             ]
     return sec
+
+
+def _rows_at(curve: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The curve's rows (one per seed) at N = ``n``; where ``n`` was not evaluated (a search that
+    ends at the knee places the capacity between two evaluated N), the seed means at the evaluated
+    N on either side, interpolated linearly to ``n`` (one row); none when ``n`` is off the curve."""
+    if curve.empty or n in set(curve.devices):
+        return curve[curve.devices == n]
+    ns = sorted(set(curve.devices))
+    below = [x for x in ns if x < n]
+    above = [x for x in ns if x > n]
+    if not below or not above:
+        return curve.iloc[0:0]
+    a, b = below[-1], above[0]
+    num = curve.select_dtypes("number").columns
+    ma = curve[curve.devices == a][num].mean()
+    mb = curve[curve.devices == b][num].mean()
+    return pd.DataFrame([ma + (mb - ma) * (n - a) / (b - a)])
 
 
 def _numeric_class(col: pd.Series) -> pd.Series:

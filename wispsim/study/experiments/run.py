@@ -157,14 +157,15 @@ def _cost(
     total_sims: int,
     total_wall: float,
 ) -> str:
-    """What the results cost: simulations run or loaded, wall time, the commits that computed them."""
+    """What the results cost: points run or loaded, wall time, the commits that computed them."""
     if runners and computed == 0 and loaded:
-        cost = f"{loaded} stored simulations loaded in {wall:.0f} s" + (
+        cost = f"{loaded} stored points (an N with all its seeds) loaded in {wall:.0f} s" + (
             f"; computing them took {total_wall:.0f} s wall on {_cores()} cores" if total_sims else ""
         )
     elif runners:
-        cost = f"{wall:.0f} s wall on {_cores()} cores ({computed} simulations run" + (
-            f", {loaded} loaded from earlier runs)" if loaded else ")"
+        cost = (
+            f"{wall:.0f} s wall on {_cores()} cores ({computed} points run, each an N with all its seeds"
+            + (f", {loaded} loaded from earlier runs)" if loaded else ")")
         )
     else:
         cost = f"{wall:.0f} s wall on {_cores()} cores"
