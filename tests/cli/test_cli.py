@@ -83,7 +83,8 @@ def test_sweep_is_byte_reproducible(tmp_path: Path) -> None:
     for f in ("capacity.csv", "curve.csv", "curve_pooled.csv"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
     cap = pd.read_csv(tmp_path / "a" / "capacity.csv")
-    assert list(cap.columns[:5]) == ["policy", "class", "capacity", "ci_low", "ci_high"]
+    assert list(cap.columns[:6]) == ["policy", "profile", "class", "capacity", "ci_low", "ci_high"]
+    assert {"saturated", "evaluated", "estimate", "estimate_binds"} <= set(cap.columns)
 
 
 def test_compare_writes_speedups(tmp_path: Path) -> None:

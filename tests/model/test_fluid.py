@@ -63,3 +63,12 @@ def test_where_the_api_server_binds_it_caps_the_tokens_all_devices_need() -> Non
     assert max(rates) / min(rates) < 1.02
     two = _estimate("wisp", 4.0, profile="h100-qwen3-14b", host={"api_server_count": 2})
     assert two.devices >= 1.9 * one[1].devices or two.binds != "cpu"
+
+
+def test_an_lru_prefix_cache_holds_no_more_devices_than_contexts_it_keeps() -> None:
+    """Without admission control every device runs; past the contexts vLLM's LRU cache holds it
+    evicts running prefixes and the replica collapses, whatever the class."""
+    lru = [_estimate("wisp-lru", s) for s in (2.0, 8.0)]
+    assert {e.binds for e in lru} == {"kv"} and lru[0].devices == lru[1].devices
+    assert lru[0].devices < _estimate("wisp", 2.0).devices
+    assert _estimate("sled", 2.0).binds != "kv"  # no prefix cache: nothing to thrash

@@ -154,14 +154,14 @@ def test_the_figures_draw_what_the_folder_holds(compare_dir: Path, bursty_runs: 
     pooled = labels_as_str(compare_dir / "curve_pooled.csv")
     art = drawn(violation_curves_figure(compare_dir))
     bars = drawn(capacity_bars_figure(compare_dir))
-    for k in cap.itertuples():
-        assert list(art[f"knee|{k.policy}|{k[2]}"].get_xdata()) == [k.capacity, k.capacity]
-        assert span_edges(art[f"knee-interval|{k.policy}|{k[2]}"]) == (k.ci_low, k.ci_high)
-        d = pooled[(pooled.policy == k.policy) & (pooled.group == k[2])].sort_values("devices")
-        line = art[f"curve|{k.policy}|{k[2]}|{k[2]}"]
+    for k, cls in zip(cap.itertuples(), cap["class"], strict=True):
+        assert list(art[f"knee|{k.policy}|{cls}"].get_xdata()) == [k.capacity, k.capacity]
+        assert span_edges(art[f"knee-interval|{k.policy}|{cls}"]) == (k.ci_low, k.ci_high)
+        d = pooled[(pooled.policy == k.policy) & (pooled.group == cls)].sort_values("devices")
+        line = art[f"curve|{k.policy}|{cls}|{cls}"]
         assert list(line.get_xdata()) == d.devices.tolist()
         assert list(line.get_ydata()) == pytest.approx(d.violation_rate.tolist(), nan_ok=True)
-        bar = bars[f"capacity|{k.policy}|{k[2]}"]
+        bar = bars[f"capacity|{k.policy}|{cls}"]
         assert bar.get_height() == k.capacity
         x = bar.get_x() + bar.get_width() / 2
         (seg,) = [s for s in bars[f"capacity-interval|{k.policy}"].get_segments() if s[0][0] == x]
@@ -419,8 +419,8 @@ def test_class_labels_are_matched_as_numbers_and_the_figure_goes_where_it_says(
     assert f"wrote {out / 'violation_curves.png'}" in text and is_png(out / "violation_curves.png")
     cap = labels_as_str(compare_dir / "capacity.csv")
     art = drawn(violation_curves_figure(folder))
-    for k in cap.itertuples():  # every knee drawn, on its class
-        assert list(art[f"knee|{k.policy}|{k[2]}"].get_xdata()) == [k.capacity, k.capacity]
+    for k, cls in zip(cap.itertuples(), cap["class"], strict=True):  # every knee drawn, on its class
+        assert list(art[f"knee|{k.policy}|{cls}"].get_xdata()) == [k.capacity, k.capacity]
     text = invoke("capacity", str(folder), "--out", str(tmp_path / "bars.svg"))
     assert f"wrote {tmp_path / 'bars.svg'}" in text and (tmp_path / "bars.svg").read_text().startswith(
         "<?xml"

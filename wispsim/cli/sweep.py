@@ -112,7 +112,7 @@ def sweep(
     ] = None,
     devices: Annotated[
         str | None,
-        typer.Option(help="Grid of N to evaluate first, LO:HI:STEP or a list; bisection refines it."),
+        typer.Option(help="Grid of N to evaluate first (LO:HI:STEP or a list), not the estimate."),
     ] = None,
     seeds: SeedsOpt = 3,
     seed: Annotated[

@@ -155,10 +155,19 @@ def fluid_capacity(
     else:
         running, at_once = _speculative(sc, profile, kv_tokens, prompt, output, rate, host, eps)
     held = "max_num_seqs" if at_once == seqs else "kv"
+    # vLLM's plain LRU prefix cache admits everyone: past the contexts it holds it evicts the
+    # prefixes of running responses, their rounds turn cold, and the replica collapses
+    thrashes = (
+        srv.mode != "centralized"
+        and srv.verifier.kv_policy != "admission"
+        and srv.engine.enable_prefix_caching
+    )
     api_servers = host.api_servers if host is not None else math.inf
     state: dict[int, Running] = {}
 
     def check(n: int) -> str | None:
+        if thrashes and n > at_once:
+            return "kv"
         a = min(n, at_once)
         r = state[n] = running(a)
         if r.slow < slo:
@@ -220,7 +229,7 @@ def _speculative(
 
     if srv.verifier.kv_policy == "admission":
         at_once = int(kv_tokens // (prompt + output + k + 1))
-    else:  # vLLM's prefix cache: past what it holds, rounds turn cold (not modelled: a bound)
+    else:  # vLLM's LRU prefix cache: the contexts it holds (past them it thrashes: ``thrashes``)
         at_once = int(kv_tokens // context)
     return running, max(1, min(at_once, MAX_DEVICES))
 
