@@ -115,6 +115,12 @@ def test_compare_writes_speedups(tmp_path: Path) -> None:
         (["run", "--devices", "0"], None, "--devices: must be >= 1"),
         (["sweep", "--classes", "2,x"], None, "--classes: expected comma-separated"),
         (["sweep", "--devices", "10:5"], None, "--devices: expected LO:HI:STEP"),
+        (["sweep", "--stop", "never"], None, "--stop: got 'never'; allowed: sequential, horizon"),
+        (
+            ["compare", "--policies", "wisp,sled", "--search", "fast"],
+            None,
+            "--search: got 'fast'; allowed: knee, exact",
+        ),
         (["run", "--set", "server.verifier.delta_ms=-1"], None, "server.verifier.delta_ms: must be >= 0"),
         (["run"], "workload: [1, 2\n", "malformed YAML at line"),
         (["run"], "server:\n  delta: 1\n", "server.delta: unknown field; allowed:"),

@@ -145,6 +145,8 @@ def test_a_rerun_loads_points_and_reports_who_computed_them(quick_run: Path) -> 
         ("traces", [], "traces: must be a non-empty list of request trace names"),
         ("replicas", [0], "replicas: must be a list of positive integers"),
         ("window_s", -5, r"window_s: must be a number of seconds > 0 or null"),
+        ("stop", "never", "stop: got .never.; allowed: sequential, horizon"),
+        ("search", "fast", "search: got .fast.; allowed: knee, exact"),
     ],
 )
 def test_bad_experiment_specs_are_one_line_errors(field: str, value: object, message: str) -> None:
