@@ -72,3 +72,18 @@ def test_an_lru_prefix_cache_holds_no_more_devices_than_contexts_it_keeps() -> N
     assert {e.binds for e in lru} == {"kv"} and lru[0].devices == lru[1].devices
     assert lru[0].devices < _estimate("wisp", 2.0).devices
     assert _estimate("sled", 2.0).binds != "kv"  # no prefix cache: nothing to thrash
+
+
+def test_rounds_are_priced_as_the_device_drafts_them() -> None:
+    """The predictor stops drafts at its first predicted rejection: fewer tokens sent and
+    committed a round than fixed K = 5, one more draft pass than tokens sent when it stops."""
+    from wispsim.model.fluid import drafting
+
+    fixed = drafting(load_scenario(overrides={"policy": "wisp-fixed"}))
+    pred = drafting(load_scenario(overrides={"policy": "wisp"}))
+    assert 4.8 <= fixed.k <= 5.0 and fixed.passes == fixed.k and fixed.calls == 0
+    assert 1.0 <= pred.k < fixed.k and pred.committed < fixed.committed
+    assert pred.k < pred.passes <= pred.k + 1 and pred.calls > 0
+    for d in (fixed, pred):
+        assert 1.0 <= d.committed <= d.k + 1
+    assert drafting(load_scenario(overrides={"policy": "wisp"})) is pred  # computed once per setting

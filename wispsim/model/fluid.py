@@ -39,10 +39,14 @@ pass, which is why this check is on the rate the SLO needs, not the rate devices
 tok/s (else ``gpu`` binds, or the batch limit that held the pass). The waiting ones wait
 ``W = (N / A - 1) * output / v`` (closed loop: a response's cycle is N / A running times), and a
 response at the ``epsilon`` quantile of output length must still finish at ``s``:
-``W <= output_eps * (1 / s - 1 / v)`` (else ``kv`` or ``max_num_seqs`` binds). What is not
-modelled: the drafting controller's own choice of draft length (a predictor that stops early
-commits fewer tokens a round than ``c``), bursts, and the spread of acceptance between
-responses; the simulated answer includes them.
+``W <= output_eps * (1 / s - 1 / v)`` (else ``kv`` or ``max_num_seqs`` binds).
+
+**Drafting as the device drafts.** ``k`` and ``c`` are not the configured K and the formula for
+it: :func:`drafting` runs the scenario's own drafting controller (a rejection predictor stops a
+draft at its first predicted rejection) over responses drawn from its own acceptance model,
+without a clock, and takes the mean tokens sent, draft passes and predictor calls paid, and
+tokens committed per round. What is not modelled: bursts, queueing variance and the spread of
+acceptance between responses; the simulated answer includes them.
 """
 
 from __future__ import annotations
@@ -53,9 +57,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import numpy as np
+
 from wispsim.config import Scenario
 from wispsim.config.limits import MAX_DEVICES
 from wispsim.model.acceptance import make_acceptance
+from wispsim.model.drafting import make_controller
 from wispsim.model.host_cpu import for_server
 from wispsim.model.profiles import Profile
 from wispsim.model.speculation import resolve as resolve_speculation
@@ -132,6 +139,63 @@ def _network_s(sc: Scenario) -> float:
     return sum(2 * links[name].latency_ms / 1000.0 * share / total for name, share in shares.items())
 
 
+@dataclass(frozen=True)
+class Drafting:
+    """A round as the device drafts it, in the mean: tokens sent (``k``), draft forward passes
+    and predictor calls paid, tokens committed."""
+
+    k: float
+    passes: float
+    calls: float
+    committed: float
+
+
+DRAFTING_RESPONSES = 200  # responses :func:`drafting` draws: enough for a mean within ~1%
+
+
+def drafting(sc: Scenario, responses: int = DRAFTING_RESPONSES, seed: int = 0) -> Drafting:
+    """The mean round of ``sc``'s drafting controller over ``responses`` responses drawn from its
+    acceptance model (prompt at its nominal length, outputs from the workload's distribution):
+    the device's own loop (``wispsim.sim.device``), without a clock or a server."""
+    wl = sc.workload
+    key = tuple(
+        repr(x) for x in (sc.acceptance, sc.drafting, wl.prompt_tokens, wl.output_tokens, responses, seed)
+    )
+    if key not in _DRAFTING:
+        _DRAFTING[key] = _draft_rounds(sc, responses, seed)
+    return _DRAFTING[key]
+
+
+_DRAFTING: dict[tuple[str, ...], Drafting] = {}
+
+
+def _draft_rounds(sc: Scenario, responses: int, seed: int) -> Drafting:
+    acceptance, controller = make_acceptance(sc.acceptance), make_controller(sc.drafting)
+    rng = np.random.default_rng(seed)
+    pad = sc.drafting.k_max + 2
+    prompt = max(1, round(sc.workload.prompt_tokens.nominal()))
+    outputs = np.atleast_1d(sc.workload.output_tokens.sample(rng, responses))
+    sent = passes = calls = committed = rounds = 0
+    for out in outputs:
+        stream = acceptance.new_response(rng, prompt, max(1, int(out)), pad)
+        state, run, output, pos = controller.prepare(stream), stream.run, stream.output_len, 0
+        while pos < output:
+            remaining = output - pos
+            k, p, c = controller.plan(state, pos, remaining)
+            accepted = min(int(run[pos]), k)
+            step = accepted + 1 if accepted < remaining else remaining
+            sent, passes, calls, committed, rounds = (
+                sent + k,
+                passes + p,
+                calls + c,
+                committed + step,
+                rounds + 1,
+            )
+            pos += step
+    n = max(rounds, 1)
+    return Drafting(sent / n, passes / n, calls / n, committed / n)
+
+
 def _committed(rate: float, k: int) -> float:
     """Tokens a round of ``k`` drafts commits in the mean: the accepted run and the bonus token."""
     return (1 - rate ** (k + 1)) / (1 - rate) if rate < 1 else k + 1.0
@@ -191,11 +255,12 @@ def _speculative(
 ) -> tuple[Callable[[int], Running], int]:  # fmt: skip
     srv = sc.server
     cost = profile.estimator
-    k = sc.drafting.k
-    committed = _committed(rate, k)
+    plan = drafting(sc)
+    k, committed = plan.k, plan.committed
     speed = sc.devices.draft_speed
-    net = _network_s(sc) + k * sc.devices.predictor_latency_ms / 1000.0
-    draft, slow_draft = k / speed.nominal(), k / speed.quantile(eps)
+    net = _network_s(sc)
+    calls_s = plan.calls * sc.devices.predictor_latency_ms / 1000.0
+    draft, slow_draft = plan.passes / speed.nominal() + calls_s, plan.passes / speed.quantile(eps) + calls_s
     context = prompt + output / 2
     cold = min(1.0, committed / output)  # a response's first round carries its prompt
     cached = srv.engine.enable_prefix_caching
