@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from wispsim.study.experiments.capacity_studies import _part, _rows_at
+from wispsim.study.experiments.sweeps import rows_of as _part
+from wispsim.study.experiments.sweeps import rows_at as _rows_at
 
 
 def _curve() -> pd.DataFrame:

@@ -177,7 +177,8 @@ def test_cli_bad_spec_exits_2_without_traceback(tmp_path: Path) -> None:
 
 
 def test_saturated_capacity_is_a_lower_bound_and_has_no_ratio() -> None:
-    from wispsim.study.experiments.capacity_studies import _cap_cell, _measured
+    from wispsim.study.experiments.sweeps import cap_cell as _cap_cell
+    from wispsim.study.experiments.sweeps import measured_only as _measured
 
     cap = pd.DataFrame(
         {

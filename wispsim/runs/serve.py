@@ -57,8 +57,8 @@ def _silent(line: str) -> None:
 
 def model_source(model: str | None, arch: str | None, dtype: str, seed: int = 0) -> Any:
     """The engine's weights (``--model`` or ``--arch``, ``--dtype``), checked; a
-    :class:`wispsim.serve.app.ModelSource`."""
-    from wispsim.serve.app import ModelSource
+    :class:`wispsim.serve.backend.ModelSource`."""
+    from wispsim.serve.backend import ModelSource
 
     if (model is None) == (arch is None):
         raise ConfigError("--model/--arch", "", "give exactly one: a model folder or an architecture")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from wispsim.errors import WispsimError
-from wispsim.serve.app import ModelSource
+from wispsim.serve.backend import ModelSource
 from wispsim.serve.client import Client, health
 from wispsim.serve.limits import ADMIN_TOKEN_ENV
 from wispsim.serve.swarm import WispsimServer

@@ -17,7 +17,7 @@ from typing import Any
 
 from wispsim.config import Scenario
 from wispsim.results import Results
-from wispsim.serve.app import ModelSource
+from wispsim.serve.backend import ModelSource
 from wispsim.serve.process import ServerProcess
 from wispsim.serve.swarm import Server, SwarmRun, run_swarm
 from wispsim.sim.scenarios import Resolved
