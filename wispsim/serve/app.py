@@ -42,7 +42,8 @@ from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.serve.backend import ModelSource, VLLMBackend, build_engine
 from wispsim.serve.limits import Limits
-from wispsim.serve.verify import ServeError, VerifyServer
+from wispsim.serve.rounds import ServeError
+from wispsim.serve.verify import VerifyServer
 from wispsim.sim.servers import request_outputs, verifier_parts
 
 

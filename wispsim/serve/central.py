@@ -29,7 +29,7 @@ from typing import Any
 
 from wispsim.engines.vllm_steps import PATIENCE, PATIENCE_BLIND, in_process_core, progress_state
 from wispsim.serve.limits import BatchLog, Limits
-from wispsim.serve.verify import RETRY_S, ServeError
+from wispsim.serve.rounds import RETRY_S, ServeError
 
 DRAIN_STEPS = 1000  # the most engine steps a reset waits for aborted requests to leave
 

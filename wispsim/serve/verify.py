@@ -15,14 +15,7 @@ A resident verifier (``server.verifier.kind: resident``; ``resident`` given, e.g
 of re-submitting it: a round sends the tokens the engine has not computed (the last bonus token)
 and its drafts, over the session's KV; a closed session's request ends before the next batch.
 
-Verdicts are replayed, not computed: the device sends how many draft tokens its acceptance trace
-accepts and how many tokens the round commits (both sides replay the same trace, so the
-validation isolates the serving model). vLLM's log-probabilities at every draft position are
-only available through ``prompt_logprobs``, which turns its prefix cache off for the request, so a
-verifier that computed the verdict on vLLM would not be the verifier under test. The server
-commits the accepted draft tokens and the engine's own next token (the bonus token), so each
-session's token sequence grows exactly as a real one does and its next round's prefix is cached
-by vLLM the way a real session's is.
+What a round carries and why its verdict is replayed: :mod:`wispsim.serve.rounds`.
 
 What it promises (issue 42; docs/serve.md): every round it accepts is answered, with a verdict or
 a one-line error -- a round whose session is closed while it waits gets a 409, one the engine
@@ -41,62 +34,19 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from itertools import count
 from typing import Any
 
 from wispsim.engines.vllm_steps import EngineStalled, EngineStopped
-from wispsim.errors import WispsimError
 from wispsim.model.admission import Admission
 from wispsim.model.batch import Shape
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import GpuState, Scheduler
 from wispsim.serve.limits import BatchLog, Limits, new_session_id
+from wispsim.serve.rounds import RETRY_S, Round, ServeError, Session, batch_row, member_row, reply
 from wispsim.sim.verifier import schedule
 
-RETRY_S = 1.0  # what a 503 asks a client to wait before it tries again (Retry-After)
 NOT_FOUND = "no such session (closed, expired, or never opened)"
-
-
-class ServeError(WispsimError):
-    """A bad request: the HTTP layer answers it with its status and this one-line message
-    (and, for 429/503, a ``Retry-After`` of ``retry_after`` seconds)."""
-
-    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-
-
-@dataclass(slots=True)
-class Round:
-    """One queued verification round, as the scheduler sees it (:class:`PendingLike`)."""
-
-    rid: int
-    session: int
-    arrival: float
-    deadline: float
-    n_hat: float
-    k: int
-    prefix: int
-    draft: list[int]
-    accepted: int
-    commit: int
-    done: asyncio.Future[dict[str, Any]]
-    l_new: int = 0
-    l_cached: int = 0
-    cold: bool = True
-    batch: int = -1
-    admitted: float = 0.0  # when admission control let it queue (its arrival under LRU)
-
-
-@dataclass(slots=True)
-class Session:
-    sid: int  # the server's own number for it (logs, admission, the cache model)
-    tokens: list[int]
-    last: float  # when it last opened or finished a round (idle expiry)
-    rounds: int = 0
-    busy: bool = False
 
 
 class VerifyServer:
@@ -480,59 +430,13 @@ class VerifyServer:
                 if self.admission is not None:
                     self.admission.grow(r.session, len(s.tokens))
             self.counts["rounds"] += 1
-            self.log.members.append(
-                {
-                    "batch": bid,
-                    "session": r.session,
-                    "round": r.rid,
-                    "k": r.k,
-                    "prefix": r.prefix,
-                    "l_new": l_new,
-                    "l_cached": l_cached,
-                    "l_new_plan": r.l_new,
-                    "l_cached_plan": r.l_cached,
-                    "admission_wait_s": r.admitted - r.arrival,
-                }
-            )
+            self.log.members.append(member_row(bid, r, l_new, l_cached))
             if not r.done.done():
-                r.done.set_result(
-                    {
-                        "accepted": r.accepted,
-                        "committed": r.commit,
-                        "bonus_token": b,
-                        "t_arrival": r.arrival,
-                        "t_dispatch": t0,
-                        "t_done": t1,
-                        "queue_s": t0 - r.arrival,
-                        "verify_s": t1 - t0,
-                        "batch": bid,
-                        "batch_size": len(batch),
-                        "l_new": l_new,
-                        "l_cached": l_cached,
-                        "l_new_plan": r.l_new,
-                        "l_cached_plan": r.l_cached,
-                    }
-                )
+                r.done.set_result(reply(r, b, bid, len(batch), (t0, t1), (l_new, l_cached)))
         self.log.batches.append(
-            {
-                "batch": bid,
-                "replica": 0,
-                "kind": "verify",
-                "t_dispatch": t0,
-                "t_end": t1,
-                "size": len(batch),
-                "queue_len": queue_len,
-                "n_linear": served.n_linear,
-                "n_interactions": served.n_interactions,
-                "n_cached": served.n_cached,
-                "t_hat": t_hat,
-                "latency": t1 - t0,
-                "blocks_used": blocks_used,
-                "evictions": evicted,
-                "n_linear_plan": plan_shape.n_linear,
-                "n_cached_plan": plan_shape.n_cached,
-                "t_schedule": t0 - now,
-            }
+            batch_row(
+                bid, (now, t0, t1), len(batch), queue_len, served, plan_shape, t_hat, blocks_used, evicted
+            )
         )
 
     def _fail(self, batch: list[Round], error: ServeError) -> None:
