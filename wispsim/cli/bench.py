@@ -6,9 +6,11 @@ server (``--model``, ``--tensor-parallel-size``, ``--dtype``, ``--max-num-seqs``
 ``--gpu-memory-utilization``), the GPU it runs on (``--gpu``, or a measured ``--profile``), and the
 client (``--dataset-name random`` with ``--random-input-len/-output-len/-prefix-len/-range-ratio``,
 or ``--dataset-path`` of recorded requests; ``--num-prompts``, ``--request-rate``,
-``--burstiness``, ``--max-concurrency``, ``--seed``). It prints the table ``vllm bench serve``
-prints and, with ``--save-result``, writes its JSON keys. The work is
-:func:`wispsim.runs.bench.run_bench`; defaults are vLLM 0.32's (its docstring).
+``--burstiness``, ``--max-concurrency``, ``--seed``). Every other ``vllm bench serve`` flag is
+read by :mod:`wispsim.runs.bench_flags` (honoured, accepted as a client-side no-op, or refused by
+name). It prints the table ``vllm bench serve`` prints and, with ``--save-result``, writes its JSON
+keys; ``--compare REAL.json`` re-creates a real run from its result file and prints simulated
+beside real. The work is :func:`wispsim.runs.bench.run_bench`; defaults are vLLM 0.32's.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import typer.core
 
 from wispsim.cli.common import make_console
 from wispsim.cli.options import SetOpt
+from wispsim.runs.bench_flags import EPILOG, Extras, extras_of
 
 console = make_console()
 HELP = (
@@ -32,11 +36,27 @@ HELP = (
 )
 
 
+class PlainHelp(typer.core.TyperCommand):
+    """Click's plain help: wrapped to the terminal, nothing cut (rich's option table cuts flag
+    names and help at 80 columns)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.rich_markup_mode = None
+
+
 def register(app: typer.Typer) -> None:
-    app.command("bench", help=HELP)(bench)
+    app.command(
+        "bench",
+        help=HELP,
+        epilog=EPILOG,
+        cls=PlainHelp,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )(bench)
 
 
 def bench(
+    ctx: typer.Context,
     model: Annotated[
         str | None,
         typer.Option(
@@ -60,13 +80,20 @@ def bench(
         typer.Option("--profile", help="A measured profile (name or file) instead of --model and --gpu."),
     ] = None,
     dataset_name: Annotated[
-        str, typer.Option("--dataset-name", help="random (the synthetic dataset), or give --dataset-path.")
+        str,
+        typer.Option(
+            "--dataset-name",
+            help="random, prefix_repetition, or from --dataset-path: sharegpt (JSON), custom (JSONL), "
+            "burstgpt (CSV); sharegpt and custom count tokens with --tokenizer FOLDER (or --model FOLDER).",
+        ),
     ] = "random",
     dataset_path: Annotated[
         Path | None,
         typer.Option(
             "--dataset-path",
-            help="CSV time_s,prompt_tokens,output_tokens (as --arrivals requests: reads); times replayed.",
+            help="The dataset's file; with --dataset-name random, a CSV time_s,prompt_tokens,output_tokens "
+            "(as --arrivals requests: reads) whose times are replayed (--no-self-timed: sent at "
+            "--request-rate).",
         ),
     ] = None,
     random_input_len: Annotated[int, typer.Option("--random-input-len")] = 1024,
@@ -101,21 +128,34 @@ def bench(
     save_result: Annotated[
         bool, typer.Option("--save-result", help="Write the JSON vllm bench serve writes.")
     ] = False,
-    result_filename: Annotated[Path | None, typer.Option("--result-filename")] = None,
+    result_filename: Annotated[
+        Path | None, typer.Option("--result-filename", help="Default: vLLM's LABEL-RATEqps-MODEL-DATE.json.")
+    ] = None,
+    compare: Annotated[
+        Path | None,
+        typer.Option(
+            "--compare",
+            help="A real run's `vllm bench serve --save-result` JSON: its workload (prompts, lengths, rate, "
+            "burstiness, concurrency) is re-created on the server these flags describe, and the "
+            "figures are printed simulated beside real.",
+        ),
+    ] = None,
     set_: SetOpt = None,
 ) -> None:
     from wispsim.provenance import code_commit, command_line, now_iso
     from wispsim.results import check_output_file, writing
     from wispsim.runs.bench import Client, Server, profile_of, run_bench
+    from wispsim.runs.bench_compare import real_run
 
-    if save_result and result_filename is not None:
-        check_output_file(result_filename, "--result-filename", (".json",))  # before any work
+    ex = extras_of(list(ctx.args))
+    real = real_run(compare) if compare is not None else None
     prof = profile_of(model, gpu, tensor_parallel_size, dtype, profile)
+    tokenizer = ex.tokenizer or (model if model and Path(model).is_dir() else None)
     client = Client(
         dataset_name,
         dataset_path,
-        random_input_len,
-        random_output_len,
+        ex.input_len or random_input_len,
+        ex.output_len or random_output_len,
         random_prefix_len,
         random_range_ratio,
         num_prompts,
@@ -123,24 +163,71 @@ def bench(
         burstiness,
         max_concurrency,
         seed,
+        tokenizer,
+        ex.sharegpt_output_len if dataset_name == "sharegpt" else ex.custom_output_len,
+        ex.prefix_repetition,
+        not ex.disable_shuffle,
+        ex.no_oversample,
+        ex.self_timed,
+        ex.ramp_up,
     )
+    if real is not None:
+        client = real.client(client)
+    label = ex.label or ex.backend
+    path = None
+    if save_result or ex.append_result:  # the file is named and checked before any work
+        rate_word = request_rate if real is None else client.request_rate
+        conc = f"-concurrency{client.max_concurrency}" if client.max_concurrency is not None else ""
+        base = (model or prof.name).rstrip("/").split("/")[-1]
+        name = result_filename or Path(f"{label}-{rate_word}qps{conc}-{base}-{{date}}.json")
+        path = (ex.result_dir / name) if ex.result_dir is not None else name
+        check_output_file(str(path).replace("{date}", "0"), "--result-filename", (".json",))
     server = Server(
         max_num_seqs, max_num_batched_tokens, enable_prefix_caching, async_scheduling, gpu_memory_utilization
     )
-    with console.status(f"simulating {num_prompts} requests on {prof.name}"):
-        result, _ = run_bench(prof, client, server, set_)
-    result["model_id"] = model or prof.name
-    _print_table(result)
-    if save_result:
-        path = result_filename or Path(f"wispsim-bench-{prof.name}-{request_rate}qps-{result['date']}.json")
+    with console.status(f"simulating {client.num_prompts} requests on {prof.name}"):
+        result, _ = run_bench(prof, client, server, set_, ex.reporting)
+    result |= {
+        "endpoint_type": ex.backend,
+        "backend": ex.backend,
+        "label": label,
+        "model_id": model or prof.name,
+        "tokenizer_id": tokenizer or model or prof.name,
+        **ex.metadata,
+    }
+    if ex.ignored:
+        result["ignored_client_flags"] = list(ex.ignored)
+    _print_table(result, ex)
+    if real is not None:
+        console.print(real.side_by_side(result), highlight=False, markup=False)
+    if path is not None:
+        path = Path(str(path).replace("{date}", result["date"]))
         result["provenance"] = {"command": command_line(), "commit": code_commit(), "written": now_iso()}
+        if not ex.reporting.detailed:  # vLLM drops the per-request lists
+            for k in (
+                "input_lens",
+                "output_lens",
+                "start_times",
+                "ttfts",
+                "itls",
+                "generated_texts",
+                "errors",
+            ):
+                result.pop(k, None)
         with writing("--result-filename", path):
-            path.write_text(json.dumps(result, indent=1, default=float))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(result, default=float)
+            if ex.append_result and path.is_file() and path.stat().st_size:
+                text = "\n" + text
+            with path.open("a" if ex.append_result else "w", encoding="utf-8") as f:
+                f.write(text)
         console.print(f"saved {path}")
 
 
-def _print_table(r: dict[str, Any]) -> None:
+def _print_table(r: dict[str, Any], ex: Extras) -> None:
     """The block ``vllm bench serve`` prints, and the mean TTFT by its parts."""
+    from wispsim.study.bench_metrics import TITLES
+
     lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result (simulated) ", n=50, c="=")]
 
     def row(label: str, v: Any, fmt: str = "{:<10.2f}") -> None:
@@ -150,23 +237,26 @@ def _print_table(r: dict[str, Any]) -> None:
     row("Failed requests:", r["failed"], "{:<10}")
     if r.get("max_concurrency") is not None:
         row("Maximum request concurrency:", r["max_concurrency"], "{:<10}")
+    if r.get("request_rate") not in (None, "inf"):
+        row("Request rate configured (RPS):", r["request_rate"])
     row("Benchmark duration (s):", r["duration"])
     row("Total input tokens:", r["total_input_tokens"], "{:<10}")
     row("Total generated tokens:", r["total_output_tokens"], "{:<10}")
     row("Request throughput (req/s):", r["request_throughput"])
+    if r.get("request_goodput") is not None:
+        row("Request goodput (req/s):", r["request_goodput"])
     row("Output token throughput (tok/s):", r["output_throughput"])
+    row("Peak output token throughput (tok/s):", r["max_output_tokens_per_s"])
+    row("Peak concurrent requests:", r["max_concurrent_requests"])
     row("Total token throughput (tok/s):", r["total_token_throughput"])
-    for name, title in (
-        ("ttft", "Time to First Token"),
-        ("tpot", "Time per Output Token (excl. 1st token)"),
-        ("itl", "Inter-token Latency"),
-        ("e2el", "End-to-end Latency"),
-    ):
+    for name in ex.reporting.percentile_metrics:
+        short, title = TITLES[name]
         lines.append("{s:{c}^{n}}".format(s=title, n=50, c="-"))
-        short = name.upper()
         row(f"Mean {short} (ms):", r[f"mean_{name}_ms"])
         row(f"Median {short} (ms):", r[f"median_{name}_ms"])
-        row(f"P99 {short} (ms):", r[f"p99_{name}_ms"])
+        for p in ex.reporting.percentiles:
+            word = str(int(p)) if int(p) == p else str(p)
+            row(f"P{word} {short} (ms):", r[f"p{word}_{name}_ms"])
     if "ttft_parts_mean_ms" in r:
         lines.append("{s:{c}^{n}}".format(s="Mean TTFT by parts (simulated)", n=50, c="-"))
         for part, label in (

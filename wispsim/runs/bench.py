@@ -23,7 +23,9 @@ from wispsim.errors import ConfigError
 from wispsim.model.archs import Arch, arch_from_dict, available_archs, load_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import Profile, load_profile, parse_profile
-from wispsim.study.bench import BenchRun, bench, vllm_defaults, vllm_result
+from wispsim.runs.bench_datasets import DATASETS, dataset_rows, prefix_repetition
+from wispsim.study.bench import BenchRun, bench, vllm_defaults
+from wispsim.study.bench_metrics import Reporting, vllm_result
 
 PRECISION = {"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8"}
 
@@ -123,6 +125,34 @@ def request_rows(path: Path) -> pd.DataFrame:
     return pd.DataFrame({"time_s": t.times, "prompt_tokens": t.prompts, "output_tokens": t.outputs})
 
 
+def workload(c: Client, rng: np.random.Generator) -> tuple[Any, Any, list[float] | None, int, int, int]:
+    """The requests' prompt and output lengths, their recorded send times (None: the client's
+    schedule), the tokens a group's prompts share, the groups, and the number of requests."""
+    n = c.num_prompts
+    if c.lengths is not None:
+        return np.array(c.lengths[0]), np.array(c.lengths[1]), None, 0, 1, len(c.lengths[0])
+    if c.dataset_name == "random" and c.dataset_path is not None:  # wispsim's request trace (CSV)
+        trace = request_rows(c.dataset_path).iloc[:n]
+        times = trace.time_s.to_numpy(float).tolist() if trace.time_s.max() > 0 else None
+        return trace.prompt_tokens.to_numpy(int), trace.output_tokens.to_numpy(int), times, 0, 1, len(trace)
+    if c.dataset_name == "random":
+        prefix = c.random_prefix_len
+        ins = random_lengths(rng, c.random_input_len, c.random_range_ratio, n) + prefix
+        return ins, random_lengths(rng, c.random_output_len, c.random_range_ratio, n), None, prefix, 1, n
+    if c.dataset_name == "prefix_repetition":
+        prefix, suffix, groups, output = c.prefix_repetition
+        rows, _ = prefix_repetition(n, prefix, suffix, groups, output)
+    else:
+        rows = dataset_rows(
+            c.dataset_name, c.dataset_path, c.tokenizer, n, c.seed, c.output_len, c.shuffle, c.no_oversample
+        )
+        prefix, groups = 0, 1
+    if not rows:
+        raise ConfigError("--dataset-path", "dataset_path", f"no request of {c.dataset_path} is usable")
+    ins, outs = (np.array(x, dtype=int) for x in zip(*rows, strict=True))
+    return ins, outs, None, prefix, groups, len(rows)
+
+
 @dataclass(frozen=True)
 class Client:
     """``vllm bench serve``'s client flags."""
@@ -138,6 +168,15 @@ class Client:
     burstiness: float = 1.0
     max_concurrency: int | None = None
     seed: int = 0
+    # the datasets' own flags (wispsim.runs.bench_datasets) and the traffic's
+    tokenizer: str | None = None
+    output_len: int | None = None  # --sharegpt-output-len / --custom-output-len
+    prefix_repetition: tuple[int, int, int, int] = (256, 256, 10, 128)  # prefix, suffix, prefixes, output
+    shuffle: bool = True
+    no_oversample: bool = False
+    self_timed: bool | None = None  # replay a dataset's recorded times (None: when it has them)
+    ramp_up: tuple[str, float, float] | None = None  # --ramp-up-strategy, -start-rps, -end-rps
+    lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # each request's (a real run's)
 
 
 @dataclass(frozen=True)
@@ -171,11 +210,11 @@ def check(c: Client, s: Server) -> None:
         raise ConfigError("--burstiness", "burstiness", f"got {c.burstiness}; allowed: > 0")
     if c.max_concurrency is not None and c.max_concurrency < 1:
         raise ConfigError("--max-concurrency", "max_concurrency", f"got {c.max_concurrency}; allowed: >= 1")
-    if c.dataset_path is None and c.dataset_name != "random":
+    if c.dataset_name not in DATASETS:
+        dataset_rows(c.dataset_name, None, None, 0, 0, None, True, False)  # refused by name
+    if c.dataset_name in ("sharegpt", "custom", "burstgpt") and c.dataset_path is None:
         raise ConfigError(
-            "--dataset-name",
-            "dataset_name",
-            f"got {c.dataset_name!r}; allowed: random, or give --dataset-path",
+            "--dataset-path", "dataset_path", f"--dataset-name {c.dataset_name} needs a local file"
         )
     if not 0 < s.gpu_memory_utilization <= 1:
         raise ConfigError(
@@ -192,7 +231,7 @@ def check(c: Client, s: Server) -> None:
 
 
 def run_bench(
-    prof: Profile, c: Client, s: Server, sets: list[str] | None = None
+    prof: Profile, c: Client, s: Server, sets: list[str] | None = None, rep: Reporting | None = None
 ) -> tuple[dict[str, Any], Any]:
     """Simulate the benchmark; returns vLLM's result keys (and the server flags as they ran) and
     the simulated result. ``sets``: scenario fields beyond vLLM's flags (``--set``), honoured as a
@@ -204,19 +243,17 @@ def run_bench(
     seqs = s.max_num_seqs if s.max_num_seqs is not None else seqs_default
     tokens = s.max_num_batched_tokens if s.max_num_batched_tokens is not None else tokens_default
     rng = np.random.default_rng(c.seed)
-    times = None
-    prefix = c.random_prefix_len
-    n = c.num_prompts
-    if c.dataset_path is not None:
-        trace = request_rows(c.dataset_path).iloc[:n]
-        n = len(trace)
-        ins, outs = trace.prompt_tokens.to_numpy(int), trace.output_tokens.to_numpy(int)
-        if trace.time_s.max() > 0:  # recorded times are replayed (all zero: the client's schedule)
-            times = trace.time_s.to_numpy(float).tolist()
-        prefix = 0
-    else:
-        ins = random_lengths(rng, c.random_input_len, c.random_range_ratio, n) + prefix
-        outs = random_lengths(rng, c.random_output_len, c.random_range_ratio, n)
+    ins, outs, times, prefix, groups, n = workload(c, rng)
+    if times is not None and c.self_timed is None and rate is not None:
+        raise ConfigError(
+            "--request-rate",
+            "request_rate",
+            "the dataset's recorded times are replayed; add --no-self-timed to send at --request-rate",
+        )
+    if c.self_timed is False:
+        times = None
+    elif c.self_timed and times is None:
+        raise ConfigError("--self-timed", "self_timed", "the dataset has no recorded times to replay")
     run = BenchRun(
         num_prompts=n,
         input_lens=ins.tolist(),
@@ -224,21 +261,22 @@ def run_bench(
         concurrency=c.max_concurrency,
         request_rate=rate,
         burstiness=c.burstiness,
+        ramp_up=c.ramp_up,
         arrival_times=times,
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
         gpu_memory_utilization=s.gpu_memory_utilization,
         block_size=prof.kv_block_size or 16,
         prefix_caching=s.enable_prefix_caching,
-        prompt_groups=1 if prefix else 0,
-        prompts_per_group=n if prefix else 0,
+        prompt_groups=groups if prefix else 0,
+        prompts_per_group=n // groups if prefix else 0,
         shared_prefix_tokens=prefix,
         async_scheduling=s.async_scheduling,
         seed=c.seed,
         overrides=overrides,
     )
     res = bench(prof, run)
-    result = vllm_result(res, run, rate, c.max_concurrency)
+    result = vllm_result(res, run, rate, c.max_concurrency, rep)
     result.update(
         {
             "date": pd.Timestamp.now("UTC").strftime("%Y%m%d-%H%M%S"),
@@ -248,6 +286,13 @@ def run_bench(
             "request_rate": rate if rate is not None else "inf",  # as vLLM writes it
             "burstiness": c.burstiness,
             "max_concurrency": c.max_concurrency,
+            **(
+                dict(
+                    zip(("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps"), c.ramp_up, strict=True)
+                )
+                if c.ramp_up
+                else {}
+            ),
             "seed": c.seed,
             "server": {
                 "max_num_seqs": seqs,

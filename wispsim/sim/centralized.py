@@ -50,8 +50,12 @@ class CentralizedServer:
         async_scheduling: bool = False,
         spec: Speculation | None = None,
         prompts: PromptCache | None = None,
+        chunk_times: dict[int, list[float]] | None = None,
     ) -> None:
         self.env = env
+        # when each response's chunks left the engine, by response id (None: not kept; a benchmark
+        # keeps them for vLLM's ITL, every gap between a request's chunks)
+        self.chunk_times = chunk_times
         self.prompts = prompts or PromptCache(block_size, False)  # this replica's prefix cache
         self.spec = spec
         self.memory = KVMemory(total_blocks, block_size, prefix_cache=False)
@@ -116,7 +120,10 @@ class CentralizedServer:
             self._in_step = True
             yield env.timeout(step.latency)
             self._in_step = False
+            before = [s.chunks for s, _ in step.work] if self.chunk_times is not None else None
             finished = batcher.commit(step, env.now)
+            if before is not None:
+                self._log_chunks(step, before)
             for s in finished:
                 eligible = s.t_eligible if s.t_eligible <= s.scheduled else s.scheduled
                 s.item.done.succeed(Served(s.first, s.chunks, s.submitted, eligible, s.scheduled))
@@ -140,6 +147,15 @@ class CentralizedServer:
                     step.took.cpu,
                 )
             )
+
+    def _log_chunks(self, step: Step, before: list[int]) -> None:
+        """Keep the step's end as a chunk time of every response it gave tokens."""
+        log = self.chunk_times
+        assert log is not None
+        now = self.env.now
+        for (s, _), b in zip(step.work, before, strict=True):
+            if s.chunks > b:
+                log.setdefault(s.item.rid, []).append(now)
 
     def _price(self, step: Step) -> None:
         """The step's estimate and time by its parts: the GPU's pass (the drafter's passes added,

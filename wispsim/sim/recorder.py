@@ -126,6 +126,9 @@ class Recorder:
         # measured responses decided so far: (start, device, SLO, violated), in decision order
         self.decided: list[tuple[float, int, float, bool]] = []
         self._cut: float | None = None  # the window's end moved here (cut)
+        # a centralized engine's chunk times by response id, where a run keeps them (a benchmark:
+        # vLLM's ITL is every gap between a request's chunks); None: not kept
+        self.chunk_times: dict[int, list[float]] | None = None
         self.done = env.event()
 
     def close(self) -> tuple[StoredRecords, pd.DataFrame, pd.DataFrame]:

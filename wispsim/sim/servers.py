@@ -180,6 +180,7 @@ def centralized_servers(ctx: RunContext, resolved: Resolved) -> Any:
             spec=spec,
             async_scheduling=srv.engine.async_scheduling,
             prompts=PromptCache(bs, srv.engine.enable_prefix_caching),
+            chunk_times=ctx.recorder.chunk_times,
         )
         front = host is not None or frontend > 0
         out.append(GenerationFront(ctx.env, engine, host, frontend) if front else engine)

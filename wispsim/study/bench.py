@@ -49,6 +49,8 @@ class BenchRun:
     concurrency: int | None = None  # max requests in flight (None: no limit)
     request_rate: float | None = None  # Poisson arrivals per second (None or inf: all at once)
     burstiness: float = 1.0  # vllm bench serve's --burstiness: gamma-distributed gaps of this shape
+    # --ramp-up-strategy (linear | exponential) from a start to an end rate (requests/s)
+    ramp_up: tuple[str, float, float] | None = None
     arrival_times: Sequence[float] | None = None  # seconds from the start, one per prompt (replayed)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
@@ -87,6 +89,15 @@ class BenchResult:
     steps: int
     preemptions: int
     mean_batch: float
+    # per response (in the rows' order): when each of its chunks left the engine (seconds), and
+    # when the client meant to send it (before waiting for a --max-concurrency slot)
+    chunk_times: tuple[np.ndarray, ...] = ()
+    sent: np.ndarray | None = None
+
+    def itls(self) -> list[np.ndarray]:
+        """Every gap between a response's consecutive chunks (seconds), per response: vLLM's
+        ITL, whose P99 shows the decode steps a prefill chunk stalled."""
+        return [np.diff(t) for t in self.chunk_times]
 
     def figures(self) -> dict[str, float]:
         """The figures ``vllm bench serve`` reports (ms, tok/s): the latencies of every request
@@ -94,6 +105,13 @@ class BenchResult:
         whole benchmark."""
         lat = token_latency(self.responses, (0.0, self.duration))
         lat.pop("output_throughput_tps")  # the benchmark's: all output over its duration
+        gaps = np.concatenate(self.itls()) if self.chunk_times else np.zeros(0)
+        if len(gaps):  # every gap, not each response's mean gap (the mean is the same)
+            lat |= {
+                "itl_mean_ms": float(gaps.mean() * 1e3),
+                "itl_median_ms": float(np.median(gaps) * 1e3),
+                "itl_p99_ms": float(np.percentile(gaps, 99) * 1e3),
+            }
         return {
             **lat,
             "output_throughput_tok_s": float(self.responses.output_len.sum() / self.duration),
@@ -113,12 +131,18 @@ class BenchResult:
 
 
 def send_times(run: BenchRun, n: int, rng: np.random.Generator) -> np.ndarray:
-    """When each prompt is sent: the replayed times; or ``vllm bench serve``'s schedule at
+    """When each prompt is sent: the replayed times; or ``vllm bench serve``'s ramp-up; or its schedule at
     ``request_rate`` (gaps drawn from a gamma distribution of shape ``burstiness``, exponential at
     1, rescaled so that the last is sent at n / rate as vLLM does); or all at once."""
     if run.arrival_times is not None:
         t = np.asarray(run.arrival_times[:n], dtype=float)
         return t - t.min() if len(t) else t
+    if run.ramp_up is not None:  # request i at the rate reached by then, no rescaling (as vLLM)
+        strategy, lo, hi = run.ramp_up
+        progress = np.arange(n) / max(n - 1, 1)
+        rates = lo + (hi - lo) * progress if strategy == "linear" else lo * (hi / lo) ** progress
+        gaps = rng.gamma(shape=run.burstiness, scale=1.0 / (rates * run.burstiness))
+        return np.concatenate([[0.0], np.cumsum(gaps[:-1])])
     rate = run.request_rate
     if rate is None or not np.isfinite(rate):
         return np.zeros(n)
@@ -271,6 +295,8 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
     ctx = RunContext(env, resolved.scenario, run.seed, profile)
     ctx.recorder.window = (0.0, math.inf)  # every request is measured
     ctx.serving = serving_of(resolved.scenario)
+    chunk_times: dict[int, list[float]] = {}
+    ctx.recorder.chunk_times = chunk_times  # every chunk's time: vLLM's ITL
     ctx.server = build_servers(ctx, resolved)  # the one server factory
     clients = _BenchClients(run, np.random.default_rng(run.seed))
     clients.launch(ctx, run.num_prompts)
@@ -282,6 +308,7 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
             "t_first": r.t_first,
             "t_end": r.t_end,
             "output_len": r.output_len,
+            "prompt_len": r.prompt_len,
             "rounds": r.rounds,  # streamed chunks: one per token, or per step under speculation
             "measured": True,
             "censored": False,
@@ -294,7 +321,12 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
     )
     duration = float(r.t_end.max()) if len(r) else 0.0
     mean_batch = float(batches["size"].mean()) if len(batches) else 0.0
-    return BenchResult(responses, duration, len(batches), server_info(ctx)["preemptions"], mean_batch)
+    rids = r.response.to_numpy()
+    chunks = tuple(np.asarray(chunk_times.get(int(i), ()), dtype=float) for i in rids)
+    sent = clients.sends[r.device.to_numpy()]
+    return BenchResult(
+        responses, duration, len(batches), server_info(ctx)["preemptions"], mean_batch, chunks, sent
+    )
 
 
 def vllm_defaults(memory_gib: float, gpu_name: str) -> tuple[int, int]:
@@ -305,38 +337,3 @@ def vllm_defaults(memory_gib: float, gpu_name: str) -> tuple[int, int]:
     if memory_gib >= 70 and "a100" not in gpu_name.lower():
         return 8192, 1024
     return 2048, 256
-
-
-def vllm_result(res: Any, run: Any, rate: float | None, concurrency: int | None) -> dict[str, Any]:
-    """The keys ``vllm bench serve --save-result`` writes (all four latency families, as with
-    ``--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 99``), from simulated responses.
-    ITL is per request its mean gap (the simulator keeps a response's first and last token and
-    its chunk count: :mod:`wispsim.analysis.token_latency`)."""
-    r = res.responses
-    ttft = (r.t_first - r.t_start).to_numpy() * 1e3
-    e2el = (r.t_end - r.t_start).to_numpy() * 1e3
-    outs = r.output_len.to_numpy()
-    chunks = r.rounds.to_numpy()
-    tpot = np.where(outs > 1, (e2el - ttft) / np.maximum(outs - 1, 1), np.nan)
-    gap = np.where(chunks > 1, (e2el - ttft) / np.maximum(chunks - 1, 1), np.nan)
-    itl = np.repeat(gap, np.maximum(chunks - 1, 0))
-    out: dict[str, Any] = {
-        "duration": res.duration,
-        "completed": len(r),
-        "failed": 0,
-        "total_input_tokens": int(sum(run.input_lens[: len(r)])),
-        "total_output_tokens": int(outs.sum()),
-        "request_throughput": len(r) / res.duration,
-        "output_throughput": float(outs.sum()) / res.duration,
-        "total_token_throughput": (float(outs.sum()) + sum(run.input_lens[: len(r)])) / res.duration,
-        "max_concurrency": concurrency,
-    }
-    if "frontend_s" in r:  # wispsim's own: the mean TTFT by its parts
-        out["ttft_parts_mean_ms"] = {p: float(r[f"{p}_s"].mean() * 1e3) for p in TTFT_PARTS}
-    for name, x in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
-        x = x[~np.isnan(x)]
-        out[f"mean_{name}_ms"] = float(x.mean()) if len(x) else float("nan")
-        out[f"median_{name}_ms"] = float(np.median(x)) if len(x) else float("nan")
-        out[f"std_{name}_ms"] = float(x.std()) if len(x) else float("nan")
-        out[f"p99_{name}_ms"] = float(np.percentile(x, 99)) if len(x) else float("nan")
-    return out

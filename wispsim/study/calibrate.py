@@ -97,7 +97,8 @@ def read_result(path: Path, server: dict[str, Any], max_prompts: int | None = No
 def simulate(profile_data: dict[str, Any], r: Result, overheads: dict[str, float]) -> dict[str, float]:
     """The run on the profile with these engine overheads (ms), in vLLM's result keys."""
     from wispsim.model.profiles import parse_profile
-    from wispsim.study.bench import bench, vllm_result
+    from wispsim.study.bench import bench
+    from wispsim.study.bench_metrics import vllm_result
 
     data = {**profile_data, "roofline": {**profile_data["roofline"]}}
     data["roofline"]["overhead_ms"] = {**data["roofline"]["overhead_ms"], **overheads}
