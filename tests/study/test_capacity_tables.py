@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from wispsim.study.experiments.sweeps import rows_of as _part
 from wispsim.study.experiments.sweeps import rows_at as _rows_at
+from wispsim.study.experiments.sweeps import rows_of as _part
 
 
 def _curve() -> pd.DataFrame:

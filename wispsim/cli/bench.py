@@ -149,7 +149,7 @@ def bench(
 
     ex = extras_of(list(ctx.args))
     real = real_run(compare) if compare is not None else None
-    prof = profile_of(model, gpu, tensor_parallel_size, dtype, profile)
+    prof = profile_of(model, gpu, tensor_parallel_size, dtype, profile, gpu_memory_utilization)
     tokenizer = ex.tokenizer or (model if model and Path(model).is_dir() else None)
     client = Client(
         dataset_name,

@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from wispsim.cli import bench, plan, run, serve, sweep
+from wispsim.cli import bench, plan, profile_info, run, serve, sweep
 from wispsim.cli.arrivals import arrivals_app
 from wispsim.cli.common import err_console
 from wispsim.cli.estimator import estimator_app
@@ -46,6 +46,7 @@ sweep.register(app)  # sweep, compare
 serve.register(app)  # serve, swarm, validate
 bench.register(app)  # bench: vllm bench serve against a simulated vllm serve
 app.add_typer(scenario_app, name="scenario")
+profile_info.register(profile_app)
 app.add_typer(profile_app, name="profile")
 app.add_typer(estimator_app, name="estimator")
 app.add_typer(trace_app, name="trace")

@@ -265,7 +265,10 @@ def derive_cmd(
     source: Annotated[str, typer.Option(help="Profile to scale from.")] = "a100-qwen3-32b-paper",
     gpu: Annotated[
         str | None,
-        typer.Option(help="Target GPU: a100-80gb, a100-40gb, h100-80gb, h200, l40s (default: source's)."),
+        typer.Option(
+            help="Target GPU: a GPU of wispsim/data/gpus.yaml (`wispsim profile gpus` lists them) or a YAML "
+            "file of entries in its format (default: a100-80gb; additive: the source's)."
+        ),
     ] = None,
     count: Annotated[
         int | None, typer.Option(help="GPUs holding the model (tensor parallel).", parser=GPUS)
@@ -299,10 +302,19 @@ def derive_cmd(
         if form == "roofline":
             from wispsim.measure.profile.derive import roofline_named
 
-            prof = roofline_named(arch, gpu or "a100-80gb", count or 1, dtype, kv_dtype, name or out.stem)
+            prof = roofline_named(
+                arch, gpu or "a100-80gb", count or 1, dtype, kv_dtype, name or out.stem, str(out)
+            )
         else:
             prof = derive_named(
-                source, arch, gpu=gpu, count=count, name=name or out.stem, c_rule=c_rule, dtype=dtype
+                source,
+                arch,
+                gpu=gpu,
+                count=count,
+                name=name or out.stem,
+                c_rule=c_rule,
+                dtype=dtype,
+                out=str(out),
             )
     text = render(prof)
     p = parse_profile(yaml.safe_load(text), str(out))
@@ -332,9 +344,19 @@ def calibrate_cmd(
     tensor_parallel_size: Annotated[int, typer.Option("--tensor-parallel-size", "-tp")] = 1,
     dtype: Annotated[str, typer.Option("--dtype", help="auto/bfloat16 or fp8.")] = "auto",
     max_num_seqs: Annotated[
-        int, typer.Option("--max-num-seqs", help="The server's, where a file does not say.")
-    ] = 256,
-    max_num_batched_tokens: Annotated[int, typer.Option("--max-num-batched-tokens")] = 2048,
+        int | None,
+        typer.Option(
+            "--max-num-seqs",
+            help="The server's, where a file does not say (default: vLLM's for the GPU, as bench).",
+        ),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-num-batched-tokens",
+            help="The server's, where a file does not say (default: vLLM's for the GPU, as bench).",
+        ),
+    ] = None,
     enable_prefix_caching: Annotated[
         bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching")
     ] = True,
@@ -349,7 +371,7 @@ def calibrate_cmd(
     from wispsim.runs.profile import calibrate_profile
 
     server = {
-        "max_num_seqs": max_num_seqs,
+        "max_num_seqs": max_num_seqs,  # None: vLLM's default for the GPU's memory, as wispsim bench
         "max_num_batched_tokens": max_num_batched_tokens,
         "enable_prefix_caching": enable_prefix_caching,
         "async_scheduling": async_scheduling,
@@ -372,55 +394,6 @@ def calibrate_cmd(
     if loo:
         console.print(table(pd.DataFrame(loo), "leave one run out: APE % of each run under the others' fit"))
     console.print(f"wrote {out}")
-
-
-@profile_app.command("archs")
-def archs_cmd() -> None:
-    """List the named architectures with the facts profiles use."""
-    from wispsim.model.archs import available_archs, load_arch
-
-    rows = []
-    for n in available_archs():
-        a = load_arch(n)
-        rows.append(
-            (
-                n,
-                f"{a.parameters / 1e9:.3f}",
-                str(a.layers),
-                f"{a.heads}/{a.kv_heads}",
-                str(a.head_dim),
-                str(a.kv_bytes_per_token(2)),
-            )
-        )
-    columns = ["name", "params (B)", "layers", "heads/kv", "head dim", "KV B/token bf16"]
-    console.print(table(pd.DataFrame(rows, columns=columns), "architectures (wispsim/data/archs)"))
-
-
-@profile_app.command("show")
-def profile_show(
-    name: Annotated[str, typer.Argument(help="Profile name or path.")] = "a100-qwen3-32b",
-) -> None:
-    """Print a profile's coefficients, memory facts and provenance."""
-    from wispsim.measure.profile.text import coefficient_table, estimator_line, provenance_line
-    from wispsim.model.estimator import LINEAR_FORMS
-    from wispsim.model.profiles import load_profile
-
-    p = load_profile(name, "wispsim profile show", "NAME")
-    title = f"profile {p.name} ({p.provenance.get('kind')}, {p.estimator.form} form)"
-    if p.estimator.form in LINEAR_FORMS:
-        coef = {k: getattr(p.estimator, k) for k in ("a", "b_compute", "b_read", "c")}
-        console.print(table(coefficient_table(coef, p.ci95), title, left=("coefficient",)))
-    else:
-        console.print(f"{title}: {estimator_line(p)}")
-    m = p.model
-    console.print(
-        f"hardware: {p.gpu_count}x {p.gpu} ({p.gpu_memory_gib:g} GiB), engine {p.engine}, {p.precision}\n"
-        f"model: {m.name}, {m.parameters / 1e9:.1f}B params, KV {m.kv_bytes_per_token} bytes/token, "
-        f"weights {m.weight_bytes / 1e9:.1f} GB\n"
-        f"KV cache at 0.9 utilization, 1.5 GiB reserve: {p.kv_capacity_tokens(0.9, 1.5)} tokens\n"
-        f"noise sigma: {p.noise_sigma:g}\nprovenance: {p.provenance.get('kind')}: "
-        f"{provenance_line(p.provenance)}"
-    )
 
 
 @profile_app.command("list")

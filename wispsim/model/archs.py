@@ -1,15 +1,22 @@
-"""Model architectures and GPU datasheets: the facts that profiles are measured on and scaled by.
+"""Model architectures: the facts that profiles are measured on and scaled by.
 
 An architecture is a YAML file under ``wispsim/data/archs/`` holding a model's real
-``config.json`` values (hidden size, layers, heads, KV heads, head dim, MLP width, vocabulary).
-From them :class:`Arch` computes what the verification-time estimator's terms stand for:
+``config.json`` values (hidden size, layers, heads, KV heads, head dim, MLP width, vocabulary; the
+experts, latent attention, sliding windows and quantization of :mod:`wispsim.model.arch_config`),
+or a user's config.json itself. From them :class:`Arch` computes what the verification-time
+estimator's terms stand for:
 
-- parameters, and weight bytes at a dtype (read once per forward pass: the batch constant c);
-- linear FLOPs per token: 2 x the weights a token passes through (projections, MLP, LM head);
-  what ``a`` (seconds per new token) pays for;
+- parameters, and weight bytes at a dtype (quantized layers at their bits): what a pass reads
+  once (the batch constant c; of a mixture, the experts its tokens are routed to);
+- linear FLOPs per token: 2 x the weights a token passes through (projections, MLP or routed and
+  shared experts, LM head); what ``a`` (seconds per new token) pays for;
 - attention FLOPs per query-key interaction: 4 x layers x heads x head dim (QK^T and AV, a
-  multiply-add each); what ``b_compute`` pays for;
-- KV bytes per token: 2 x layers x KV heads x head dim x dtype bytes; what ``b_read`` reads.
+  multiply-add each; MLA: its absorbed form); what ``b_compute`` pays for;
+- KV bytes per token: 2 x layers x KV heads x head dim x dtype bytes (MLA: the compressed latent
+  and rope key); what ``b_read`` reads.
+
+:func:`check_parallel` holds vLLM's tensor-parallel checks. The GPU datasheets are
+:mod:`wispsim.model.gpus` (importable from here too).
 
 The recorder builds random-weight models of these architectures (``--arch``: the engines get the
 ``config.json`` values, :attr:`Arch.hf`), and derived profiles scale published coefficients by
@@ -19,6 +26,7 @@ transformers.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -27,7 +35,35 @@ from typing import Any
 import yaml
 
 from wispsim.errors import ConfigError
+from wispsim.model.arch_config import arch_fields
+from wispsim.model.gpus import (
+    GENERATIONS,
+    GPU,
+    GPU_FIELDS,
+    INTERCONNECTS,
+    available_gpus,
+    gpu_from_dict,
+    load_gpu,
+)
 from wispsim.paths import data_dir
+
+# the GPU datasheets live in wispsim.model.gpus; their names stay importable from here
+__all__ = [
+    "GENERATIONS",
+    "GPU",
+    "GPU_FIELDS",
+    "INTERCONNECTS",
+    "Arch",
+    "arch_from_dict",
+    "available_archs",
+    "available_gpus",
+    "check_parallel",
+    "dtype_bytes",
+    "gpu_from_dict",
+    "load_arch",
+    "load_gpu",
+    "parallel_sizes",
+]
 
 _DATA = data_dir()
 
@@ -51,12 +87,11 @@ def dtype_bytes(dtype: str, source: str = "dtype") -> int:
         raise ConfigError(source, "", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
 
 
-_META_KEYS = ("name", "hf_name", "description", "source", "extra_matmul_params")
-
-
 @dataclass(frozen=True, slots=True)
 class Arch:
-    """A decoder-only transformer's shape (the fields of its HF ``config.json`` that matter)."""
+    """A decoder-only transformer's shape: the fields of its HF ``config.json`` that matter, read by
+    :func:`arch_from_dict` (:mod:`wispsim.model.arch_config` says which keys and models). Its
+    methods are the one place weights, FLOPs and KV bytes are counted."""
 
     name: str
     hf_name: str
@@ -66,19 +101,39 @@ class Arch:
     heads: int
     kv_heads: int
     head_dim: int
-    intermediate_size: int
+    intermediate_size: int  # the MLP width of a dense layer
     vocab_size: int
     tie_word_embeddings: bool
     attention_bias: bool
     hf: dict[str, Any] = field(default_factory=dict)
     source: str = ""
-    experts: int = 1  # mixture of experts: MLP experts per layer (``num_local_experts``)
-    experts_per_token: int = 1  # experts each token passes through (``num_experts_per_tok``)
+    # mixture of experts: routed experts per MoE layer, how many a token passes through, one
+    # expert's width (0: intermediate_size), the shared experts' width (all of them), MoE layers
+    experts: int = 1
+    experts_per_token: int = 1
+    moe_intermediate_size: int = 0
+    shared_intermediate_size: int = 0
+    moe_layers: int = 0
     # an EAGLE-3 head: its LM head covers a smaller draft vocabulary (``draft_vocab_size``) than its
     # embedding, and it has matmul weights outside its layers (the fusion of three target layers'
     # hidden states, its first layer's wider QKV input: ``extra_matmul_params``)
     lm_head_vocab: int | None = None
     extra_matmul_params: int = 0
+    # multi-head latent attention (DeepSeek): ranks of the compressed KV and query, head widths
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    # sliding-window attention: the window (tokens) and how many layers attend only within it
+    sliding_window: int = 0
+    windowed_layers: int = 0
+    # quantized weights: bits per weight (scales included) of the linear layers ``quant_scope``
+    # names ("linear" or "experts"), and whether the LM head is one of them
+    quant_method: str = ""
+    quant_bits: float = 0.0
+    quant_scope: str = ""
+    quant_head: bool = False
 
     @property
     def head_vocab(self) -> int:
@@ -87,59 +142,119 @@ class Arch:
     @property
     def qkv_bias(self) -> bool:
         """Qwen2 has biases on q, k, v (not o); Llama and Qwen3 follow ``attention_bias``."""
-        return self.model_type == "qwen2" or self.attention_bias
+        return self.model_type in ("qwen2", "qwen2_moe") or self.attention_bias
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers
 
     def _attention_matmul(self) -> int:
-        h, q, kv = self.hidden_size, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        h = self.hidden_size
+        if self.mla:  # DeepSeek's projections: q (through its LoRA rank), kv_a, kv_b, o
+            n, qk = self.heads, self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank * n * qk) if self.q_lora_rank else h * n * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+            kv += self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + n * self.v_head_dim * h
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return h * q + 2 * h * kv + q * h
 
     @property
     def expert_params(self) -> int:
-        """One MLP (one expert of a mixture): gate, up and down projections (SwiGLU)."""
-        return 3 * self.hidden_size * self.intermediate_size
+        """One routed expert (SwiGLU gate, up and down projections)."""
+        return 3 * self.hidden_size * (self.moe_intermediate_size or self.intermediate_size)
 
-    def _router(self) -> int:
-        return self.hidden_size * self.experts if self.experts > 1 else 0
+    def _moe_fixed(self) -> int:
+        """An MoE layer's weights every token passes through: the router and the shared experts
+        (and Qwen2-MoE's shared-expert gate)."""
+        h = self.hidden_size
+        gate = h if self.shared_intermediate_size and self.model_type == "qwen2_moe" else 0
+        return h * self.experts + 3 * h * self.shared_intermediate_size + gate
 
-    def _per_layer_matmul(self) -> int:
-        """Every matmul weight of one layer (all experts of a mixture)."""
-        return self._attention_matmul() + self.experts * self.expert_params + self._router()
+    def _weights(self, experts_each: float) -> tuple[float, float, float]:
+        """Matmul weights with ``experts_each`` routed experts per MoE layer, in three parts:
+        (the layers' projections, dense MLPs and shared experts; the routed experts; routers,
+        LM head and extra weights)."""
+        body = self.layers * self._attention_matmul() + self.dense_layers * 3 * self.hidden_size * (
+            self.intermediate_size
+        )
+        body += self.moe_layers * 3 * self.hidden_size * self.shared_intermediate_size
+        routed = self.moe_layers * experts_each * self.expert_params
+        rest = self.moe_layers * (self._moe_fixed() - 3 * self.hidden_size * self.shared_intermediate_size)
+        return body, routed, rest + self.head_vocab * self.hidden_size + self.extra_matmul_params
+
+    def _touched(self, tokens: float) -> float:
+        e, k = self.experts, self.experts_per_token
+        return e * (1.0 - (1.0 - k / e) ** max(tokens, 1.0))
 
     def matmul_params_per_token(self) -> int:
-        """Weights a token is multiplied with: every layer's projections and the MLP experts it is
-        routed to, and the LM head."""
-        per_layer = self._attention_matmul() + self.experts_per_token * self.expert_params + self._router()
-        return self.layers * per_layer + self.head_vocab * self.hidden_size + self.extra_matmul_params
+        """Weights a token is multiplied with: every layer's projections, its dense MLPs, the
+        shared experts and routed experts it is sent to, and the LM head."""
+        return int(sum(self._weights(self.experts_per_token)))
 
     def matmul_weights_read(self, tokens: float) -> float:
         """Matmul weights a forward pass over ``tokens`` tokens reads (once each): all of a dense
         model; of a mixture, the experts its tokens are routed to, in expectation under uniform
-        routing: ``E * (1 - (1 - k/E)^tokens)`` experts per layer."""
-        dense = (
-            self.layers * (self._attention_matmul() + self._router())
-            + self.head_vocab * self.hidden_size
-            + self.extra_matmul_params
-        )
-        if self.experts <= 1:
-            return float(dense + self.layers * self.expert_params)
-        e, k = self.experts, self.experts_per_token
-        touched = e * (1.0 - (1.0 - k / e) ** max(tokens, 1.0))
-        return float(dense + self.layers * touched * self.expert_params)
+        routing: ``E * (1 - (1 - k/E)^tokens)`` experts per MoE layer."""
+        return float(sum(self._weights(self._touched(tokens) if self.moe_layers else 1)))
+
+    def _bytes(self, parts: tuple[float, float, float], dtype_bytes_: int) -> float:
+        """Bytes of weights in :meth:`_weights`'s parts: the quantized ones at ``quant_bits``, the
+        rest at ``dtype_bytes_`` (module :mod:`wispsim.model.arch_config`, ``quantization``)."""
+        body, routed, rest = parts
+        if not self.quant_method:
+            return (body + routed + rest) * dtype_bytes_
+        quantized = routed if self.quant_scope == "experts" else body + routed
+        if self.quant_head:
+            quantized += self.head_vocab * self.hidden_size
+        return quantized * self.quant_bits / 8 + (body + routed + rest - quantized) * dtype_bytes_
+
+    def matmul_bytes_read(self, tokens: float, dtype_bytes_: int) -> float:
+        """Bytes of :meth:`matmul_weights_read`: quantized layers at their bits, the rest at
+        ``dtype_bytes_``."""
+        return self._bytes(self._weights(self._touched(tokens) if self.moe_layers else 1), dtype_bytes_)
 
     @property
     def parameters(self) -> int:
         """Parameter count, as ``model.num_parameters()`` reports it."""
-        h, q, kv = self.hidden_size, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        per_layer = self._per_layer_matmul() + 2 * h  # two RMSNorms
-        if self.qkv_bias:
-            per_layer += q + 2 * kv
-        if self.attention_bias:
-            per_layer += h  # o_proj bias
-        if self.model_type == "qwen3":
-            per_layer += 2 * self.head_dim  # q_norm and k_norm
+        h = self.hidden_size
+        per_layer = 2 * h  # two RMSNorms
+        if self.mla:
+            per_layer += self.q_lora_rank + self.kv_lora_rank  # the LoRA ranks' norms
+        else:
+            q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+            per_layer += q + 2 * kv if self.qkv_bias else 0
+            per_layer += 2 * self.head_dim if self.model_type in ("qwen3", "qwen3_moe") else 0  # q/k norm
+        per_layer += h if self.attention_bias else 0  # o_proj bias
+        moe_bias = 0
+        if self.model_type == "gpt_oss":  # biased experts and router, a sink logit per head
+            per_layer += self.heads
+            moe_bias = self.experts * (2 * (self.moe_intermediate_size or self.intermediate_size) + h + 1)
+        elif self.model_type == "deepseek_v3":
+            moe_bias = self.experts  # the router's score-correction bias
+        body, routed, rest = self._weights(self.experts if self.moe_layers else 1)
         embed = self.vocab_size * h
-        head = 0 if self.tie_word_embeddings else self.head_vocab * h
-        return self.layers * per_layer + embed + head + self.extra_matmul_params + h  # + final norm
+        head = 0 if self.tie_word_embeddings else self.head_vocab * h  # ``rest`` counts it as a matmul
+        norms = self.layers * per_layer + self.moe_layers * moe_bias + h  # + the final norm
+        return int(body + routed + rest) - self.head_vocab * h + head + embed + norms
+
+    @property
+    def active_parameters(self) -> int:
+        """Parameters a token uses: all but the routed experts it is not sent to (embedding
+        included, as Qwen, Mistral and DeepSeek count; OpenAI leaves the embedding out)."""
+        idle = self.moe_layers * (self.experts - self.experts_per_token) * self.expert_params
+        return self.parameters - idle
+
+    @property
+    def mlp_width_per_token(self) -> float:
+        """MLP width a token's activations pass through, averaged over the layers."""
+        moe = self.experts_per_token * (self.moe_intermediate_size or self.intermediate_size)
+        moe += self.shared_intermediate_size
+        return (self.dense_layers * self.intermediate_size + self.moe_layers * moe) / self.layers
 
     @property
     def linear_flops_per_token(self) -> int:
@@ -147,25 +262,68 @@ class Arch:
 
     @property
     def attention_flops_per_interaction(self) -> int:
+        """4 x layers x heads x head dim (QK^T and AV, a multiply-add each). Under MLA, the
+        absorbed form vLLM runs in decode (its MLA backends): every head's query meets the cached
+        latent and rope key (kv_lora_rank + qk_rope_head_dim) and its output is a latent
+        (kv_lora_rank): 2 x layers x heads x (2 kv_lora_rank + qk_rope_head_dim). Prefill runs the
+        expanded form (fewer FLOPs per pair); the decode figure is kept for both."""
+        if self.mla:
+            return 2 * self.layers * self.heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
         return 4 * self.layers * self.heads * self.head_dim
 
+    def _kv_row(self, tp: int = 1) -> int:
+        """Values one layer caches per token on one of ``tp`` GPUs: K and V of its KV heads
+        (heads replicated where tp exceeds them, as vLLM does); MLA's compressed latent and rope
+        key, which every GPU holds whole."""
+        if self.mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * max(self.kv_heads // tp, 1) * self.head_dim
+
     def kv_bytes_per_token(self, kv_dtype_bytes: int) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * kv_dtype_bytes
+        """KV bytes a token of context holds, all layers (GQA: 2 x layers x KV heads x head dim
+        x bytes; MLA: layers x (kv_lora_rank + qk_rope_head_dim) x bytes). Windowed layers count
+        in full: this is the most a token costs (a context within the window), and what vLLM's
+        reported KV cache size divides by; :meth:`kv_bytes_for` caps them."""
+        return self.layers * self._kv_row() * kv_dtype_bytes
+
+    def kv_bytes_per_gpu(self, kv_dtype_bytes: int, tp: int) -> int:
+        """:meth:`kv_bytes_per_token` on one of ``tp`` GPUs (replicated KV heads and MLA's latent
+        counted on each)."""
+        return self.layers * self._kv_row(tp) * kv_dtype_bytes
+
+    def kv_tokens_held(self, context: int) -> float:
+        """Token-layers of KV a sequence of ``context`` tokens holds and a decode step reads,
+        over layers: windowed layers keep the last ``sliding_window`` tokens only."""
+        full = self.layers - self.windowed_layers
+        return (full * context + self.windowed_layers * min(context, self.sliding_window)) / self.layers
+
+    def kv_bytes_for(self, context: int, kv_dtype_bytes: int) -> float:
+        """KV bytes one sequence of ``context`` tokens holds (and a decode step of it reads)."""
+        return self.kv_tokens_held(context) * self.kv_bytes_per_token(kv_dtype_bytes)
 
     def weight_bytes(self, dtype_bytes_: int) -> int:
-        return self.parameters * dtype_bytes_
+        """Bytes of all weights: quantized linear layers at their bits, the rest (embeddings,
+        norms) at ``dtype_bytes_``."""
+        matmul = self._weights(self.experts if self.moe_layers else 1)
+        return int(self._bytes(matmul, dtype_bytes_) + (self.parameters - sum(matmul)) * dtype_bytes_)
 
-    def model_facts(self, dtype: str) -> dict[str, Any]:
-        """The ``model:`` section of a profile for this architecture at ``dtype``."""
+    def model_facts(self, dtype: str, tp: int = 1) -> dict[str, Any]:
+        """The ``model:`` section of a profile for this architecture at ``dtype`` on ``tp`` GPUs.
+        ``kv_heads`` and ``head_dim`` are the KV cache's shape, so the memory model's
+        2 x layers x kv_heads x head_dim x bytes is what all ``tp`` GPUs hold per token: heads
+        replicated over more GPUs than there are count once per GPU; MLA's latent row is one
+        "head" per GPU of half its width (K and V are one tensor)."""
         nbytes = dtype_bytes(dtype)
+        row = self._kv_row(tp) * tp  # values per token per layer, all GPUs
+        kv_heads = tp if self.mla or self.kv_heads < tp else self.kv_heads
         return {
             "name": self.hf_name,
             "arch": self.name,
             "parameters": float(self.parameters),
             "layers": self.layers,
             "attention_heads": self.heads,
-            "kv_heads": self.kv_heads,
-            "head_dim": self.head_dim,
+            "kv_heads": kv_heads,
+            "head_dim": -(-row // (2 * kv_heads)),
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
             "vocab_size": self.vocab_size,
@@ -175,59 +333,43 @@ class Arch:
 
 
 def arch_from_dict(data: dict[str, Any], source: str) -> Arch:
-    required = (
-        "model_type",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "intermediate_size",
-        "vocab_size",
-    )
-    for key in required:
-        if key not in data:
-            raise ConfigError(source, key, "is missing")
-    for key in required[1:]:
-        v = data[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(source, key, f"must be an integer >= 1, got {v!r}")
-    heads = int(data["num_attention_heads"])
-    kv_heads = int(data["num_key_value_heads"])
-    if heads % kv_heads:
-        raise ConfigError(source, "num_key_value_heads", f"must divide num_attention_heads ({heads})")
-    head_dim = int(data.get("head_dim") or data["hidden_size"] // heads)
-    hf = {k: v for k, v in data.items() if k not in _META_KEYS}
-    hf.setdefault("head_dim", head_dim)
-    name = str(data.get("name") or Path(source).stem)
-    return Arch(
-        name=name,
-        hf_name=str(data.get("hf_name", name)),
-        model_type=str(data["model_type"]),
-        hidden_size=int(data["hidden_size"]),
-        layers=int(data["num_hidden_layers"]),
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=int(data["intermediate_size"]),
-        vocab_size=int(data["vocab_size"]),
-        tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
-        attention_bias=bool(data.get("attention_bias", False)),
-        hf=hf,
-        source=str(data.get("source", source)),
-        experts=_count(data, "num_local_experts", source),
-        experts_per_token=_count(data, "num_experts_per_tok", source),
-        lm_head_vocab=_count(data, "draft_vocab_size", source) if "draft_vocab_size" in data else None,
-        extra_matmul_params=_count(data, "extra_matmul_params", source)
-        if "extra_matmul_params" in data
-        else 0,
-    )
+    """An architecture from a config.json's values (the whole file: nested ``quantization_config``,
+    ``text_config`` and lists such as ``layer_types`` are read), or a one-line refusal."""
+    return Arch(**arch_fields(data, source))
 
 
-def _count(data: dict[str, Any], key: str, source: str) -> int:
-    v = data.get(key, 1)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ConfigError(source, key, f"must be an integer >= 1, got {v!r}")
-    return v
+def parallel_sizes(arch: Arch, expert_parallel: bool = False) -> list[int]:
+    """The tensor-parallel sizes vLLM accepts for ``arch`` (:func:`check_parallel`)."""
+    return [t for t in range(1, arch.heads + 1) if not _parallel_problem(arch, t, expert_parallel)]
+
+
+def _parallel_problem(arch: Arch, tp: int, expert_parallel: bool) -> str:
+    if arch.heads % tp:
+        return (
+            f"Total number of attention heads ({arch.heads}) must be divisible by tensor parallel size ({tp})"
+        )
+    kv = arch.kv_heads
+    if not arch.mla and (kv % tp if kv >= tp else tp % kv):  # MLA's one latent is on every GPU
+        return (
+            f"Total number of KV heads ({kv}) must be divisible by tensor parallel size ({tp}), "
+            "or tensor parallel size by it (vLLM replicates KV heads)"
+        )
+    if expert_parallel and arch.moe_layers and arch.experts % tp:
+        return f"Number of experts ({arch.experts}) must be divisible by the expert parallel size ({tp})"
+    return ""
+
+
+def check_parallel(
+    arch: Arch, tp: int, source: str = "--tensor-parallel-size", expert_parallel: bool = False
+) -> None:
+    """vLLM's checks of a tensor-parallel size, in its words: attention heads divisible by it
+    (``ModelConfig.verify_with_parallel_config``); KV heads divisible by it, or it by them
+    (``QKVParallelLinear`` replicates KV heads over more GPUs than there are); with
+    ``enable_expert_parallel``, experts divisible by the expert-parallel size (tp here)."""
+    problem = _parallel_problem(arch, tp, expert_parallel)
+    if problem:
+        sizes = ", ".join(map(str, parallel_sizes(arch, expert_parallel)))
+        raise ConfigError(source, "tensor_parallel_size", f"{problem}; allowed for {arch.name}: {sizes}")
 
 
 def available_archs() -> list[str]:
@@ -252,128 +394,35 @@ def load_arch(name_or_path: str) -> Arch:
     return arch_from_dict(data, str(p))
 
 
-GENERATIONS = ("ampere", "ada", "hopper", "blackwell", "cdna3")
-INTERCONNECTS = ("nvlink3", "nvlink4", "nvlink5", "pcie4", "pcie5", "infinity-fabric")
-GPU_FIELDS = {
-    "name": "a display name",
-    "generation": f"one of {', '.join(GENERATIONS)}",
-    "memory_gib": "usable memory per GPU (GiB)",
-    "hbm_bandwidth_gbs": "memory bandwidth per GPU (GB/s)",
-    "bf16_tflops": "dense bf16 tensor-core peak (TFLOP/s)",
-    "fp8_tflops": "dense fp8 peak (TFLOP/s), null without fp8 tensor cores",
-    "interconnect": f"one of {', '.join(INTERCONNECTS)}",
-    "link_gbs": "interconnect bandwidth per GPU, one direction (GB/s)",
-    "source": "the datasheet the figures come from",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class GPU:
-    """Datasheet facts of one GPU model (wispsim/data/gpus.yaml, or a user's file of entries in its
-    format)."""
-
-    key: str
-    name: str
-    memory_gib: float
-    hbm_bandwidth_gbs: float
-    bf16_tflops: float
-    source: str = ""
-    link_gbs: float | None = None  # per GPU, one direction: what tensor-parallel all-reduces use
-    fp8_tflops: float | None = None  # dense; None where the GPU has no fp8 tensor cores
-    generation: str = "hopper"  # whose measured kernel efficiencies it takes (efficiency.yaml)
-    interconnect: str = "nvlink4"  # what all-reduces run over (interconnects.yaml)
-
-
-@cache
-def _gpu_table() -> dict[str, dict[str, Any]]:
-    data = yaml.safe_load((_DATA / "gpus.yaml").read_text())
-    assert isinstance(data, dict)
-    return data
-
-
-def available_gpus() -> list[str]:
-    return sorted(_gpu_table())
-
-
-def load_gpu(key: str) -> GPU:
-    """A shipped GPU by name (``h100-80gb``), or the one entry of a YAML file of entries in
-    gpus.yaml's format (``my-cards.yaml``, or ``my-cards.yaml:key`` where it holds several)."""
-    path, entry = key, ""
-    if not Path(key).is_file() and ":" in key:
-        path, _, entry = key.rpartition(":")
-    if Path(path).suffix in (".yaml", ".yml") or Path(path).is_file():
-        return _gpu_from_file(Path(path), entry)
-    table = _gpu_table()
-    if key not in table:
-        raise ConfigError(
-            "--gpu",
-            "gpu",
-            f"unknown GPU {key!r}; known: {', '.join(sorted(table))}, or a YAML file of entries",
-        )
-    return gpu_from_dict(key, table[key], "wispsim/data/gpus.yaml")
-
-
-def _gpu_from_file(path: Path, entry: str) -> GPU:
-    from wispsim.config.parse import read_yaml
-
-    src = str(path)
-    if not path.is_file():
-        raise ConfigError(src, "", "no such GPU file (a YAML mapping of entries in gpus.yaml's format)")
-    data = read_yaml(path)  # strict: duplicate keys, bad UTF-8, malformed YAML are one line
-    if not isinstance(data, dict) or not data:
-        raise ConfigError(src, "", "must be a mapping of GPU entries (key: {name, generation, ...})")
-    if "hbm_bandwidth_gbs" in data:  # one bare entry
-        return gpu_from_dict(path.stem, data, src)
-    if not entry:
-        if len(data) > 1:
-            raise ConfigError(
-                src, "", f"holds {len(data)} GPUs; name one as {src}:KEY ({', '.join(map(str, data))})"
-            )
-        entry = str(next(iter(data)))
-    if entry not in data:
-        raise ConfigError(src, entry, f"no such entry; known: {', '.join(map(str, data))}")
-    return gpu_from_dict(entry, data[entry], src)
-
-
-def gpu_from_dict(key: str, d: Any, src: str) -> GPU:
-    """One GPU entry, checked: every field named, numbers positive, kinds known."""
-    if not isinstance(d, dict):
-        raise ConfigError(src, key, "must be a mapping of " + ", ".join(GPU_FIELDS))
-    extra = sorted(set(d) - set(GPU_FIELDS) - {"nvlink_gbs"})
-    if extra:
-        raise ConfigError(src, f"{key}.{extra[0]}", f"unknown field; allowed: {', '.join(GPU_FIELDS)}")
-
-    def num(field: str, required: bool = True) -> float | None:
-        v = d.get(field)
-        if v is None:
-            if required:
-                raise ConfigError(src, f"{key}.{field}", f"is missing ({GPU_FIELDS[field]})")
-            return None
-        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1e6:
-            raise ConfigError(
-                src, f"{key}.{field}", f"got {v!r}; allowed: a positive number ({GPU_FIELDS[field]})"
-            )
-        return float(v)
-
-    gen = d.get("generation", "hopper")
-    if gen not in GENERATIONS:
-        raise ConfigError(src, f"{key}.generation", f"got {gen!r}; allowed: {', '.join(GENERATIONS)}")
-    link = d.get("interconnect")
-    if "nvlink_gbs" in d and "link_gbs" not in d:  # the older spelling: an NVLink bandwidth
-        d = {**d, "link_gbs": d["nvlink_gbs"]}
-        link = link or "nvlink4"
-    link = link or "nvlink4"
-    if link not in INTERCONNECTS:
-        raise ConfigError(src, f"{key}.interconnect", f"got {link!r}; allowed: {', '.join(INTERCONNECTS)}")
-    return GPU(
-        key=key,
-        name=str(d.get("name", key)),
-        memory_gib=num("memory_gib"),  # type: ignore[arg-type]
-        hbm_bandwidth_gbs=num("hbm_bandwidth_gbs"),  # type: ignore[arg-type]
-        bf16_tflops=num("bf16_tflops"),  # type: ignore[arg-type]
-        source=str(d.get("source", "")),
-        link_gbs=num("link_gbs", required=False),
-        fp8_tflops=num("fp8_tflops", required=False),
-        generation=str(gen),
-        interconnect=str(link),
+def find_arch(model: str, source: str = "--model") -> Arch:
+    """What a user names a model by: a shipped architecture (``qwen3-32b``), a Hugging Face
+    ``config.json`` or the folder holding one (named after the folder), an architecture YAML, or a
+    hub id whose shipped architecture names it (``Qwen/Qwen3-32B``)."""
+    p = Path(model)
+    if p.is_dir():
+        p = p / "config.json"
+        if not p.is_file():
+            raise ConfigError(source, "model", f"{model} holds no config.json")
+    if p.is_file():
+        if p.suffix != ".json":
+            return load_arch(str(p))  # an architecture YAML in wispsim's format
+        try:
+            data = json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(str(p), "", f"not valid JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(str(p), "", "a config.json must be a JSON object")
+        name = p.resolve().parent.name if p.name == "config.json" else p.stem
+        return arch_from_dict({**data, "name": name or "model"}, str(p))
+    names = available_archs()
+    if model in names:
+        return load_arch(model)
+    for n in names:
+        a = load_arch(n)
+        if model.lower() in (a.hf_name.lower(), a.hf_name.split("/")[-1].lower()):
+            return a
+    raise ConfigError(
+        source,
+        "model",
+        f"unknown model {model!r}: give a config.json (or its folder), or one of {', '.join(names)}",
     )

@@ -19,7 +19,16 @@ from typing import Any
 import yaml
 
 from wispsim.errors import ConfigError
-from wispsim.model.archs import GPU, Arch, arch_from_dict, available_archs, dtype_bytes, load_arch
+from wispsim.model.archs import (
+    GPU,
+    Arch,
+    arch_from_dict,
+    available_archs,
+    check_parallel,
+    dtype_bytes,
+    load_arch,
+    parallel_sizes,
+)
 from wispsim.model.host_cpu import HostFacts
 from wispsim.model.profile_fields import PROFILE_MAXIMA, bounded_whole, number, value
 from wispsim.model.roofline import ALLREDUCE_LATENCY_S, EFFICIENCIES, OVERHEADS, OVERLAP_RANGE, Roofline
@@ -80,6 +89,33 @@ def allreduce_ms(interconnect: str) -> float:
     return float(table[interconnect]["allreduce_us"]) / 1e3
 
 
+ACTIVATION_RESERVE_GIB = 1.5  # per GPU, the server's default (server.engine.activation_reserve_gib)
+
+
+def check_fit(arch: Arch, gpu: GPU, count: int, precision: str, utilization: float = 0.9) -> None:
+    """The weights must fit: weight bytes / count below memory x ``gpu_memory_utilization`` less
+    the activation reserve on each GPU, else a one-line refusal naming the tensor-parallel size
+    that fits (the smallest :func:`parallel_sizes` does)."""
+    weights = arch.weight_bytes(dtype_bytes(precision))
+    holds = gpu.memory_gib * 2**30 * utilization
+    usable = holds - ACTIVATION_RESERVE_GIB * 2**30
+    if weights / count <= usable:
+        return
+    what = precision
+    if arch.quant_method:
+        part = "experts" if arch.quant_scope == "experts" else "linear layers"
+        what = f"{arch.quant_method} {part}, the rest {precision}"
+    fits = [t for t in parallel_sizes(arch) if weights / t <= usable]
+    advice = f"use --tensor-parallel-size >= {fits[0]}" if fits else "no tensor-parallel size holds them"
+    raise ConfigError(
+        "--tensor-parallel-size",
+        "tensor_parallel_size",
+        f"{arch.hf_name} needs {weights / 1e9:.0f} GB of weights ({what}); {count} x {gpu.name} holds "
+        f"{count * holds / 1e9:.0f} GB at gpu_memory_utilization {utilization:g} (less "
+        f"{ACTIVATION_RESERVE_GIB:g} GiB per GPU for activations): {advice}",
+    )
+
+
 def sig6(v: float) -> float:
     """Six significant digits: stable YAML, more precision than any input has."""
     return float(f"{v:.6g}")
@@ -97,9 +133,12 @@ def physical_profile(
     name: str | None = None,
     command: str = "",
     noise_sigma: float | None = None,
+    gpu_memory_utilization: float = 0.9,
 ) -> dict[str, Any]:
     """The profile mapping of ``arch`` on ``count`` x ``gpu`` at ``precision`` (module docstring).
-    ``params`` (efficiency and overhead_ms mappings) overrides the calibration's."""
+    ``params`` (efficiency and overhead_ms mappings) overrides the calibration's. ``count`` is the
+    tensor-parallel size: vLLM's checks of it (:func:`check_parallel`) and of the weights' fit
+    (:func:`check_fit`) refuse what vLLM would refuse to start."""
     if precision not in PRECISIONS:
         raise ConfigError("profile", "precision", f"got {precision!r}; allowed: {', '.join(PRECISIONS)}")
     if kv_dtype not in KV_DTYPES:
@@ -112,6 +151,9 @@ def physical_profile(
             "gpu_count",
             f"got {count}: the GPU entry {gpu.key} gives no link_gbs for tensor parallelism",
         )
+    wbytes = dtype_bytes(precision)
+    check_parallel(arch, count)
+    check_fit(arch, gpu, count, precision, gpu_memory_utilization)
     cal = calibration(calibration_name)
     gen = generation_efficiency(gpu.generation)
     # kernel figures are the GPU generation's (measured); the engine's overheads are the
@@ -129,7 +171,6 @@ def physical_profile(
         params["overhead_ms"] = {k: v for k, v in params["overhead_ms"].items() if k != "allreduce"}
     for key, v in params.items():
         chosen[key] = {**chosen[key], **v} if isinstance(v, dict) and isinstance(chosen.get(key), dict) else v
-    wbytes = dtype_bytes(precision)
     tp = "" if count == 1 else f"{count}x"
     name = name or f"{tp}{gpu.key}-{arch.name}{'' if precision == 'bf16' else '-' + precision}"
     hardware: dict[str, Any] = {
@@ -146,7 +187,7 @@ def physical_profile(
     hardware["interconnect"] = gpu.interconnect
     if gpu.link_gbs is not None:
         hardware["link_gbs"] = gpu.link_gbs
-    model = arch.model_facts("bf16")
+    model = arch.model_facts("bf16", tp=count)
     if arch.name not in available_archs() or load_arch(arch.name) != arch:
         # not a shipped architecture (a user's file or config.json): the profile carries its facts
         model["config"] = {"model_type": arch.model_type, **arch.hf}

@@ -15,7 +15,8 @@ costs, per GPU::
 - ``W(n)``: the matmul weights the pass reads, once (all of a dense model; of a mixture of
   experts, the experts its n tokens are routed to), at the weights' dtype;
 - ``F_lin``: 2 x the matmul weights one token passes through; ``F_att``: 4 x layers x heads x
-  head_dim per query-key pair (QK^T and AV); ``kv``: 2 x layers x KV heads x head_dim x KV bytes;
+  head_dim per query-key pair (QK^T and AV); ``kv``: 2 x layers x KV heads x head_dim x KV bytes
+  (MLA: its absorbed decode form and cached latent; :class:`wispsim.model.archs.Arch`);
 - ``B``, ``P``: the GPU's datasheet HBM bandwidth and dense tensor-core peak at the precision;
   ``e_bw``, ``e_flop``, ``e_att`` (<= 1): the fractions of them real kernels reach (fitted);
 - ``x (+) y = (x^p + y^p)^(1/p)``: how far a kernel overlaps its memory traffic with its math,
@@ -131,14 +132,15 @@ class Roofline(AggregateCost):
 
     # --- what the hardware allows ---------------------------------------------------------
     def weight_bytes_read(self, n_linear: float) -> float:
-        """Bytes of weights one GPU reads in a pass over ``n_linear`` tokens."""
-        return self.arch.matmul_weights_read(n_linear) * self.weight_dtype_bytes / self.tp
+        """Bytes of weights one GPU reads in a pass over ``n_linear`` tokens (quantized layers at
+        their bits: :meth:`Arch.matmul_bytes_read`)."""
+        return self.arch.matmul_bytes_read(n_linear, self.weight_dtype_bytes) / self.tp
 
     @property
     def act_bytes(self) -> float:
         """Bytes of one token's activations through one GPU's elementwise kernels, all layers
         (hidden and MLP width, each read and written once per pass)."""
-        mlp = self.arch.intermediate_size * self.arch.experts_per_token
+        mlp = self.arch.mlp_width_per_token
         per_layer = 2 * (self.arch.hidden_size + mlp / self.tp)
         return self.arch.layers * per_layer * self.activation_bytes
 
@@ -154,8 +156,11 @@ class Roofline(AggregateCost):
 
     @property
     def kv_bytes(self) -> float:
-        """KV bytes per cached token, per GPU."""
-        return self.arch.kv_bytes_per_token(self.kv_dtype_bytes) / self.tp
+        """KV bytes per cached token, per GPU: KV heads replicated where tp exceeds them, MLA's
+        latent whole on each GPU (:meth:`Arch.kv_bytes_per_gpu`). Sliding-window layers count in
+        full: the batch's aggregates do not say how long each request's context is
+        (:meth:`Arch.kv_bytes_for` caps them per sequence)."""
+        return float(self.arch.kv_bytes_per_gpu(self.kv_dtype_bytes, self.tp))
 
     def floor(self, n_linear: float, n_interactions: float, n_cached: float) -> float:
         """The physical floor of a pass: its bytes at peak bandwidth or its FLOPs at peak,

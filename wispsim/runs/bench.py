@@ -9,7 +9,6 @@ scheduling on.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ import pandas as pd
 
 from wispsim.config import parse_set
 from wispsim.errors import ConfigError
-from wispsim.model.archs import Arch, arch_from_dict, available_archs, load_arch, load_gpu
+from wispsim.model.archs import Arch, find_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import Profile, load_profile, parse_profile
 from wispsim.runs.bench_datasets import DATASETS, dataset_rows, prefix_repetition
@@ -31,41 +30,18 @@ PRECISION = {"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8"}
 
 
 def arch_of(model: str) -> Arch:
-    """A shipped architecture by name, a Hugging Face ``config.json`` (or the folder holding one),
-    an architecture YAML, or a hub id whose shipped architecture names it (``Qwen/Qwen3-32B``)."""
-    p = Path(model)
-    if p.is_dir():
-        p = p / "config.json"
-        if not p.is_file():
-            raise ConfigError("--model", "model", f"{model} holds no config.json")
-    if p.is_file():
-        if p.suffix != ".json":
-            return load_arch(str(p))  # an architecture YAML in wispsim's format
-        try:
-            data = json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(str(p), "", f"not valid JSON ({e})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(str(p), "", "a config.json must be a JSON object")
-        name = p.parent.name if p.name == "config.json" else p.stem
-        data = {k: v for k, v in data.items() if not isinstance(v, dict | list)}
-        return arch_from_dict({**data, "name": name or "model"}, str(p))
-    names = available_archs()
-    if model in names:
-        return load_arch(model)
-    for n in names:
-        a = load_arch(n)
-        if model.lower() in (a.hf_name.lower(), a.hf_name.split("/")[-1].lower()):
-            return a
-    raise ConfigError(
-        "--model",
-        "model",
-        f"unknown model {model!r}: give a config.json (or its folder), or one of {', '.join(names)}",
-    )
+    """``--model``: :func:`wispsim.model.archs.find_arch`."""
+    return find_arch(model, "--model")
 
 
 def physical_of(
-    model: str, gpu: str, tp: int, dtype: str, name: str | None = None, command: str = ""
+    model: str,
+    gpu: str,
+    tp: int,
+    dtype: str,
+    name: str | None = None,
+    command: str = "",
+    gpu_memory_utilization: float = 0.9,
 ) -> dict[str, Any]:
     """The physical profile mapping of ``model`` on ``tp`` x ``gpu`` (flags as ``vllm serve`` takes
     them)."""
@@ -84,17 +60,28 @@ def physical_of(
         noise_sigma=0.0,
         name=name,
         command=command,
+        gpu_memory_utilization=gpu_memory_utilization,
     )
 
 
-def profile_of(model: str | None, gpu: str | None, tp: int, dtype: str, profile: str | None) -> Profile:
+def profile_of(
+    model: str | None,
+    gpu: str | None,
+    tp: int,
+    dtype: str,
+    profile: str | None,
+    gpu_memory_utilization: float = 0.9,
+) -> Profile:
     if profile is not None:
         if model is not None or gpu is not None:
             raise ConfigError("--profile", "profile", "give --profile, or --model with --gpu, not both")
         return load_profile(profile, "--profile", "profile")
     if model is None or gpu is None:
         raise ConfigError("wispsim bench", "--model/--gpu", "give --model and --gpu (or --profile)")
-    return parse_profile(physical_of(model, gpu, tp, dtype), f"--model {model} --gpu {gpu}")
+    return parse_profile(
+        physical_of(model, gpu, tp, dtype, gpu_memory_utilization=gpu_memory_utilization),
+        f"--model {model} --gpu {gpu}",
+    )
 
 
 def rate_of(text: str) -> float | None:

@@ -64,10 +64,18 @@ def calibrate_profile(
     from wispsim.measure.profile.derive import render
     from wispsim.model.profiles import parse_profile
     from wispsim.runs.bench import physical_of
+    from wispsim.study.bench import vllm_defaults
     from wispsim.study.calibrate import calibrate
 
     check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
     base = physical_of(model, gpu, tp, dtype, name=name or out.stem, command=command_line())
+    memory, card = base["hardware"]["memory_gib"], base["hardware"]["gpu"]
+    tokens, seqs = vllm_defaults(memory, card)  # as wispsim bench takes them for this GPU
+    server = {
+        **server,
+        "max_num_seqs": server.get("max_num_seqs") or seqs,
+        "max_num_batched_tokens": server.get("max_num_batched_tokens") or tokens,
+    }
     data, over, loo = calibrate(results, base, server, max_prompts, progress)
     text = render(data)
     parse_profile(yaml.safe_load(text), str(out))

@@ -74,6 +74,9 @@ def read_result(path: Path, server: dict[str, Any], max_prompts: int | None = No
         n = min(n, max_prompts)
     rate = _num(d, "request_rate", src, required=False)
     flags = {**server, **(d.get("server") or {})}
+    for key in ("max_num_seqs", "max_num_batched_tokens"):
+        if flags.get(key) is None:
+            raise ConfigError(src, f"server.{key}", f"is missing: give --{key.replace('_', '-')}")
     run = BenchRun(
         num_prompts=n,
         input_lens=[int(x) for x in ins],
@@ -81,8 +84,8 @@ def read_result(path: Path, server: dict[str, Any], max_prompts: int | None = No
         concurrency=int(d["max_concurrency"]) if d.get("max_concurrency") else None,
         request_rate=rate if rate and math.isfinite(rate) else None,
         burstiness=float(d.get("burstiness") or 1.0),
-        max_num_seqs=int(flags.get("max_num_seqs", 256)),
-        max_num_batched_tokens=int(flags.get("max_num_batched_tokens", 2048)),
+        max_num_seqs=int(flags["max_num_seqs"]),
+        max_num_batched_tokens=int(flags["max_num_batched_tokens"]),
         prefix_caching=bool(flags.get("enable_prefix_caching", True)),
         async_scheduling=bool(flags.get("async_scheduling", True)),
         gpu_memory_utilization=float(flags.get("gpu_memory_utilization", 0.9)),
@@ -178,10 +181,19 @@ def calibrate(
         ),
         "leave_one_run_out_ape_pct": loo,
     }
+    files = [str(p) for p in results]
+    desc = str(profile_data.get("description", ""))
+    data["description"] = (
+        desc.split(", vLLM:")[0] + f", vLLM: physical roofline, engine overheads calibrated on {len(files)} "
+        f"of the user's runs ({', '.join(Path(f).name for f in files)})"
+    )
+    prov = data["provenance"]
     data["provenance"] = {
-        **data["provenance"],
-        "rule": data["provenance"]["rule"]
+        **prov,
+        "kind": "calibrated",
+        "rule": prov["rule"].replace(" from the '", " starting from the '")
         + "; engine overheads fitted by `wispsim profile calibrate` on "
-        + ", ".join(str(p) for p in results),
+        + ", ".join(files),
+        "inputs": {**prov.get("inputs", {}), "calibrated_on": files},
     }
     return data, over, loo

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from wispsim.errors import WispsimError
-from wispsim.model.archs import GPU, Arch, dtype_bytes, load_arch, load_gpu
+from wispsim.model.archs import GPU, Arch, dtype_bytes, find_arch, load_arch, load_gpu
 from wispsim.model.estimator import LINEAR_FORMS
 from wispsim.model.physical import sig6
 from wispsim.model.profiles import COEFFICIENTS, Profile
@@ -203,8 +203,10 @@ def derive_named(
     name: str,
     c_rule: str = "weights",
     dtype: str = "bfloat16",
+    out: str | None = None,
 ) -> dict[str, Any]:
-    """:func:`derive` from names, recording the equivalent ``wispsim profile derive`` command."""
+    """:func:`derive` from names, recording the equivalent ``wispsim profile derive`` command
+    (writing ``out``; default ``profiles/NAME.yaml``)."""
     from wispsim.model.profiles import load_profile
 
     parts = ["wispsim profile derive", f"--source {source}", f"--arch {arch}"]
@@ -212,10 +214,14 @@ def derive_named(
         parts.append(f"--gpu {gpu}")
     if count:
         parts.append(f"--count {count}")
-    parts += [f"--c-rule {c_rule}", f"--dtype {dtype}", f"--out profiles/{name}.yaml"]
+    parts += [
+        f"--c-rule {c_rule}",
+        f"--dtype {dtype}",
+        f"--out {shlex.quote(out or f'profiles/{name}.yaml')}",
+    ]
     return derive(
         load_profile(source),
-        load_arch(arch),
+        find_arch(arch, "--arch"),
         gpu=load_gpu(gpu) if gpu else None,
         count=count,
         name=name,
@@ -249,7 +255,13 @@ SHIPPED: dict[str, dict[str, Any]] = {
 
 
 def roofline_named(
-    arch: str, gpu: str, count: int, dtype: str = "bf16", kv_dtype: str = "bf16", name: str | None = None
+    arch: str,
+    gpu: str,
+    count: int,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    name: str | None = None,
+    out: str | None = None,
 ) -> dict[str, Any]:
     """A physical (roofline) profile of ``arch`` on ``count`` x ``gpu`` with the calibrated vLLM
     parameters (:func:`wispsim.model.physical.physical_profile`), recording its command."""
@@ -260,10 +272,16 @@ def roofline_named(
     cmd = (
         f"wispsim profile derive --form roofline --arch {shlex.quote(arch)} --gpu {shlex.quote(gpu)} "
         f"--count {count} "
-        f"--dtype {precision} --kv-dtype {kv} --out profiles/{name}.yaml"
+        f"--dtype {precision} --kv-dtype {kv} --out {shlex.quote(out or f'profiles/{name}.yaml')}"
     )
     return physical_profile(
-        load_arch(arch), load_gpu(gpu), count=count, precision=precision, kv_dtype=kv, name=name, command=cmd
+        find_arch(arch, "--arch"),
+        load_gpu(gpu),
+        count=count,
+        precision=precision,
+        kv_dtype=kv,
+        name=name,
+        command=cmd,
     )
 
 
