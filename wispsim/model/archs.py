@@ -187,6 +187,22 @@ class Arch:
         rest = self.moe_layers * (self._moe_fixed() - 3 * self.hidden_size * self.shared_intermediate_size)
         return body, routed, rest + self.head_vocab * self.hidden_size + self.extra_matmul_params
 
+    def kernel_latency(self, matmul: float, elementwise: float) -> float:
+        """The fixed latencies a pass's kernels add, over all layers: a layer launches ``matmul``-
+        latency GEMMs and ``elementwise``-floor groups of small kernels, counted as vLLM's model
+        code launches them. A dense GQA layer: 4 GEMMs (qkv, o, gate_up, down) and one group
+        (norms, rotary, activation, residuals). Multi-head latent attention adds 3 GEMMs (q_a/q_b
+        or q, kv_a, the absorbed W_UK and W_UV products, against qkv alone) and a group (its two
+        latent norms, the rope split). An MoE layer adds the router GEMM, 2 GEMMs for shared
+        experts, and a group for routing (top-k softmax, alignment of tokens to experts, the
+        weighted sum of expert outputs); its routed experts are 2 grouped GEMMs, as a dense MLP's."""
+        gemms, groups = 4.0, 1.0
+        if self.mla:
+            gemms, groups = gemms + 3, groups + 1
+        moe_gemms = 1 + (2 if self.shared_intermediate_size else 0)
+        total = self.layers * (gemms * matmul + groups * elementwise)
+        return total + self.moe_layers * (moe_gemms * matmul + elementwise)
+
     def _touched(self, tokens: float) -> float:
         e, k = self.experts, self.experts_per_token
         return e * (1.0 - (1.0 - k / e) ** max(tokens, 1.0))

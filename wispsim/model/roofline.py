@@ -8,7 +8,7 @@ costs, per GPU::
       + W(n) / (B * e_bw)  (+)  F_lin * N_linear / (P * e_flop)       linear layers
       + kv * (N_cached + N_linear) / (B * e_bw)  (+)  F_att * N_interactions / (P * e_att)
       + TP all-reduces: 2 x layers x (latency + bytes of N_linear activations / link)
-      + layers x (4 x matmul + elementwise floor)                  kernels' fixed latencies
+      + layers x (GEMMs x matmul + groups x elementwise floor)     kernels' fixed latencies
       + activation_passes x 2 (hidden + intermediate / tp) x bytes x N_linear / (B * e_bw)
       + request * N_requests + arrival * N_arrivals
 
@@ -23,7 +23,9 @@ costs, per GPU::
   ``p = overlap`` >= 1 (fitted). The ideal roofline is ``p = inf`` (the slower of the two); real
   GEMMs at a few hundred tokens are slower than either alone, so a prefill mixed into a
   weight-bound decode step is not free;
-- ``matmul``: a matmul kernel's fixed latency (launch, ramp-up, tail), four per layer;
+- ``matmul``: a matmul kernel's fixed latency (launch, ramp-up, tail), per GEMM a layer launches
+  (four in a dense GQA layer; latent attention and MoE routing add theirs:
+  :meth:`wispsim.model.archs.Arch.kernel_latency`);
   ``elementwise floor``: the least a layer's elementwise kernels (norms, rotary embedding,
   activation, residual adds) take; ``activation_passes``: how many times they stream a token's
   activations. All three are kernel facts of the GPU's generation (wispsim/data/efficiency.yaml,
@@ -121,7 +123,7 @@ class Roofline(AggregateCost):
             "_weights_s": self.weight_bytes_read(1) / bw if dense else 0.0,
             "_token_s": self.linear_flops / (self.peak_flops * self.compute_eff),
             "_act_s": self.activation_passes * self.act_bytes / bw,
-            "_kernels_s": self.arch.layers * (4 * self.matmul_kernel + self.elementwise_floor),
+            "_kernels_s": self.arch.kernel_latency(self.matmul_kernel, self.elementwise_floor),
             "_kv_s": self.kv_bytes / bw,
             "_pair_s": self.attention_flops / (self.peak_flops * self.attention_eff),
             "_ar_fixed_s": 2 * self.arch.layers * self.allreduce if self.tp > 1 else 0.0,

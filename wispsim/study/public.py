@@ -37,13 +37,16 @@ METRICS = (
     "tpot_mean_ms",
     "tpot_median_ms",
     "itl_mean_ms",
+    "itl_median_ms",
+    "itl_p99_ms",
     "e2e_mean_ms",
     "e2e_p99_ms",
     "output_throughput_tok_s",
 )
 # the four headline metrics: each a family of the columns above
 FAMILIES = {
-    "TPOT/ITL": ("tpot_median_ms", "tpot_mean_ms", "itl_mean_ms"),
+    "TPOT/ITL": ("tpot_median_ms", "tpot_mean_ms", "itl_mean_ms", "itl_median_ms"),
+    "P99 ITL": ("itl_p99_ms",),
     "throughput": ("output_throughput_tok_s",),
     "TTFT": ("ttft_median_ms", "ttft_mean_ms", "ttft_p99_ms"),
     "E2E": ("e2e_mean_ms", "e2e_p99_ms"),

@@ -21,6 +21,7 @@ parts). Their figures are drawn by :mod:`wispsim.plots`.
 # Importing the study modules registers their kinds in STUDIES (spec.py checks names against it).
 from wispsim.study.experiments import (  # noqa: F401
     capacity_studies,
+    heldout_study,
     public_sd_study,
     public_study,
     requests_study,

@@ -1,0 +1,92 @@
+"""Errors on public runs by regime: GPU x tensor parallelism x load x engine generation (x dense
+or mixture), the way issue 45 asks them read.
+
+:func:`regime_of` names a run's regime from its ``runs.csv`` row: the GPU and TP size; the load
+(``light``: at most 8 requests in flight, by ``--max-concurrency`` or a request rate the server
+keeps up with; ``all at once``: every request sent at t=0, so TTFT is mostly queueing; ``open
+loop``: Poisson arrivals at a rate; ``closed loop``: a concurrency above 8); the engine
+generation (vLLM's V0 engine before 0.8, V1 from it, as the row's version says); and whether the
+model is a mixture of experts. :func:`regime_table` gives, per regime and metric family, the
+median absolute and the median signed error (simulated / real - 1: negative = the simulator is
+too fast or too optimistic) over a :func:`wispsim.study.public.compare` table.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+
+from wispsim.model.archs import load_arch
+from wispsim.study.public import FAMILIES
+
+
+def engine_generation(version: object) -> str:
+    """V0 before vLLM 0.8, V1 from it; a source build without tags (``0.1.devN+g<hash>``, as the
+    2025 runs of tomasruizt/vllm-scripts report) is V1; no version at all is ``V1?``."""
+    text = str(version)
+    if "+g" in text and ".dev" in text:
+        return "V1"
+    m = re.search(r"(\d+)\.(\d+)", text)
+    if not m or pd.isna(version):
+        return "V1?"
+    major, minor = int(m.group(1)), int(m.group(2))
+    return "V0" if (major, minor) < (0, 8) else "V1"
+
+
+def load_of(row: pd.Series) -> str:
+    conc = row.get("concurrency")
+    rate = row.get("request_rate")
+    conc = float(conc) if conc is not None and not pd.isna(conc) else math.nan
+    rate = float(rate) if rate is not None and not pd.isna(rate) else math.inf
+    if conc <= 8:
+        return "light"
+    if math.isfinite(rate):
+        return "open loop"
+    return "closed loop" if math.isfinite(conc) else "all at once"
+
+
+def regime_of(row: pd.Series) -> dict[str, str]:
+    arch = load_arch(str(row["arch"]))
+    return {
+        "gpu": str(row["gpu"]),
+        "tp": str(int(row["tp"])),
+        "load": load_of(row),
+        "engine": engine_generation(row.get("engine_version")),
+        "model": "MoE" if arch.experts > 1 else "dense",
+    }
+
+
+def regime_table(errors: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Median |error| and median signed error (%) per regime and metric family."""
+    fam = {m: f for f, ms in FAMILIES.items() for m in ms}
+    reg = pd.DataFrame([{"run_id": r.run_id, **regime_of(r)} for _, r in runs.iterrows()])
+    e = errors.merge(reg, on="run_id").assign(
+        family=errors.metric.map(fam), signed=(errors.simulated / errors.real - 1) * 100
+    )
+    e = e[e.family.notna()]
+    keys = ["gpu", "tp", "model", "load", "engine", "family"]
+    out = e.groupby(keys).agg(
+        runs=("run_id", "nunique"), median_ape=("ape_pct", "median"), median_signed=("signed", "median")
+    )
+    return out.round(1).reset_index()
+
+
+def regime_wide(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per regime; each family's cell is ``median |error| (median signed error)`` in %."""
+    keys = ["gpu", "tp", "model", "load", "engine"]
+    t = table.assign(
+        cell=table.median_ape.map("{:.0f}".format) + " (" + table.median_signed.map("{:+.0f}".format) + ")"
+    )
+    wide = t.pivot_table(index=keys, columns="family", values="cell", aggfunc="first").reset_index()
+    wide = wide.merge(t.groupby(keys).runs.max().reset_index(), on=keys)
+    cols = [*keys, "runs", *[f for f in FAMILIES if f in wide]]
+    return wide[cols].fillna("-")
+
+
+def markdown(df: pd.DataFrame) -> str:
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(map(str, r)) + " |" for r in df.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
