@@ -216,3 +216,23 @@ def test_compare_recreates_a_real_run_from_its_result_file(tmp_path: Path) -> No
     bad.write_text('{"completed": 0}')
     p = wispsim("bench", *SERVER, "--compare", str(bad))
     assert p.returncode == 2 and "completed" in p.stderr
+
+
+def test_a_gpu_priced_with_another_generations_kernels_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    p = wispsim(
+        "bench",
+        "--model",
+        "llama-2-7b",
+        "--gpu",
+        "b200",
+        *SMALL,
+        "--save-result",
+        "--result-filename",
+        str(out),
+    )
+    assert p.returncode == 0, p.stderr
+    assert "no kernel measurements of blackwell GPUs" in p.stdout
+    assert json.loads(out.read_text())["kernel_basis"].startswith("blackwell: inherited from hopper")
+    p = wispsim("bench", *SERVER, *SMALL)
+    assert "no kernel measurements" not in p.stdout

@@ -198,6 +198,22 @@ def bench(
     if ex.ignored:
         result["ignored_client_flags"] = list(ex.ignored)
     _print_table(result, ex)
+    if gpu is not None:
+        from wispsim.model.archs import load_gpu
+        from wispsim.model.physical import generation_efficiency
+
+        gen = load_gpu(gpu).generation
+        basis = str(generation_efficiency(gen)["basis"])
+        result["kernel_basis"] = f"{gen}: {basis}"
+        if basis.startswith("inherited"):
+            console.print(
+                f"note: no kernel measurements of {gen} GPUs here; {gpu} is priced with its own "
+                f"datasheet peaks at {basis.split(' (')[0].removeprefix('inherited from ')}'s kernel "
+                "efficiencies (wispsim/data/efficiency.yaml): expect larger errors (experiments/REPORT.md, "
+                "held-out public runs)",
+                highlight=False,
+                markup=False,
+            )
     if real is not None:
         console.print(real.side_by_side(result), highlight=False, markup=False)
     if path is not None:
