@@ -15,7 +15,7 @@ import pytest
 
 from tests.cli.test_cli import wispsim
 from wispsim.errors import ConfigError
-from wispsim.runs.bench_flags import CLIENT_ONLY, HONOURED, REFUSED, extras_of, parse_extra
+from wispsim.runs.bench_flags import extras_of, parse_extra
 
 SERVER = ["--model", "llama-2-7b", "--gpu", "h100-80gb"]
 SMALL = ["--num-prompts", "30", "--random-input-len", "200", "--random-output-len", "30"]
@@ -72,7 +72,7 @@ def test_a_pasted_vllm_bench_serve_line_runs(tmp_path: Path) -> None:
     for row in ("Request rate configured (RPS):", "Request goodput (req/s):", "Peak output token throughput"):
         assert row in p.stdout
     assert "Peak concurrent requests:" in p.stdout and "P90 ITL (ms):" in p.stdout
-    (path,) = rdir.glob("mine-6qps-llama-2-7b-*.json")  # vLLM's LABEL-RATEqps-MODEL-DATE.json
+    (path,) = rdir.glob("mine-6.0qps-llama-2-7b-*.json")  # vLLM's LABEL-RATEqps-MODEL-DATE.json
     r = json.loads(path.read_text())
     assert r["label"] == "mine" and r["backend"] == "vllm" and r["gpu"] == "h100" and r["run"] == "1"
     for k in ("p50_ttft_ms", "p90_itl_ms", "p99_e2el_ms", "std_tpot_ms", "max_concurrent_requests"):
@@ -88,16 +88,53 @@ def test_a_pasted_vllm_bench_serve_line_runs(tmp_path: Path) -> None:
 def test_reporting_flags_follow_vllm(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     p = wispsim(
-        "bench", *SERVER, *SMALL, "--percentile-metrics", "ttft", "--metric-percentiles", "95",
-        "--save-result", "--result-filename", str(out), "--no-stream",
+        "bench", *SERVER, *SMALL, "--percentile-metrics", "ttft,client_queue_time",
+        "--metric-percentiles", "0,95", "--save-result", "--result-filename", str(out), "--no-stream",
+        "--max-concurrency", "4",
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
     r = json.loads(out.read_text())
-    assert "p95_ttft_ms" in r and "mean_itl_ms" not in r and "P95 TTFT" in p.stdout
+    assert "p95_ttft_ms" in r and "p0_ttft_ms" in r and "mean_itl_ms" not in r and "P95 TTFT" in p.stdout
+    assert r["mean_client_queue_time_ms"] > 0  # 30 requests through 4 slots wait for them
     assert "ttfts" not in r and "latencies" in r  # vLLM keeps latencies without --save-detailed
     assert r["request_goodput"] is None
-    # without streaming the whole output comes at once: TTFT is the request's latency
-    assert r["mean_ttft_ms"] == pytest.approx(sum(r["latencies"]) / len(r["latencies"]) * 1e3)
+    # --no-stream is vLLM's dataset-loading switch, not a change of what is measured
+    assert "--no-stream" in r["ignored_client_flags"]
+    assert r["mean_ttft_ms"] < 0.5 * sum(r["latencies"]) / len(r["latencies"]) * 1e3
+
+
+def test_metadata_cannot_overwrite_results_or_move_the_file(tmp_path: Path) -> None:
+    rdir = tmp_path / "res"
+    p = wispsim(
+        "bench", *SERVER, *SMALL, "--save-result", "--result-dir", str(rdir),
+        "--metadata", "date=../../evil", "completed=abc", "duration=abc", "site=lab",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    (path,) = rdir.glob("*.json")  # named with the run's own date, inside --result-dir
+    r = json.loads(path.read_text())
+    assert r["completed"] == 30 and isinstance(r["duration"], float) and r["site"] == "lab"
+    assert r["date"] == "../../evil"  # vLLM's order: metadata may restate a setup key, not a result
+    assert not (tmp_path / "evil.json").exists()
+
+
+def test_ramp_up_and_a_rate_are_refused_together_and_name_the_file(tmp_path: Path) -> None:
+    ramp = ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "4"]
+    p = wispsim("bench", *SERVER, *SMALL, "--request-rate", "5", *ramp)
+    assert p.returncode == 2 and "--ramp-up-strategy" in p.stderr
+    p = wispsim("bench", *SERVER, *SMALL, *ramp, "--save-result", "--result-dir", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert len(list(tmp_path.glob("openai-ramp-up-linear-1qps-4qps-llama-2-7b-*.json"))) == 1
+    p = wispsim(
+        "bench", *SERVER, *SMALL, "--request-rate", "10", "--save-result", "--result-dir", str(tmp_path)
+    )
+    assert len(list(tmp_path.glob("openai-10.0qps-llama-2-7b-*.json"))) == 1  # the rate as vLLM's float
+
+
+def test_a_bare_profile_switch_is_vllms_and_ignored() -> None:
+    p = wispsim("bench", *SERVER, *SMALL, "--profile", "--disable-tqdm")
+    assert p.returncode == 0, p.stderr
+    p = wispsim("bench", *SERVER, *SMALL, "--profile")
+    assert p.returncode == 0, p.stderr
 
 
 def test_every_flag_of_vllms_own_parser_is_accepted() -> None:
@@ -112,12 +149,24 @@ def test_every_flag_of_vllms_own_parser_is_accepted() -> None:
         text=True,
         env={**os.environ, "COLUMNS": "80"},
     ).stdout
-    ours = set(HONOURED) | set(CLIENT_ONLY) | set(REFUSED)
+    import typer.main
+
+    from wispsim.cli.main import app
+    from wispsim.runs.bench_flags import arity
+
+    bench = typer.main.get_command(app).commands["bench"]  # type: ignore[attr-defined]
+    declared = {o: p for p in bench.params for o in (*p.opts, *p.secondary_opts)}
     for action in parser._actions:
         for flag in action.option_strings:
             if flag in ("-h", "--help") or not flag.startswith("--"):
                 continue
-            assert flag in ours or f"{flag} " in help_text or f"{flag}/" in help_text, flag
+            want: int | str = 0 if action.nargs == 0 else (action.nargs if action.nargs in ("*", "+") else 1)
+            if flag in declared:  # a typer option: a switch, or one value (a bare --profile too)
+                p = declared[flag]
+                got: int | str = 0 if getattr(p, "is_flag", False) else 1
+                assert got == want or flag == "--profile", (flag, got, want)
+            else:
+                assert arity(flag) == want, (flag, arity(flag), want)
             assert flag in help_text, flag  # the help says what becomes of it
     assert max(len(line) for line in help_text.splitlines()) <= 80  # nothing cut at 80 columns
 
@@ -131,7 +180,7 @@ def test_every_flag_of_vllms_own_parser_is_accepted() -> None:
         (["--probe-request-rate", "2"], "--probe-request-rate"),
         (["--goodput", "latency:3"], "--goodput"),
         (["--percentile-metrics", "ttft,speed"], "--percentile-metrics"),
-        (["--metric-percentiles", "0"], "--metric-percentiles"),
+        (["--metric-percentiles", "101"], "--metric-percentiles"),
         (["--backend", "openai-embeddings"], "--backend"),
         (["--ramp-up-strategy", "linear"], "--ramp-up-start-rps"),
         (["--metadata", "novalue"], "--metadata"),

@@ -79,6 +79,21 @@ def test_custom_jsonl_and_its_errors(tmp_path: Path, tokenizer_dir: Path) -> Non
         dataset_rows("custom", path, None, 5, 0, 3, True, False)
 
 
+def test_custom_defaults_to_vllms_output_length(tmp_path: Path, tokenizer_dir: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": "w3 w4 w5", "output_tokens": 12}) for _ in range(5)))
+    out = tmp_path / "r.json"
+    common = ["bench", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--dataset-name", "custom"]
+    common += ["--dataset-path", str(path), "--tokenizer", str(tokenizer_dir), "--num-prompts", "5"]
+    p = wispsim(*common, "--save-result", "--result-filename", str(out))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["total_output_tokens"] == 5 * 256  # vLLM's --custom-output-len
+    p = wispsim(*common, "--custom-output-len", "-1", "--save-result", "--result-filename", str(out))
+    assert json.loads(out.read_text())["total_output_tokens"] == 5 * 12  # each record's own
+    p = wispsim(*common, "--custom-output-len", "abc")
+    assert p.returncode == 2 and "--custom-output-len" in p.stderr
+
+
 def test_burstgpt_samples_as_pandas_does_for_vllm(tmp_path: Path) -> None:
     path = tmp_path / "b.csv"
     rng = np.random.default_rng(0)
@@ -96,9 +111,23 @@ def test_burstgpt_samples_as_pandas_does_for_vllm(tmp_path: Path) -> None:
     rows = burstgpt(path, 10, 5)
     kept = df[(df.Model == "GPT-4") & (df["Response tokens"] > 0)].sample(n=10, random_state=5)
     assert rows == list(zip(kept["Request tokens"], kept["Response tokens"], strict=True))
+    df["Response tokens"] = df["Response tokens"].astype(object)
+    df.loc[0, "Response tokens"] = "many"
+    df.to_csv(path, index=False)
+    with pytest.raises(ConfigError, match="must be numbers"):
+        burstgpt(path, 10, 5)
 
 
 def test_prefix_repetition_groups_its_prompts() -> None:
+    import random
+
+    from wispsim.runs.bench_datasets import shuffled
+
+    order = shuffled(24, 3)
+    requests = list(range(24))
+    random.seed(3)  # vLLM: random.seed(seed) at construction, random.shuffle(requests) at the end
+    random.shuffle(requests)
+    assert order == requests and sorted(order) == list(range(24)) and order != list(range(24))
     rows, per = prefix_repetition(25, 100, 20, 4, 8)
     assert per == 6 and rows == [(120, 8)] * 24
     with pytest.raises(ConfigError, match="num_prefixes"):

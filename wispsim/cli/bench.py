@@ -24,6 +24,7 @@ import typer.core
 
 from wispsim.cli.common import make_console
 from wispsim.cli.options import SetOpt
+from wispsim.errors import ConfigError
 from wispsim.runs.bench_flags import EPILOG, Extras, extras_of
 
 console = make_console()
@@ -38,11 +39,20 @@ HELP = (
 
 class PlainHelp(typer.core.TyperCommand):
     """Click's plain help: wrapped to the terminal, nothing cut (rich's option table cuts flag
-    names and help at 80 columns)."""
+    names and help at 80 columns). A bare ``--profile`` (vLLM's server-profiling switch, no value)
+    is taken out before parsing; ``--profile NAME`` stays wispsim's measured profile."""
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.rich_markup_mode = None
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        kept = [
+            a
+            for i, a in enumerate(args)
+            if not (a == "--profile" and (i + 1 == len(args) or args[i + 1].startswith("-")))
+        ]
+        return super().parse_args(ctx, kept)
 
 
 def register(app: typer.Typer) -> None:
@@ -77,7 +87,11 @@ def bench(
     dtype: Annotated[str, typer.Option("--dtype", help="auto (bfloat16), bfloat16 or fp8 weights.")] = "auto",
     profile: Annotated[
         str | None,
-        typer.Option("--profile", help="A measured profile (name or file) instead of --model and --gpu."),
+        typer.Option(
+            "--profile",
+            help="A measured profile (name or file) instead of --model and --gpu. Bare (no value), "
+            "it is vLLM's server-profiling switch: accepted and ignored.",
+        ),
     ] = None,
     dataset_name: Annotated[
         str,
@@ -148,6 +162,10 @@ def bench(
     from wispsim.runs.bench_compare import real_run
 
     ex = extras_of(list(ctx.args))
+    if ex.ramp_up is not None and request_rate.strip().lower() != "inf":
+        raise ConfigError(
+            "--request-rate", "request_rate", "give --request-rate or --ramp-up-strategy, not both"
+        )
     real = real_run(compare) if compare is not None else None
     prof = profile_of(model, gpu, tensor_parallel_size, dtype, profile, gpu_memory_utilization)
     tokenizer = ex.tokenizer or (model if model and Path(model).is_dir() else None)
@@ -170,16 +188,14 @@ def bench(
         ex.no_oversample,
         ex.self_timed,
         ex.ramp_up,
+        chat_template=ex.chat_template,
     )
     if real is not None:
         client = real.client(client)
     label = ex.label or ex.backend
     path = None
     if save_result or ex.append_result:  # the file is named and checked before any work
-        rate_word = request_rate if real is None else client.request_rate
-        conc = f"-concurrency{client.max_concurrency}" if client.max_concurrency is not None else ""
-        base = (model or prof.name).rstrip("/").split("/")[-1]
-        name = result_filename or Path(f"{label}-{rate_word}qps{conc}-{base}-{{date}}.json")
+        name = result_filename or Path(_vllm_file_name(label, client, model or prof.name))
         path = (ex.result_dir / name) if ex.result_dir is not None else name
         check_output_file(str(path).replace("{date}", "0"), "--result-filename", (".json",))
     server = Server(
@@ -187,14 +203,19 @@ def bench(
     )
     with console.status(f"simulating {client.num_prompts} requests on {prof.name}"):
         result, _ = run_bench(prof, client, server, set_, ex.reporting)
-    result |= {
+    date = str(result["date"])
+    setup = {
+        "date": date,
         "endpoint_type": ex.backend,
         "backend": ex.backend,
         "label": label,
         "model_id": model or prof.name,
         "tokenizer_id": tokenizer or model or prof.name,
-        **ex.metadata,
+        "num_prompts": result["num_prompts"],
     }
+    # vLLM's order: the setup, then --metadata (which may restate a setup key), then the traffic
+    # and the benchmark's results, which metadata cannot overwrite
+    result = {**setup, **ex.metadata, **{k: v for k, v in result.items() if k not in setup}}
     if ex.ignored:
         result["ignored_client_flags"] = list(ex.ignored)
     _print_table(result, ex)
@@ -217,7 +238,7 @@ def bench(
     if real is not None:
         console.print(real.side_by_side(result), highlight=False, markup=False)
     if path is not None:
-        path = Path(str(path).replace("{date}", result["date"]))
+        path = Path(str(path).replace("{date}", date))
         result["provenance"] = {"command": command_line(), "commit": code_commit(), "written": now_iso()}
         if not ex.reporting.detailed:  # vLLM drops the per-request lists
             for k in (
@@ -238,6 +259,21 @@ def bench(
             with path.open("a" if ex.append_result else "w", encoding="utf-8") as f:
                 f.write(text)
         console.print(f"saved {path}")
+
+
+def _vllm_file_name(label: str, client: Any, model: str) -> str:
+    """vLLM's default result file name (``compute_result_filename``), ``{date}`` filled in later:
+    LABEL-RATEqps[-concurrencyN]-MODEL-DATE.json, or LABEL-ramp-up-STRATEGY-STARTqps-ENDqps... with a
+    ramp-up; the rate as vLLM's float prints it (10.0, inf)."""
+    conc = f"-concurrency{client.max_concurrency}" if client.max_concurrency is not None else ""
+    base = model.rstrip("/").split("/")[-1]
+    if client.ramp_up is not None:
+        strategy, lo, hi = client.ramp_up
+        lo_s, hi_s = (str(int(x)) if float(x).is_integer() else str(x) for x in (lo, hi))
+        return f"{label}-ramp-up-{strategy}-{lo_s}qps-{hi_s}qps{conc}-{base}-{{date}}.json"
+    rate = client.request_rate.strip().lower()
+    word = "inf" if rate == "inf" else str(float(rate))
+    return f"{label}-{word}qps{conc}-{base}-{{date}}.json"
 
 
 def _print_table(r: dict[str, Any], ex: Extras) -> None:

@@ -16,7 +16,10 @@ Modelled, from the keys the public 2025-2026 configs use:
   ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``;
 - sliding-window attention: ``layer_types`` ("sliding_attention" / "full_attention": gpt-oss,
   Gemma 3), Qwen2's ``use_sliding_window`` + ``max_window_layers``, Gemma 2's alternation, or a
-  bare ``sliding_window`` on every layer (Mistral-7B-v0.1);
+  bare ``sliding_window`` on every layer (Mistral-7B-v0.1). Read and kept on the architecture
+  (:meth:`Arch.kv_tokens_held` caps a sequence's windowed layers), but the simulator's KV reads and
+  KV capacity still count every layer in full: an upper bound on a windowed model's KV traffic and
+  a lower bound on its capacity (vLLM's hybrid allocator keeps only the window for those layers);
 - quantized weights (``quantization_config``): see :func:`quantization`;
 - vision-language wrappers: the decoder of ``text_config`` (the vision tower is not priced).
 
@@ -210,7 +213,7 @@ def window_fields(data: dict[str, Any], layers: int, source: str) -> dict[str, i
     if not windowed or window is None:
         return {}
     w = whole(data, "sliding_window", source)
-    if w >= int(data.get("max_position_embeddings") or 2**62):
+    if w >= whole(data, "max_position_embeddings", source, 2**62):
         return {}  # a window no context reaches (Phi-3-128k): every layer attends to everything
     return {"sliding_window": w, "windowed_layers": windowed}
 
@@ -244,7 +247,17 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
     head = False
     if method == "fp8":
         block = q.get("weight_block_size")
-        bits = 8.0 + (32.0 / (block[0] * block[1]) if isinstance(block, list) and len(block) == 2 else 0.0)
+        if block is not None and not (
+            isinstance(block, list)
+            and len(block) == 2
+            and all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)
+        ):
+            raise ConfigError(
+                source,
+                "quantization_config.weight_block_size",
+                f"got {block!r}; allowed: [rows, columns] >= 1",
+            )
+        bits = 8.0 + (32.0 / (block[0] * block[1]) if block else 0.0)
         scope = "linear"
     elif method == "mxfp4":
         bits, scope = 4.25, "experts" if experts > 1 else "linear"
@@ -254,11 +267,20 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
             groups = q.get("config_groups") or {}
             first: Any = next(iter(groups.values()), {}) if isinstance(groups, dict) else {}
             scheme = first.get("weights") or {} if isinstance(first, dict) else {}
-            head = "lm_head" not in (q.get("ignore") or [])
+            if not isinstance(scheme, dict):
+                raise ConfigError(
+                    source, "quantization_config.config_groups", "each group's weights must be a mapping"
+                )
+            ignore = q.get("ignore") or []
+            head = "lm_head" not in (ignore if isinstance(ignore, list) else [])
         n = scheme.get("bits", scheme.get("num_bits"))
         if n not in (4, 8):
             raise ConfigError(source, "quantization_config.bits", f"got {n!r}; allowed: 4, 8")
         group = scheme.get("group_size") or -1
+        if isinstance(group, bool) or not isinstance(group, int) or group == 0 or group < -1:
+            raise ConfigError(
+                source, "quantization_config.group_size", f"got {group!r}; allowed: an integer >= 1, or -1"
+            )
         asym = (
             bool(scheme.get("zero_point")) or scheme.get("sym") is False or scheme.get("symmetric") is False
         )

@@ -22,7 +22,7 @@ from wispsim.errors import ConfigError
 from wispsim.model.archs import Arch, find_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import Profile, load_profile, parse_profile
-from wispsim.runs.bench_datasets import DATASETS, dataset_rows, prefix_repetition
+from wispsim.runs.bench_datasets import DATASETS, dataset_rows, prefix_repetition, shuffled
 from wispsim.study.bench import BenchRun, bench, vllm_defaults
 from wispsim.study.bench_metrics import Reporting, vllm_result
 
@@ -131,7 +131,15 @@ def workload(c: Client, rng: np.random.Generator) -> tuple[Any, Any, list[float]
         rows, _ = prefix_repetition(n, prefix, suffix, groups, output)
     else:
         rows = dataset_rows(
-            c.dataset_name, c.dataset_path, c.tokenizer, n, c.seed, c.output_len, c.shuffle, c.no_oversample
+            c.dataset_name,
+            c.dataset_path,
+            c.tokenizer,
+            n,
+            c.seed,
+            c.output_len,
+            c.shuffle,
+            c.no_oversample,
+            c.chat_template,
         )
         prefix, groups = 0, 1
     if not rows:
@@ -164,6 +172,7 @@ class Client:
     self_timed: bool | None = None  # replay a dataset's recorded times (None: when it has them)
     ramp_up: tuple[str, float, float] | None = None  # --ramp-up-strategy, -start-rps, -end-rps
     lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # each request's (a real run's)
+    chat_template: bool = True  # custom prompts through the tokenizer's chat template (vLLM's default)
 
 
 @dataclass(frozen=True)
@@ -257,6 +266,7 @@ def run_bench(
         prefix_caching=s.enable_prefix_caching,
         prompt_groups=groups if prefix else 0,
         prompts_per_group=n // groups if prefix else 0,
+        prompt_order=shuffled(n, c.seed) if c.dataset_name == "prefix_repetition" and c.shuffle else None,
         shared_prefix_tokens=prefix,
         async_scheduling=s.async_scheduling,
         seed=c.seed,

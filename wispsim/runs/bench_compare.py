@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from wispsim.errors import ConfigError
+from wispsim.runs.bench_flags import ramp_up
 
 FIGURES = (
     "duration",
@@ -49,9 +50,17 @@ class RealRun:
             lengths = (tuple(ins), tuple(outs))
             n = len(ins)
         rate = d.get("request_rate", "inf")
+        if not (rate == "inf" or _positive(rate)):
+            raise ConfigError(src, "request_rate", f'got {rate!r}; allowed: a number > 0 or "inf"')
+        burst = d.get("burstiness", 1.0)
+        if not _positive(burst):
+            raise ConfigError(src, "burstiness", f"got {burst!r}; allowed: a number > 0")
+        conc = d.get("max_concurrency")
+        if conc is not None and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
+            raise ConfigError(src, "max_concurrency", f"got {conc!r}; allowed: an integer >= 1 or null")
         ramp = None
         if d.get("ramp_up_strategy") is not None:
-            ramp = (str(d["ramp_up_strategy"]), float(d["ramp_up_start_rps"]), float(d["ramp_up_end_rps"]))
+            ramp = ramp_up(d["ramp_up_strategy"], d.get("ramp_up_start_rps"), d.get("ramp_up_end_rps"), src)
         return replace(
             base,
             dataset_name="random",
@@ -62,8 +71,8 @@ class RealRun:
             random_prefix_len=0,
             random_range_ratio=0.0,
             request_rate=str(rate),
-            burstiness=float(d.get("burstiness", 1.0) or 1.0),
-            max_concurrency=d.get("max_concurrency"),
+            burstiness=float(burst),
+            max_concurrency=conc,
             ramp_up=ramp,
             lengths=lengths,
         )
@@ -79,6 +88,10 @@ class RealRun:
             lines.append(f"{k:<28} {real:>11.2f} {s:>11.2f} {err:>10}")
         lines.append("=" * 66)
         return "\n".join(lines)
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < math.inf
 
 
 def _count(d: dict[str, Any], key: str, src: str) -> int:

@@ -7,14 +7,16 @@
   fixes the output); pairs outside vLLM's bounds (prompt or output under 4 tokens, prompt over
   1,024, both over 2,048) skipped; then oversampled to ``--num-prompts`` (unless
   ``--no-oversample``). The same seed draws the same requests vLLM draws.
-- ``custom``: JSONL records with a ``prompt`` and (without ``--custom-output-len``) an
-  ``output_tokens``; the prompt is counted raw (as with ``--skip-chat-template``).
+- ``custom``: JSONL records with a ``prompt``; outputs of ``--custom-output-len`` tokens (vLLM's
+  default 256), or each record's ``output_tokens`` with ``--custom-output-len -1``; the prompt is
+  counted through the tokenizer's chat template where it has one (unless ``--skip-chat-template``).
 - ``burstgpt``: the BurstGPT CSV; its GPT-4 rows with a response, sampled by pandas with
   ``random_state=--seed`` (with replacement past the file's rows); lengths from its
   ``Request tokens`` and ``Response tokens`` columns (no tokenizer needed).
 - ``prefix_repetition``: ``--prefix-repetition-num-prefixes`` prefixes of ``-prefix-len``
   tokens, each followed by ``--num-prompts // num_prefixes`` prompts of a ``-suffix-len`` suffix
-  (the prefix cache sees a group's prefix once); the requests in group order.
+  (the prefix cache sees a group's prefix once); sent in vLLM's shuffled order (Python's
+  ``random.shuffle`` seeded by ``--seed``) unless ``--disable-shuffle``.
 
 The tokenizer is a local folder (``--tokenizer``, or ``--model`` when it is a folder with one),
 loaded with transformers; nothing reaches the hub.
@@ -89,7 +91,8 @@ def sharegpt(path: Path, tok: Any, n: int, seed: int, output_len: int | None,
 
 
 def custom(path: Path, tok: Any, n: int, seed: int, output_len: int | None,
-           shuffle: bool, no_oversample: bool) -> list[tuple[int, int]]:  # fmt: skip
+           shuffle: bool, no_oversample: bool, chat_template: bool = True,
+           ) -> list[tuple[int, int]]:  # fmt: skip
     if path.suffix != ".jsonl":
         raise ConfigError(str(path), "", "the custom dataset is a .jsonl file (as vLLM's)")
     data = _read_json(path, lines=True)
@@ -98,8 +101,8 @@ def custom(path: Path, tok: Any, n: int, seed: int, output_len: int | None,
         random.shuffle(data)
     rows: list[tuple[int, int]] = []
     for i, item in enumerate(data[:n]):
-        if not isinstance(item, dict) or "prompt" not in item:
-            raise ConfigError(str(path), f"line {i + 1}", "needs a 'prompt'")
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or not item["prompt"]:
+            raise ConfigError(str(path), f"line {i + 1}.prompt", "needs a non-empty string 'prompt'")
         o: Any = output_len if output_len is not None else item.get("output_tokens")
         if isinstance(o, bool) or not isinstance(o, int) or o < 1:
             raise ConfigError(
@@ -107,7 +110,12 @@ def custom(path: Path, tok: Any, n: int, seed: int, output_len: int | None,
                 f"line {i + 1}.output_tokens",
                 f"got {o!r}; allowed: an integer >= 1 (or --custom-output-len)",
             )
-        rows.append((len(tok(str(item["prompt"])).input_ids), o))
+        prompt = str(item["prompt"])
+        if chat_template and getattr(tok, "chat_template", None):  # as vLLM, unless --skip-chat-template
+            prompt = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+            )
+        rows.append((len(tok(prompt).input_ids), o))
     return _oversample(rows, n, seed, no_oversample)
 
 
@@ -121,7 +129,15 @@ def burstgpt(path: Path, n: int, seed: int) -> list[tuple[int, int]]:
             raise ConfigError(
                 str(path), col, "missing (a BurstGPT CSV: Timestamp, Model, Request tokens, ...)"
             )
-    df = df[(df["Model"] == "GPT-4") & (df["Response tokens"] > 0)]
+    for col in ("Request tokens", "Response tokens"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    gpt4 = df[df["Model"] == "GPT-4"]
+    bad = gpt4[["Request tokens", "Response tokens"]].isna().any(axis=1)
+    if bad.any():
+        raise ConfigError(
+            str(path), f"row {int(bad.idxmax()) + 2}", "Request tokens and Response tokens must be numbers"
+        )
+    df = gpt4[gpt4["Response tokens"] > 0]
     if df.empty:
         raise ConfigError(str(path), "Model", "no GPT-4 rows with a response (what vLLM samples)")
     rows = df.sample(n=n, random_state=seed, replace=n > len(df))
@@ -144,8 +160,17 @@ def prefix_repetition(
     return [(prefix + suffix, output)] * (per * groups), per
 
 
+def shuffled(n: int, seed: int) -> list[int]:
+    """The order vLLM's prefix_repetition dataset sends its ``n`` prompts in: built group by group,
+    then ``random.shuffle``d with Python's generator seeded by ``--seed``."""
+    random.seed(seed)
+    order = list(range(n))
+    random.shuffle(order)
+    return order
+
+
 def dataset_rows(name: str, path: Path | None, tokenizer: str | None, n: int, seed: int,
-                 output_len: int | None, shuffle: bool, no_oversample: bool,
+                 output_len: int | None, shuffle: bool, no_oversample: bool, chat_template: bool = True,
                  ) -> list[tuple[int, int]]:  # fmt: skip
     """(prompt, output) lengths of ``n`` requests of a file dataset (module text)."""
     if name in NOT_MODELLED:
@@ -161,5 +186,6 @@ def dataset_rows(name: str, path: Path | None, tokenizer: str | None, n: int, se
     if name == "burstgpt":
         return burstgpt(path, n, seed)
     tok = load_tokenizer(tokenizer)
-    read = sharegpt if name == "sharegpt" else custom
-    return read(path, tok, n, seed, output_len, shuffle, no_oversample)
+    if name == "sharegpt":
+        return sharegpt(path, tok, n, seed, output_len, shuffle, no_oversample)
+    return custom(path, tok, n, seed, output_len, shuffle, no_oversample, chat_template)

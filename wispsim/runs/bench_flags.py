@@ -37,7 +37,6 @@ HONOURED: dict[str, int | str] = {
     "--label": 1,
     "--metadata": "*",
     "--backend": 1,
-    "--no-stream": 0,
     "--tokenizer": 1,
     "--input-len": 1,
     "--output-len": 1,
@@ -55,12 +54,13 @@ HONOURED: dict[str, int | str] = {
     "--ramp-up-start-rps": 1,
     "--ramp-up-end-rps": 1,
     "--ignore-eos": 0,  # simulated outputs always run to their length, as with it
+    "--skip-chat-template": 0,
 }
 CLIENT_ONLY: dict[str, int | str] = {
     **dict.fromkeys(
         (
             "--trust-remote-code",
-            "--skip-chat-template",
+            "--no-stream",  # vLLM: do not load a hub dataset in streaming mode
             "--enable-multimodal-chat",
             "--custom-ensure-client-side-data",
             "--no-reranker",
@@ -193,13 +193,18 @@ def _int(flags: dict[str, Any], flag: str, default: int | None, low: int = 1) ->
     may also be -1: each record's own length)."""
     if flag not in flags:
         return default
+    name = flag[2:].replace("-", "_")
+    special = flag == "--custom-output-len"  # -1: each record's own output_tokens
     try:
         v = int(flags[flag])
     except ValueError:
-        v = low - 2
-    if v < low and not (flag == "--custom-output-len" and v == -1):
-        name = flag[2:].replace("-", "_")
-        raise ConfigError(flag, name, f"got {flags[flag]!r}; allowed: an integer >= {low}")
+        raise ConfigError(
+            flag, name, f"got {flags[flag]!r}; allowed: an integer >= {low}" + (" or -1" if special else "")
+        ) from None
+    if v < low and not (special and v == -1):
+        raise ConfigError(
+            flag, name, f"got {v}; allowed: an integer >= {low}" + (" or -1" if special else "")
+        )
     return v
 
 
@@ -213,6 +218,17 @@ def _rps(flags: dict[str, Any], flag: str) -> float:
     if not v >= 0:
         raise ConfigError(flag, flag[2:].replace("-", "_"), f"got {v}; allowed: >= 0")
     return v
+
+
+def ramp_up(strategy: Any, lo: Any, hi: Any, source: str) -> tuple[str, float, float]:
+    """A checked ramp-up: linear or exponential, 0 < start <= end requests/s (vLLM asserts every
+    request's rate is positive)."""
+    if strategy not in RAMP_UP:
+        raise ConfigError(source, "ramp_up_strategy", f"got {strategy!r}; allowed: linear, exponential")
+    ok = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (lo, hi))
+    if not ok or not 0 < lo <= hi < float("inf"):
+        raise ConfigError(source, "ramp_up_start_rps", f"got {lo!r} to {hi!r}; allowed: 0 < start <= end")
+    return str(strategy), float(lo), float(hi)
 
 
 @dataclass(frozen=True)
@@ -229,7 +245,8 @@ class Extras:
     input_len: int | None = None
     output_len: int | None = None
     sharegpt_output_len: int | None = None
-    custom_output_len: int | None = None
+    custom_output_len: int | None = 256  # vLLM's default; None: each record's output_tokens (-1)
+    chat_template: bool = True  # --skip-chat-template turns it off
     prefix_repetition: tuple[int, int, int, int] = (256, 256, 10, 128)
     disable_shuffle: bool = False
     no_oversample: bool = False
@@ -263,19 +280,8 @@ def extras_of(args: list[str]) -> Extras:
         metadata[key.strip()] = val.strip()
     ramp = None
     if "--ramp-up-strategy" in f:
-        strategy = f["--ramp-up-strategy"]
-        if strategy not in RAMP_UP:
-            raise ConfigError(
-                "--ramp-up-strategy", "ramp_up_strategy", f"got {strategy!r}; allowed: linear, exponential"
-            )
         lo, hi = _rps(f, "--ramp-up-start-rps"), _rps(f, "--ramp-up-end-rps")
-        if not 0 < lo <= hi:  # vLLM asserts every request's rate is positive
-            raise ConfigError(
-                "--ramp-up-start-rps",
-                "ramp_up_start_rps",
-                f"got {lo} to {hi}; allowed: 0 < start <= end",
-            )
-        ramp = (str(strategy), lo, hi)
+        ramp = ramp_up(f["--ramp-up-strategy"], lo, hi, "--ramp-up-strategy")
     elif "--ramp-up-start-rps" in f or "--ramp-up-end-rps" in f:
         raise ConfigError(
             "--ramp-up-start-rps", "ramp_up_strategy", "needs --ramp-up-strategy linear|exponential"
@@ -289,10 +295,9 @@ def extras_of(args: list[str]) -> Extras:
         metric_percentiles(f["--metric-percentiles"]) if "--metric-percentiles" in f else (99.0,),
         goodput_slos(f.get("--goodput", [])),
         "--save-detailed" in f,
-        "--no-stream" not in f,
     )
     out_len = _int(f, "--output-len", None)
-    custom = _int(f, "--custom-output-len", None)
+    custom = _int(f, "--custom-output-len", 256)
     return Extras(
         reporting=rep,
         label=f.get("--label"),
@@ -305,6 +310,7 @@ def extras_of(args: list[str]) -> Extras:
         output_len=out_len,
         sharegpt_output_len=out_len or _int(f, "--sharegpt-output-len", None),
         custom_output_len=out_len or (None if custom == -1 else custom),
+        chat_template="--skip-chat-template" not in f,
         prefix_repetition=(
             _int(f, "--prefix-repetition-prefix-len", 256, 0) or 0,
             _int(f, "--prefix-repetition-suffix-len", 256) or 256,
@@ -331,7 +337,8 @@ EPILOG = "\n\n".join(
         "vLLM's other flags. Honoured: "
         + ", ".join(sorted(HONOURED))
         + " (--ignore-eos: simulated outputs always run to their length; --percentile-metrics "
-        "defaults to ttft,tpot,itl,e2el).",
+        "defaults to ttft,tpot,itl,e2el; custom prompts are counted through the tokenizer's chat "
+        "template unless --skip-chat-template, as vLLM's).",
         "Accepted and ignored (they concern only the real client: where the server is, sampling, "
         "tokenizer modes, plots, warm-ups): " + ", ".join(sorted(CLIENT_ONLY)) + ".",
         "Refused when set (not modelled): "

@@ -64,6 +64,9 @@ class BenchRun:
     prompt_groups: int = 0
     prompts_per_group: int = 0
     shared_prefix_tokens: int = 0
+    # the order the repeated prompts are sent in (indices into them; None: in order), as a shuffled
+    # prefix_repetition dataset sends them
+    prompt_order: Sequence[int] | None = None
     async_scheduling: bool = False  # vLLM's --async-scheduling (the next step formed during this one)
     # server-side speculative decoding (wispsim.model.speculation): none | draft | eagle | ngram,
     # the draft's architecture (None: the method's default), k, and the mean acceptance length
@@ -222,6 +225,9 @@ class _BenchClients:
         distinct = run.prompt_groups * run.prompts_per_group
         self.run = run
         self.prompt_of = [i % distinct if distinct else i for i in range(n)]
+        if run.prompt_order is not None and distinct:
+            order = run.prompt_order
+            self.prompt_of = [int(order[p % len(order)]) for p in self.prompt_of]
         self.ins = [int(run.input_lens[p % len(run.input_lens)]) for p in self.prompt_of]
         self.outs = [int(run.output_lens[p % len(run.output_lens)]) for p in self.prompt_of]
         self.sends = send_times(run, n, rng)

@@ -11,7 +11,8 @@
 - ``max_output_tokens_per_s`` ("Peak output token throughput") and ``max_concurrent_requests``
   ("Peak concurrent requests"): over one-second buckets from the first request sent, the chunks
   that arrived in a bucket and the requests running in it (vLLM counts a chunk as a token).
-- ``--no-stream``: the whole output arrives at once (TTFT = E2EL, no ITL).
+- ``client_queue_time`` and ``e2el_including_client_queue`` (``--percentile-metrics``): the wait
+  for a ``--max-concurrency`` slot, and E2EL with it.
 - ``--save-detailed`` keeps the per-request lists (``input_lens``, ``output_lens``, ``ttfts``,
   ``itls``, ``start_times``, ``generated_texts``, ``errors``); ``latencies`` and ``queue_times``
   (waiting for a ``--max-concurrency`` slot) are always written, as vLLM writes them.
@@ -28,11 +29,14 @@ import numpy as np
 from wispsim.errors import ConfigError
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
+EXTRA_METRICS = ("client_queue_time", "e2el_including_client_queue")
 TITLES = {
     "ttft": ("TTFT", "Time to First Token"),
     "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
     "itl": ("ITL", "Inter-token Latency"),
     "e2el": ("E2EL", "End-to-end Latency"),
+    "client_queue_time": ("Client Queue Time", "Client Queue Time"),
+    "e2el_including_client_queue": ("E2EL incl. Queue", "E2EL Including Client Queue"),
 }
 GOODPUT_SLOS = ("ttft", "tpot", "e2el")
 DETAILED = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")
@@ -41,23 +45,22 @@ DETAILED = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "genera
 @dataclass(frozen=True)
 class Reporting:
     """What the client reports: ``--percentile-metrics`` and ``--metric-percentiles``, the
-    ``--goodput`` SLOs (ms), ``--save-detailed``, and whether the output streamed."""
+    ``--goodput`` SLOs (ms) and ``--save-detailed``."""
 
     percentile_metrics: tuple[str, ...] = METRICS
     percentiles: tuple[float, ...] = (99.0,)
     goodput: Mapping[str, float] = field(default_factory=dict)
     detailed: bool = False
-    stream: bool = True
 
 
 def percentile_metrics(text: str) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip())
-    bad = [x for x in names if x not in METRICS]
+    bad = [x for x in names if x not in METRICS + EXTRA_METRICS]
     if bad or not names:
         raise ConfigError(
             "--percentile-metrics",
             "percentile_metrics",
-            f"got {text!r}; allowed: a comma-separated subset of {','.join(METRICS)}",
+            f"got {text!r}; allowed: a comma-separated subset of {','.join(METRICS + EXTRA_METRICS)}",
         )
     return names
 
@@ -67,11 +70,11 @@ def metric_percentiles(text: str) -> tuple[float, ...]:
         ps = tuple(float(x) for x in text.split(","))
     except ValueError:
         ps = ()
-    if not ps or not all(0 < p <= 100 for p in ps):
+    if not ps or not all(0 <= p <= 100 for p in ps):
         raise ConfigError(
             "--metric-percentiles",
             "metric_percentiles",
-            f"got {text!r}; allowed: comma-separated percentiles in (0, 100], e.g. 50,90,99",
+            f"got {text!r}; allowed: comma-separated percentiles in [0, 100], e.g. 50,90,99",
         )
     return ps
 
@@ -130,14 +133,16 @@ def vllm_result(res: Any, run: Any, rate: float | None, concurrency: int | None,
     e2el = (r.t_end - r.t_start).to_numpy(float)
     outs = r.output_len.to_numpy()
     itls = res.itls() if res.chunk_times else [np.zeros(0)] * len(r)
-    if not rep.stream:  # the output arrives whole when the request ends
-        ttft, itls = e2el.copy(), [np.zeros(0)] * len(r)
+    sent = res.sent if res.sent is not None else start
+    queue = start - sent  # waiting for a --max-concurrency slot
     tpot_all = np.where(outs > 1, (e2el - ttft) / np.maximum(outs - 1, 1), 0.0)
     values = {
         "ttft": ttft,
         "tpot": tpot_all[outs > 1],
         "itl": np.concatenate(itls) if itls else np.zeros(0),
         "e2el": e2el,
+        "client_queue_time": queue,
+        "e2el_including_client_queue": e2el + queue,
     }
     ins = [int(x) for x in r.prompt_len] if "prompt_len" in r else list(run.input_lens[: len(r)])
     dur = res.duration
@@ -146,7 +151,6 @@ def vllm_result(res: Any, run: Any, rate: float | None, concurrency: int | None,
         x = {"ttft": ttft, "tpot": tpot_all, "e2el": e2el}[name]
         good &= x <= slo / 1e3
     peak_tokens, peak_running = _peaks(start, ttft, e2el, itls)
-    sent = res.sent if res.sent is not None else start
     out: dict[str, Any] = {
         "duration": dur,
         "completed": len(r),
@@ -161,7 +165,7 @@ def vllm_result(res: Any, run: Any, rate: float | None, concurrency: int | None,
         "max_concurrent_requests": peak_running,
         "max_concurrency": concurrency,
         "latencies": e2el.tolist(),
-        "queue_times": (start - sent).tolist(),
+        "queue_times": queue.tolist(),
     }
     if rep.detailed:
         out |= {

@@ -2,13 +2,13 @@
 or mixture), the way issue 45 asks them read.
 
 :func:`regime_of` names a run's regime from its ``runs.csv`` row: the GPU and TP size; the load
-(``light``: at most 8 requests in flight, by ``--max-concurrency`` or a request rate the server
-keeps up with; ``all at once``: every request sent at t=0, so TTFT is mostly queueing; ``open
-loop``: Poisson arrivals at a rate; ``closed loop``: a concurrency above 8); the engine
-generation (vLLM's V0 engine before 0.8, V1 from it, as the row's version says); and whether the
-model is a mixture of experts. :func:`regime_table` gives, per regime and metric family, the
-median absolute and the median signed error (simulated / real - 1: negative = the simulator is
-too fast or too optimistic) over a :func:`wispsim.study.public.compare` table.
+(``light``: at most 8 requests in flight by ``--max-concurrency``; ``all at once``: every request
+sent at t=0, so TTFT is mostly queueing; ``open loop``: Poisson arrivals at a rate; ``closed
+loop``: a concurrency above 8); the engine generation (vLLM's V0 engine before 0.8, V1 from it,
+as the row's version says); and whether the model is a mixture of experts. :func:`regime_table`
+gives, per regime and metric family, the median absolute and the median signed error (simulated /
+real - 1: negative = the simulator is too fast or too optimistic) over a
+:func:`wispsim.study.public.compare` table.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def engine_generation(version: object) -> str:
     """V0 before vLLM 0.8, V1 from it; a source build without tags (``0.1.devN+g<hash>``, as the
     2025 runs of tomasruizt/vllm-scripts report) is V1; no version at all is ``V1?``."""
     text = str(version)
-    if "+g" in text and ".dev" in text:
+    if re.match(r"0\.1\.dev\d+\+g", text):  # setuptools-scm's version of an untagged checkout
         return "V1"
     m = re.search(r"(\d+)\.(\d+)", text)
     if not m or pd.isna(version):
