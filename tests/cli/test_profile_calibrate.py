@@ -80,6 +80,10 @@ def test_calibrate_on_public_runs_reports_held_out_errors(tmp_path: Path) -> Non
     for r in loo:  # a run the fit never saw: per-token latency within the 10% target
         assert r["median_tpot_ms"] <= 10, r
     assert wispsim("bench", "--profile", str(out), "--num-prompts", "10").returncode == 0
+    # it says it is calibrated, on the user's files (not "not measured" on the shipped runs)
+    assert prof["provenance"]["kind"] == "calibrated"
+    assert prof["provenance"]["inputs"]["calibrated_on"] == list(map(str, files))
+    assert "not measured" not in prof["description"]
 
 
 def test_calibrate_rejects_bad_result_files(tmp_path: Path) -> None:

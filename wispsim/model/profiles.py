@@ -37,12 +37,14 @@ from wispsim.paths import profiles_dir, resolve_named
 
 GIB = 1024**3
 COEFFICIENTS = FORMS.get(DEFAULT_FORM).terms  # the paper's: a, b_compute, b_read, c
-PROVENANCE_KINDS = ("published", "measured", "derived")
+PROVENANCE_KINDS = ("published", "measured", "derived", "calibrated")
 # what each kind of provenance must say
 PROVENANCE_NEEDS = {
     "published": ("citation",),
     "measured": ("data", "command", "date"),
     "derived": ("rule", "inputs"),
+    # a physical profile whose engine overheads `wispsim profile calibrate` fitted on real runs
+    "calibrated": ("rule", "inputs"),
 }
 NOISE_MODELS = ("lognormal",)
 TOP_LEVEL = (
@@ -292,7 +294,7 @@ def _provenance(data: dict[str, Any], src: str, source: str) -> dict[str, Any]:
     for needs in PROVENANCE_NEEDS[kind]:
         if not prov.get(needs):
             raise ConfigError(src, f"provenance.{needs}", f"is required for a {kind} profile")
-    if kind == "derived" and not isinstance(prov["inputs"], dict):
+    if kind in ("derived", "calibrated") and not isinstance(prov["inputs"], dict):
         raise ConfigError(src, "provenance.inputs", "must be a mapping of the rule's inputs")
     if kind == "measured":
         p = Path(str(prov["data"]))
