@@ -10,6 +10,8 @@ OUT=${OUT:?set OUT to the folder results go to}
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 python3 benchmarks/gpu/kernels.py --out "$OUT" --budget-s "${KERNEL_BUDGET_S:-200}" 2>&1 | tee "$OUT/kernels.log"
+# issue 45's shapes: expert GEMMs, routing, LM head and sampling over a vocabulary, MLA decode
+python3 benchmarks/gpu/shapes_2026.py --out "$OUT" --budget-s "${SHAPES_BUDGET_S:-120}" 2>&1 | tee "$OUT/shapes_2026.log"
 python3 -m wispsim.cli profile plan --out "$OUT/plan.csv" --counts 12,16,6,6,8 --test 16 --max-context 4096 --seed 0 2>&1 | tail -3
 timeout "${RECORD_BUDGET_S:-150}" python3 -m wispsim.cli profile record --plan "$OUT/plan.csv" --out "$OUT/record.csv" \
   --engine hf --arch llama-2-7b --random-weights --device cuda --dtype bfloat16 --attention varlen \

@@ -1,0 +1,242 @@
+"""Time the shapes issue 45 adds to the cost model on a real GPU, with random weights (torch only).
+
+The prepared device check for the first GPU a session is lent (``benchmarks/gpu/run_device.sh``
+runs it after ``kernels.py``); on a CPU ``--dry-run`` checks the script with tiny shapes. Kinds:
+
+- ``expert_gemm``: one MoE layer's routed experts (gate+up, then down) for the tokens of a pass
+  routed top-k at random among E experts, as a grouped GEMM (``torch._grouped_mm`` where the
+  build has it: name ``grouped``) and as one GEMM per active expert (``loop``: the launch-bound
+  bound), for gpt-oss-20b/120b, Qwen3-30B-A3B and DeepSeek-V3 split 8 ways; ``routing``: the
+  router GEMM, softmax and top-k of the same pass. bf16 weights: MXFP4 and fp8 block-scaled
+  expert kernels are vLLM's and are not timed here (the bytes a quantized pass reads are the
+  cost model's, not this script's);
+- ``lm_head``: the vocabulary projection for the sampled positions only (1 per sequence), for
+  the 129k-201k vocabularies of DeepSeek, Qwen and gpt-oss;
+- ``sampling``: over fp32 logits [batch, vocab]: greedy (argmax), a plain draw (softmax +
+  multinomial) and top-p (sort, cumulative sum, mask, draw), as vLLM's torch sampler does them;
+- ``mla_decode``: DeepSeek's absorbed latent-attention decode (queries against the cached
+  512 + 64-wide latent, then the values from it), heads split 8 ways, batch x context.
+
+Rows go to DIR/shapes_2026.csv as they finish (kind, arch, name, n, batch, context, seconds,
+bytes, flops, note) and stop cleanly when ``--budget-s`` is spent; provenance (GPU, driver, torch,
+CUDA, date, command) to DIR/shapes_2026_meta.json. Usage::
+
+    python benchmarks/gpu/shapes_2026.py --out DIR [--budget-s 180] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import functools
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+# MoE layers (config.json facts, wispsim/data/archs): hidden, expert width, experts, top-k, tp
+MOE = {
+    "gpt-oss-20b": (2880, 2880, 32, 4, 1),
+    "gpt-oss-120b": (2880, 2880, 128, 4, 1),
+    "qwen3-30b-a3b": (2048, 768, 128, 8, 1),
+    "deepseek-v3-tp8": (7168, 2048 // 8, 256, 8, 8),
+}
+TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 8192)
+HEADS = {"deepseek-v3": (7168, 129280), "qwen3-32b": (5120, 151936), "gpt-oss-120b": (2880, 201088)}
+BATCHES = (1, 8, 64, 256, 1024)
+MLA = [(b, c) for b in (1, 16, 64, 256) for c in (512, 2048, 8192)]  # batch, context
+
+
+def timed(fn, iters: int, reps: int = 5, warmup: int = 3) -> float:  # type: ignore[no-untyped-def]
+    """Median seconds per call of ``fn`` over ``reps`` groups of ``iters`` launches."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    if not torch.cuda.is_available():
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            out.append((time.perf_counter() - t0) / iters)
+        return sorted(out)[len(out) // 2]
+    torch.cuda.synchronize()
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / 1e3 / iters)
+    return sorted(out)[len(out) // 2]
+
+
+def measure(fn) -> float:  # type: ignore[no-untyped-def]
+    s0 = timed(fn, 2, reps=1, warmup=1)
+    return timed(fn, max(3, min(100, int(0.02 / max(s0, 1e-6)))))
+
+
+def routed(n: int, experts: int, k: int, dev: torch.device) -> torch.Tensor:
+    """Tokens per expert when ``n`` tokens pick ``k`` of ``experts`` at random (top-k of noise)."""
+    idx = torch.randn(n, experts, device=dev).topk(k, dim=-1).indices.flatten()
+    return torch.bincount(idx, minlength=experts)
+
+
+def expert_pass(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, counts: list[int]) -> None:
+    """One GEMM pair per active expert over its rows of ``x`` (tokens sorted by expert)."""
+    start = 0
+    for e, c in enumerate(counts):
+        if c:
+            h = x[start : start + c] @ w13[e]
+            torch.nn.functional.silu(h[:, : h.shape[1] // 2]) * h[:, h.shape[1] // 2 :] @ w2[e]
+            start += c
+
+
+def grouped_pass(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, offs: torch.Tensor) -> None:
+    h = torch._grouped_mm(x, w13, offs=offs)
+    a = torch.nn.functional.silu(h[:, : h.shape[1] // 2]) * h[:, h.shape[1] // 2 :]
+    torch._grouped_mm(a, w2, offs=offs)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--budget-s", type=float, default=180.0)
+    ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (checks the script)")
+    args = ap.parse_args()
+    if not torch.cuda.is_available() and not args.dry_run:
+        print("shapes_2026.py: no CUDA device (use --dry-run to check the script on a CPU)", file=sys.stderr)
+        return 2
+    global MOE, TOKENS, HEADS, BATCHES, MLA
+    if args.dry_run:
+        MOE = {k: (64, 32, e, kk, tp) for k, (_, _, e, kk, tp) in list(MOE.items())[:2]}
+        TOKENS, BATCHES, MLA = (1, 16), (1, 4), [(2, 64)]
+        HEADS = {k: (64, 1000) for k in list(HEADS)[:1]}
+    start = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    props = torch.cuda.get_device_properties(0) if dev.type == "cuda" else None
+    smi = ""
+    if props is not None:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm", "--format=csv"],
+            capture_output=True,
+            text=True,
+        ).stdout
+    meta = {
+        "gpu": props.name if props else "cpu (dry run)",
+        "nvidia_smi": smi,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "dtype": "bfloat16 weights and activations; fp32 logits",
+        "weights": "random (torch.randn)",
+        "timing": "CUDA events around back-to-back launches after warm-ups; median of 5 groups",
+        "grouped_mm": hasattr(torch, "_grouped_mm"),
+    }
+    (args.out / "shapes_2026_meta.json").write_text(json.dumps(meta, indent=1))
+    print(json.dumps(meta, indent=1), flush=True)
+    f = open(args.out / "shapes_2026.csv", "w", newline="")  # noqa: SIM115 (rows flushed as they finish)
+    w = csv.writer(f)
+    w.writerow(["kind", "arch", "name", "n", "batch", "context", "seconds", "bytes", "flops", "note"])
+
+    def row(*r: object) -> None:
+        w.writerow(r)
+        f.flush()
+
+    def over() -> bool:
+        return time.monotonic() - start > args.budget_s
+
+    bf = torch.bfloat16
+    for arch, (h, inter, experts, k, tp) in MOE.items():
+        w13 = torch.randn(experts, h, 2 * inter, dtype=bf, device=dev) * 0.02
+        w2 = torch.randn(experts, inter, h, dtype=bf, device=dev) * 0.02
+        router = torch.randn(experts, h, dtype=bf, device=dev)
+        for n in TOKENS:
+            if over():
+                break
+            x = torch.randn(n * k, h, dtype=bf, device=dev)
+            counts = routed(n, experts, k, dev)
+            active = int((counts > 0).sum())
+            byts = active * (3 * h * inter) * 2
+            flops = 2 * n * k * 3 * h * inter
+            s = measure(functools.partial(expert_pass, x, w13, w2, counts.tolist()))
+            row("expert_gemm", arch, "loop", n, 0, 0, s, byts, flops, f"{active} experts active, tp {tp}")
+            if meta["grouped_mm"] and dev.type == "cuda":
+                offs = torch.cumsum(counts, 0).to(torch.int32)
+                try:
+                    s = measure(functools.partial(grouped_pass, x, w13, w2, offs))
+                    row("expert_gemm", arch, "grouped", n, 0, 0, s, byts, flops, f"{active} experts active")
+                except RuntimeError as e:  # a build or GPU without the grouped kernel
+                    row("expert_gemm", arch, "grouped", n, 0, 0, "", byts, flops, f"unavailable: {e}"[:120])
+            xr = torch.randn(n, h, dtype=bf, device=dev)
+
+            def route(xr: torch.Tensor = xr, r: torch.Tensor = router, k: int = k) -> None:
+                torch.softmax((xr @ r.T).float(), dim=-1).topk(k, dim=-1)
+
+            s = measure(route)
+            row("routing", arch, "router+softmax+topk", n, 0, 0, s, experts * h * 2, 2 * n * h * experts, "")
+        del w13, w2, router
+        print(f"experts {arch}: done at {time.monotonic() - start:.0f} s", flush=True)
+    for arch, (h, vocab) in HEADS.items():
+        head = torch.randn(vocab, h, dtype=bf, device=dev) * 0.02
+        for b in BATCHES:
+            if over():
+                break
+            x = torch.randn(b, h, dtype=bf, device=dev)
+            s = measure(functools.partial(torch.nn.functional.linear, x, head))
+            row("lm_head", arch, "sampled positions", b, b, 0, s, vocab * h * 2, 2 * b * h * vocab, "")
+            logits = torch.randn(b, vocab, device=dev)
+
+            def greedy(lg: torch.Tensor = logits) -> None:
+                lg.argmax(dim=-1)
+
+            def draw(lg: torch.Tensor = logits) -> None:
+                torch.multinomial(torch.softmax(lg, dim=-1), 1)
+
+            def top_p(lg: torch.Tensor = logits, p: float = 0.95) -> None:
+                srt, idx = lg.sort(dim=-1, descending=True)
+                probs = torch.softmax(srt, dim=-1)
+                keep = probs.cumsum(dim=-1) - probs <= p
+                probs = probs * keep
+                idx.gather(-1, torch.multinomial(probs, 1))
+
+            for name, fn in (("greedy", greedy), ("softmax+multinomial", draw), ("top-p 0.95 (sort)", top_p)):
+                if over():
+                    break
+                s = measure(fn)
+                row("sampling", arch, name, b, b, vocab, s, b * vocab * 4, 0, "fp32 logits")
+        del head
+        print(f"lm head and sampling {arch}: done at {time.monotonic() - start:.0f} s", flush=True)
+    heads, latent, rope = (16, 512, 64) if not args.dry_run else (2, 16, 4)  # DeepSeek-V3 split 8 ways
+    for b, c in MLA:
+        if over():
+            break
+        q = torch.randn(b, heads, latent + rope, dtype=bf, device=dev)
+        cache = torch.randn(b, c, latent + rope, dtype=bf, device=dev)
+
+        def mla(q: torch.Tensor = q, cache: torch.Tensor = cache) -> None:
+            scores = torch.softmax(torch.bmm(q, cache.transpose(1, 2)).float(), dim=-1).to(q.dtype)
+            torch.bmm(scores, cache[..., :latent])
+
+        s = measure(mla)
+        byts = b * c * (latent + rope) * 2
+        flops = 2 * b * heads * c * (2 * latent + rope)
+        row(
+            "mla_decode", "deepseek-v3-tp8", "absorbed (bmm)", b, b, c, s, byts, flops, "latent 512 + rope 64"
+        )
+    print(f"mla decode: done at {time.monotonic() - start:.0f} s", flush=True)
+    f.close()
+    print(f"shapes_2026.py: {time.monotonic() - start:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
