@@ -15,7 +15,11 @@ runs it after ``kernels.py``); on a CPU ``--dry-run`` checks the script with tin
 - ``sampling``: over fp32 logits [batch, vocab]: greedy (argmax), a plain draw (softmax +
   multinomial) and top-p (sort, cumulative sum, mask, draw), as vLLM's torch sampler does them;
 - ``mla_decode``: DeepSeek's absorbed latent-attention decode (queries against the cached
-  512 + 64-wide latent, then the values from it), heads split 8 ways, batch x context.
+  512 + 64-wide latent, then the values from it), heads split 8 ways, batch x context;
+- ``layer_graph``: one dense decoder layer at decode (RMSNorm, qkv, a rotary-like elementwise
+  pass, GQA attention over 1,024 cached tokens, o, residual, RMSNorm, gate+up, SiLU-and-multiply,
+  down, residual) at batch 1-64, run eagerly (``eager``) and replayed from a CUDA graph
+  (``graph``): what the per-layer fixed costs are when vLLM runs a step as a graph.
 
 Rows go to DIR/shapes_2026.csv as they finish (kind, arch, name, n, batch, context, seconds,
 bytes, flops, note) and stop cleanly when ``--budget-s`` is spent; provenance (GPU, driver, torch,
@@ -50,6 +54,8 @@ TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 8192)
 HEADS = {"deepseek-v3": (7168, 129280), "qwen3-32b": (5120, 151936), "gpt-oss-120b": (2880, 201088)}
 BATCHES = (1, 8, 64, 256, 1024)
 MLA = [(b, c) for b in (1, 16, 64, 256) for c in (512, 2048, 8192)]  # batch, context
+# dense decoder layers for eager against CUDA-graph timing: hidden, heads, kv heads, head dim, MLP
+LAYERS = {"llama-2-7b": (4096, 32, 32, 128, 11008), "qwen3-32b": (5120, 64, 8, 128, 25600)}
 
 
 def timed(fn, iters: int, reps: int = 5, warmup: int = 3) -> float:  # type: ignore[no-untyped-def]
@@ -101,6 +107,21 @@ def grouped_pass(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, offs: tor
     h = torch._grouped_mm(x, w13, offs=offs)
     a = torch.nn.functional.silu(h[:, : h.shape[1] // 2]) * h[:, h.shape[1] // 2 :]
     torch._grouped_mm(a, w2, offs=offs)
+
+
+def decoder_layer(x: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, w: tuple[torch.Tensor, ...],
+                  dims: tuple[int, ...]) -> torch.Tensor:  # fmt: skip
+    """One dense decoder layer at decode: ``x`` [batch, hidden] over a cache of ``kc``/``vc``."""
+    wq, wo, wgu, wd = w
+    h, heads, kv, d, inter = dims
+    b = x.shape[0]
+    fn = torch.nn.functional
+    qkv = fn.linear(fn.rms_norm(x, (h,)), wq)
+    q = qkv[:, : heads * d] * 1.0001  # stands for the rotary embedding's elementwise pass
+    a = fn.scaled_dot_product_attention(q.reshape(b, heads, 1, d), kc, vc, enable_gqa=kv != heads)
+    y = x + fn.linear(a.reshape(b, heads * d), wo)
+    gu = fn.linear(fn.rms_norm(y, (h,)), wgu)
+    return y + fn.linear(fn.silu(gu[:, :inter]) * gu[:, inter:], wd)
 
 
 def main() -> int:
@@ -233,6 +254,38 @@ def main() -> int:
             "mla_decode", "deepseek-v3-tp8", "absorbed (bmm)", b, b, c, s, byts, flops, "latent 512 + rope 64"
         )
     print(f"mla decode: done at {time.monotonic() - start:.0f} s", flush=True)
+    for arch, (h, heads, kv, d, inter) in LAYERS.items():
+        if args.dry_run:
+            h, heads, kv, d, inter = 64, 4, 2, 16, 128
+        wq = torch.randn((heads + 2 * kv) * d, h, dtype=bf, device=dev) * 0.02
+        wo = torch.randn(h, heads * d, dtype=bf, device=dev) * 0.02
+        wgu = torch.randn(2 * inter, h, dtype=bf, device=dev) * 0.02
+        wd = torch.randn(h, inter, dtype=bf, device=dev) * 0.02
+        ctx_len = 1024 if not args.dry_run else 32
+        for b in (1, 8, 64) if not args.dry_run else (1, 2):
+            if over():
+                break
+            x = torch.randn(b, h, dtype=bf, device=dev)
+            kc = torch.randn(b, kv, ctx_len, d, dtype=bf, device=dev)
+            vc = torch.randn(b, kv, ctx_len, d, dtype=bf, device=dev)
+
+            layer = functools.partial(decoder_layer, x, kc, vc, (wq, wo, wgu, wd), (h, heads, kv, d, inter))
+            s_eager = measure(layer)
+            row("layer_graph", arch, "eager", b, b, ctx_len, s_eager, 0, 0, "one decoder layer, decode")
+            if dev.type == "cuda":
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(3):
+                        layer()
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    layer()
+                s = measure(graph.replay)
+                row("layer_graph", arch, "graph", b, b, ctx_len, s, 0, 0, "one decoder layer, decode")
+        del wq, wo, wgu, wd
+        print(f"layer eager/graph {arch}: done at {time.monotonic() - start:.0f} s", flush=True)
     f.close()
     print(f"shapes_2026.py: {time.monotonic() - start:.0f} s", flush=True)
     return 0

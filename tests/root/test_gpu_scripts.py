@@ -30,6 +30,6 @@ def test_shapes_2026_dry_run_writes_every_kind(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     rows = list(csv.DictReader((tmp_path / "shapes_2026.csv").open()))
     kinds = {r["kind"] for r in rows}
-    assert {"expert_gemm", "routing", "lm_head", "sampling", "mla_decode"} <= kinds
+    assert {"expert_gemm", "routing", "lm_head", "sampling", "mla_decode", "layer_graph"} <= kinds
     assert all(float(r["seconds"]) > 0 for r in rows if r["seconds"])
     assert (tmp_path / "shapes_2026_meta.json").is_file()
