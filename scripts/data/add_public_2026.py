@@ -1,13 +1,14 @@
 """Add the second set of public runs (experiments/data/public/candidates/runs_candidates_2.csv,
 found 2026-11-27; NOTES_2.md there says where each comes from) to runs.csv, all held out.
 
-Taken: rows graded high or medium whose model the cost model prices (gpt-oss-120b and -20b with
+Taken: rows graded high or medium (and the RTX 4090 rows, graded low: the only GeForce Ada card
+found; no vLLM version, TTFT and throughput only) whose model the cost model prices (gpt-oss-120b and -20b with
 their MXFP4 experts, DeepSeek-R1-0528 on the DeepSeek-V3 architecture with its fp8 weights,
-Qwen2.5-0.5B) on a GPU of wispsim/data/gpus.yaml (A100 80GB SXM, H100 80GB SXM, H200, L4, B200),
+Qwen2.5-0.5B, Mistral-7B v0.3) on a GPU of wispsim/data/gpus.yaml (A100 80GB SXM, H100 80GB SXM,
+H200, L4, B200, RTX 4090),
 with one tensor-parallel size (no DP/EP/PP layouts). Left out, and why: GLM-4.5/4.6 (no verified
 config.json here), DeepSeek-V3.2 (sparse attention, not modelled), vision-language models, MI100
-(CDNA 1: no kernel efficiencies for the generation), the RTX 4090 rows (graded low: no vLLM
-version, TTFT and throughput only).
+(CDNA 1: no kernel efficiencies for the generation).
 
 The L4 sweep does not state its prompt count: it is simulated with 10 x concurrency prompts (at
 least 50), a steady state at that concurrency. Async scheduling is on only where the row states it.
@@ -28,6 +29,7 @@ ARCH = {
     "openai/gpt-oss-20b": "gpt-oss-20b",
     "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3",
     "Qwen/Qwen2.5-0.5B-Instruct": "qwen2.5-0.5b",
+    "mistralai/Mistral-7B-Instruct-v0.3": "mistral-7b",
 }
 GPU = {
     "a100-sxm4-80gb": "a100-80gb",
@@ -35,6 +37,7 @@ GPU = {
     "h200-sxm-141gb": "h200",
     "l4-24gb": "l4",
     "b200-180gb": "b200",
+    "rtx-4090-24gb": "rtx-4090",
 }
 FIGURES = [
     "ttft_mean_ms",
@@ -68,10 +71,12 @@ def _group(run_id: str) -> str:
 def main() -> None:
     cand = pd.read_csv(DIR / "candidates" / "runs_candidates_2.csv")
     tp = pd.to_numeric(cand.tp, errors="coerce")
-    keep = cand.trust.isin(["high", "medium"]) & cand.model.isin(ARCH) & cand.gpu.isin(GPU) & tp.notna()
+    trusted = cand.trust.isin(["high", "medium"]) | (cand.gpu == "rtx-4090-24gb")
+    keep = trusted & cand.model.isin(ARCH) & cand.gpu.isin(GPU) & tp.notna()
     cand = cand[keep].assign(tp=tp[keep].astype(int))
     runs = pd.read_csv(DIR / "runs.csv")
-    if runs.run_id.isin(cand.run_id).any():
+    cand = cand[~cand.run_id.isin(runs.run_id)]  # what an earlier run of this script added stays
+    if cand.empty:
         print("already added")
         return
     rows = []

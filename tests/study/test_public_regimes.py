@@ -56,3 +56,15 @@ def test_kernels_a_layer_launches() -> None:
     ds = load_arch("deepseek-v3")  # latent attention everywhere; routing and shared experts on MoE layers
     expected = ds.layers * (7 * 5e-6 + 2 * 18e-6) + ds.moe_layers * (3 * 5e-6 + 18e-6)
     assert ds.kernel_latency(5e-6, 18e-6) == pytest.approx(expected)
+
+
+def test_spread_keeps_the_means_and_what_the_client_fixed() -> None:
+    from wispsim.study.bench import BenchRun
+    from wispsim.study.public_regimes import spread
+
+    run = BenchRun(2000, [256], [100])
+    s = spread(run, "random 256/128", seed=1)
+    assert s.input_lens == [256] and len(s.output_lens) == 2000  # synthetic prompts stay
+    assert abs(sum(s.output_lens) / 2000 - 100) < 8 and max(s.output_lens) <= 400
+    g = spread(run, "sharegpt", seed=1, outputs=False)
+    assert g.output_lens == [100] and len(set(g.input_lens)) > 10 and max(g.input_lens) <= 1024

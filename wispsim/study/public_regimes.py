@@ -90,3 +90,65 @@ def markdown(df: pd.DataFrame) -> str:
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
     rows = ["| " + " | ".join(map(str, r)) + " |" for r in df.itertuples(index=False)]
     return "\n".join([head, rule, *rows])
+
+
+SPREAD_CV = 1.0  # the sensitivity's length spread (coefficient of variation), not a fitted value
+
+
+def spread(run: object, dataset: str, seed: int = 0, outputs: bool = True) -> object:
+    """``run`` (a :class:`wispsim.study.bench.BenchRun` whose requests all have the run's mean
+    lengths) with lengths spread around the same means: outputs lognormal with coefficient of
+    variation :data:`SPREAD_CV`, at most 4x the mean (end-of-sequence stops a request anywhere);
+    inputs spread the same way for ShareGPT (at most 1,024, vLLM's filter), kept for synthetic
+    prompts. A sensitivity check of the mean-lengths replay, not the model's default."""
+    import dataclasses
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = run.num_prompts  # type: ignore[attr-defined]
+
+    def draw(mean: float, hi: float) -> list[int]:
+        s = math.sqrt(math.log(1 + SPREAD_CV**2))
+        x = rng.lognormal(math.log(mean) - s * s / 2, s, n)
+        return np.clip(np.round(x), 1, hi).astype(int).tolist()
+
+    out_mean = float(np.mean(run.output_lens))  # type: ignore[attr-defined]
+    in_mean = float(np.mean(run.input_lens))  # type: ignore[attr-defined]
+    ins = draw(in_mean, 1024) if "sharegpt" in dataset.lower() else list(run.input_lens)  # type: ignore[attr-defined]
+    outs = draw(out_mean, 4 * out_mean) if outputs else list(run.output_lens)  # type: ignore[attr-defined]
+    return dataclasses.replace(run, input_lens=ins, output_lens=outs)  # type: ignore[call-overload]
+
+
+def spread_errors(runs: pd.DataFrame, folder: str) -> pd.DataFrame:
+    """:func:`wispsim.study.public.compare`'s table for the runs replayed at their mean lengths,
+    simulated again with :func:`spread` lengths: outputs spread unless the client fixed them
+    (``--ignore-eos`` in the row's notes), ShareGPT inputs spread; runs with per-request lengths,
+    and runs where nothing varies, are left out."""
+    from wispsim.study.bench import bench
+    from wispsim.study.public import METRICS, bench_run, profile_for
+
+    rows = []
+    for _, row in runs.iterrows():
+        run = bench_run(row, folder)
+        if len(run.input_lens) > 1 or len(run.output_lens) > 1:  # per-request lengths known
+            continue
+        text = f"{row.get('notes', '')} {row.get('dataset', '')}".lower()
+        # the client fixed every output's length (--ignore-eos), unless the notes say it did not
+        fixed = bool(re.search(r"ignore[-_]eos", text)) and not re.search(r"\bno\s+-*ignore[-_]eos", text)
+        dataset = str(row.get("dataset", ""))
+        if fixed and "sharegpt" not in dataset.lower():
+            continue  # nothing varies in the real run either
+        sim = bench(profile_for(row), spread(run, dataset, outputs=not fixed)).figures()  # type: ignore[arg-type]
+        excluded = str(row.get("excluded_metrics") or "").split(":")[0].split(",")
+        for m in METRICS:
+            real = row.get(m)
+            if real is None or pd.isna(real) or real <= 0:
+                continue
+            if any(e.strip() and m.startswith(e.strip()) for e in excluded):
+                continue
+            rows.append(
+                {"run_id": row["run_id"], "metric": m, "real": float(real), "simulated": sim[m],
+                 "ape_pct": abs(sim[m] - real) / real * 100}
+            )  # fmt: skip
+    return pd.DataFrame(rows)
