@@ -10,6 +10,8 @@ import pytest
 
 from tests.cli.test_cli import wispsim
 
+pytestmark = pytest.mark.slow  # 14 subprocesses; the quick lane keeps test_bench.py's bad-flag checks
+
 SERVER = ["--model", "llama-2-7b", "--gpu", "h100-80gb"]
 REAL = {"completed": 20, "total_input_tokens": 4000, "total_output_tokens": 600, "request_rate": 4.0}
 

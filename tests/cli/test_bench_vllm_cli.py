@@ -137,6 +137,7 @@ def test_a_bare_profile_switch_is_vllms_and_ignored() -> None:
     assert p.returncode == 0, p.stderr
 
 
+@pytest.mark.slow  # a subprocess importing vLLM or transformers
 def test_every_flag_of_vllms_own_parser_is_accepted() -> None:
     serve = pytest.importorskip("vllm.benchmarks.serve")
     import argparse

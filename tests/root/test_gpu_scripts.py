@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # a subprocess importing torch
 def test_shapes_2026_dry_run_writes_every_kind(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     p = subprocess.run(

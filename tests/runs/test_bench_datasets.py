@@ -79,6 +79,7 @@ def test_custom_jsonl_and_its_errors(tmp_path: Path, tokenizer_dir: Path) -> Non
         dataset_rows("custom", path, None, 5, 0, 3, True, False)
 
 
+@pytest.mark.slow  # a subprocess importing vLLM or transformers
 def test_custom_defaults_to_vllms_output_length(tmp_path: Path, tokenizer_dir: Path) -> None:
     path = tmp_path / "c.jsonl"
     path.write_text("\n".join(json.dumps({"prompt": "w3 w4 w5", "output_tokens": 12}) for _ in range(5)))
