@@ -75,6 +75,30 @@ def timed(fn, iters: int, reps: int = 5, warmup: int = 3) -> float:
     return out[len(out) // 2]
 
 
+def device_facts(dev: torch.device) -> dict[str, object]:
+    """Provenance of a timing run: the GPU (nvidia-smi's view too), torch, CUDA, date, command."""
+    props = torch.cuda.get_device_properties(0) if dev.type == "cuda" else None
+    query = "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem"
+    smi = (
+        ""
+        if props is None
+        else subprocess.run(["nvidia-smi", query, "--format=csv"], capture_output=True, text=True).stdout
+    )
+    return {
+        "gpu": props.name if props else "cpu (dry run)",
+        "multiprocessors": props.multi_processor_count if props else 0,
+        "memory_bytes": props.total_memory if props else 0,
+        "nvidia_smi": smi,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "weights": "random (torch.randn), activations random",
+        "timing": "CUDA events around back-to-back launches after warm-ups; median of 5 groups",
+    }
+
+
 def iters_for(seconds: float) -> int:
     return max(3, min(200, int(0.02 / max(seconds, 1e-6))))
 
@@ -106,34 +130,7 @@ def main() -> int:
         global ARCHS, SIZES, DECODE, PREFILL, TPS
         ARCHS = {k: tuple(max(v // 64, 2) for v in dims) for k, dims in ARCHS.items()}
         SIZES, DECODE, PREFILL = (1, 16), [(2, 64)], (64,)
-    props = torch.cuda.get_device_properties(0) if dev.type == "cuda" else None
-    smi = (
-        ""
-        if props is None
-        else subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem",
-                "--format=csv",
-            ],
-            capture_output=True,
-            text=True,
-        ).stdout
-    )
-    meta = {
-        "gpu": props.name if props else "cpu (dry run)",
-        "multiprocessors": props.multi_processor_count if props else 0,
-        "memory_bytes": props.total_memory if props else 0,
-        "nvidia_smi": smi,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv),
-        "dtype": "bfloat16",
-        "weights": "random (torch.randn), activations random",
-        "timing": "CUDA events around back-to-back launches after 3 warm-ups; median of 5 groups",
-    }
+    meta = {**device_facts(dev), "dtype": "bfloat16"}
     (args.out / "kernels_meta.json").write_text(json.dumps(meta, indent=1))
     print(json.dumps(meta, indent=1), flush=True)
     f = open(args.out / "kernels.csv", "w", newline="")  # noqa: SIM115 (rows flushed as they finish; closed at the end)

@@ -32,16 +32,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime as dt
 import functools
 import json
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
+from kernels import device_facts, iters_for, timed  # the sibling script (benchmarks/gpu/kernels.py)
 
 # MoE layers (config.json facts, wispsim/data/archs): hidden, expert width, experts, top-k, tp
 MOE = {
@@ -58,33 +56,9 @@ MLA = [(b, c) for b in (1, 16, 64, 256) for c in (512, 2048, 8192)]  # batch, co
 LAYERS = {"llama-2-7b": (4096, 32, 32, 128, 11008), "qwen3-32b": (5120, 64, 8, 128, 25600)}
 
 
-def timed(fn, iters: int, reps: int = 5, warmup: int = 3) -> float:  # type: ignore[no-untyped-def]
-    """Median seconds per call of ``fn`` over ``reps`` groups of ``iters`` launches."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    if not torch.cuda.is_available():
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            out.append((time.perf_counter() - t0) / iters)
-        return sorted(out)[len(out) // 2]
-    torch.cuda.synchronize()
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / 1e3 / iters)
-    return sorted(out)[len(out) // 2]
-
-
 def measure(fn) -> float:  # type: ignore[no-untyped-def]
     s0 = timed(fn, 2, reps=1, warmup=1)
-    return timed(fn, max(3, min(100, int(0.02 / max(s0, 1e-6)))))
+    return timed(fn, iters_for(s0))
 
 
 def routed(n: int, experts: int, k: int, dev: torch.device) -> torch.Tensor:
@@ -141,25 +115,9 @@ def main() -> int:
     start = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    props = torch.cuda.get_device_properties(0) if dev.type == "cuda" else None
-    smi = ""
-    if props is not None:
-        smi = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm", "--format=csv"],
-            capture_output=True,
-            text=True,
-        ).stdout
     meta = {
-        "gpu": props.name if props else "cpu (dry run)",
-        "nvidia_smi": smi,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv),
+        **device_facts(dev),
         "dtype": "bfloat16 weights and activations; fp32 logits",
-        "weights": "random (torch.randn)",
-        "timing": "CUDA events around back-to-back launches after warm-ups; median of 5 groups",
         "grouped_mm": hasattr(torch, "_grouped_mm"),
     }
     (args.out / "shapes_2026_meta.json").write_text(json.dumps(meta, indent=1))

@@ -2,8 +2,8 @@
 found 2026-11-27; NOTES_2.md there says where each comes from) to runs.csv, all held out.
 
 Taken: rows graded high or medium (and the RTX 4090 rows, graded low: the only GeForce Ada card
-found; no vLLM version, TTFT and throughput only) whose model the cost model prices (gpt-oss-120b and -20b with
-their MXFP4 experts, DeepSeek-R1-0528 on the DeepSeek-V3 architecture with its fp8 weights,
+found; no vLLM version, TTFT and throughput only) whose model the cost model prices (gpt-oss-120b
+and -20b with their MXFP4 experts, DeepSeek-R1-0528 on the DeepSeek-V3 architecture with its fp8 weights,
 Qwen2.5-0.5B, Mistral-7B v0.3) on a GPU of wispsim/data/gpus.yaml (A100 80GB SXM, H100 80GB SXM,
 H200, L4, B200, RTX 4090),
 with one tensor-parallel size (no DP/EP/PP layouts). Left out, and why: GLM-4.5/4.6 (no verified
@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from wispsim.analysis.token_latency import TOKEN_LATENCY_COLUMNS
+
 DIR = Path(__file__).resolve().parents[2] / "experiments" / "data" / "public"
 ARCH = {
     "openai/gpt-oss-120b": "gpt-oss-120b",
@@ -39,19 +41,8 @@ GPU = {
     "b200-180gb": "b200",
     "rtx-4090-24gb": "rtx-4090",
 }
-FIGURES = [
-    "ttft_mean_ms",
-    "ttft_median_ms",
-    "ttft_p99_ms",
-    "tpot_mean_ms",
-    "tpot_median_ms",
-    "tpot_p99_ms",
-    "itl_mean_ms",
-    "itl_median_ms",
-    "itl_p99_ms",
-    "e2e_mean_ms",
-    "e2e_median_ms",
-    "e2e_p99_ms",
+# the figures copied: vllm bench serve's latencies (as analysis.token_latency names them) and throughputs
+FIGURES = [c for c in TOKEN_LATENCY_COLUMNS if c != "output_throughput_tps"] + [
     "output_throughput_tok_s",
     "request_throughput",
     "duration_s",

@@ -43,8 +43,7 @@ PROVENANCE_NEEDS = {
     "published": ("citation",),
     "measured": ("data", "command", "date"),
     "derived": ("rule", "inputs"),
-    # a physical profile whose engine overheads `wispsim profile calibrate` fitted on real runs
-    "calibrated": ("rule", "inputs"),
+    "calibrated": ("rule", "inputs"),  # engine overheads fitted by `wispsim profile calibrate`
 }
 NOISE_MODELS = ("lognormal",)
 TOP_LEVEL = (

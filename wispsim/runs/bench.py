@@ -218,12 +218,14 @@ def check(c: Client, s: Server) -> None:
             "gpu_memory_utilization",
             f"got {s.gpu_memory_utilization}; allowed: (0, 1]",
         )
-    for flag, v in (
+    for flag, limit in (
         ("--max-num-seqs", s.max_num_seqs),
         ("--max-num-batched-tokens", s.max_num_batched_tokens),
     ):
-        if v is not None and v < 1:
-            raise ConfigError(flag, flag.lstrip("-").replace("-", "_"), f"got {v}; allowed: an integer >= 1")
+        if limit is not None and limit < 1:
+            raise ConfigError(
+                flag, flag.lstrip("-").replace("-", "_"), f"got {limit}; allowed: an integer >= 1"
+            )
 
 
 def run_bench(
@@ -277,7 +279,6 @@ def run_bench(
     result.update(
         {
             "date": pd.Timestamp.now("UTC").strftime("%Y%m%d-%H%M%S"),
-            "backend": "wispsim (simulated vllm)",
             "profile": prof.name,
             "num_prompts": n,
             "request_rate": rate if rate is not None else "inf",  # as vLLM writes it

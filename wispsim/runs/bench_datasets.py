@@ -135,7 +135,7 @@ def burstgpt(path: Path, n: int, seed: int) -> list[tuple[int, int]]:
     bad = gpt4[["Request tokens", "Response tokens"]].isna().any(axis=1)
     if bad.any():
         raise ConfigError(
-            str(path), f"row {int(bad.idxmax()) + 2}", "Request tokens and Response tokens must be numbers"
+            str(path), f"row {bad[bad].index[0] + 2}", "Request tokens and Response tokens must be numbers"
         )
     df = gpt4[gpt4["Response tokens"] > 0]
     if df.empty:

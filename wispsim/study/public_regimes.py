@@ -13,13 +13,16 @@ real - 1: negative = the simulator is too fast or too optimistic) over a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
+import numpy as np
 import pandas as pd
 
 from wispsim.model.archs import load_arch
-from wispsim.study.public import FAMILIES
+from wispsim.study.bench import BenchRun, bench
+from wispsim.study.public import FAMILIES, METRICS, bench_run, profile_for
 
 
 def engine_generation(version: object) -> str:
@@ -29,7 +32,7 @@ def engine_generation(version: object) -> str:
     if re.match(r"0\.1\.dev\d+\+g", text):  # setuptools-scm's version of an untagged checkout
         return "V1"
     m = re.search(r"(\d+)\.(\d+)", text)
-    if not m or pd.isna(version):
+    if not m:  # no version (NaN reads "nan")
         return "V1?"
     major, minor = int(m.group(1)), int(m.group(2))
     return "V0" if (major, minor) < (0, 8) else "V1"
@@ -85,39 +88,28 @@ def regime_wide(table: pd.DataFrame) -> pd.DataFrame:
     return wide[cols].fillna("-")
 
 
-def markdown(df: pd.DataFrame) -> str:
-    head = "| " + " | ".join(map(str, df.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    rows = ["| " + " | ".join(map(str, r)) + " |" for r in df.itertuples(index=False)]
-    return "\n".join([head, rule, *rows])
-
-
 SPREAD_CV = 1.0  # the sensitivity's length spread (coefficient of variation), not a fitted value
 
 
-def spread(run: object, dataset: str, seed: int = 0, outputs: bool = True) -> object:
+def spread(run: BenchRun, dataset: str, seed: int = 0, outputs: bool = True) -> BenchRun:
     """``run`` (a :class:`wispsim.study.bench.BenchRun` whose requests all have the run's mean
     lengths) with lengths spread around the same means: outputs lognormal with coefficient of
     variation :data:`SPREAD_CV`, at most 4x the mean (end-of-sequence stops a request anywhere);
     inputs spread the same way for ShareGPT (at most 1,024, vLLM's filter), kept for synthetic
     prompts. A sensitivity check of the mean-lengths replay, not the model's default."""
-    import dataclasses
-
-    import numpy as np
-
     rng = np.random.default_rng(seed)
-    n = run.num_prompts  # type: ignore[attr-defined]
+    n = run.num_prompts
 
     def draw(mean: float, hi: float) -> list[int]:
         s = math.sqrt(math.log(1 + SPREAD_CV**2))
         x = rng.lognormal(math.log(mean) - s * s / 2, s, n)
         return np.clip(np.round(x), 1, hi).astype(int).tolist()
 
-    out_mean = float(np.mean(run.output_lens))  # type: ignore[attr-defined]
-    in_mean = float(np.mean(run.input_lens))  # type: ignore[attr-defined]
-    ins = draw(in_mean, 1024) if "sharegpt" in dataset.lower() else list(run.input_lens)  # type: ignore[attr-defined]
-    outs = draw(out_mean, 4 * out_mean) if outputs else list(run.output_lens)  # type: ignore[attr-defined]
-    return dataclasses.replace(run, input_lens=ins, output_lens=outs)  # type: ignore[call-overload]
+    out_mean = float(np.mean(run.output_lens))
+    in_mean = float(np.mean(run.input_lens))
+    ins = draw(in_mean, 1024) if "sharegpt" in dataset.lower() else list(run.input_lens)
+    outs = draw(out_mean, 4 * out_mean) if outputs else list(run.output_lens)
+    return dataclasses.replace(run, input_lens=ins, output_lens=outs)
 
 
 def spread_errors(runs: pd.DataFrame, folder: str) -> pd.DataFrame:
@@ -125,9 +117,6 @@ def spread_errors(runs: pd.DataFrame, folder: str) -> pd.DataFrame:
     simulated again with :func:`spread` lengths: outputs spread unless the client fixed them
     (``--ignore-eos`` in the row's notes), ShareGPT inputs spread; runs with per-request lengths,
     and runs where nothing varies, are left out."""
-    from wispsim.study.bench import bench
-    from wispsim.study.public import METRICS, bench_run, profile_for
-
     rows = []
     for _, row in runs.iterrows():
         run = bench_run(row, folder)
@@ -139,7 +128,7 @@ def spread_errors(runs: pd.DataFrame, folder: str) -> pd.DataFrame:
         dataset = str(row.get("dataset", ""))
         if fixed and "sharegpt" not in dataset.lower():
             continue  # nothing varies in the real run either
-        sim = bench(profile_for(row), spread(run, dataset, outputs=not fixed)).figures()  # type: ignore[arg-type]
+        sim = bench(profile_for(row), spread(run, dataset, outputs=not fixed)).figures()
         excluded = str(row.get("excluded_metrics") or "").split(":")[0].split(",")
         for m in METRICS:
             real = row.get(m)

@@ -17,7 +17,7 @@ from wispsim.study import public
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, load_spec
 from wispsim.study.public import FAMILIES
-from wispsim.study.public_regimes import SPREAD_CV, markdown, regime_table, regime_wide, spread_errors
+from wispsim.study.public_regimes import SPREAD_CV, regime_table, regime_wide, spread_errors
 
 
 def _by(errors: pd.DataFrame, runs: pd.DataFrame, key: str) -> pd.DataFrame:
@@ -68,7 +68,9 @@ def study_heldout(ctx: Context) -> Section:
         "all at once (every request sent at t = 0: TTFT is mostly queueing). P99 ITL is vLLM's: "
         "every gap between a request's chunks.",
         "",
-        markdown(wide),
+    ]
+    sec.body += md_table(wide)
+    sec.body += [
         "",
         "By GPU (only H100s were in the fit: every other row is a GPU the fit never saw), median "
         "absolute error %:",
@@ -92,7 +94,7 @@ def study_heldout(ctx: Context) -> Section:
             "`wispsim.study.public_regimes.spread`), a check of that assumption and not the "
             "model's default:",
             "",
-            markdown(regime_wide(regime_table(spread, runs))),
         ]
+        sec.body += md_table(regime_wide(regime_table(spread, runs)))
     sec.facts.update({"runs": len(runs), "gpus": sorted(runs.gpu.unique())})
     return sec
