@@ -41,5 +41,12 @@ class ConfigError(WispsimError):
         super().__init__(f"{where}: {problem}")
 
 
+class EngineFailure(WispsimError):
+    """A real engine failed mid-run (not bad input): one line naming the engine, the work it was
+    doing and what was kept; exit code 1."""
+
+    exit_code = 1
+
+
 class TraceError(WispsimError):
     """An acceptance trace is missing columns, has bad values or cannot be read."""

@@ -10,6 +10,10 @@ runs it after ``kernels.py``); on a CPU ``--dry-run`` checks the script with tin
   router GEMM, softmax and top-k of the same pass. bf16 weights: MXFP4 and fp8 block-scaled
   expert kernels are vLLM's and are not timed here (the bytes a quantized pass reads are the
   cost model's, not this script's);
+- ``fp8_gemm``: each matmul of one qwen3-32b decoder layer (``kernels.py``'s shapes) with fp8 e4m3
+  weights and activations and per-tensor scales (``torch._scaled_mm``, what vLLM's fp8 linear
+  method calls), beside the same matmul in bf16 (``bf16``): half the weight bytes, twice the
+  datasheet's dense rate;
 - ``lm_head``: the vocabulary projection for the sampled positions only (1 per sequence), for
   the 129k-201k vocabularies of DeepSeek, Qwen and gpt-oss;
 - ``sampling``: over fp32 logits [batch, vocab]: greedy (argmax), a plain draw (softmax +
@@ -39,7 +43,12 @@ import time
 from pathlib import Path
 
 import torch
-from kernels import device_facts, iters_for, timed  # the sibling script (benchmarks/gpu/kernels.py)
+from kernels import (
+    device_facts,
+    iters_for,
+    layer_gemms,
+    timed,
+)  # the sibling script (benchmarks/gpu/kernels.py)
 
 # MoE layers (config.json facts, wispsim/data/archs): hidden, expert width, experts, top-k, tp
 MOE = {
@@ -47,6 +56,11 @@ MOE = {
     "gpt-oss-120b": (2880, 2880, 128, 4, 1),
     "qwen3-30b-a3b": (2048, 768, 128, 8, 1),
     "deepseek-v3-tp8": (7168, 2048 // 8, 256, 8, 8),
+    # larger experts (the grouped kernel's efficiency against the size of one expert's matrices)
+    "mixtral-8x7b": (4096, 14336, 8, 2, 1),
+    "mixtral-8x7b-tp2": (4096, 14336 // 2, 8, 2, 2),
+    "gpt-oss-120b-tp2": (2880, 2880 // 2, 128, 4, 2),
+    "qwen3-235b-a22b-tp4": (4096, 1536 // 4, 128, 8, 4),
 }
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 8192)
 HEADS = {"deepseek-v3": (7168, 129280), "qwen3-32b": (5120, 151936), "gpt-oss-120b": (2880, 201088)}
@@ -56,7 +70,30 @@ MLA = [(b, c) for b in (1, 16, 64, 256) for c in (512, 2048, 8192)]  # batch, co
 LAYERS = {"llama-2-7b": (4096, 32, 32, 128, 11008), "qwen3-32b": (5120, 64, 8, 128, 25600)}
 
 
+GRAPH = False  # --graph: every call is captured once in a CUDA graph and replayed (vLLM's decode)
+
+
+def captured(fn, warmups: int):  # type: ignore[no-untyped-def]
+    """``fn`` captured once in a CUDA graph after ``warmups`` calls on a side stream: its replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def measure(fn) -> float:  # type: ignore[no-untyped-def]
+    if GRAPH and torch.cuda.is_available():
+        try:
+            fn = captured(fn, 2)
+        except RuntimeError as e:  # an op that cannot be captured: no row rather than an eager one
+            print(f"capture failed: {e}"[:200], flush=True)
+            return float("nan")
     s0 = timed(fn, 2, reps=1, warmup=1)
     return timed(fn, iters_for(s0))
 
@@ -98,16 +135,58 @@ def decoder_layer(x: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, w: tuple[
     return y + fn.linear(fn.silu(gu[:, :inter]) * gu[:, inter:], wd)
 
 
+def fp8_gemms(dev: torch.device, row, over) -> None:  # type: ignore[no-untyped-def]
+    """qwen3-32b's layer matmuls at every pass size, fp8 e4m3 (per-tensor scales) against bf16."""
+    one = torch.ones((), device=dev)
+    for name, k, n_out in layer_gemms("qwen3-32b", 1):
+        w = torch.randn(n_out, k, dtype=torch.bfloat16, device=dev) * 0.02
+        w8 = w.to(torch.float8_e4m3fn)
+        for n in TOKENS:
+            if over():
+                return
+            x = torch.randn(n, k, dtype=torch.bfloat16, device=dev)
+            x8 = x.to(torch.float8_e4m3fn)
+            flops = 2 * n * k * n_out
+            s = measure(functools.partial(torch.nn.functional.linear, x, w))
+            row("fp8_gemm", "qwen3-32b", f"{name} bf16", n, 0, 0, s, k * n_out * 2, flops, "")
+            try:
+                fn = functools.partial(torch._scaled_mm, x8, w8.t(), scale_a=one, scale_b=one,
+                                       out_dtype=torch.bfloat16)  # fmt: skip
+                s = measure(fn)
+                row("fp8_gemm", "qwen3-32b", f"{name} fp8", n, 0, 0, s, k * n_out, flops, "per-tensor scales")
+            except RuntimeError as e:  # a shape cuBLASLt's fp8 path refuses
+                row(
+                    "fp8_gemm",
+                    "qwen3-32b",
+                    f"{name} fp8",
+                    n,
+                    0,
+                    0,
+                    "",
+                    k * n_out,
+                    flops,
+                    f"unavailable: {e}"[:120],
+                )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget-s", type=float, default=180.0)
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (checks the script)")
+    ap.add_argument("--experts-only", action="store_true", help="time the expert GEMMs and routing alone")
+    ap.add_argument(
+        "--graph", action="store_true", help="replay each call from a CUDA graph (shapes_2026_graph.csv)"
+    )
     args = ap.parse_args()
     if not torch.cuda.is_available() and not args.dry_run:
         print("shapes_2026.py: no CUDA device (use --dry-run to check the script on a CPU)", file=sys.stderr)
         return 2
-    global MOE, TOKENS, HEADS, BATCHES, MLA
+    global MOE, TOKENS, HEADS, BATCHES, MLA, LAYERS, GRAPH
+    GRAPH, stem = args.graph, "shapes_2026_graph" if args.graph else "shapes_2026"
+    stem += "_experts" if args.experts_only else ""
+    if args.graph:  # the eager-against-graph layer rows are the eager run's
+        LAYERS = {}
     if args.dry_run:
         MOE = {k: (64, 32, e, kk, tp) for k, (_, _, e, kk, tp) in list(MOE.items())[:2]}
         TOKENS, BATCHES, MLA = (1, 16), (1, 4), [(2, 64)]
@@ -119,10 +198,11 @@ def main() -> int:
         **device_facts(dev),
         "dtype": "bfloat16 weights and activations; fp32 logits",
         "grouped_mm": hasattr(torch, "_grouped_mm"),
+        "launch": "each call replayed from a CUDA graph" if args.graph else "eager (back-to-back launches)",
     }
-    (args.out / "shapes_2026_meta.json").write_text(json.dumps(meta, indent=1))
+    (args.out / f"{stem}_meta.json").write_text(json.dumps(meta, indent=1))
     print(json.dumps(meta, indent=1), flush=True)
-    f = open(args.out / "shapes_2026.csv", "w", newline="")  # noqa: SIM115 (rows flushed as they finish)
+    f = open(args.out / f"{stem}.csv", "w", newline="")  # noqa: SIM115 (rows flushed as they finish)
     w = csv.writer(f)
     w.writerow(["kind", "arch", "name", "n", "batch", "context", "seconds", "bytes", "flops", "note"])
 
@@ -164,6 +244,11 @@ def main() -> int:
             row("routing", arch, "router+softmax+topk", n, 0, 0, s, experts * h * 2, 2 * n * h * experts, "")
         del w13, w2, router
         print(f"experts {arch}: done at {time.monotonic() - start:.0f} s", flush=True)
+    if args.experts_only:
+        HEADS, MLA, LAYERS = {}, [], {}
+    if dev.type == "cuda" and hasattr(torch, "_scaled_mm") and not args.experts_only:
+        fp8_gemms(dev, row, over)
+        print(f"fp8 gemms: done at {time.monotonic() - start:.0f} s", flush=True)
     for arch, (h, vocab) in HEADS.items():
         head = torch.randn(vocab, h, dtype=bf, device=dev) * 0.02
         for b in BATCHES:
@@ -231,16 +316,7 @@ def main() -> int:
             s_eager = measure(layer)
             row("layer_graph", arch, "eager", b, b, ctx_len, s_eager, 0, 0, "one decoder layer, decode")
             if dev.type == "cuda":
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    for _ in range(3):
-                        layer()
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    layer()
-                s = measure(graph.replay)
+                s = measure(captured(layer, 3))
                 row("layer_graph", arch, "graph", b, b, ctx_len, s, 0, 0, "one decoder layer, decode")
         del wq, wo, wgu, wd
         print(f"layer eager/graph {arch}: done at {time.monotonic() - start:.0f} s", flush=True)

@@ -12,8 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from wispsim.engines import Batch  # noqa: E402
 from wispsim.engines.hf import HFEngine, build_hf_model, check_packed_attention  # noqa: E402
-from wispsim.errors import WispsimError  # noqa: E402
+from wispsim.errors import EngineFailure, WispsimError  # noqa: E402
 from wispsim.measure.profile.fit_report import fit_command  # noqa: E402
 from wispsim.measure.profile.plan import Configuration, PlanOptions, make_plan, write_plan  # noqa: E402
 from wispsim.measure.profile.record import make_batch, record_profile  # noqa: E402
@@ -49,6 +50,44 @@ def test_packed_forward_matches_one_request_at_a_time(model_type: str) -> None:
     arch = arch_from_dict({"model_type": model_type, **TINY}, f"tiny-{model_type}")
     engine = HFEngine(build_hf_model(arch.hf, None, "cpu", "float32", seed=1), "cpu")
     assert check_packed_attention(engine, tol=1e-4) < 1e-4
+
+
+@pytest.mark.parametrize("model_type", ["gpt_oss", "mistral"])
+def test_packed_attention_applies_sliding_windows_and_sinks_as_the_model_does(model_type: str) -> None:
+    """Against transformers' own eager attention, request by request over its whole sequence: a
+    4-token sliding window (gpt-oss's alternate layers, Mistral's every layer) and gpt-oss's sinks.
+    A random-weight gpt-oss-20b crashed the H200 once the cached context passed its window: the
+    cache kept the packed sequence's last window across requests (experiments/data/gpu/README.md)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    extra = {
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "layer_types": ["sliding_attention", "full_attention"],
+    }
+    cfg = AutoConfig.for_model(
+        model_type, **TINY, sliding_window=4, **(extra if model_type == "gpt_oss" else {})
+    )
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+    if model_type == "gpt_oss":
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.sinks.normal_()  # random sinks: they must change the result
+    batch = Batch(
+        [[5, 6, 7, 8, 9, 10, 11], [], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]],
+        [[12, 13, 14], [3, 4, 5, 6, 7, 8], [11]],
+    )
+    with torch.inference_mode():
+        ref = torch.cat(
+            [
+                model(input_ids=torch.tensor([p + n])).logits[0, -len(n) :]
+                for p, n in zip(batch.prefixes, batch.news, strict=True)
+            ]
+        )
+        engine = HFEngine(model, "cpu")
+        out = engine.forward(batch, engine.prefill(batch))[0]
+    assert torch.allclose(out, ref, atol=1e-4, rtol=1e-4)
 
 
 def test_packed_forward_really_uses_the_cache() -> None:
@@ -119,6 +158,28 @@ def test_out_of_memory_is_recorded_and_left_out_of_the_fit(
     df = pd.read_csv(out)
     assert set(df.status) == {"ok", "oom"} and df[df.status == "oom"].latency_s.isna().all()
     assert len(read_measurements(out)) == (df.status == "ok").sum()
+
+
+def test_an_engine_failure_is_one_line_and_keeps_the_rows_recorded(
+    plan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a random-weight gpt-oss-20b did on the H200 (a CUDA device-side assert mid-run): one
+    line naming the configuration, exit code 1, the rows already written kept for a resume."""
+    real, calls = HFEngine.run, []
+
+    def run_then_fail(self: HFEngine, batch):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) > 4:
+            raise RuntimeError("CUDA error: device-side assert triggered\nCompile with TORCH_USE_CUDA_DSA")
+        return real(self, batch)
+
+    monkeypatch.setattr(HFEngine, "run", run_then_fail)
+    out = tmp_path / "data.csv"
+    with pytest.raises(EngineFailure) as err:
+        record_profile(plan, out, arch_name="tiny", random_weights=True, **FAST)
+    assert err.value.exit_code == 1 and "\n" not in str(err.value)
+    assert "device-side assert" in str(err.value) and str(out) in str(err.value)
+    assert len(pd.read_csv(out)) >= 1
 
 
 def test_record_from_a_model_folder(plan: Path, tmp_path: Path) -> None:

@@ -56,6 +56,8 @@ overhead = st.floats(0.0, 0.05)
     req=overhead,
     arr=overhead,
     ov=st.one_of(st.just(math.inf), st.floats(1.0, 64.0)),
+    xbw=efficiency,
+    xfl=efficiency,
 )
 def test_never_below_the_physical_floor(
     arch: str,
@@ -69,9 +71,12 @@ def test_never_below_the_physical_floor(
     req: float,
     arr: float,
     ov: float,
+    xbw: float,
+    xfl: float,
 ) -> None:
-    """Any batch, any shipped GPU and architecture, any allowed parameters: T >= max(bytes at
-    peak bandwidth, FLOPs at peak), and T grows with every request added."""
+    """Any batch, any shipped GPU and architecture, any allowed parameters (a mixture's grouped
+    experts' too): T >= max(bytes at peak bandwidth, FLOPs at peak), and T grows with every
+    request added."""
     r = roofline(
         arch,
         gpu,
@@ -83,6 +88,8 @@ def test_never_below_the_physical_floor(
         step=step,
         request=req,
         arrival=arr,
+        expert_bandwidth_eff=xbw,
+        expert_compute_eff=xfl,
     )
     n_lin = sum(n for n, _ in batch)
     n_int = sum((n + c) * n for n, c in batch)
@@ -144,6 +151,54 @@ def test_a_mixture_reads_the_experts_its_tokens_are_routed_to() -> None:
     one, many = moe.matmul_weights_read(1), moe.matmul_weights_read(512)
     assert one < many <= moe.matmul_params_per_token() * 4  # 2 of 8 experts per token
     assert many == pytest.approx(moe.parameters - moe.vocab_size * moe.hidden_size, rel=0.01)
+
+
+def test_routed_experts_are_priced_as_grouped_gemms_and_dense_models_are_not() -> None:
+    """A mixture's routed experts run the faster of grouped kernels (slower per byte than a dense
+    GEMM, as measured on an H200) and one dense GEMM pair per expert reached; its attention and
+    shared weights keep the dense figures, and a dense model ignores the expert figures."""
+    dense_kw = dict(bandwidth_eff=0.9, compute_eff=0.7, matmul_kernel=5e-6)
+    grouped_kw = dict(expert_bandwidth_eff=0.55, expert_compute_eff=0.5, expert_kernel=17e-6)
+    bw = load_gpu("h200").hbm_bandwidth_gbs * 1e9
+    for name in ("qwen3-30b-a3b", "gpt-oss-120b"):
+        plain, grouped = roofline(name, "h200", **dense_kw), roofline(name, "h200", **dense_kw, **grouped_kw)
+        for n in (16, 256, 4096):
+            assert grouped.batch(n, n * 500, n * 500, n) > plain.batch(n, n * 500, n * 500, n)
+        moe = load_arch(name)
+        routed = grouped.routed_bytes_read(16)
+        assert 0 < routed < grouped.weight_bytes_read(16)
+        assert routed == pytest.approx(moe.routed_bytes_read(16, 2))
+        assert grouped.routed_experts(16) >= routed / bw  # never below the bytes at peak
+        # the experts' own kernels replace the dense MLP's two GEMMs in the fixed latencies
+        k_plain = moe.kernel_latency(5e-6, 0.0)
+        assert k_plain - moe.kernel_latency(5e-6, 0.0, 0.0) == pytest.approx(moe.moe_layers * 2 * 5e-6)
+    # a few large experts (Mixtral) run one by one at the dense figures; many small ones grouped
+    mixtral = roofline("mixtral-8x7b", "h200", **dense_kw, **grouped_kw)
+    by_one = 3 * 32 * 8 * 5e-6 + mixtral.routed_bytes_read(64) / (bw * 0.9)
+    assert mixtral.routed_experts(64) == pytest.approx(by_one, rel=0.05)
+    small = roofline("qwen3-30b-a3b", "h200", **dense_kw, **grouped_kw)
+    grouped_way = 2 * 48 * 17e-6 + small.routed_bytes_read(256) / (bw * 0.55)
+    assert small.routed_experts(256) == pytest.approx(grouped_way, rel=0.05)
+    dense = roofline("qwen3-32b", "h200", **dense_kw)
+    same = roofline("qwen3-32b", "h200", **dense_kw, **grouped_kw)
+    assert dense.batch(64, 64_000, 64_000, 64) == same.batch(64, 64_000, 64_000, 64)
+    assert dense.routed_bytes_read(64) == 0.0
+
+
+def test_physical_profiles_carry_expert_figures_for_mixtures_only() -> None:
+    moe = physical_profile(load_arch("qwen3-30b-a3b"), load_gpu("h100-80gb"))
+    dense = physical_profile(load_arch("qwen3-32b"), load_gpu("h100-80gb"))
+    eff = moe["roofline"]["efficiency"]
+    assert eff["expert_bandwidth"] < eff["bandwidth"] and eff["expert_compute"] < eff["compute"]
+    assert moe["roofline"]["kernels"]["expert_kernel_us"] > moe["roofline"]["kernels"]["kernel_us"]
+    assert not any(k.startswith("expert") for k in dense["roofline"]["efficiency"])
+    assert "expert_kernel_us" not in dense["roofline"]["kernels"]
+    prof = parse_profile(yaml.safe_load(yaml.safe_dump(moe)), "moe.yaml")
+    assert prof.estimator.expert_bandwidth_eff == pytest.approx(eff["expert_bandwidth"])  # type: ignore[attr-defined]
+    moe["roofline"]["efficiency"]["expert_bandwidth"] = 1.5
+    with pytest.raises(ConfigError) as err:
+        parse_profile(yaml.safe_load(yaml.safe_dump(moe)), "moe.yaml")
+    assert err.value.field == "roofline.efficiency.expert_bandwidth"
 
 
 def test_weight_read_is_once_per_pass_not_per_token() -> None:

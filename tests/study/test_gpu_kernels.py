@@ -31,3 +31,16 @@ def test_each_gpu_is_predicted_from_the_others_of_its_generation(rows) -> None: 
     assert (loo.held_out_median_ape_pct <= 10).all(), loo
     los = gk.leave_one_source_out(rows)
     assert (los.median_ape_pct <= 10).all(), los
+
+
+def test_the_roofline_prices_a_decode_layer_as_a_cuda_graph_replays_it() -> None:
+    """Held out (no fit saw these rows): one decoder layer at decode on the H200, eager and
+    replayed from a CUDA graph; the roofline with the shipped Hopper figures is near the replay
+    and well under the eager launches at batch 1, where the host's launches dominate."""
+    from wispsim.study.gpu_kernels import layer_graph_check
+
+    res = layer_graph_check()
+    assert len(res) == 6
+    assert (res.vs_graph_pct.abs() < 20).all()
+    one = res[res.batch == 1]
+    assert (one.roofline_us < 0.9 * one.eager_us).all()

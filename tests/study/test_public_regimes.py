@@ -4,6 +4,7 @@ medians, and the kernels a layer launches (dense layers as before; MLA and MoE a
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -68,3 +69,29 @@ def test_spread_keeps_the_means_and_what_the_client_fixed() -> None:
     assert abs(sum(s.output_lens) / 2000 - 100) < 8 and max(s.output_lens) <= 400
     g = spread(run, "sharegpt", seed=1, outputs=False)
     assert g.output_lens == [100] and len(set(g.input_lens)) > 10 and max(g.input_lens) <= 1024
+
+
+def test_an_unchanged_calibration_keeps_the_file_its_profiles_embed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rerunning the public study with the same parameters on the same runs leaves roofline.yaml
+    (whose fit record every shipped physical profile embeds) as it was; new parameters rewrite it."""
+    import pandas as pd
+    import yaml
+
+    from wispsim.paths import data_dir
+    from wispsim.study.experiments import public_study
+
+    shipped_text = (data_dir() / "roofline.yaml").read_text()
+    (tmp_path / "roofline.yaml").write_text(shipped_text)
+    monkeypatch.setattr(public_study, "package_data", lambda: tmp_path)
+    entry = yaml.safe_load(shipped_text)["vllm"]
+    params = {"overhead_ms": dict(entry["overhead_ms"]), "host_cpu_speed": entry["host_cpu_speed"]}
+    cal_ids = [x.strip() for x in entry["calibrated_on"].split(",")]
+    summary = pd.DataFrame({"set": ["held-out"], "family": ["TTFT"], "median": [99.0]})
+    spec = {"engine": "vllm"}
+    public_study._write_calibration(spec, entry, params, summary, cal_ids)
+    assert (tmp_path / "roofline.yaml").read_text() == shipped_text
+    params["host_cpu_speed"] = 2.0
+    public_study._write_calibration(spec, entry, params, summary, cal_ids)
+    assert yaml.safe_load((tmp_path / "roofline.yaml").read_text())["vllm"]["host_cpu_speed"] == 2.0

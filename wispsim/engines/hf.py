@@ -123,7 +123,9 @@ class HFEngine(Engine):
         """A DynamicCache holding every request's prefix, packed (untimed)."""
         from transformers import DynamicCache
 
-        cache = DynamicCache(config=self.model.config)
+        # full layers only: a sliding-window layer's cache would keep the packed sequence's last
+        # window of tokens across requests (the window is applied per request by the attention)
+        cache = DynamicCache()
         pre = [(p, len(p)) for p in batch.prefixes if p]
         if not pre:
             return cache

@@ -7,7 +7,11 @@ gives transformers the same: :func:`register_packed_attention` registers :func:`
 as the attention implementation ``wispsim_packed``, and the engine sets the current batch's
 :class:`PackedLayout` around each forward pass. ``loop`` runs PyTorch SDPA once per request (any
 device); ``varlen`` (CUDA only) runs one variable-length flash-attention call per layer.
-torch and transformers are imported when these functions run, never at import.
+Sliding-window layers (Mistral, gpt-oss, Qwen's windowed layers: transformers passes
+``sliding_window``) see only their window of keys; attention sinks (gpt-oss's ``s_aux``: one logit
+per head in every softmax's denominator) are applied in ``loop`` and refused by ``varlen``, which
+has no such argument. torch and transformers are imported when these functions run, never at
+import.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from wispsim.errors import WispsimError
 
 ATTN_NAME = "wispsim_packed"
 
@@ -86,6 +92,7 @@ def packed_attention(
             "wispsim_packed attention needs a packed batch (see packed_attention.PackedLayout)"
         )
     gqa = query.shape[1] != key.shape[1]
+    window, sinks = kwargs.get("sliding_window"), kwargs.get("s_aux")
     if _METHOD[0] == "varlen":
         from torch.nn.attention.varlen import varlen_attn
 
@@ -97,7 +104,11 @@ def packed_attention(
         # and grouped KV heads are ``enable_gqa`` from 2.12 (repeated by hand before)
         accepts = _varlen_kwargs(varlen_attn)
         kw: dict[str, Any] = {"scale": scaling}
-        kw.update({"window_size": (-1, 0)} if "window_size" in accepts else {"is_causal": True})
+        if sinks is not None or (window and "window_size" not in accepts):
+            what = "attention sinks" if sinks is not None else "sliding windows (torch >= 2.12 has them)"
+            raise WispsimError(f"--attention varlen cannot apply this model's {what}: use --attention loop")
+        left = window - 1 if window else -1
+        kw.update({"window_size": (left, 0)} if "window_size" in accepts else {"is_causal": True})
         if gqa and "enable_gqa" in accepts:
             kw["enable_gqa"] = True
         elif gqa:
@@ -113,11 +124,35 @@ def packed_attention(
         if c:
             k = torch.cat([key[:, :, c0 : c0 + c], k], dim=2)
             v = torch.cat([value[:, :, c0 : c0 + c], v], dim=2)
+        mask, causal = layout.masks.get(i), c == 0 and n > 1
+        if window or sinks is not None:
+            mask, causal = _mask(n, c, window, sinks, query), False
+            if sinks is not None:  # a zero key and value whose logit is the head's sink
+                k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[3])], dim=2)
+                v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[3])], dim=2)
         o = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=layout.masks.get(i), is_causal=c == 0 and n > 1, scale=scaling, enable_gqa=gqa
+            q, k, v, attn_mask=mask, is_causal=causal, scale=scaling, enable_gqa=gqa
         )
         out[:, q0 : q0 + n] = o.transpose(1, 2)
     return out, None
+
+
+def _mask(n: int, c: int, window: int | None, sinks: Any, query: Any) -> Any:
+    """An additive mask for ``n`` queries after ``c`` cached keys: causal, within ``window`` keys
+    when given, and a last column holding each head's sink logit when ``sinks`` is given."""
+    import torch
+
+    rows = torch.arange(n, device=query.device).unsqueeze(1) + c  # each query's absolute position
+    cols = torch.arange(c + n, device=query.device).unsqueeze(0)
+    seen = cols <= rows
+    if window:
+        seen &= cols > rows - window
+    bias = torch.zeros(seen.shape, dtype=query.dtype, device=query.device).masked_fill(~seen, float("-inf"))
+    if sinks is None:
+        return bias
+    heads = query.shape[1]
+    sink = sinks.to(query.dtype).reshape(heads, 1, 1).expand(heads, n, 1)
+    return torch.cat([bias.expand(heads, n, c + n), sink], dim=2).unsqueeze(0)
 
 
 def register_packed_attention() -> None:

@@ -48,36 +48,14 @@ from wispsim.model.gpus import (
 from wispsim.paths import data_dir
 
 # the GPU datasheets live in wispsim.model.gpus; their names stay importable from here
-__all__ = [
-    "GENERATIONS",
-    "GPU",
-    "GPU_FIELDS",
-    "INTERCONNECTS",
-    "Arch",
-    "arch_from_dict",
-    "available_archs",
-    "available_gpus",
-    "check_parallel",
-    "dtype_bytes",
-    "gpu_from_dict",
-    "load_arch",
-    "load_gpu",
-    "parallel_sizes",
-]
+__all__ = ["GENERATIONS", "GPU", "GPU_FIELDS", "INTERCONNECTS", "Arch", "arch_from_dict", "available_archs"]
+__all__ += ["available_gpus", "check_parallel", "dtype_bytes", "gpu_from_dict", "load_arch", "load_gpu"]
+__all__ += ["parallel_sizes"]
 
 _DATA = data_dir()
 
-DTYPE_BYTES = {
-    "float32": 4,
-    "fp32": 4,
-    "bfloat16": 2,
-    "bf16": 2,
-    "float16": 2,
-    "fp16": 2,
-    "float8": 1,
-    "fp8": 1,
-    "int8": 1,
-}
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+DTYPE_BYTES |= {"float8": 1, "fp8": 1, "int8": 1}
 
 
 def dtype_bytes(dtype: str, source: str = "dtype") -> int:
@@ -187,7 +165,7 @@ class Arch:
         rest = self.moe_layers * (self._moe_fixed() - 3 * self.hidden_size * self.shared_intermediate_size)
         return body, routed, rest + self.head_vocab * self.hidden_size + self.extra_matmul_params
 
-    def kernel_latency(self, matmul: float, elementwise: float) -> float:
+    def kernel_latency(self, matmul: float, elementwise: float, grouped: float | None = None) -> float:
         """The fixed latencies a pass's kernels add, over all layers: a layer launches ``matmul``-
         latency GEMMs and ``elementwise``-floor groups of small kernels, counted as vLLM's model
         code launches them. A dense GQA layer: 4 GEMMs (qkv, o, gate_up, down) and one group
@@ -195,15 +173,18 @@ class Arch:
         or q, kv_a, the absorbed W_UK and W_UV products, against qkv alone) and a group (its two
         latent norms, the rope split). An MoE layer adds the router GEMM, 2 GEMMs for shared
         experts, and a group for routing (top-k softmax, alignment of tokens to experts, the
-        weighted sum of expert outputs); its routed experts are 2 grouped GEMMs, as a dense MLP's."""
+        weighted sum of expert outputs); its routed experts are 2 grouped GEMMs in place of a dense
+        MLP's 2, each of ``grouped`` latency (default ``matmul``; 0 where the caller prices them)."""
         gemms, groups = 4.0, 1.0
         if self.mla:
             gemms, groups = gemms + 3, groups + 1
         moe_gemms = 1 + (2 if self.shared_intermediate_size else 0)
         total = self.layers * (gemms * matmul + groups * elementwise)
-        return total + self.moe_layers * (moe_gemms * matmul + elementwise)
+        grouped_extra = 2 * (grouped - matmul) if grouped is not None else 0.0
+        return total + self.moe_layers * (moe_gemms * matmul + elementwise + grouped_extra)
 
-    def _touched(self, tokens: float) -> float:
+    def touched_experts(self, tokens: float) -> float:
+        """Routed experts per MoE layer that ``tokens`` tokens reach, in expectation (uniform routing)."""
         e, k = self.experts, self.experts_per_token
         return e * (1.0 - (1.0 - k / e) ** max(tokens, 1.0))
 
@@ -216,7 +197,7 @@ class Arch:
         """Matmul weights a forward pass over ``tokens`` tokens reads (once each): all of a dense
         model; of a mixture, the experts its tokens are routed to, in expectation under uniform
         routing: ``E * (1 - (1 - k/E)^tokens)`` experts per MoE layer."""
-        return float(sum(self._weights(self._touched(tokens) if self.moe_layers else 1)))
+        return float(sum(self._weights(self.touched_experts(tokens) if self.moe_layers else 1)))
 
     def _bytes(self, parts: tuple[float, float, float], dtype_bytes_: int) -> float:
         """Bytes of weights in :meth:`_weights`'s parts: the quantized ones at ``quant_bits``, the
@@ -232,7 +213,20 @@ class Arch:
     def matmul_bytes_read(self, tokens: float, dtype_bytes_: int) -> float:
         """Bytes of :meth:`matmul_weights_read`: quantized layers at their bits, the rest at
         ``dtype_bytes_``."""
-        return self._bytes(self._weights(self._touched(tokens) if self.moe_layers else 1), dtype_bytes_)
+        experts = self.touched_experts(tokens) if self.moe_layers else 1
+        return self._bytes(self._weights(experts), dtype_bytes_)
+
+    def routed_bytes_read(self, tokens: float, dtype_bytes_: int) -> float:
+        """The routed experts' part of :meth:`matmul_bytes_read` (their grouped GEMMs' bytes)."""
+        if not self.moe_layers:
+            return 0.0
+        body, routed, rest = self._weights(self.touched_experts(tokens))
+        return self._bytes((body, routed, rest), dtype_bytes_) - self._bytes((body, 0.0, rest), dtype_bytes_)
+
+    @property
+    def routed_params_per_token(self) -> int:
+        """Routed-expert weights one token is multiplied with (top-k experts per MoE layer)."""
+        return self.moe_layers * self.experts_per_token * self.expert_params
 
     @property
     def parameters(self) -> int:

@@ -69,6 +69,7 @@ def generation_efficiency(generation: str) -> dict[str, Any]:
         basis = f"inherited from {entry['inherits']} ({parent['basis']}): {entry.get('basis', '')}"
         entry = {**parent, **{k: v for k, v in entry.items() if k not in ("inherits", "basis")}}
     ew = table["elementwise"]
+    ex = table.get("experts") or {"bandwidth_ratio": 1.0, "compute_ratio": 1.0}
     return {
         "bandwidth": float(entry["bandwidth"]),
         "compute": float(entry["compute"]),
@@ -77,6 +78,10 @@ def generation_efficiency(generation: str) -> dict[str, Any]:
         "kernel_us": float(entry.get("kernel_us", 0.0)),
         "elementwise_floor_us": float(ew["floor_us"]),
         "activation_passes": float(ew["activation_passes"]),
+        # routed experts' grouped GEMMs: measured fractions of the dense figures (study.expert_kernels)
+        "expert_bandwidth": min(1.0, float(entry["bandwidth"]) * float(ex["bandwidth_ratio"])),
+        "expert_compute": min(1.0, float(entry["compute"]) * float(ex["compute_ratio"])),
+        "expert_kernel_us": float(ex.get("kernel_us", entry.get("kernel_us", 0.0))),
         "basis": basis,
     }
 
@@ -164,6 +169,9 @@ def physical_profile(
         "kernels": {k: gen[k] for k in ("kernel_us", "elementwise_floor_us", "activation_passes")},
         "overhead_ms": {**cal.get("overhead_ms", {}), "allreduce": allreduce_ms(gpu.interconnect)},
     }
+    if arch.moe_layers and arch.experts > 1:  # routed experts run as grouped GEMMs
+        chosen["efficiency"].update({k: gen[k] for k in ("expert_bandwidth", "expert_compute")})
+        chosen["kernels"]["expert_kernel_us"] = gen["expert_kernel_us"]
     if cal.get("host_cpu_speed") is not None:  # calibrated beside the host-CPU model
         chosen["host_cpu_speed"] = cal["host_cpu_speed"]
     params = dict(params or {})
@@ -245,7 +253,12 @@ def physical_profile(
 
 
 # the roofline's kernel figures (wispsim/data/efficiency.yaml) and their largest allowed values
-KERNELS = {"kernel_us": 1000.0, "elementwise_floor_us": 1000.0, "activation_passes": 100.0}
+KERNELS = {
+    "kernel_us": 1000.0,
+    "elementwise_floor_us": 1000.0,
+    "activation_passes": 100.0,
+    "expert_kernel_us": 1000.0,
+}
 # roofline parameters: allowed ranges (efficiencies are fractions of a datasheet peak)
 ROOFLINE_EFFICIENCY_RANGE = (0.01, 1.0)
 ROOFLINE_OVERHEAD_MAX_MS = 1000.0
@@ -392,4 +405,7 @@ def parse_roofline(
         matmul_kernel=kn.get("kernel_us", 0.0) / 1e6,
         elementwise_floor=kn.get("elementwise_floor_us", 0.0) / 1e6,
         activation_passes=kn.get("activation_passes", 0.0),
+        expert_bandwidth_eff=e.get("expert_bandwidth"),
+        expert_compute_eff=e.get("expert_compute"),
+        expert_kernel=kn["expert_kernel_us"] / 1e6 if "expert_kernel_us" in kn else None,
     )

@@ -6,15 +6,24 @@ costs, per GPU::
 
     T = step                                                   per-step overhead
       + W(n) / (B * e_bw)  (+)  F_lin * N_linear / (P * e_flop)       linear layers
+      + min(grouped, one by one)                                       routed experts (MoE)
       + kv * (N_cached + N_linear) / (B * e_bw)  (+)  F_att * N_interactions / (P * e_att)
       + TP all-reduces: 2 x layers x (latency + bytes of N_linear activations / link)
       + layers x (GEMMs x matmul + groups x elementwise floor)     kernels' fixed latencies
       + activation_passes x 2 (hidden + intermediate / tp) x bytes x N_linear / (B * e_bw)
       + request * N_requests + arrival * N_arrivals
 
-- ``W(n)``: the matmul weights the pass reads, once (all of a dense model; of a mixture of
-  experts, the experts its n tokens are routed to), at the weights' dtype;
-- ``F_lin``: 2 x the matmul weights one token passes through; ``F_att``: 4 x layers x heads x
+- ``W(n)``: the matmul weights the pass reads, once, at the weights' dtype (all of a dense model;
+  of a mixture of experts, all but its routed experts); ``X(n)``: the routed experts its n tokens
+  are sent to. An engine runs them the faster of two ways (timed on an H200:
+  wispsim.study.expert_kernels): ``grouped`` = 2 x MoE layers x grouped kernel +
+  X(n) / (B * e_xbw) (+) F_x * N_linear / (P * e_xflop), one launch per projection for every
+  expert's few rows, reaching less of the GPU than a dense GEMM (``e_xbw``, ``e_xflop``: the
+  generation's dense figures times measured ratios); ``one by one`` = 3 x MoE layers x experts
+  reached x matmul + X(n) / (B * e_bw) (+) F_x * N_linear / (P * e_flop), a dense GEMM pair and
+  activation per expert. Many small experts run grouped, a few large ones (Mixtral) one by one;
+- ``F_lin``: 2 x the matmul weights one token passes through, ``F_x`` its routed experts' share
+  (F_lin here excludes it); ``F_att``: 4 x layers x heads x
   head_dim per query-key pair (QK^T and AV); ``kv``: 2 x layers x KV heads x head_dim x KV bytes
   (MLA: its absorbed decode form and cached latent; :class:`wispsim.model.archs.Arch`);
 - ``B``, ``P``: the GPU's datasheet HBM bandwidth and dense tensor-core peak at the precision;
@@ -59,7 +68,7 @@ from wispsim.model.archs import Arch
 from wispsim.model.cost import AggregateCost
 
 # parameters a roofline profile fits, with their documented defaults and allowed ranges
-EFFICIENCIES = ("bandwidth", "compute", "attention")
+EFFICIENCIES = ("bandwidth", "compute", "attention", "expert_bandwidth", "expert_compute")
 # seconds; ``allreduce`` per all-reduce; ``frontend`` is latency, not GPU time: the profile's host
 # facts take it (module docstring)
 OVERHEADS = ("step", "request", "arrival", "allreduce", "frontend")
@@ -104,10 +113,18 @@ class Roofline(AggregateCost):
     matmul_kernel: float = 0.0  # seconds: a matmul kernel's fixed latency, four per layer
     elementwise_floor: float = 0.0  # seconds per layer: the least its elementwise kernels take
     activation_passes: float = 0.0  # how often elementwise kernels stream a token's activations
+    # routed experts' grouped GEMMs (wispsim.study.expert_kernels); None: the dense figures
+    expert_bandwidth_eff: float | None = None
+    expert_compute_eff: float | None = None
+    expert_kernel: float | None = None  # seconds per grouped GEMM, two per MoE layer
     form: str = "roofline"
     # seconds per unit, derived in __post_init__
     _weights_s: float = field(init=False, repr=False, compare=False)  # dense weight read (0: a mixture)
     _token_s: float = field(init=False, repr=False, compare=False)  # linear FLOPs of one token
+    _xtoken_s: float = field(init=False, repr=False, compare=False)  # its routed experts' FLOPs
+    _xdense_s: float = field(init=False, repr=False, compare=False)  # the same at the dense efficiency
+    _xbw: float = field(init=False, repr=False, compare=False)  # B/s the grouped experts reach
+    _dense_w_s: float = field(init=False, repr=False, compare=False)  # a mixture's non-routed weights
     _kv_s: float = field(init=False, repr=False, compare=False)  # KV of one token
     _pair_s: float = field(init=False, repr=False, compare=False)  # one query-key interaction
     _ar_fixed_s: float = field(init=False, repr=False, compare=False)  # all-reduce latencies per pass
@@ -117,13 +134,26 @@ class Roofline(AggregateCost):
 
     def __post_init__(self) -> None:
         bw = self.bandwidth * self.bandwidth_eff
-        dense = self.arch.experts <= 1
+        dense = self.arch.experts <= 1 or not self.arch.moe_layers
         per_token = self.arch.hidden_size * self.activation_bytes * 2 * (self.tp - 1) / self.tp
+        routed_flops = 0.0 if dense else 2.0 * self.arch.routed_params_per_token / self.tp
+        x_eff = self.compute_eff if self.expert_compute_eff is None else self.expert_compute_eff
+        x_bw = self.bandwidth * (
+            self.bandwidth_eff if self.expert_bandwidth_eff is None else self.expert_bandwidth_eff
+        )
+        non_routed = self.weight_bytes_read(1) - self.routed_bytes_read(1)
         values = {
             "_weights_s": self.weight_bytes_read(1) / bw if dense else 0.0,
-            "_token_s": self.linear_flops / (self.peak_flops * self.compute_eff),
+            "_dense_w_s": 0.0 if dense else non_routed / bw,
+            "_xbw": x_bw,
+            "_token_s": (self.linear_flops - routed_flops) / (self.peak_flops * self.compute_eff),
+            "_xtoken_s": routed_flops / (self.peak_flops * x_eff),
+            "_xdense_s": routed_flops / (self.peak_flops * self.compute_eff),
             "_act_s": self.activation_passes * self.act_bytes / bw,
-            "_kernels_s": self.arch.kernel_latency(self.matmul_kernel, self.elementwise_floor),
+            # a mixture's routed-expert GEMMs are priced with them (batch), not here
+            "_kernels_s": self.arch.kernel_latency(
+                self.matmul_kernel, self.elementwise_floor, None if dense else 0.0
+            ),
             "_kv_s": self.kv_bytes / bw,
             "_pair_s": self.attention_flops / (self.peak_flops * self.attention_eff),
             "_ar_fixed_s": 2 * self.arch.layers * self.allreduce if self.tp > 1 else 0.0,
@@ -137,6 +167,10 @@ class Roofline(AggregateCost):
         """Bytes of weights one GPU reads in a pass over ``n_linear`` tokens (quantized layers at
         their bits: :meth:`Arch.matmul_bytes_read`)."""
         return self.arch.matmul_bytes_read(n_linear, self.weight_dtype_bytes) / self.tp
+
+    def routed_bytes_read(self, n_linear: float) -> float:
+        """The routed experts' part of :meth:`weight_bytes_read` (0 for a dense model)."""
+        return self.arch.routed_bytes_read(n_linear, self.weight_dtype_bytes) / self.tp
 
     @property
     def act_bytes(self) -> float:
@@ -179,11 +213,13 @@ class Roofline(AggregateCost):
         """``T_hat`` of a pass from the batch's aggregates (module docstring). The two
         :func:`combine` calls are written out: the scheduler prices a batch per candidate."""
         p = self.overlap
-        w = self._weights_s or self.weight_bytes_read(n_linear) / (self.bandwidth * self.bandwidth_eff)
+        w = self._weights_s or self._dense_w_s
         f = self._token_s * n_linear
         hi = w if w >= f else f
         if p != math.inf and hi > 0.0:
             hi = hi * (1.0 + ((w + f - hi) / hi) ** p) ** (1.0 / p)
+        if self._xtoken_s:
+            hi += self.routed_experts(n_linear)
         k = self._kv_s * (n_cached + n_linear)
         q = self._pair_s * n_interactions
         a_hi = k if k >= q else q
@@ -200,6 +236,21 @@ class Roofline(AggregateCost):
             + self.arrival * n_arrivals
         )
 
+    def routed_experts(self, n_linear: float) -> float:
+        """A mixture's routed experts in a pass over ``n_linear`` tokens: the faster of one grouped
+        kernel per projection (two per MoE layer, at the grouped figures) and one dense GEMM pair
+        and activation kernel per expert reached (three launches each, at the dense figures), as
+        timed on an H200 (wispsim.study.expert_kernels): few large experts run best one by one,
+        many small ones grouped."""
+        x, p, arch = self.routed_bytes_read(n_linear), self.overlap, self.arch
+        kernel = self.matmul_kernel if self.expert_kernel is None else self.expert_kernel
+        grouped = 2 * arch.moe_layers * kernel + combine(x / self._xbw, self._xtoken_s * n_linear, p)
+        launches = 3 * arch.moe_layers * arch.touched_experts(n_linear) * self.matmul_kernel
+        one_by_one = launches + combine(
+            x / (self.bandwidth * self.bandwidth_eff), self._xdense_s * n_linear, p
+        )
+        return min(grouped, one_by_one)
+
     def allreduce_time(self, n_linear: float) -> float:
         """Two all-reduces per layer (after attention and after the MLP) of the pass's
         activations, ring algorithm: each GPU sends and receives 2 (tp - 1) / tp of them."""
@@ -213,7 +264,10 @@ class Roofline(AggregateCost):
             self._kv_s * (l_cached + l_new), self._pair_s * l_new * (l_new + l_cached), self.overlap
         )
         return (
-            (self._token_s + self._ar_token_s + self._act_s) * l_new + attention + self.request + self.arrival
+            (self._token_s + self._xtoken_s + self._ar_token_s + self._act_s) * l_new
+            + attention
+            + self.request
+            + self.arrival
         )
 
     @property

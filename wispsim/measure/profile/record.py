@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from wispsim.engines import DTYPES, ENGINES, Batch, Engine, EngineSpec, make_engine, random_batch
-from wispsim.errors import ConfigError, WispsimError
+from wispsim.errors import ConfigError, EngineFailure, WispsimError
 from wispsim.host import cpu_facts
 from wispsim.measure.profile.plan import Configuration, join_ints, read_plan
 from wispsim.model.archs import arch_from_dict, dtype_bytes, load_arch
@@ -345,7 +345,11 @@ def record_profile(
                 timing = measure(eng, cfg, warmup, runs, max_cv, retries)
             except Exception as e:  # an OOM is a result (the batch does not fit), not a crash
                 if not eng.is_oom(e):
-                    raise
+                    what = (str(e).strip().splitlines() or [""])[0][:200]
+                    raise EngineFailure(
+                        f"profile record: the {engine} engine failed on {cfg.config_id} ({type(e).__name__}: "
+                        f"{what}); {finished} configurations are kept in {out}, and the same command resumes"
+                    ) from e
                 eng.recover()
                 timing = {"status": "oom", "latency_s": float("nan")}
             cached = timing.pop("cached", None)
