@@ -120,6 +120,14 @@ def grouped_pass(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, offs: tor
     torch._grouped_mm(a, w2, offs=offs)
 
 
+def fp8_grouped_pass(x8, w13, w2, offs, sa, sb13, sb2) -> None:  # type: ignore[no-untyped-def]
+    """The same grouped pair in fp8 e4m3 (rowwise activation scales, per-expert column scales, as
+    vLLM's fp8 MoE kernels take them), the activation re-quantized between the two."""
+    h = torch._scaled_grouped_mm(x8, w13, sa, sb13, offs=offs, out_dtype=torch.bfloat16)
+    a = (torch.nn.functional.silu(h[:, : h.shape[1] // 2]) * h[:, h.shape[1] // 2 :]).to(torch.float8_e4m3fn)
+    torch._scaled_grouped_mm(a, w2, sa, sb2, offs=offs, out_dtype=torch.bfloat16)
+
+
 def decoder_layer(x: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, w: tuple[torch.Tensor, ...],
                   dims: tuple[int, ...]) -> torch.Tensor:  # fmt: skip
     """One dense decoder layer at decode: ``x`` [batch, hidden] over a cache of ``kc``/``vc``."""
@@ -235,6 +243,47 @@ def main() -> int:
                     row("expert_gemm", arch, "grouped", n, 0, 0, s, byts, flops, f"{active} experts active")
                 except RuntimeError as e:  # a build or GPU without the grouped kernel
                     row("expert_gemm", arch, "grouped", n, 0, 0, "", byts, flops, f"unavailable: {e}"[:120])
+            if dev.type == "cuda" and hasattr(torch, "_scaled_grouped_mm"):
+                # each expert's rows padded to 16 (fp8 kernels take whole tiles; vLLM pads too)
+                padded = ((counts + 15) // 16 * 16) * (counts > 0)
+                m = int(padded.sum())
+                f8 = torch.float8_e4m3fn
+                x8 = torch.randn(m, h, device=dev).to(f8)
+                w13_8 = w13.transpose(1, 2).contiguous().to(f8).transpose(1, 2)  # column-major per expert
+                w2_8 = w2.transpose(1, 2).contiguous().to(f8).transpose(1, 2)
+                sa = torch.ones(m, device=dev)
+                sb13 = torch.ones(experts, 2 * inter, device=dev)
+                sb2 = torch.ones(experts, h, device=dev)
+                offs8 = torch.cumsum(padded, 0).to(torch.int32)
+                args8 = (x8, w13_8, w2_8, offs8, sa, sb13, sb2)
+                try:
+                    s = measure(functools.partial(fp8_grouped_pass, *args8))
+                    row(
+                        "expert_gemm",
+                        arch,
+                        "grouped fp8",
+                        n,
+                        0,
+                        0,
+                        s,
+                        byts // 2,
+                        flops,
+                        f"{active} experts active, rows padded to {m}",
+                    )
+                except RuntimeError as e:  # a build or GPU without fp8 grouped kernels
+                    row(
+                        "expert_gemm",
+                        arch,
+                        "grouped fp8",
+                        n,
+                        0,
+                        0,
+                        "",
+                        byts // 2,
+                        flops,
+                        f"unavailable: {e}"[:120],
+                    )
+                del x8, w13_8, w2_8, args8
             xr = torch.randn(n, h, dtype=bf, device=dev)
 
             def route(xr: torch.Tensor = xr, r: torch.Tensor = router, k: int = k) -> None:
