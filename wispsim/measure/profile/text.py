@@ -26,9 +26,13 @@ def estimator_line(p: Any) -> str:
         return f"a={e.a:.4g} b_compute={e.b_compute:.4g} b_read={e.b_read:.4g} c={e.c:.4g}"
     decode = e.batch(1, 501, 500, 1, 0) * 1e3
     floor = e.floor(1, 501, 500) * 1e3
+    experts = ""
+    if getattr(e, "expert_bandwidth_eff", None) is not None:  # a mixture's grouped expert kernels
+        experts = f" (routed experts grouped: {e.expert_bandwidth_eff:.3g}, {e.expert_compute_eff:.3g})"
     return (
-        f"roofline: efficiency bandwidth {e.bandwidth_eff:.3g}, compute {e.compute_eff:.3g}; overheads step "
-        f"{e.step * 1e3:.3g} ms, request {e.request * 1e3:.3g} ms, arrival {e.arrival * 1e3:.3g} ms, "
+        f"roofline: efficiency bandwidth {e.bandwidth_eff:.3g}, compute {e.compute_eff:.3g}{experts}; "
+        f"overheads step {e.step * 1e3:.3g} ms, request {e.request * 1e3:.3g} ms, "
+        f"arrival {e.arrival * 1e3:.3g} ms, "
         f"front end {p.host.frontend * 1e3:.3g} ms; one decode over 500 cached tokens {decode:.1f} ms "
         f"(physical floor {floor:.1f} ms)"
     )
