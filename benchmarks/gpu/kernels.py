@@ -99,6 +99,24 @@ def device_facts(dev: torch.device) -> dict[str, object]:
     }
 
 
+class Rows:
+    """A results CSV written row by row (flushed, so a run cut short keeps what it timed), and the
+    run's time budget."""
+
+    def __init__(self, path: Path, header: list[str], budget_s: float) -> None:
+        self.file = path.open("w", newline="")
+        self.writer = csv.writer(self.file)
+        self.writer.writerow(header)
+        self.start, self.budget_s = time.monotonic(), budget_s
+
+    def __call__(self, *row: object) -> None:
+        self.writer.writerow(row)
+        self.file.flush()
+
+    def over(self) -> bool:
+        return time.monotonic() - self.start > self.budget_s
+
+
 def iters_for(seconds: float) -> int:
     return max(3, min(200, int(0.02 / max(seconds, 1e-6))))
 
@@ -133,16 +151,12 @@ def main() -> int:
     meta = {**device_facts(dev), "dtype": "bfloat16"}
     (args.out / "kernels_meta.json").write_text(json.dumps(meta, indent=1))
     print(json.dumps(meta, indent=1), flush=True)
-    f = open(args.out / "kernels.csv", "w", newline="")  # noqa: SIM115 (rows flushed as they finish; closed at the end)
-    w = csv.writer(f)
-    w.writerow(["kind", "arch", "tp", "name", "n", "k", "m", "batch", "context", "seconds", "bytes", "flops"])
-
-    def row(*r: object) -> None:
-        w.writerow(r)
-        f.flush()
-
-    def over() -> bool:
-        return time.monotonic() - start > args.budget_s
+    row = Rows(
+        args.out / "kernels.csv",
+        ["kind", "arch", "tp", "name", "n", "k", "m", "batch", "context", "seconds", "bytes", "flops"],
+        args.budget_s,
+    )
+    over = row.over
 
     bf = torch.bfloat16
     # the HBM a copy reaches (bytes read + written)
@@ -207,7 +221,7 @@ def main() -> int:
             pairs = length * (length + 1) // 2
             row("prefill_attention", arch, 1, "sdpa", length, 0, 0, 1, length, s, 0, 4 * heads * d * pairs)
         print(f"prefill attention {arch}: done at {time.monotonic() - start:.0f} s", flush=True)
-    f.close()
+    row.file.close()
     print(f"kernels.py: {time.monotonic() - start:.0f} s", flush=True)
     return 0
 

@@ -35,7 +35,6 @@ CUDA, date, command) to DIR/shapes_2026_meta.json. Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import json
 import sys
@@ -44,6 +43,7 @@ from pathlib import Path
 
 import torch
 from kernels import (
+    Rows,
     device_facts,
     iters_for,
     layer_gemms,
@@ -210,16 +210,9 @@ def main() -> int:
     }
     (args.out / f"{stem}_meta.json").write_text(json.dumps(meta, indent=1))
     print(json.dumps(meta, indent=1), flush=True)
-    f = open(args.out / f"{stem}.csv", "w", newline="")  # noqa: SIM115 (rows flushed as they finish)
-    w = csv.writer(f)
-    w.writerow(["kind", "arch", "name", "n", "batch", "context", "seconds", "bytes", "flops", "note"])
-
-    def row(*r: object) -> None:
-        w.writerow(r)
-        f.flush()
-
-    def over() -> bool:
-        return time.monotonic() - start > args.budget_s
+    header = ["kind", "arch", "name", "n", "batch", "context", "seconds", "bytes", "flops", "note"]
+    row = Rows(args.out / f"{stem}.csv", header, args.budget_s)
+    over = row.over
 
     bf = torch.bfloat16
     for arch, (h, inter, experts, k, tp) in MOE.items():
@@ -369,7 +362,7 @@ def main() -> int:
                 row("layer_graph", arch, "graph", b, b, ctx_len, s, 0, 0, "one decoder layer, decode")
         del wq, wo, wgu, wd
         print(f"layer eager/graph {arch}: done at {time.monotonic() - start:.0f} s", flush=True)
-    f.close()
+    row.file.close()
     print(f"shapes_2026.py: {time.monotonic() - start:.0f} s", flush=True)
     return 0
 

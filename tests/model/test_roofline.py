@@ -171,7 +171,7 @@ def test_routed_experts_are_priced_as_grouped_gemms_and_dense_models_are_not() -
         assert grouped.routed_experts(16) >= routed / bw  # never below the bytes at peak
         # the experts' own kernels replace the dense MLP's two GEMMs in the fixed latencies
         k_plain = moe.kernel_latency(5e-6, 0.0)
-        assert k_plain - moe.kernel_latency(5e-6, 0.0, 0.0) == pytest.approx(moe.moe_layers * 2 * 5e-6)
+        assert k_plain - moe.kernel_latency(5e-6, 0.0, True) == pytest.approx(moe.moe_layers * 2 * 5e-6)
     # a few large experts (Mixtral) run one by one at the dense figures; many small ones grouped
     mixtral = roofline("mixtral-8x7b", "h200", **dense_kw, **grouped_kw)
     by_one = 3 * 32 * 8 * 5e-6 + mixtral.routed_bytes_read(64) / (bw * 0.9)

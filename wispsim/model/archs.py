@@ -165,7 +165,7 @@ class Arch:
         rest = self.moe_layers * (self._moe_fixed() - 3 * self.hidden_size * self.shared_intermediate_size)
         return body, routed, rest + self.head_vocab * self.hidden_size + self.extra_matmul_params
 
-    def kernel_latency(self, matmul: float, elementwise: float, grouped: float | None = None) -> float:
+    def kernel_latency(self, matmul: float, elementwise: float, routed_apart: bool = False) -> float:
         """The fixed latencies a pass's kernels add, over all layers: a layer launches ``matmul``-
         latency GEMMs and ``elementwise``-floor groups of small kernels, counted as vLLM's model
         code launches them. A dense GQA layer: 4 GEMMs (qkv, o, gate_up, down) and one group
@@ -174,14 +174,14 @@ class Arch:
         latent norms, the rope split). An MoE layer adds the router GEMM, 2 GEMMs for shared
         experts, and a group for routing (top-k softmax, alignment of tokens to experts, the
         weighted sum of expert outputs); its routed experts are 2 grouped GEMMs in place of a dense
-        MLP's 2, each of ``grouped`` latency (default ``matmul``; 0 where the caller prices them)."""
+        MLP's 2 (left out with ``routed_apart``: the roofline prices them with the experts)."""
         gemms, groups = 4.0, 1.0
         if self.mla:
             gemms, groups = gemms + 3, groups + 1
         moe_gemms = 1 + (2 if self.shared_intermediate_size else 0)
         total = self.layers * (gemms * matmul + groups * elementwise)
-        grouped_extra = 2 * (grouped - matmul) if grouped is not None else 0.0
-        return total + self.moe_layers * (moe_gemms * matmul + elementwise + grouped_extra)
+        moe_gemms -= 2 if routed_apart else 0
+        return total + self.moe_layers * (moe_gemms * matmul + elementwise)
 
     def touched_experts(self, tokens: float) -> float:
         """Routed experts per MoE layer that ``tokens`` tokens reach, in expectation (uniform routing)."""

@@ -125,6 +125,7 @@ class Roofline(AggregateCost):
     _xdense_s: float = field(init=False, repr=False, compare=False)  # the same at the dense efficiency
     _xbw: float = field(init=False, repr=False, compare=False)  # B/s the grouped experts reach
     _dense_w_s: float = field(init=False, repr=False, compare=False)  # a mixture's non-routed weights
+    _expert_bytes: float = field(init=False, repr=False, compare=False)  # bytes per expert reached
     _kv_s: float = field(init=False, repr=False, compare=False)  # KV of one token
     _pair_s: float = field(init=False, repr=False, compare=False)  # one query-key interaction
     _ar_fixed_s: float = field(init=False, repr=False, compare=False)  # all-reduce latencies per pass
@@ -141,19 +142,19 @@ class Roofline(AggregateCost):
         x_bw = self.bandwidth * (
             self.bandwidth_eff if self.expert_bandwidth_eff is None else self.expert_bandwidth_eff
         )
-        non_routed = self.weight_bytes_read(1) - self.routed_bytes_read(1)
+        one = self.arch.routed_bytes_read(1, self.weight_dtype_bytes) / self.tp  # k experts per layer
+        per_expert = 0.0 if dense else one / self.arch.touched_experts(1)
         values = {
+            "_expert_bytes": per_expert,  # one expert reached in every MoE layer, per GPU
             "_weights_s": self.weight_bytes_read(1) / bw if dense else 0.0,
-            "_dense_w_s": 0.0 if dense else non_routed / bw,
+            "_dense_w_s": 0.0 if dense else (self.weight_bytes_read(1) - one) / bw,
             "_xbw": x_bw,
             "_token_s": (self.linear_flops - routed_flops) / (self.peak_flops * self.compute_eff),
             "_xtoken_s": routed_flops / (self.peak_flops * x_eff),
             "_xdense_s": routed_flops / (self.peak_flops * self.compute_eff),
             "_act_s": self.activation_passes * self.act_bytes / bw,
             # a mixture's routed-expert GEMMs are priced with them (batch), not here
-            "_kernels_s": self.arch.kernel_latency(
-                self.matmul_kernel, self.elementwise_floor, None if dense else 0.0
-            ),
+            "_kernels_s": self.arch.kernel_latency(self.matmul_kernel, self.elementwise_floor, not dense),
             "_kv_s": self.kv_bytes / bw,
             "_pair_s": self.attention_flops / (self.peak_flops * self.attention_eff),
             "_ar_fixed_s": 2 * self.arch.layers * self.allreduce if self.tp > 1 else 0.0,
@@ -169,8 +170,9 @@ class Roofline(AggregateCost):
         return self.arch.matmul_bytes_read(n_linear, self.weight_dtype_bytes) / self.tp
 
     def routed_bytes_read(self, n_linear: float) -> float:
-        """The routed experts' part of :meth:`weight_bytes_read` (0 for a dense model)."""
-        return self.arch.routed_bytes_read(n_linear, self.weight_dtype_bytes) / self.tp
+        """The routed experts' part of :meth:`weight_bytes_read` (0 for a dense model): linear in
+        the experts the pass reaches (:meth:`Arch.routed_bytes_read`)."""
+        return self._expert_bytes * self.arch.touched_experts(n_linear) if self._expert_bytes else 0.0
 
     @property
     def act_bytes(self) -> float:
@@ -242,10 +244,11 @@ class Roofline(AggregateCost):
         and activation kernel per expert reached (three launches each, at the dense figures), as
         timed on an H200 (wispsim.study.expert_kernels): few large experts run best one by one,
         many small ones grouped."""
-        x, p, arch = self.routed_bytes_read(n_linear), self.overlap, self.arch
+        p, layers, reached = self.overlap, self.arch.moe_layers, self.arch.touched_experts(n_linear)
+        x = self._expert_bytes * reached
         kernel = self.matmul_kernel if self.expert_kernel is None else self.expert_kernel
-        grouped = 2 * arch.moe_layers * kernel + combine(x / self._xbw, self._xtoken_s * n_linear, p)
-        launches = 3 * arch.moe_layers * arch.touched_experts(n_linear) * self.matmul_kernel
+        grouped = 2 * layers * kernel + combine(x / self._xbw, self._xtoken_s * n_linear, p)
+        launches = 3 * layers * reached * self.matmul_kernel
         one_by_one = launches + combine(
             x / (self.bandwidth * self.bandwidth_eff), self._xdense_s * n_linear, p
         )

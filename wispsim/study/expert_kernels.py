@@ -204,29 +204,29 @@ def write(
     print(f"wrote {path}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    rows = expert_rows()
-    dense = dense_hopper()
-    f = fit(rows, dense)
-    loo = leave_one_arch_out(rows, dense)
-    print(
-        f"grouped expert GEMMs ({f.rows} pass sizes): bandwidth {f.bandwidth_ratio:.3f} and compute "
-        f"{f.compute_ratio:.3f} of the dense Hopper figures ({dense['bandwidth']:.3f}, "
-        f"{dense['compute']:.3f}), {f.kernel_us:.1f} us per grouped GEMM; median APE {f.median_ape_pct:.1f}%"
+def _describe(what: str, f: ExpertFit, reference: str) -> str:
+    return (
+        f"{what} ({f.rows} pass sizes): bandwidth {f.bandwidth_ratio:.3f} and compute {f.compute_ratio:.3f} "
+        f"of {reference}, {f.kernel_us:.1f} us per grouped GEMM; median APE {f.median_ape_pct:.1f}%"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    rows, dense = expert_rows(), dense_hopper()
+    f, loo = fit(rows, dense), leave_one_arch_out(rows, dense)
+    hopper = f"the dense Hopper figures ({dense['bandwidth']:.3f}, {dense['compute']:.3f})"
+    print(_describe("grouped expert GEMMs", f, hopper))
     print(loo.to_string(index=False))
     r8 = fp8_rows()
-    f8 = fit(r8, dense, fp8=True)
-    loo8 = leave_one_arch_out_fp8(r8, dense)
     print(
-        f"fp8 grouped expert GEMMs ({f8.rows} pass sizes): bandwidth {f8.bandwidth_ratio:.3f} and compute "
-        f"{f8.compute_ratio:.3f} of the dense figures (compute against the fp8 peak), {f8.kernel_us:.1f} us "
-        f"per grouped GEMM; median APE {f8.median_ape_pct:.1f}%"
+        _describe(
+            "fp8 grouped expert GEMMs",
+            fit(r8, dense, fp8=True),
+            "the dense figures (compute against the fp8 peak)",
+        )
     )
-    print(loo8.to_string(index=False))
-    if (
-        argv and "--write" in argv
-    ):  # the fp8 fit is a finding, not pricing: it does not carry (module docstring)
+    print(leave_one_arch_out_fp8(r8, dense).to_string(index=False))
+    if argv and "--write" in argv:  # the fp8 fit is a finding, not pricing (module docstring)
         write(f, loo)
     return 0
 
