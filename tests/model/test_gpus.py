@@ -64,6 +64,39 @@ def test_the_all_reduce_is_priced_by_its_interconnect() -> None:
     assert cost["h100-pcie"] > 2 * cost["h100-80gb"]  # a PCIe-only card pays PCIe, not NVLink
 
 
+def test_an_all_reduce_is_priced_by_its_message_size_and_gpu_count() -> None:
+    """vLLM's own all-reduce takes a message up to its size limit (8 MB on an A100, 32 MB at four
+    H100s), NCCL a larger one, at its fitted latency; either moves the ring's bytes at the fitted
+    fraction of the link (Vidur's measurements: wispsim.study.allreduce_fit)."""
+    arch = load_arch("llama-3.1-70b")
+    per_token = arch.hidden_size * 2  # bf16 activations
+    for gpu, fast_mb in (("a100-80gb", 8), ("h100-80gb", 32)):
+        p = parse_profile(physical_profile(arch, load_gpu(gpu), count=4), gpu).estimator
+        last = int(fast_mb * 2**20 / per_token)  # the largest pass the fast path takes
+        jump = p.allreduce_time(last + 1) - p.allreduce_time(last)  # type: ignore[attr-defined]
+        assert jump == pytest.approx(2 * 80 * (p.allreduce_nccl - p.allreduce) + p._ar_token_s, rel=1e-9)  # type: ignore[attr-defined]
+        assert p.allreduce_nccl > 3 * p.allreduce  # type: ignore[attr-defined]
+        assert 0.5 < p.link_eff < 1.0  # type: ignore[attr-defined]
+        # the bytes: 2 x layers x 2 (n - 1) / n x a token's activations at the link's reach
+        ring = 2 * 80 * per_token * 1.5 / (load_gpu(gpu).link_gbs * 1e9 * p.link_eff)  # type: ignore[attr-defined,operator]
+        assert p._ar_token_s == pytest.approx(ring, rel=1e-9)  # type: ignore[attr-defined]
+    one = parse_profile(physical_profile(arch, load_gpu("h100-80gb"), count=2), "h").estimator
+    assert one.allreduce_fast_bytes == 64 * 2**20  # type: ignore[attr-defined]
+    # a kind with no measurement keeps one latency at any size, the link at its datasheet
+    pcie = parse_profile(physical_profile(arch, load_gpu("h100-pcie"), count=4), "p").estimator
+    assert pcie.allreduce_nccl is None and pcie.link_eff == 1.0  # type: ignore[attr-defined]
+
+
+def test_the_all_reduce_fit_reads_vidurs_measurements() -> None:
+    from wispsim.study.allreduce_fit import fit
+
+    table = fit()
+    assert set(table["interconnect"]) == {"nvlink3", "nvlink4"}
+    assert set(table["gpus"]) == {2, 4, 8}
+    assert (table["efficiency"].between(0.4, 1.0)).all() and (table["latency_us"] > 10).all()
+    assert (table["max_error"] < 0.35).all()
+
+
 def test_the_same_model_is_priced_by_each_generations_kernels() -> None:
     arch = load_arch("qwen3-32b")
     a100 = parse_profile(physical_profile(arch, load_gpu("a100-80gb")), "a").estimator

@@ -5,9 +5,11 @@ instead of re-submitting them."""
 
 from __future__ import annotations
 
+from itertools import count
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import simpy
 import yaml
@@ -17,6 +19,7 @@ from wispsim.config import ServerConfig
 from wispsim.config.server import HostConfig
 from wispsim.errors import ConfigError
 from wispsim.model.host_cpu import HostCPU, for_server, host_cpu, measured_terms
+from wispsim.model.profiles import load_profile
 from wispsim.model.roofline import Roofline
 from wispsim.model.verifier_kinds import verifier_kind
 from wispsim.sim.front import GenerationFront
@@ -113,6 +116,55 @@ def test_api_processes_serve_first_come_first_served_by_connection() -> None:
     at = dict((rid, t) for t, rid in engine.got)
     assert at[0] == pytest.approx(service) and at[1] == pytest.approx(service)
     assert at[2] == pytest.approx(2 * service) and at[3] == pytest.approx(2 * service)
+
+
+def _streaming(count: int = 1) -> HostCPU:
+    """A host whose API servers cost only a response's output: 1 ms a step's message, 0.1 ms a
+    token, 0.5 ms a chunk (round numbers, not the shipped terms)."""
+    zero = dict.fromkeys(("step", "request", "arrival", "session", "token"), 0.0)
+    api = {"api_request": 0.0, "api_session": 0.0, "api_ids": 0.0, "api_text": 0.0}
+    return HostCPU(**zero, **api, api_step=1e-3, api_token=1e-4, api_chunk=5e-4, api_servers=count)
+
+
+def test_a_steps_outputs_stream_through_each_api_server_in_turn() -> None:
+    """Each process that streams any of a step's outputs reads the step's message once, then
+    writes its responses' chunks one after another; the two processes work side by side."""
+    env = simpy.Environment()
+    front = GenerationFront(env, _Engine(env), _streaming(count=2), 0.0)  # type: ignore[arg-type]
+    delays = front.stream([(0, 1), (2, 1), (1, 3)])  # rids 0 and 2 on process 0, 1 on process 1
+    assert delays == pytest.approx([1.6e-3, 2.2e-3, 1.8e-3])
+    # a step ending while process 0 still streams the last one's waits for it
+    assert front.stream([(4, 1)]) == pytest.approx([2.2e-3 + 1.6e-3])
+    assert _streaming().api(False, chat=True) == 0.0  # no chat term here
+
+
+def test_a_response_is_done_when_its_last_chunk_leaves_the_api_server(tmp_path: Path) -> None:
+    """End to end through the engine: the same responses with the output path costed end later
+    by at least a step's message and a chunk, and every chunk time moves with them."""
+    from wispsim.model.latency import Pricing, make_latency
+    from wispsim.sim.centralized import CentralizedServer
+    from wispsim.sim.generation import Generation
+
+    prof = load_profile(str(write_profile(tmp_path / "p.yaml")))
+    ends: list[dict[int, float]] = []
+    chunk_log: list[dict[int, list[float]]] = []
+    for host in (None, _streaming()):
+        env = simpy.Environment()
+        chunks: dict[int, list[float]] = {}
+        pricing = Pricing(make_latency(prof, ServerConfig(), np.random.default_rng(0)), None)
+        engine = CentralizedServer(env, 4096, 16, 8, 2048, pricing, [], count(), chunk_times=chunks)
+        front = GenerationFront(env, engine, host, 0.0) if host is not None else engine
+        done: dict[int, float] = {}
+        for rid in range(3):
+            ev = front.submit(Generation(rid, 64, 5, env.event()))
+            ev.callbacks.append(lambda e, rid=rid, done=done: done.__setitem__(rid, e.env.now))
+        env.run()
+        ends.append(done)
+        chunk_log.append(chunks)
+    for rid in range(3):
+        assert ends[1][rid] >= ends[0][rid] + 1e-3 + 5e-4 + 1e-4
+        assert len(chunk_log[1][rid]) == len(chunk_log[0][rid]) == 5
+        assert all(b > a for a, b in zip(chunk_log[0][rid], chunk_log[1][rid], strict=True))
 
 
 def test_a_router_counts_what_the_api_servers_still_hold() -> None:

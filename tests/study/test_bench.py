@@ -44,7 +44,9 @@ def test_one_request_alone_has_exact_figures(profile) -> None:  # type: ignore[n
 def test_with_the_host_cpu_a_step_pays_the_engine_core_and_a_prompt_its_tokenization() -> None:
     """A profile calibrated beside the host-CPU model (``roofline.host_cpu_speed``): one prompt
     alone waits the front end's latency and its tokenization in the API server, every step takes
-    its GPU time plus the engine core's CPU (no async scheduling), the first hashing the prompt."""
+    its GPU time plus the engine core's CPU (no async scheduling), the first hashing the prompt,
+    and every chunk reaches the client once the API server has read the step's message and
+    written it (the same delay on each, so TPOT is the steps')."""
     from wispsim.model.host_cpu import host_cpu
 
     data = physical_profile(
@@ -59,10 +61,13 @@ def test_with_the_host_cpu_a_step_pays_the_engine_core_and_a_prompt_its_tokeniza
     prefill = est.batch(100, 100 * 100, 0, 1, 1) + host.engine(1, 1, 0, 100)
     decodes = [est.batch(1, 100 + k + 1, 100 + k, 1, 0) + host.engine(1, 0, 0, 0) for k in range(4)]
     front = 0.010 + host.api(False, text=100)
+    stream = host.api_step + host.stream(1)
+    assert stream > 0
     assert res.responses.frontend_s.iloc[0] == pytest.approx(front)
     f = res.figures()
-    assert f["ttft_median_ms"] == pytest.approx((front + prefill) * 1e3)
+    assert f["ttft_median_ms"] == pytest.approx((front + prefill + stream) * 1e3)
     assert f["tpot_median_ms"] == pytest.approx(sum(decodes) / 4 * 1e3)
+    assert f["e2e_median_ms"] == pytest.approx((front + prefill + sum(decodes) + stream) * 1e3)
     # under async scheduling the engine core's CPU hides behind the GPU's work
     asyn = bench(
         prof, BenchRun(num_prompts=1, input_lens=[100], output_lens=[5], concurrency=1, async_scheduling=True)

@@ -199,7 +199,12 @@ def bench(
         path = (ex.result_dir / name) if ex.result_dir is not None else name
         check_output_file(str(path).replace("{date}", "0"), "--result-filename", (".json",))
     server = Server(
-        max_num_seqs, max_num_batched_tokens, enable_prefix_caching, async_scheduling, gpu_memory_utilization
+        max_num_seqs,
+        max_num_batched_tokens,
+        enable_prefix_caching,
+        async_scheduling,
+        gpu_memory_utilization,
+        ex.endpoint,
     )
     with console.status(f"simulating {client.num_prompts} requests on {prof.name}"):
         result, _ = run_bench(prof, client, server, set_, ex.reporting)

@@ -163,6 +163,9 @@ class HostConfig:
     # the front end before the engine sees a response to generate: the profile's ``frontend``
     # latency (HTTP and tokenization) for each request; off: the engine alone, as before
     frontend: bool = False
+    # the endpoint centralized serving's clients call (vLLM's /v1/completions or
+    # /v1/chat/completions): chat adds its template per request in the API server
+    endpoint: Literal["completions", "chat"] = "completions"
 
     def __post_init__(self) -> None:
         require(

@@ -24,7 +24,11 @@ CPU caps steps per second instead of lengthening them.
 round), plus ``ids`` per prompt token sent as token ids (parsing and validating the list: a
 re-submitted round sends its whole sequence, a resident round its new tokens) or ``text`` per
 prompt token sent as text (tokenization). ``api_server_count`` processes share the requests by
-connection (a device's requests go to one process).
+connection (a device's requests go to one process). A response's tokens come back through the
+same process: ``step`` per engine step whose outputs it receives (the engine core's message,
+walked once), ``token`` per output token (detokenizing: vLLM V1's output processor runs there) and
+``chunk`` per streamed chunk (a server-sent event formatted and written), serial with the rest
+(``benchmarks/vllm/stream_cost.py``); the chat endpoint adds ``chat`` per request (its template).
 
 All times are the measuring host's, divided by ``server.host.cpu_speed`` (2 = a CPU twice as fast).
 The measuring host is a 2-core cloud VM, slower than a GPU server's CPU: at speed 1 these costs
@@ -48,7 +52,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 ENGINE_TERMS = ("step", "request", "arrival", "session", "token")
-API_TERMS = ("request", "session", "ids", "text")
+API_TERMS = ("request", "session", "ids", "text", "step", "token", "chunk", "chat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,10 @@ class HostCPU:
     api_session: float
     api_ids: float
     api_text: float
+    api_step: float = 0.0
+    api_token: float = 0.0
+    api_chunk: float = 0.0
+    api_chat: float = 0.0
     api_servers: int = 1
     async_scheduling: bool = False
 
@@ -95,12 +103,21 @@ class HostCPU:
             return gpu if gpu >= cpu else cpu
         return gpu + cpu
 
-    def api(self, resident: bool, ids: int = 0, text: int = 0) -> float:
+    def api(self, resident: bool, ids: int = 0, text: int = 0, chat: bool = False) -> float:
         """An API server's CPU seconds for one request carrying ``ids`` prompt tokens as token ids
-        (a verification round) and ``text`` as text (a user's prompt, tokenized)."""
+        (a verification round) and ``text`` as text (a user's prompt, tokenized; ``chat``: through
+        the chat endpoint, its template applied)."""
         return (
-            (self.api_session if resident else self.api_request) + self.api_ids * ids + self.api_text * text
+            (self.api_session if resident else self.api_request)
+            + self.api_ids * ids
+            + self.api_text * text
+            + (self.api_chat if chat else 0.0)
         )
+
+    def stream(self, tokens: int) -> float:
+        """An API server's CPU seconds for one response's chunk of ``tokens`` output tokens (its
+        share of the step's message is :attr:`api_step`, once per step and process)."""
+        return self.api_chunk + self.api_token * tokens
 
 
 @cache
@@ -132,6 +149,10 @@ def host_cpu(speed: float = 1.0, api_servers: int = 1, async_scheduling: bool = 
         api_session=a["session"] * s,
         api_ids=a["ids"] * s,
         api_text=a["text"] * s,
+        api_step=a["step"] * s,
+        api_token=a["token"] * s,
+        api_chunk=a["chunk"] * s,
+        api_chat=a["chat"] * s,
         api_servers=api_servers,
         async_scheduling=async_scheduling,
     )

@@ -88,10 +88,37 @@ def generation_efficiency(generation: str) -> dict[str, Any]:
 
 def allreduce_ms(interconnect: str) -> float:
     """One small all-reduce's latency over an interconnect kind (wispsim/data/interconnects.yaml)."""
+    return float(_interconnect(interconnect)["allreduce_us"]) / 1e3
+
+
+def _interconnect(kind: str) -> dict[str, Any]:
     table = _yaml("interconnects.yaml")
-    if interconnect not in table:
-        raise ConfigError("interconnects.yaml", interconnect, f"unknown; known: {', '.join(table)}")
-    return float(table[interconnect]["allreduce_us"]) / 1e3
+    if kind not in table:
+        raise ConfigError("interconnects.yaml", kind, f"unknown; known: {', '.join(table)}")
+    return dict(table[kind])
+
+
+def _by_gpus(table: dict[Any, Any], tp: int) -> Any:
+    """The entry for ``tp`` GPUs: the nearest listed count at or below it (else the smallest)."""
+    counts = sorted(int(k) for k in table)
+    below = [c for c in counts if c <= tp]
+    return table[below[-1] if below else counts[0]]
+
+
+def allreduce_facts(interconnect: str, tp: int) -> dict[str, float]:
+    """What a ``tp``-GPU all-reduce over ``interconnect`` costs by message size (interconnects.yaml):
+    the fast path's latency (ms) and its largest message (MB), NCCL's latency beyond it (ms) and
+    the fraction of the link bandwidth either reaches. Empty for one GPU or a kind not measured."""
+    entry = _interconnect(interconnect)
+    nccl = entry.get("nccl") or (_interconnect(entry["nccl_as"]).get("nccl") if "nccl_as" in entry else None)
+    if tp <= 1 or not nccl:
+        return {}
+    fast, at = entry.get("fast_path_mb") or {}, _by_gpus(nccl, tp)
+    return {
+        "allreduce_nccl": float(at["latency_us"]) / 1e3,
+        "link": float(at["efficiency"]),
+        "allreduce_fast_mb": float(_by_gpus(fast, tp)) if fast else 0.0,
+    }
 
 
 ACTIVATION_RESERVE_GIB = 1.5  # per GPU, the server's default (server.engine.activation_reserve_gib)
@@ -169,14 +196,21 @@ def physical_profile(
         "kernels": {k: gen[k] for k in ("kernel_us", "elementwise_floor_us", "activation_passes")},
         "overhead_ms": {**cal.get("overhead_ms", {}), "allreduce": allreduce_ms(gpu.interconnect)},
     }
+    ar = allreduce_facts(gpu.interconnect, count)  # by message size, where measured
+    if ar:
+        chosen["overhead_ms"]["allreduce_nccl"] = ar["allreduce_nccl"]
+        chosen["efficiency"]["link"] = ar["link"]
+        chosen["kernels"]["allreduce_fast_mb"] = ar["allreduce_fast_mb"]
     if arch.moe_layers and arch.experts > 1:  # routed experts run as grouped GEMMs
         chosen["efficiency"].update({k: gen[k] for k in ("expert_bandwidth", "expert_compute")})
         chosen["kernels"]["expert_kernel_us"] = gen["expert_kernel_us"]
     if cal.get("host_cpu_speed") is not None:  # calibrated beside the host-CPU model
         chosen["host_cpu_speed"] = cal["host_cpu_speed"]
     params = dict(params or {})
-    if isinstance(params.get("overhead_ms"), dict):  # the all-reduce latency is the interconnect's
-        params["overhead_ms"] = {k: v for k, v in params["overhead_ms"].items() if k != "allreduce"}
+    if isinstance(params.get("overhead_ms"), dict):  # the all-reduce latencies are the interconnect's
+        params["overhead_ms"] = {
+            k: v for k, v in params["overhead_ms"].items() if k not in ("allreduce", "allreduce_nccl")
+        }
     for key, v in params.items():
         chosen[key] = {**chosen[key], **v} if isinstance(v, dict) and isinstance(chosen.get(key), dict) else v
     tp = "" if count == 1 else f"{count}x"
@@ -235,7 +269,8 @@ def physical_profile(
                 f"architecture facts of {arch.hf_name} ({arch.name}), "
                 f"GPU facts ({gpu.key}: {gpu.source or 'wispsim/data/gpus.yaml'}), "
                 f"kernel efficiencies of the {gpu.generation} generation (wispsim/data/efficiency.yaml), "
-                f"all-reduce latency of {gpu.interconnect} (wispsim/data/interconnects.yaml), engine "
+                f"all-reduce by message size over {gpu.interconnect} (wispsim/data/interconnects.yaml), "
+                "engine "
                 f"overheads from the '{calibration_name}' calibration (wispsim/data/roofline.yaml)"
             ),
             "command": command,
@@ -258,6 +293,7 @@ KERNELS = {
     "elementwise_floor_us": 1000.0,
     "activation_passes": 100.0,
     "expert_kernel_us": 1000.0,
+    "allreduce_fast_mb": 1e6,
 }
 # roofline parameters: allowed ranges (efficiencies are fractions of a datasheet peak)
 ROOFLINE_EFFICIENCY_RANGE = (0.01, 1.0)
@@ -402,6 +438,9 @@ def parse_roofline(
         request=o.get("request", 0.0) / 1e3,
         arrival=o.get("arrival", 0.0) / 1e3,
         allreduce=o.get("allreduce", ALLREDUCE_LATENCY_S * 1e3) / 1e3,
+        allreduce_nccl=o["allreduce_nccl"] / 1e3 if "allreduce_nccl" in o else None,
+        link_eff=e.get("link", 1.0),
+        allreduce_fast_bytes=kn["allreduce_fast_mb"] * 2**20 if "allreduce_fast_mb" in kn else math.inf,
         matmul_kernel=kn.get("kernel_us", 0.0) / 1e6,
         elementwise_floor=kn.get("elementwise_floor_us", 0.0) / 1e6,
         activation_passes=kn.get("activation_passes", 0.0),

@@ -8,7 +8,8 @@ costs, per GPU::
       + W(n) / (B * e_bw)  (+)  F_lin * N_linear / (P * e_flop)       linear layers
       + min(grouped, one by one)                                       routed experts (MoE)
       + kv * (N_cached + N_linear) / (B * e_bw)  (+)  F_att * N_interactions / (P * e_att)
-      + TP all-reduces: 2 x layers x (latency + bytes of N_linear activations / link)
+      + TP all-reduces: 2 x layers x (latency + 2 (tp - 1) / tp x bytes of N_linear activations
+                                      / (link x e_link))
       + layers x (GEMMs x matmul + groups x elementwise floor)     kernels' fixed latencies
       + activation_passes x 2 (hidden + intermediate / tp) x bytes x N_linear / (B * e_bw)
       + request * N_requests + arrival * N_arrivals
@@ -40,6 +41,10 @@ costs, per GPU::
   activations. All three are kernel facts of the GPU's generation (wispsim/data/efficiency.yaml,
   fitted by :mod:`wispsim.study.gpu_kernels` on public and recorded kernel timings), as are
   ``e_bw``, ``e_flop`` and ``p``;
+- all-reduce ``latency``: the engine's own all-reduce's (vLLM's custom all-reduce or symmetric
+  memory) for a message of at most its size limit, NCCL's beyond; ``e_link``: the fraction of the
+  link's datasheet bandwidth NCCL's ring reaches, by GPU count (Vidur's public measurements,
+  :mod:`wispsim.study.allreduce_fit`; wispsim/data/interconnects.yaml);
 - ``step``: what the engine spends per step besides the GPU's work (scheduling, input
   preparation, kernel launches not hidden by CUDA graphs, sampling); ``request``: per request in
   the pass (its input rows, sampling, streaming its output); ``arrival``: engine work per request
@@ -68,10 +73,10 @@ from wispsim.model.archs import Arch
 from wispsim.model.cost import AggregateCost
 
 # parameters a roofline profile fits, with their documented defaults and allowed ranges
-EFFICIENCIES = ("bandwidth", "compute", "attention", "expert_bandwidth", "expert_compute")
+EFFICIENCIES = ("bandwidth", "compute", "attention", "expert_bandwidth", "expert_compute", "link")
 # seconds; ``allreduce`` per all-reduce; ``frontend`` is latency, not GPU time: the profile's host
 # facts take it (module docstring)
-OVERHEADS = ("step", "request", "arrival", "allreduce", "frontend")
+OVERHEADS = ("step", "request", "arrival", "allreduce", "allreduce_nccl", "frontend")
 ALLREDUCE_LATENCY_S = 8e-6  # one small-message all-reduce over NVLink (order of vLLM's custom all-reduce)
 OVERLAP_RANGE = (1.0, 64.0)  # ``overlap``: 1 = memory and math add up; beyond 64 it is the max
 
@@ -108,7 +113,10 @@ class Roofline(AggregateCost):
     step: float = 0.0
     request: float = 0.0
     arrival: float = 0.0
-    allreduce: float = ALLREDUCE_LATENCY_S
+    allreduce: float = ALLREDUCE_LATENCY_S  # seconds: the engine's own all-reduce (small messages)
+    allreduce_nccl: float | None = None  # seconds: NCCL's, beyond the fast path; None: ``allreduce``
+    link_eff: float = 1.0  # the fraction of link_bandwidth an all-reduce reaches
+    allreduce_fast_bytes: float = math.inf  # the largest message the engine's own all-reduce takes
     activation_bytes: int = 2  # all-reduced activations are bf16
     matmul_kernel: float = 0.0  # seconds: a matmul kernel's fixed latency, four per layer
     elementwise_floor: float = 0.0  # seconds per layer: the least its elementwise kernels take
@@ -129,6 +137,8 @@ class Roofline(AggregateCost):
     _kv_s: float = field(init=False, repr=False, compare=False)  # KV of one token
     _pair_s: float = field(init=False, repr=False, compare=False)  # one query-key interaction
     _ar_fixed_s: float = field(init=False, repr=False, compare=False)  # all-reduce latencies per pass
+    _ar_nccl_s: float = field(init=False, repr=False, compare=False)  # the same beyond the fast path
+    _ar_fast_n: float = field(init=False, repr=False, compare=False)  # tokens the fast path takes
     _ar_token_s: float = field(init=False, repr=False, compare=False)  # all-reduce bytes of one token
     _kernels_s: float = field(init=False, repr=False, compare=False)  # fixed kernel latencies per pass
     _act_s: float = field(init=False, repr=False, compare=False)  # elementwise traffic of one token
@@ -144,6 +154,7 @@ class Roofline(AggregateCost):
         )
         one = self.arch.routed_bytes_read(1, self.weight_dtype_bytes) / self.tp  # k experts per layer
         per_expert = 0.0 if dense else one / self.arch.touched_experts(1)
+        nccl = self.allreduce if self.allreduce_nccl is None else self.allreduce_nccl
         values = {
             "_expert_bytes": per_expert,  # one expert reached in every MoE layer, per GPU
             "_weights_s": self.weight_bytes_read(1) / bw if dense else 0.0,
@@ -158,7 +169,13 @@ class Roofline(AggregateCost):
             "_kv_s": self.kv_bytes / bw,
             "_pair_s": self.attention_flops / (self.peak_flops * self.attention_eff),
             "_ar_fixed_s": 2 * self.arch.layers * self.allreduce if self.tp > 1 else 0.0,
-            "_ar_token_s": 2 * self.arch.layers * per_token / self.link_bandwidth if self.tp > 1 else 0.0,
+            "_ar_nccl_s": 2 * self.arch.layers * nccl if self.tp > 1 else 0.0,
+            "_ar_fast_n": self.allreduce_fast_bytes / (self.arch.hidden_size * self.activation_bytes),
+            "_ar_token_s": (
+                2 * self.arch.layers * per_token / (self.link_bandwidth * self.link_eff)
+                if self.tp > 1
+                else 0.0
+            ),
         }
         for k, v in values.items():
             object.__setattr__(self, k, v)
@@ -232,7 +249,7 @@ class Roofline(AggregateCost):
             + self._kernels_s
             + hi
             + a_hi
-            + self._ar_fixed_s
+            + (self._ar_fixed_s if n_linear <= self._ar_fast_n else self._ar_nccl_s)
             + (self._ar_token_s + self._act_s) * n_linear
             + self.request * n_requests
             + self.arrival * n_arrivals
@@ -256,8 +273,11 @@ class Roofline(AggregateCost):
 
     def allreduce_time(self, n_linear: float) -> float:
         """Two all-reduces per layer (after attention and after the MLP) of the pass's
-        activations, ring algorithm: each GPU sends and receives 2 (tp - 1) / tp of them."""
-        return self._ar_fixed_s + self._ar_token_s * n_linear
+        activations, ring algorithm: each GPU sends and receives 2 (tp - 1) / tp of them at
+        ``link_eff`` of the link; a message the engine's own all-reduce takes (at most
+        ``allreduce_fast_bytes``) pays its latency, a larger one NCCL's."""
+        fixed = self._ar_fixed_s if n_linear <= self._ar_fast_n else self._ar_nccl_s
+        return fixed + self._ar_token_s * n_linear
 
     def marginal(self, l_new: int, l_cached: int) -> float:
         """What one request adds to a large batch (the scheduler's ``v_i``): its tokens through

@@ -184,6 +184,7 @@ class Server:
     enable_prefix_caching: bool = True
     async_scheduling: bool = True
     gpu_memory_utilization: float = 0.9
+    endpoint: str = "completions"  # the API server's endpoint the client calls (server.host.endpoint)
 
 
 def check(c: Client, s: Server) -> None:
@@ -235,6 +236,8 @@ def run_bench(
     the simulated result. ``sets``: scenario fields beyond vLLM's flags (``--set``), honoured as a
     run honours them."""
     check(c, s)
+    if s.endpoint != "completions" and not any(x.startswith("server.host.endpoint=") for x in sets or []):
+        sets = [*(sets or []), f"server.host.endpoint={s.endpoint}"]
     overrides = parse_set(sets) if sets else None
     rate = rate_of(c.request_rate)
     tokens_default, seqs_default = vllm_defaults(prof.gpu_memory_gib, prof.gpu)
@@ -299,6 +302,7 @@ def run_bench(
                 "async_scheduling": s.async_scheduling,
                 "gpu_memory_utilization": s.gpu_memory_utilization,
                 "tensor_parallel_size": prof.gpu_count,
+                "endpoint": s.endpoint,
             },
             "set": list(sets or []),
             "simulated_steps": res.steps,

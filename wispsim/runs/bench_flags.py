@@ -37,6 +37,7 @@ HONOURED: dict[str, int | str] = {
     "--label": 1,
     "--metadata": "*",
     "--backend": 1,
+    "--endpoint": 1,
     "--tokenizer": 1,
     "--input-len": 1,
     "--output-len": 1,
@@ -77,7 +78,6 @@ CLIENT_ONLY: dict[str, int | str] = {
             "--host",
             "--port",
             "--base-url",
-            "--endpoint",
             "--served-model-name",
             "--tokenizer-mode",
             "--logprobs",
@@ -241,6 +241,7 @@ class Extras:
     result_dir: Path | None = None
     append_result: bool = False
     backend: str = "openai"
+    endpoint: str = "completions"  # the API server's: completions or chat (server.host.endpoint)
     tokenizer: str | None = None
     input_len: int | None = None
     output_len: int | None = None
@@ -253,6 +254,21 @@ class Extras:
     self_timed: bool | None = None
     ramp_up: tuple[str, float, float] | None = None
     ignored: tuple[str, ...] = ()
+
+
+def _endpoint(backend: str, path: str | None) -> str:
+    """Which of the API server's endpoints the benchmark calls: ``chat`` for ``--backend
+    openai-chat`` or an ``--endpoint`` ending in ``/chat/completions``, else ``completions``."""
+    if path is not None:
+        p = str(path).rstrip("/")
+        if p.endswith("/chat/completions"):
+            return "chat"
+        if not p.endswith("/completions"):
+            raise ConfigError(
+                "--endpoint", "endpoint", f"got {path!r}; allowed: /v1/completions, /v1/chat/completions"
+            )
+        return "completions"
+    return "chat" if backend == "openai-chat" else "completions"
 
 
 def extras_of(args: list[str]) -> Extras:
@@ -305,6 +321,7 @@ def extras_of(args: list[str]) -> Extras:
         result_dir=Path(f["--result-dir"]) if "--result-dir" in f else None,
         append_result="--append-result" in f,
         backend=backend,
+        endpoint=_endpoint(backend, f.get("--endpoint")),
         tokenizer=f.get("--tokenizer"),
         input_len=_int(f, "--input-len", None),
         output_len=out_len,
@@ -338,7 +355,8 @@ EPILOG = "\n\n".join(
         + ", ".join(sorted(HONOURED))
         + " (--ignore-eos: simulated outputs always run to their length; --percentile-metrics "
         "defaults to ttft,tpot,itl,e2el; custom prompts are counted through the tokenizer's chat "
-        "template unless --skip-chat-template, as vLLM's).",
+        "template unless --skip-chat-template, as vLLM's; --backend openai-chat or --endpoint "
+        "/v1/chat/completions: the API server applies the chat template to each request).",
         "Accepted and ignored (they concern only the real client: where the server is, sampling, "
         "tokenizer modes, plots, warm-ups): " + ", ".join(sorted(CLIENT_ONLY)) + ".",
         "Refused when set (not modelled): "

@@ -4,9 +4,10 @@ The scheduling is pure and lives in :class:`wispsim.model.continuous.ContinuousB
 grow with recompute preemption, compose chunked-prefill steps, commit) over one block manager;
 this is the engine loop around it, vLLM's ``EngineCore.step``: schedule -> price -> run -> commit.
 A response whose last prefill chunk runs in a step gets its first token from that step; its
-``done`` event succeeds with :class:`~wispsim.sim.generation.Served` once its last token is out
-(the step that gave the first token, the chunks, and its times at the engine: when it arrived,
-when the first step it could join began, when the first step that ran it began).
+``done`` event succeeds with :class:`~wispsim.sim.generation.Served` once its last token is out of
+the API server that streams it (:mod:`wispsim.sim.front`; when its first chunk was, the chunks,
+and its times at the engine: when it arrived, when the first step it could join began, when the
+first step that ran it began).
 
 With server-side speculation (``spec``, :mod:`wispsim.model.speculation`) a decoding response's
 step verifies ``k + 1`` tokens (L_new = k + 1), holds KV for them (vLLM's lookahead slots), and
@@ -17,7 +18,7 @@ with the step's noise draw. A step's tokens reach the device as one chunk.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from itertools import count
 from typing import Any
 
@@ -73,6 +74,9 @@ class CentralizedServer:
         self._steps = 0  # steps begun
         # responses waiting for the step they could first join to begin, by that step's number
         self._eligible: dict[int, list[Sequence]] = {}
+        # the API servers a step's outputs pass before they stream out: given (response id, tokens)
+        # of each response the step gave tokens, the delay of each (wispsim.sim.front); None: none
+        self.outputs: Callable[[list[tuple[int, int]]], list[float]] | None = None
         env.process(self.loop())
 
     @property
@@ -120,13 +124,18 @@ class CentralizedServer:
             self._in_step = True
             yield env.timeout(step.latency)
             self._in_step = False
-            before = [s.chunks for s, _ in step.work] if self.chunk_times is not None else None
+            track = self.chunk_times is not None or self.outputs is not None
+            before = [(s.chunks, s.generated) for s, _ in step.work] if track else None
             finished = batcher.commit(step, env.now)
-            if before is not None:
-                self._log_chunks(step, before)
+            delays = self._deliver(step, before) if before is not None else {}
             for s in finished:
                 eligible = s.t_eligible if s.t_eligible <= s.scheduled else s.scheduled
-                s.item.done.succeed(Served(s.first, s.chunks, s.submitted, eligible, s.scheduled))
+                served = Served(s.first, s.chunks, s.submitted, eligible, s.scheduled)
+                delay = delays.get(s.item.rid, 0.0)
+                if delay > 0.0:
+                    env.timeout(delay).callbacks.append(lambda _, d=s.item.done, v=served: d.succeed(v))
+                else:
+                    s.item.done.succeed(served)
             self.batches.append(
                 BatchRecord(
                     bid,
@@ -148,14 +157,23 @@ class CentralizedServer:
                 )
             )
 
-    def _log_chunks(self, step: Step, before: list[int]) -> None:
-        """Keep the step's end as a chunk time of every response it gave tokens."""
-        log = self.chunk_times
-        assert log is not None
+    def _deliver(self, step: Step, before: list[tuple[int, int]]) -> dict[int, float]:
+        """The step's outputs through the API servers (``outputs``; none: at the step's end):
+        returns each response's delay until its chunk is streamed, moves a first chunk's time to
+        it, and keeps every chunk's time where a benchmark asks (``chunk_times``)."""
         now = self.env.now
-        for (s, _), b in zip(step.work, before, strict=True):
-            if s.chunks > b:
-                log.setdefault(s.item.rid, []).append(now)
+        got = [(s, s.generated - g) for (s, _), (c, g) in zip(step.work, before, strict=True) if s.chunks > c]
+        delays = self.outputs([(s.item.rid, n) for s, n in got]) if self.outputs is not None else None
+        log = self.chunk_times
+        out: dict[int, float] = {}
+        for i, (s, _) in enumerate(got):
+            d = delays[i] if delays is not None else 0.0
+            out[s.item.rid] = d
+            if s.chunks == 1:
+                s.first = now + d
+            if log is not None:
+                log.setdefault(s.item.rid, []).append(now + d)
+        return out
 
     def _price(self, step: Step) -> None:
         """The step's estimate and time by its parts: the GPU's pass (the drafter's passes added,

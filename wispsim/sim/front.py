@@ -14,7 +14,11 @@ What a request costs there is the serving component's: a verification round pars
 (all of them re-submitted, its new ones resident: the verifier's kind,
 :mod:`wispsim.model.verifier_kinds`); a response to generate has its text prompt tokenized, after
 the front end's latency. The front end's latency is charged to responses only, as it was
-calibrated (on public benchmark runs of centralized serving).
+calibrated (on public benchmark runs of centralized serving). A response's tokens come back the
+same way: each engine step's outputs pass the API-server processes that stream them, one after
+another, before they reach the client (:meth:`GenerationFront.stream`; vLLM V1 detokenizes and
+writes server-sent events in that process), so a busy API server delays first tokens, stretches
+the gaps between chunks and, in a closed loop, the next request.
 
 A front counts what it holds, not yet handed to the engine, in what a router reads of its replica
 (a real router counts the requests it sent and has no answer for: it cannot see the engine's
@@ -89,16 +93,49 @@ class RoundFront(_Front):
 class GenerationFront:
     """The front end and API servers in front of a centralized replica
     (:class:`~wispsim.sim.centralized.CentralizedServer`): ``frontend`` seconds, then (``host``)
-    the prompt tokenized by the connection's API-server process."""
+    the prompt tokenized by the connection's API-server process (``chat``: through the chat
+    endpoint), which also streams the response's tokens back (:meth:`stream`)."""
 
     def __init__(
-        self, env: simpy.Environment, engine: CentralizedServer, host: HostCPU | None, frontend: float
+        self,
+        env: simpy.Environment,
+        engine: CentralizedServer,
+        host: HostCPU | None,
+        frontend: float,
+        chat: bool = False,
     ) -> None:
         self.env = env
+        self.chat = chat  # clients call the chat endpoint (server.host.endpoint)
         self.engine = engine
         self.api = _Front(env, host) if host is not None else None
         self.frontend = frontend
         self.held: dict[Generation, None] = {}
+        if self.api is not None:
+            engine.outputs = self.stream
+
+    def stream(self, outputs: list[tuple[int, int]]) -> list[float]:
+        """One engine step's outputs, ``(response id, tokens)`` each, through the API servers: each
+        process that streams any of them receives the step's message (``step``) and then, in
+        order, detokenizes and writes each of its responses' chunks, serial with its other work.
+        Returns each output's delay from now until its chunk is out."""
+        api = self.api
+        assert api is not None
+        host, free, now = api.host, api.free_at, self.env.now
+        count = len(free)
+        t = [max(now, f) for f in free]
+        touched = [False] * count
+        delays = []
+        for rid, tokens in outputs:
+            p = rid % count
+            if not touched[p]:
+                touched[p] = True
+                t[p] += host.api_step
+            t[p] += host.stream(tokens)
+            delays.append(t[p] - now)
+        for p in range(count):
+            if touched[p]:
+                free[p] = t[p]
+        return delays
 
     def _hand(self, g: Generation) -> None:
         del self.held[g]
@@ -106,7 +143,8 @@ class GenerationFront:
 
     def _api(self, g: Generation) -> None:
         assert self.api is not None
-        delay = self.api._serve(g.rid, self.api.host.api(False, text=g.prompt))  # a text prompt, tokenized
+        # a text prompt, tokenized (through the chat template where clients call the chat endpoint)
+        delay = self.api._serve(g.rid, self.api.host.api(False, text=g.prompt, chat=self.chat))
         self.env.timeout(delay).callbacks.append(lambda _: self._hand(g))
 
     def submit(self, g: Generation) -> simpy.Event:

@@ -49,7 +49,8 @@ class Generation:
 
 
 class Served(NamedTuple):
-    """A generated response's ``done`` value: when the step that gave its first token ended, how
+    """A generated response's ``done`` value: when its first token left the server (the end of
+    the step that gave it, plus the API server streaming it: :mod:`wispsim.sim.front`), how
     many chunks its tokens streamed in (one per step that gave it tokens), and its times at the
     server (NaN where a server does not say): it reached the engine, the first step it could join
     began (under async scheduling the one after next), the first step that ran it began."""

@@ -183,5 +183,6 @@ def centralized_servers(ctx: RunContext, resolved: Resolved) -> Any:
             chunk_times=ctx.recorder.chunk_times,
         )
         front = host is not None or frontend > 0
-        out.append(GenerationFront(ctx.env, engine, host, frontend) if front else engine)
+        chat = srv.host.endpoint == "chat"
+        out.append(GenerationFront(ctx.env, engine, host, frontend, chat) if front else engine)
     return CentralRouter(out, srv.router) if srv.replicas > 1 else out[0]

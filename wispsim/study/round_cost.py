@@ -162,8 +162,58 @@ def api_cpu(path: Path) -> pd.DataFrame:
     return df
 
 
+STREAM_COLUMNS = ("endpoint", "stream", "concurrency", "max_tokens", "requests", "output_tokens", "chunks",
+                  "steps", "wall_s", "api_cpu_s")  # fmt: skip
+STREAM_TERMS = ("request", "chat", "token", "chunk", "step")
+
+
+def stream_cpu(path: Path) -> pd.DataFrame:
+    """``stream_cost.py``'s table: per cell (endpoint, streamed or not, concurrency, ``max_tokens``),
+    the API-server process's CPU seconds for its requests, output tokens, chunks received and engine steps."""
+    df = read_table(path, kind="csv", columns=STREAM_COLUMNS)
+    src = str(path)
+    bad = sorted(set(df["endpoint"]) - {"completions", "chat", "reference"})
+    if bad:
+        raise ConfigError(src, "endpoint", f"got {bad[0]!r}; allowed: completions, chat, reference")
+    for c in STREAM_COLUMNS[2:]:
+        df[c] = numeric_column(df, c, src, lo=None if c == "api_cpu_s" else 0)
+    return df
+
+
+def stream_terms(df: pd.DataFrame, measuring_round_ms: float | None = None) -> dict[str, float]:
+    """The API server's CPU for a response by its parts, ms (non-negative least squares over the
+    cells, each cell's relative error weighted equally)::
+
+        cpu = request x N + chat x N_chat + token x N_tokens + chunk x N_chunks + step x N_steps
+
+    ``step``: the engine's steps (each one message to the API server, walked once), ``token``:
+    output tokens (detokenized), ``chunk``: streamed chunks (a server-sent event each). Also the
+    fit's median and largest absolute relative error over the cells, and ``host_scale``: where the
+    table has its ``reference`` row (a verification round as ``api_cost.py`` measures it) and the
+    measuring host's round is given (``measuring_round_ms``), the parts are scaled by the measuring
+    host's round over this host's, so that every term is the measuring host's (1 otherwise)."""
+    from scipy.optimize import nnls
+
+    ref = df[df["endpoint"] == "reference"]
+    df = df[df["endpoint"] != "reference"]
+    scale = 1.0
+    if measuring_round_ms is not None and len(ref):
+        here = float((ref["api_cpu_s"] / ref["requests"]).median()) * 1e3
+        scale = measuring_round_ms / here if here > 0 else 1.0
+
+    n = df["requests"].to_numpy(float)
+    x = np.column_stack([n, n * (df["endpoint"] == "chat"), df["output_tokens"], df["chunks"], df["steps"]])
+    y = df["api_cpu_s"].to_numpy(float) * 1e3
+    w = 1.0 / np.maximum(y, 1e-9)
+    coef, _ = nnls(x * w[:, None], y * w)
+    err = np.abs(x @ coef / y - 1.0)
+    return {**{t: float(c) * scale for t, c in zip(STREAM_TERMS, coef, strict=True)},
+            "median_error": float(np.median(err)), "max_error": float(err.max()),
+            "host_scale": scale}  # fmt: skip
+
+
 def host_cpu_terms(
-    fits: pd.DataFrame, cpu: pd.DataFrame, tokenize: pd.DataFrame
+    fits: pd.DataFrame, cpu: pd.DataFrame, tokenize: pd.DataFrame, stream: dict[str, float] | None = None
 ) -> dict[str, dict[str, float]]:
     """The simulator's host-CPU terms in ms (:mod:`wispsim.model.host_cpu`):
 
@@ -173,7 +223,9 @@ def host_cpu_terms(
       fitted as ``request + ids * tokens`` over the prefixes (the ids are parsed and validated,
       not tokenized); ``session`` is ``request`` less what the in-process timers measured a
       resident round to save (the ``api`` fit's arrival - session); ``text`` is tokenization per
-      prompt token of a text prompt (median of the random-dataset prompts, ``tokenize_cost.py``).
+      prompt token of a text prompt (median of the random-dataset prompts, ``tokenize_cost.py``);
+      ``step``, ``token``, ``chunk`` and ``chat``: a response's output through the process and the
+      chat endpoint's extra (``stream``: :func:`stream_terms`; 0 without it).
     """
     from scipy.optimize import nnls
 
@@ -191,5 +243,6 @@ def host_cpu_terms(
             "session": max(float(request) - saved, 0.0),
             "ids": float(ids),
             "text": float(text["us_per_token"].median()) / 1e3,
+            **{t: float((stream or {}).get(t, 0.0)) for t in ("step", "token", "chunk", "chat")},
         },
     }

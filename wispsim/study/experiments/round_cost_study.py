@@ -114,14 +114,17 @@ def _host_cpu_terms(
         cpu[["prefix", "rounds", "api_cpu_ms", "engine_cpu_ms"]], ("prefix", "rounds"), "{:.2f}"
     )
     tokenize = pd.read_csv(experiments_dir() / str(tok_rel))
-    terms = round_cost.host_cpu_terms(fits, cpu, tokenize)
+    measuring = cpu.loc[cpu["prefix"] == cpu["prefix"].min(), "api_cpu_ms"]
+    stream = _stream(ctx, sec, float(measuring.iloc[0]) if len(measuring) else None)
+    terms = round_cost.host_cpu_terms(fits, cpu, tokenize, stream)
     sec.body += [
         "",
         "The simulator's host-CPU terms (ms; `wispsim/data/host_cpu.yaml`, "
         "`wispsim.model.host_cpu`): the engine core's are the engine and runner fits added, "
         "the API server's `request` and `ids` (per prompt token sent as ids) are fitted on its CPU "
         "per round above, `session` is `request` less what a resident round saves in-process, "
-        "`text` is tokenization per prompt token of a text prompt:",
+        "`text` is tokenization per prompt token of a text prompt, `step`, `token`, `chunk` and "
+        "`chat` a response's output and the chat endpoint's extra (the table before):",
         "",
     ]
     sec.body += md_table(
@@ -129,7 +132,49 @@ def _host_cpu_terms(
     )
     sec.facts["host_cpu"] = terms
     if ctx.spec.get("write_host_cpu") and not ctx.quick:
-        _write_host_cpu(terms, prov, [*sources, str(tok_rel)])
+        stream_rel = ctx.spec.get("stream_measurements")
+        _write_host_cpu(terms, prov, [*sources, str(tok_rel), *([str(stream_rel)] if stream_rel else [])])
+
+
+def _stream(ctx: Context, sec: Section, measuring_round_ms: float | None) -> dict[str, float] | None:
+    """A response's API-server CPU by its parts (``stream_cost.py``'s cells and their fit, scaled
+    to the measuring host by the round both hosts measured), or None where the spec names no
+    ``stream_measurements``."""
+    rel = ctx.spec.get("stream_measurements")
+    if not rel:
+        return None
+    path = experiments_dir() / str(rel)
+    cells = round_cost.stream_cpu(path)
+    fit = round_cost.stream_terms(cells, measuring_round_ms)
+    sprov = read_json(path.with_suffix(".json"))
+    shown = cells.assign(api_cpu_ms_per_request=1e3 * cells["api_cpu_s"] / cells["requests"])
+    sec.body += [
+        "",
+        f"A response through the API server (`{sprov.get('command', '?')}`, "
+        f"{sprov.get('date', '?')}, on {sprov.get('host', {}).get('cpu', '?')}; "
+        f"{sprov.get('model', '?')}): waves of C concurrent requests, 64-token text prompts, M "
+        "output tokens each (`max_tokens`, EOS ignored), to `/v1/completions` and "
+        "`/v1/chat/completions`, streamed and not; the API-server process's CPU (idle rate off), "
+        "the chunks the client received and the engine's steps (`vllm:iteration_tokens_total`'s "
+        "count):",
+        "",
+    ]
+    sec.body += _table(
+        shown[["endpoint", "stream", "concurrency", "max_tokens", "requests", "output_tokens", "chunks",
+               "steps", "api_cpu_ms_per_request"]],
+        ("concurrency", "max_tokens", "requests", "output_tokens", "chunks", "steps"), "{:.2f}",
+    )  # fmt: skip
+    sec.body += [
+        "",
+        "Fitted (non-negative least squares) and scaled to the measuring host, ms: "
+        + ", ".join(f"{t} {fit[t]:.4g}" for t in round_cost.STREAM_TERMS)
+        + f"; median error {100 * fit['median_error']:.0f}% (largest {100 * fit['max_error']:.0f}%) "
+        f"over the cells. The `reference` row is a verification round measured as above on that "
+        f"host; the measuring host's round ({measuring_round_ms:.2f} ms above) over it, "
+        f"{fit['host_scale']:.3g}, scales every part to the measuring host's speed.",
+    ]
+    sec.facts["stream"] = {"fit": fit, "measurements": str(rel)}
+    return fit
 
 
 def _write_host_cpu(terms: dict[str, dict[str, float]], prov: dict[str, Any], sources: list[str]) -> None:
