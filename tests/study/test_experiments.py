@@ -46,7 +46,8 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # the round-cost study reads the benchmark's measurements (benchmarks/vllm/round_cost.py)
     cost = work / "experiments" / "data" / "round-cost"
     cost.mkdir(parents=True)
-    for f in ("cpu.csv", "cpu.json", "api.csv", "api-cpu.csv", "api-load.csv", "api.json", "tokenize.csv"):
+    for f in ("cpu.csv", "cpu.json", "api.csv", "api-cpu.csv", "api-load.csv", "api.json", "tokenize.csv",
+              "stream.csv", "stream.json"):  # fmt: skip
         shutil.copyfile(ROOT / "experiments" / "data" / "round-cost" / f, cost / f)
     mp = pytest.MonkeyPatch()
     mp.chdir(work)
