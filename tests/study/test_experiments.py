@@ -218,6 +218,37 @@ def test_discussion_written_for_other_numbers_is_flagged(
     assert "The fit is good." in sec and "Caution" not in sec
 
 
+def test_a_discussion_is_re_rendered_under_the_stored_tables_without_a_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wispsim experiment discuss``: the edited prose and its pin replace the stored discussion;
+    the tables, the results hash and the report come from the stored run; a study never run is
+    refused by name (a one-line ConfigError)."""
+    import json
+
+    from wispsim.study.experiments.run import run_experiment
+
+    (tmp_path / "experiments").mkdir()
+    spec = "study: estimator\ndiscussion: The fit is good.\n"
+    (tmp_path / "experiments" / "est.yaml").write_text(spec)
+    monkeypatch.chdir(tmp_path)
+    out = run_experiment("est", False, lambda folder: None)
+    tables = (out / "section.md").read_text().split("**What it shows.**")[0]
+    digest = json.loads((out / "run.json").read_text())["results_hash"]
+    (tmp_path / "experiments" / "est.yaml").write_text(
+        "study: estimator\ndiscussion: The fit is better.\n" + f"discussion_for: {digest}\n"
+    )
+    r = CliRunner().invoke(app, ["experiment", "discuss", "est"])
+    assert r.exit_code == 0, r.output
+    sec = (out / "section.md").read_text()
+    assert sec.startswith(tables) and "The fit is better." in sec
+    assert "good" not in sec and "Caution" not in sec
+    assert "The fit is better." in (tmp_path / "experiments" / "REPORT.md").read_text()
+    (tmp_path / "experiments" / "new.yaml").write_text(spec)
+    r = CliRunner().invoke(app, ["experiment", "discuss", "new"])
+    assert "has no stored results" in str(r.exception)  # a ConfigError: `wispsim` exits 2 on it
+
+
 def test_point_key_follows_the_contents_of_the_files_it_reads(tmp_path: Path) -> None:
     """Editing a profile in place must not let stored points of the old profile be reused."""
     import dataclasses

@@ -1,4 +1,4 @@
-"""``wispsim experiment list|run``: the studies under ``experiments/`` (wispsim.study.experiments)."""
+"""``wispsim experiment list|run|discuss``: the studies under ``experiments/`` (wispsim.study.experiments)."""
 
 from __future__ import annotations
 
@@ -70,3 +70,27 @@ def run_cmd(
         console.print(f"[{i}/{len(todo)}] {name}: {time.perf_counter() - t0:.0f} s -> {out}")
     report = write_report(quick)
     console.print(f"report: {report}")
+
+
+@experiment_app.command("discuss")
+def discuss_cmd(
+    names: Annotated[list[str] | None, typer.Argument(help="Studies (names in experiments/).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every study run so far.")] = False,
+) -> None:
+    """Re-render the studies' discussions from experiments/*.yaml under their stored tables (no
+    rerun: prose and its discussion_for), and regenerate the report."""
+    from wispsim.study.experiments import list_experiments, refresh_discussion, write_report
+    from wispsim.study.experiments.spec import experiments_dir
+
+    if all_:
+        todo = [n for n in list_experiments() if (experiments_dir() / "data" / n / "run.json").is_file()]
+    else:
+        todo = list(names or [])
+    if not todo:
+        raise ConfigError(
+            "experiment discuss", "", "name a study or give --all (see `wispsim experiment list`)"
+        )
+    paths = [refresh_discussion(name) for name in todo]
+    for p in paths:
+        console.print(f"discussion: {p}")
+    console.print(f"report: {write_report(False)}")

@@ -30,7 +30,7 @@ from wispsim.study.experiments import (  # noqa: F401
     validation_scale_study,
     validation_study,
 )
-from wispsim.study.experiments.run import run_experiment, write_report
+from wispsim.study.experiments.run import refresh_discussion, run_experiment, write_report
 from wispsim.study.experiments.spec import list_experiments, load_spec, resolve
 
-__all__ = ["list_experiments", "load_spec", "resolve", "run_experiment", "write_report"]
+__all__ = ["list_experiments", "load_spec", "refresh_discussion", "resolve", "run_experiment", "write_report"]

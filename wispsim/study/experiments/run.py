@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from wispsim.config import Scenario, parse_set
+from wispsim.errors import ConfigError
 from wispsim.provenance import code_commit, distribution_versions
 from wispsim.sim.scenarios import load_scenario
 from wispsim.study.experiments.spec import STUDIES, experiments_dir, list_experiments, load_spec, resolve
@@ -196,6 +197,25 @@ def _discussion(spec: dict[str, Any], results_hash: str) -> list[str]:
             f"set `discussion_for: {results_hash}` in experiments/{spec['name']}.yaml.*",
         ]
     return lines
+
+
+def refresh_discussion(name: str) -> Path:
+    """Re-render study ``name``'s discussion under its stored tables from ``experiments/NAME.yaml``
+    (prose and its ``discussion_for`` need no rerun): the tables and the results hash are the stored
+    run's. Returns the section's path; a study never run at full size is refused by name."""
+    spec = load_spec(name)
+    out = experiments_dir() / "data" / spec["name"]
+    path, facts = out / "section.md", _read_json(out / "run.json")
+    if not path.is_file() or "results_hash" not in facts:
+        raise ConfigError(
+            "experiment discuss", name, f"has no stored results: run `wispsim experiment run {name}` first"
+        )
+    text = path.read_text().rstrip("\n")
+    cut = text.find("\n\n**What it shows.** ")
+    head = text if cut < 0 else text[:cut]
+    lines = [head, *_discussion(spec, str(facts["results_hash"]))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def write_report(quick: bool) -> Path:
