@@ -295,6 +295,8 @@ def test_the_chat_endpoint_is_honoured_and_a_stray_one_refused() -> None:
     assert extras_of([]).endpoint == "completions"
     assert extras_of(["--backend", "openai-chat"]).endpoint == "chat"
     assert extras_of(["--endpoint", "/v1/chat/completions"]).endpoint == "chat"
+    assert extras_of(["--endpoint", "chat/completions"]).endpoint == "chat"
+    assert extras_of(["--endpoint", "http://h:8000/v1/chat/completions/"]).endpoint == "chat"
     assert extras_of(["--backend", "openai-chat", "--endpoint", "/v1/completions"]).endpoint == "completions"
     with pytest.raises(ConfigError, match="--endpoint: endpoint: got '/v1/embeddings'"):
         extras_of(["--endpoint", "/v1/embeddings"])
@@ -311,3 +313,6 @@ def test_the_chat_endpoint_costs_its_template_in_the_api_server() -> None:
         assert result["server"]["endpoint"] == endpoint
         ttft[endpoint] = result["mean_ttft_ms"]
     assert ttft["chat"] > ttft["completions"]
+    # a --set wins over the flags, and the result says what ran
+    result, _ = run_bench(prof, client, Server(), ["server.host.endpoint=chat"])
+    assert result["server"]["endpoint"] == "chat" and result["mean_ttft_ms"] == pytest.approx(ttft["chat"])

@@ -82,6 +82,11 @@ def test_an_all_reduce_is_priced_by_its_message_size_and_gpu_count() -> None:
         assert p._ar_token_s == pytest.approx(ring, rel=1e-9)  # type: ignore[attr-defined]
     one = parse_profile(physical_profile(arch, load_gpu("h100-80gb"), count=2), "h").estimator
     assert one.allreduce_fast_bytes == 64 * 2**20  # type: ignore[attr-defined]
+    # vLLM's own all-reduce runs at 2, 4, 6 or 8 GPUs only: elsewhere every message takes NCCL
+    from wispsim.model.physical import allreduce_facts
+
+    assert allreduce_facts("nvlink4", 3)["allreduce_fast_mb"] == 0.0
+    assert allreduce_facts("nvlink3", 6)["allreduce_fast_mb"] == 8.0
     # a kind with no measurement keeps one latency at any size, the link at its datasheet
     pcie = parse_profile(physical_profile(arch, load_gpu("h100-pcie"), count=4), "p").estimator
     assert pcie.allreduce_nccl is None and pcie.link_eff == 1.0  # type: ignore[attr-defined]

@@ -59,6 +59,9 @@ def test_a_bad_table_is_refused_by_name(tmp_path: Path) -> None:
     _cells().assign(endpoint="embeddings").to_csv(path, index=False)
     with pytest.raises(ConfigError, match="endpoint: got 'embeddings'; allowed: completions, chat"):
         stream_cpu(path)
+    _cells().assign(api_cpu_s=0.0).to_csv(path, index=False)
+    with pytest.raises(ConfigError, match="api_cpu_s: must be > 0"):
+        stream_cpu(path)
     _cells().drop(columns=["steps"]).to_csv(path, index=False)
     with pytest.raises(ConfigError, match="steps"):
         stream_cpu(path)

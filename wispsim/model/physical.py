@@ -117,7 +117,8 @@ def allreduce_facts(interconnect: str, tp: int) -> dict[str, float]:
     return {
         "allreduce_nccl": float(at["latency_us"]) / 1e3,
         "link": float(at["efficiency"]),
-        "allreduce_fast_mb": float(_by_gpus(fast, tp)) if fast else 0.0,
+        # vLLM's own all-reduce runs at the GPU counts its tables list (2, 4, 6, 8); others: NCCL
+        "allreduce_fast_mb": float(fast.get(tp, 0.0)),
     }
 
 

@@ -281,8 +281,10 @@ class Roofline(AggregateCost):
 
     def marginal(self, l_new: int, l_cached: int) -> float:
         """What one request adds to a large batch (the scheduler's ``v_i``): its tokens through
-        the linear layers at the compute rate, its attention, its share of the all-reduces, and
-        the per-request and arrival overheads. The weight read is the batch's, not the request's."""
+        the linear layers at the compute rate, its attention, its share of the all-reduces' bytes,
+        and the per-request and arrival overheads. The weight read and the all-reduces' latency
+        (the fast path's or NCCL's, by the batch's message size) are the batch's, not the
+        request's."""
         attention = combine(
             self._kv_s * (l_cached + l_new), self._pair_s * l_new * (l_new + l_cached), self.overlap
         )

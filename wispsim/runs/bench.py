@@ -236,7 +236,9 @@ def run_bench(
     the simulated result. ``sets``: scenario fields beyond vLLM's flags (``--set``), honoured as a
     run honours them."""
     check(c, s)
-    if s.endpoint != "completions" and not any(x.startswith("server.host.endpoint=") for x in sets or []):
+    given = [x.split("=", 1)[1] for x in sets or [] if x.startswith("server.host.endpoint=")]
+    endpoint = given[-1] if given else s.endpoint  # a --set wins, as a run honours it
+    if not given and s.endpoint != "completions":
         sets = [*(sets or []), f"server.host.endpoint={s.endpoint}"]
     overrides = parse_set(sets) if sets else None
     rate = rate_of(c.request_rate)
@@ -302,7 +304,7 @@ def run_bench(
                 "async_scheduling": s.async_scheduling,
                 "gpu_memory_utilization": s.gpu_memory_utilization,
                 "tensor_parallel_size": prof.gpu_count,
-                "endpoint": s.endpoint,
+                "endpoint": endpoint,
             },
             "set": list(sets or []),
             "simulated_steps": res.steps,

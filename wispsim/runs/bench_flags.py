@@ -261,7 +261,7 @@ def _endpoint(backend: str, path: str | None) -> str:
     openai-chat`` or an ``--endpoint`` ending in ``/chat/completions``, else ``completions``."""
     if path is not None:
         p = str(path).rstrip("/")
-        if p.endswith("/chat/completions"):
+        if p.endswith("chat/completions"):
             return "chat"
         if not p.endswith("/completions"):
             raise ConfigError(

@@ -176,7 +176,9 @@ def stream_cpu(path: Path) -> pd.DataFrame:
     if bad:
         raise ConfigError(src, "endpoint", f"got {bad[0]!r}; allowed: completions, chat, reference")
     for c in STREAM_COLUMNS[2:]:
-        df[c] = numeric_column(df, c, src, lo=None if c == "api_cpu_s" else 0)
+        df[c] = numeric_column(df, c, src, lo=0)
+    if (df["api_cpu_s"] <= 0).any():
+        raise ConfigError(src, "api_cpu_s", "must be > 0 in every cell (CPU seconds less the idle rate)")
     return df
 
 

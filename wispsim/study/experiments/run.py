@@ -201,8 +201,9 @@ def _discussion(spec: dict[str, Any], results_hash: str) -> list[str]:
 
 def refresh_discussion(name: str) -> Path:
     """Re-render study ``name``'s discussion under its stored tables from ``experiments/NAME.yaml``
-    (prose and its ``discussion_for`` need no rerun): the tables and the results hash are the stored
-    run's. Returns the section's path; a study never run at full size is refused by name."""
+    (prose and its ``discussion_for`` need no rerun): the header, ``about``, tables and results
+    hash are the stored run's. Returns the section's path; a study never run at full size is
+    refused by name."""
     spec = load_spec(name)
     out = experiments_dir() / "data" / spec["name"]
     path, facts = out / "section.md", _read_json(out / "run.json")
