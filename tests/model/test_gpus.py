@@ -10,7 +10,8 @@ import yaml
 
 from wispsim.errors import ConfigError
 from wispsim.model.archs import GENERATIONS, INTERCONNECTS, available_gpus, load_arch, load_gpu
-from wispsim.model.physical import allreduce_ms, generation_efficiency, physical_profile
+from wispsim.model.interconnects import allreduce_ms
+from wispsim.model.physical import generation_efficiency, physical_profile
 from wispsim.model.profiles import parse_profile
 from wispsim.paths import data_dir
 
@@ -83,7 +84,7 @@ def test_an_all_reduce_is_priced_by_its_message_size_and_gpu_count() -> None:
     one = parse_profile(physical_profile(arch, load_gpu("h100-80gb"), count=2), "h").estimator
     assert one.allreduce_fast_bytes == 64 * 2**20  # type: ignore[attr-defined]
     # vLLM's own all-reduce runs at 2, 4, 6 or 8 GPUs only: elsewhere every message takes NCCL
-    from wispsim.model.physical import allreduce_facts
+    from wispsim.model.interconnects import allreduce_facts
 
     assert allreduce_facts("nvlink4", 3)["allreduce_fast_mb"] == 0.0
     assert allreduce_facts("nvlink3", 6)["allreduce_fast_mb"] == 8.0

@@ -67,6 +67,9 @@ def test_an_openai_server_needs_its_url_and_a_served_scenario_one_replica() -> N
         served_scenario(SCENARIO, ["server.replicas=2"], Options(policy="wisp"))
     with pytest.raises(ConfigError, match="--regime r"):
         served_scenario(SCENARIO, ["server.replicas=2"], Options(policy="wisp"), source="--regime r")
+    # the chat endpoint is a simulated API server's cost: a real server is not one, so it refuses
+    with pytest.raises(ConfigError, match=r"server\.host\.endpoint: chat: wispsim serve answers on its own"):
+        served_scenario(SCENARIO, ["server.host.endpoint=chat"], Options(policy="centralized"))
 
 
 def test_swarm_runs_the_devices_and_writes_their_records(server: str, tmp_path: Path) -> None:

@@ -332,3 +332,26 @@ def test_docs_describe_every_column() -> None:
     section = doc.split("## The log format")[1].split("### The sidecar")[0]
     table = set(re.findall(r"^\| `(\w+)` \|", section, flags=re.M))
     assert table == set(COLUMN_NAMES)
+
+
+@pytest.mark.parametrize("path", ["run", "replay"])
+def test_the_chat_endpoint_is_honoured_by_run_and_replay(log_file: Path, path: str) -> None:
+    """``server.host.endpoint: chat`` charges the chat template in the API server wherever the host
+    CPU is modelled, on a run and on a replay alike (bench: tests/cli/test_bench_vllm_cli.py;
+    serve refuses it: tests/runs/test_serve.py): the same responses start later."""
+    import dataclasses
+
+    log, meta = read_log(log_file)
+    base = log_scenario(meta, "meta").with_policy("centralized")
+    first = {}
+    for endpoint in ("completions", "chat"):
+        host = dataclasses.replace(base.server.host, cpu="on", endpoint=endpoint)
+        sc = base.replace(server=dataclasses.replace(base.server, host=host))
+        # a run at light load (4 devices: no queue to reorder them), a replay of the recorded 100
+        res = (
+            replay(sc, log, meta)
+            if path == "replay"
+            else simulate(resolve_server(sc.with_devices(4)), seed=SEED)
+        )
+        first[endpoint] = float((res.responses.t_first - res.responses.t_start).mean())
+    assert first["chat"] > first["completions"]

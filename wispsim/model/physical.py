@@ -30,6 +30,7 @@ from wispsim.model.archs import (
     parallel_sizes,
 )
 from wispsim.model.host_cpu import HostFacts
+from wispsim.model.interconnects import allreduce_facts, allreduce_ms
 from wispsim.model.profile_fields import PROFILE_MAXIMA, bounded_whole, number, value
 from wispsim.model.roofline import ALLREDUCE_LATENCY_S, EFFICIENCIES, OVERHEADS, OVERLAP_RANGE, Roofline
 from wispsim.paths import data_dir
@@ -83,42 +84,6 @@ def generation_efficiency(generation: str) -> dict[str, Any]:
         "expert_compute": min(1.0, float(entry["compute"]) * float(ex["compute_ratio"])),
         "expert_kernel_us": float(ex.get("kernel_us", entry.get("kernel_us", 0.0))),
         "basis": basis,
-    }
-
-
-def allreduce_ms(interconnect: str) -> float:
-    """One small all-reduce's latency over an interconnect kind (wispsim/data/interconnects.yaml)."""
-    return float(_interconnect(interconnect)["allreduce_us"]) / 1e3
-
-
-def _interconnect(kind: str) -> dict[str, Any]:
-    table = _yaml("interconnects.yaml")
-    if kind not in table:
-        raise ConfigError("interconnects.yaml", kind, f"unknown; known: {', '.join(table)}")
-    return dict(table[kind])
-
-
-def _by_gpus(table: dict[Any, Any], tp: int) -> Any:
-    """The entry for ``tp`` GPUs: the nearest listed count at or below it (else the smallest)."""
-    counts = sorted(int(k) for k in table)
-    below = [c for c in counts if c <= tp]
-    return table[below[-1] if below else counts[0]]
-
-
-def allreduce_facts(interconnect: str, tp: int) -> dict[str, float]:
-    """What a ``tp``-GPU all-reduce over ``interconnect`` costs by message size (interconnects.yaml):
-    the fast path's latency (ms) and its largest message (MB), NCCL's latency beyond it (ms) and
-    the fraction of the link bandwidth either reaches. Empty for one GPU or a kind not measured."""
-    entry = _interconnect(interconnect)
-    nccl = entry.get("nccl") or (_interconnect(entry["nccl_as"]).get("nccl") if "nccl_as" in entry else None)
-    if tp <= 1 or not nccl:
-        return {}
-    fast, at = entry.get("fast_path_mb") or {}, _by_gpus(nccl, tp)
-    return {
-        "allreduce_nccl": float(at["latency_us"]) / 1e3,
-        "link": float(at["efficiency"]),
-        # vLLM's own all-reduce runs at the GPU counts its tables list (2, 4, 6, 8); others: NCCL
-        "allreduce_fast_mb": float(fast.get(tp, 0.0)),
     }
 
 

@@ -90,14 +90,18 @@ def served_scenario(
     file: Path | None, sets: list[str] | None, options: Options, source: str | None = None
 ) -> Resolved:
     """The scenario a real server runs (file, ``sets``, ``options``), resolved once; it must have
-    one replica. Errors name ``source`` (a validation's regime) when given."""
+    one replica, and clients that call its own protocol (``server.host.endpoint`` is what a
+    simulated API server charges: a real one answers as it does). Errors name ``source`` (a
+    validation's regime) when given."""
     resolved = resolve(file, sets, options, source=source)
-    replicas = resolved.scenario.server.replicas
-    if replicas != 1:
-        why = "wispsim serve runs one replica; set 1"
-        if source is not None:
-            raise ConfigError(source, "server.replicas", why)
-        raise ConfigError("server.replicas", str(replicas), why)
+    server = resolved.scenario.server
+    for name, value, allowed, why in (
+        ("server.replicas", server.replicas, 1, "wispsim serve runs one replica; set 1"),
+        ("server.host.endpoint", server.host.endpoint, "completions",
+         "wispsim serve answers on its own protocol, not vLLM's chat endpoint; set completions"),
+    ):  # fmt: skip
+        if value != allowed:
+            raise ConfigError(source, name, why) if source is not None else ConfigError(name, str(value), why)
     return resolved
 
 
