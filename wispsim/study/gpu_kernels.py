@@ -34,6 +34,7 @@ import yaml
 from scipy.optimize import least_squares
 
 from wispsim.model.archs import load_gpu
+from wispsim.model.roofline import combine
 from wispsim.paths import data_dir as package_data
 
 # the GPU keys (wispsim/data/gpus.yaml) the kernel sources name
@@ -240,8 +241,8 @@ def layer_graph_check(root: Path | None = None) -> pd.DataFrame:
     for (arch, b, ctx), r in d.iterrows():
         h, heads, kv, hd, inter = H200_ARCHS[str(arch)]
         km = sum(k * m for k, m in _shapes(h, heads, kv, hd, inter, 1).values())
-        lin = _pnorm(2.0 * km / (bw * hop["bandwidth"]), 2.0 * b * km / (peak * hop["compute"]), p)
-        att = _pnorm(
+        lin = combine(2.0 * km / (bw * hop["bandwidth"]), 2.0 * b * km / (peak * hop["compute"]), p)
+        att = combine(
             b * ctx * 2 * kv * hd * 2 / (bw * hop["bandwidth"]),
             b * ctx * 4 * heads * hd / (peak * hop["attention"]),
             p,
@@ -260,11 +261,6 @@ def layer_graph_check(root: Path | None = None) -> pd.DataFrame:
     res = pd.DataFrame(out).round(1)
     res["vs_graph_pct"] = (100 * (res.roofline_us / res.graph_us - 1)).round(1)
     return res
-
-
-def _pnorm(x: float, y: float, p: float) -> float:
-    hi, lo = max(x, y), min(x, y)
-    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p) if hi > 0 else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
