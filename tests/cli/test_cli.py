@@ -50,6 +50,10 @@ def test_run_writes_records_summary_and_resolved_scenario(tmp_path: Path) -> Non
         assert (out / f).is_file(), f
     summary = pd.read_csv(out / "summary.csv", dtype={"class": str})
     assert list(summary["class"]) == ["4", "8", "all"]
+    # what binds, with its headroom, printed from the summary's all row (wispsim.analysis.binding)
+    line = next(x for x in p.stdout.splitlines() if x.startswith("binds: "))
+    assert summary.binds.iloc[-1] in {"device", "gpu", "kv", "max_num_seqs", "engine_cpu", "api_server"}
+    assert "headroom" in line and "other loads:" in line
     rounds = pd.read_parquet(out / "rounds.parquet")
     assert set(rounds.slo) == {4.0, 8.0}
     # the resolved scenario reruns to the same records
@@ -84,7 +88,8 @@ def test_sweep_is_byte_reproducible(tmp_path: Path) -> None:
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
     cap = pd.read_csv(tmp_path / "a" / "capacity.csv")
     assert list(cap.columns[:6]) == ["policy", "profile", "class", "capacity", "ci_low", "ci_high"]
-    assert {"saturated", "evaluated", "estimate", "estimate_binds"} <= set(cap.columns)
+    assert {"saturated", "evaluated", "estimate", "estimate_binds", "binds", "headroom"} <= set(cap.columns)
+    assert cap.binds.iloc[0] == "kv"  # the default scenario past 8 tok/s: KV reservations (A100)
 
 
 def test_compare_writes_speedups(tmp_path: Path) -> None:
@@ -103,6 +108,8 @@ def test_compare_writes_speedups(tmp_path: Path) -> None:
         *QUICK,
     )
     assert p.returncode == 0, p.stderr
+    first = p.stdout.split("by policy")[0]  # the capacity table, before the wide one
+    assert "class" in first and "binds" in first  # each policy's rows say their class
     cmp = pd.read_csv(tmp_path / "compare.csv")
     assert list(cmp.columns) == ["class", "wisp", "sled", "wisp/sled"]
     assert cmp["wisp/sled"].iloc[0] == pytest.approx(cmp.wisp.iloc[0] / cmp.sled.iloc[0])

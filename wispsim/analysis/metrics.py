@@ -17,6 +17,8 @@
 - ``ttft_*_ms``, ``tpot_*_ms``, ``itl_*_ms``, ``e2e_*_ms`` (mean, median, p99) and
   ``output_throughput_tps``: token latencies as ``vllm bench serve`` reports them, over measured
   finished responses (:mod:`wispsim.analysis.token_latency`, which says how ITL is approximated).
+- ``device_load`` ... ``api_server_load``, ``binds``, ``headroom``: each resource's load, the one
+  nearest its limit and the share of it still free (:mod:`wispsim.analysis.binding`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wispsim.analysis.binding import BINDING_COLUMNS, BINDING_ROUND_COLUMNS, binding_rows, demand_ratio
 from wispsim.analysis.token_latency import TOKEN_LATENCY_COLUMNS, output_throughput, token_latency
 from wispsim.model.fleet import device_specs, fleet_classes, fleet_size
 from wispsim.sim.records import SimResult
@@ -58,6 +61,7 @@ SUMMARY_COLUMNS = [
     "batches",
     "evictions",
     *TOKEN_LATENCY_COLUMNS,
+    *BINDING_COLUMNS,
 ]
 
 
@@ -72,18 +76,10 @@ def _mean(x: pd.Series | np.ndarray) -> float:
 
 
 # the round columns a summary reads (all 27 are never needed at once)
-SUMMARY_ROUND_COLUMNS = [
-    "slo",
-    "round",
-    "k",
-    "accepted",
-    "tau_d",
-    "arrival",
-    "dispatch",
-    "verify_time",
-    "budget",
-    "cold",
-]
+SUMMARY_ROUND_COLUMNS = list(
+    dict.fromkeys(["slo", "round", "k", "accepted", "tau_d", "arrival", "dispatch", "verify_time", "budget",
+                   "cold", *BINDING_ROUND_COLUMNS])
+)  # fmt: skip
 GOODPUT_ROUND_COLUMNS = ["slo", "committed"]  # of the rounds that ended inside the window
 
 
@@ -190,6 +186,10 @@ def summarize(result: SimResult) -> pd.DataFrame:
         rows.append(
             {**_class_row("all", result.devices, resp, rounds, ended, resp_all, result.window), **srv}
         )
+    served = sum(r["goodput_tps"] for r in rows[: len(classes)] if r["goodput_tps"] == r["goodput_tps"])
+    demand = demand_ratio(result, {slo: int(per_class.get(slo, 0)) for slo in classes}, served)
+    bind = binding_rows(result, sorted(classes), rounds if ended is not None else None, demand)
+    rows = [{**row, **b} for row, b in zip(rows, bind, strict=True)]
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 

@@ -68,6 +68,7 @@ def run(
     set_: SetOpt = None,
 ) -> None:
     """Run one simulation; write its records (Parquet), per-class summary and time series."""
+    from wispsim.analysis.binding import describe as describe_binding
     from wispsim.runs.run import run as run_one
 
     opts = Options(policy, devices, parse_classes(classes), seed, arrivals, tail, replicas, router)
@@ -76,6 +77,7 @@ def run(
     console.print(
         table(o.summary, f"{sc.policy}, {describe_load(sc, res.devices)}, seed={sc.seed}", SUMMARY_COLUMNS)
     )
+    console.print(describe_binding(o.summary.iloc[-1]))
     if sc.server.replicas > 1:
         console.print(table(o.per_replica, f"per replica ({sc.server.router} router)"))
     if o.bursts is not None and not o.bursts.empty:

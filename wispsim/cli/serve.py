@@ -179,11 +179,14 @@ def swarm(
     req = SwarmRequest(
         scenario, set_, policy, url, openai_url, openai_model, openai_vocab, devices, seed, log, token
     )
+    from wispsim.analysis.binding import describe as describe_binding
+
     o = run_swarm(req, out, meter=_progress_bar)
     sc = o.scenario
     console.print(
         table(o.summary, f"{sc.policy}, {sc.devices.count} devices on {o.url} (real)", SUMMARY_COLUMNS)
     )
+    console.print(describe_binding(o.summary.iloc[-1]))
     console.print(f"records: {o.folder}")
 
 

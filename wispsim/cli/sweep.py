@@ -70,12 +70,14 @@ ABLATION_COLUMNS = [
 ablate_app = typer.Typer(help="Ablation studies.", no_args_is_help=True)
 
 
-CAPACITY_COLUMNS = ["class", "capacity", "ci_low", "ci_high", "saturated", "estimate", "evaluated"]
+CAPACITY_COLUMNS = ["class", "capacity", "ci_low", "ci_high", "saturated", "binds", "estimate", "evaluated"]
 
 
 def _shown(cap: Any) -> Any:
-    """The capacity table as printed: the estimate with what binds it, saturated as yes/no."""
+    """The capacity table as printed: what binds at capacity with its headroom, the estimate with
+    what binds it, saturated as yes/no."""
     return cap.assign(
+        binds=[f"{b} ({h:.0%})" if b else "-" for b, h in zip(cap.binds, cap.headroom, strict=True)],
         estimate=[f"{e} ({b})" for e, b in zip(cap.estimate, cap.estimate_binds, strict=True)],
         saturated=cap.saturated.map({True: "yes", False: "no"}),
     )
@@ -90,8 +92,10 @@ def _legend(o: Any) -> None:
         f"class: the devices' SLO, the least speed a response may have (tok/s). capacity: the most "
         f"devices of one class the server serves with at most {f['epsilon']:g} of their responses "
         f"slower than that (epsilon), pooled over {len(f['seeds'])} seeds; ci_low/ci_high: its 95% "
-        f"interval. saturated: even {f['max_devices']} devices met it (a lower bound). estimate: the "
-        "fluid model's first guess and the resource that binds it (wispsim.model.fluid). evaluated: "
+        f"interval. saturated: even {f['max_devices']} devices met it (a lower bound). binds: what "
+        "binds the simulated runs at capacity (at the simulated N nearest it from below), with its "
+        "headroom (wispsim.analysis.binding). estimate: "
+        "the fluid model's first guess and the resource that binds it (wispsim.model.fluid). evaluated: "
         "N values simulated, each with every seed.",
         highlight=False,
     )
@@ -144,9 +148,8 @@ def sweep(
     with reporting(f"sweep {policy}") as report:
         o = run_sweep(req, "sweep", out, report)
     folder, result = o.folder, o.result
-    console.print(
-        table(_shown(result.capacity), f"capacity ({policy}): devices per server", CAPACITY_COLUMNS)
-    )
+    cols = CAPACITY_COLUMNS if len(pols) == 1 else ["policy", *CAPACITY_COLUMNS]
+    console.print(table(_shown(result.capacity), f"capacity ({policy}): devices per server", cols))
     _legend(o)
     console.print(f"capacity.csv, curve.csv and points/: {folder}")
 
@@ -180,7 +183,7 @@ def compare(
         o = run_sweep(req, "compare", out, report)
     folder, wide = o.folder, o.speedups
     console.print(
-        table(_shown(o.result.capacity), "capacity: devices per server", ["policy", *CAPACITY_COLUMNS[1:]])
+        table(_shown(o.result.capacity), "capacity: devices per server", ["policy", *CAPACITY_COLUMNS])
     )
     console.print(table(wide, "capacity (devices per server) by policy"))
     _legend(o)

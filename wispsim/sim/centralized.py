@@ -29,7 +29,7 @@ from wispsim.model.latency import Pricing
 from wispsim.model.memory import KVMemory
 from wispsim.model.speculation import Speculation
 from wispsim.sim.generation import Generation, PromptCache, Served
-from wispsim.sim.records import BatchRecord
+from wispsim.sim.records import BatchRecord, Holdings
 
 
 class CentralizedServer:
@@ -77,7 +77,12 @@ class CentralizedServer:
         # the API servers a step's outputs pass before they stream out: given (response id, tokens)
         # of each response the step gave tokens, the delay of each (wispsim.sim.front); None: none
         self.outputs: Callable[[list[tuple[int, int]]], list[float]] | None = None
+        self.holdings = Holdings()
         env.process(self.loop())
+
+    def held_shares(self, window: tuple[float, float]) -> tuple[float, float]:
+        """Mean KV and ``max_num_seqs`` shares, seconds of steps that left work waiting (Holdings)."""
+        return self.holdings.shares(window)
 
     @property
     def preemptions(self) -> int:
@@ -120,6 +125,11 @@ class CentralizedServer:
             self._steps += 1
             bid = next(self._ids)
             used = self.memory.used
+            running = len(batcher.running)
+            self.holdings.log(
+                start, step.latency, used / self.memory.total_blocks, running / batcher.max_running,
+                running > len(step.work),
+            )  # fmt: skip
             batcher.begin()  # what the step scheduled during this one can see
             self._in_step = True
             yield env.timeout(step.latency)

@@ -71,6 +71,11 @@ class RunContext:
         # or a client of a real server
         self.server: Any
         self.speculation: Speculation | None = None  # server-side drafting (centralized-sd)
+        # each replica's API-server processes where the host CPU is modelled (wispsim.sim.front),
+        # for what the run says binds
+        self.api_fronts: list[Any] = []
+        # each replica's engine (a Verifier or a CentralizedServer), for what the run says binds
+        self.engines: list[Any] = []
         # (mean, max) output tokens of a request trace's requests, where one sets the lengths
         self.request_outputs: tuple[float, float] | None = None
         self.arrivals: ArrivalProcess

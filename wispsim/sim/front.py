@@ -27,8 +27,10 @@ queue); everything else a router asks goes to the engine, by name.
 
 from __future__ import annotations
 
+from array import array
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import simpy
 
 if TYPE_CHECKING:
@@ -40,25 +42,58 @@ if TYPE_CHECKING:
 
 
 class _Front:
-    def __init__(self, env: simpy.Environment, host: HostCPU) -> None:
+    """The API-server processes of one replica: when each is next free, and when it was busy from
+    ``since`` on (``spans``: start and end pairs, contiguous work merged), for what a run says
+    binds (:mod:`wispsim.analysis.binding`)."""
+
+    def __init__(self, env: simpy.Environment, host: HostCPU, since: float = 0.0) -> None:
         self.env = env
         self.host = host
         self.free_at = [0.0] * host.api_servers
+        self.since = since  # the measurement window's start: earlier work is not kept
+        self.spans = [array("d") for _ in range(host.api_servers)]
+
+    def _book(self, p: int, start: float, end: float) -> None:
+        """Process ``p`` works from ``start`` to ``end`` (it was free at ``start``)."""
+        if end <= self.since:
+            return
+        s = self.spans[p]
+        if s and s[-1] == start:
+            s[-1] = end
+        else:
+            s.append(start if start > self.since else self.since)
+            s.append(end)
 
     def _serve(self, session: int, seconds: float) -> float:
         """Queue ``seconds`` of work on the session's process; returns the delay until it is done."""
         now = self.env.now
         p = session % len(self.free_at)
-        start = self.free_at[p] if self.free_at[p] > now else now
-        self.free_at[p] = start + seconds
-        return start + seconds - now
+        f = self.free_at[p]
+        self.free_at[p] = end = (f if f > now else now) + seconds
+        s = self.spans[p]
+        if f >= now and s and s[-1] == f:  # back to back: the span goes on (_book, inlined)
+            s[-1] = end
+        else:
+            self._book(p, f if f > now else now, end)
+        return end - now
+
+    def busy(self, window: tuple[float, float]) -> list[float]:
+        """Seconds each process worked inside ``window``."""
+        w0, w1 = window
+        out = []
+        for s in self.spans:
+            a = np.frombuffer(s, dtype=float) if len(s) else np.zeros(2)
+            out.append(float((np.clip(a[1::2], w0, w1) - np.clip(a[0::2], w0, w1)).sum()))
+        return out
 
 
 class RoundFront(_Front):
     """The API servers in front of a verification replica (:class:`~wispsim.sim.verifier.Verifier`)."""
 
-    def __init__(self, env: simpy.Environment, engine: Verifier, host: HostCPU, kind: VerifierKind) -> None:
-        super().__init__(env, host)
+    def __init__(
+        self, env: simpy.Environment, engine: Verifier, host: HostCPU, kind: VerifierKind, since: float = 0.0
+    ) -> None:
+        super().__init__(env, host, since)
         self.engine = engine
         self.kind = kind
         # a dict, not a set, so it is summed in arrival order and the same seed routes the same way
@@ -103,11 +138,12 @@ class GenerationFront:
         host: HostCPU | None,
         frontend: float,
         chat: bool = False,
+        since: float = 0.0,
     ) -> None:
         self.env = env
         self.chat = chat  # clients call the chat endpoint (server.host.endpoint)
         self.engine = engine
-        self.api = _Front(env, host) if host is not None else None
+        self.api = _Front(env, host, since) if host is not None else None
         self.frontend = frontend
         self.held: dict[Generation, None] = {}
         if self.api is not None:
@@ -134,6 +170,7 @@ class GenerationFront:
             delays.append(t[p] - now)
         for p in range(count):
             if touched[p]:
+                api._book(p, max(now, free[p]), t[p])
                 free[p] = t[p]
         return delays
 

@@ -22,6 +22,7 @@ import struct
 import tempfile
 import typing
 import weakref
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -376,6 +377,35 @@ class RecordTable:
         for f in self.cls._fields:  # column by column, freeing each column's chunks as it goes
             data[f] = np.concatenate([c.pop(f) for c in chunks]) if len(chunks) > 1 else chunks[0].pop(f)
         return StoredRecords(self.cls, pd.DataFrame(data, copy=False))
+
+
+class Holdings:
+    """What a replica holds at each pass it begins, for what the run says binds
+    (:mod:`wispsim.analysis.binding`): the pass's start and length, its share of KV memory
+    (reserved under admission control, else in use), its share of ``max_num_seqs`` (sequences
+    running; a verification pass's rounds) and whether it left admitted work waiting (rounds still
+    queued; running sequences the step could not take)."""
+
+    WIDTH = 5
+
+    def __init__(self) -> None:
+        self.data = array("d")
+
+    def log(self, t: float, length: float, kv: float, seqs: float, backlog: bool) -> None:
+        self.data.extend((t, length, kv, seqs, 1.0 if backlog else 0.0))
+
+    def shares(self, window: tuple[float, float]) -> tuple[float, float, float]:
+        """Over the passes begun inside ``window``: the mean KV and ``max_num_seqs`` shares; and
+        the seconds inside ``window`` of the passes that left work waiting (NaN, NaN, 0: no pass
+        began there)."""
+        w0, w1 = window
+        a = np.frombuffer(self.data, dtype=float).reshape(-1, self.WIDTH)
+        t, end = a[:, 0], a[:, 0] + a[:, 1]
+        backlog = float(((np.clip(end, w0, w1) - np.clip(t, w0, w1)) * a[:, 4]).sum())
+        inside = a[(t >= w0) & (t < w1)]
+        if not len(inside):
+            return float("nan"), float("nan"), backlog
+        return float(inside[:, 2].mean()), float(inside[:, 3].mean()), backlog
 
 
 @dataclass

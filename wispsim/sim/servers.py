@@ -114,8 +114,20 @@ def build_servers(ctx: RunContext, resolved: Resolved) -> Any:
 
 
 def server_info(ctx: RunContext) -> dict[str, Any]:
-    """What the simulated server adds to a run's ``info``: centralized engines' preemptions."""
-    return {} if isinstance(ctx.serving, SpeculativeServing) else {"preemptions": ctx.server.preemptions}
+    """What the simulated server adds to a run's ``info``: centralized engines' preemptions, and
+    where the host CPU is modelled each replica's API-server processes' busy seconds inside the
+    measurement window (``api_server_busy_s``, a list per replica)."""
+    info: dict[str, Any] = {}
+    if not isinstance(ctx.serving, SpeculativeServing):
+        info["preemptions"] = ctx.server.preemptions
+    if ctx.api_fronts:
+        info["api_server_busy_s"] = [f.busy(ctx.recorder.window) for f in ctx.api_fronts]
+    if ctx.engines:
+        held = [e.held_shares(ctx.recorder.window) for e in ctx.engines]
+        info["kv_held_share"] = [h[0] for h in held]
+        info["seqs_held_share"] = [h[1] for h in held]
+        info["gpu_backlog_s"] = [h[2] for h in held]
+    return info
 
 
 def verifiers(ctx: RunContext, resolved: Resolved, kind: VerifierKind) -> Any:
@@ -148,7 +160,11 @@ def verifiers(ctx: RunContext, resolved: Resolved, kind: VerifierKind) -> Any:
             track_work=srv.replicas > 1,
             kind=kind,
         )
-        out.append(v if host is None else RoundFront(ctx.env, v, host, kind))
+        ctx.engines.append(v)
+        if host is not None:
+            v = RoundFront(ctx.env, v, host, kind, since=ctx.recorder.window[0])
+            ctx.api_fronts.append(v)
+        out.append(v)
     return ROUTERS.get(srv.router, field="server.router")(out) if srv.replicas > 1 else out[0]
 
 
@@ -182,7 +198,14 @@ def centralized_servers(ctx: RunContext, resolved: Resolved) -> Any:
             prompts=PromptCache(bs, srv.engine.enable_prefix_caching),
             chunk_times=ctx.recorder.chunk_times,
         )
+        ctx.engines.append(engine)
         front = host is not None or frontend > 0
         chat = srv.host.endpoint == "chat"
-        out.append(GenerationFront(ctx.env, engine, host, frontend, chat) if front else engine)
+        if front:
+            g = GenerationFront(ctx.env, engine, host, frontend, chat, since=ctx.recorder.window[0])
+            if g.api is not None:
+                ctx.api_fronts.append(g.api)
+            out.append(g)
+        else:
+            out.append(engine)
     return CentralRouter(out, srv.router) if srv.replicas > 1 else out[0]

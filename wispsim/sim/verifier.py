@@ -21,7 +21,7 @@ from wispsim.model.latency import Pricing
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import GpuState, Scheduler
 from wispsim.model.verifier_kinds import VerifierKind
-from wispsim.sim.records import BatchRecord
+from wispsim.sim.records import BatchRecord, Holdings
 
 T = TypeVar("T")
 
@@ -201,7 +201,12 @@ class Verifier:
         self._wake: simpy.Event | None = None
         self.busy_until = 0.0
         self.queued_work = 0.0
+        self.holdings = Holdings()
         env.process(self.loop())
+
+    def held_shares(self, window: tuple[float, float]) -> tuple[float, float]:
+        """Mean KV and ``max_num_seqs`` shares, seconds of passes that left work waiting (Holdings)."""
+        return self.holdings.shares(window)
 
     def cost(self, req: Request) -> float:
         """The estimator's marginal cost of ``req`` here: cheap on a cached prefix (the cache
@@ -275,6 +280,8 @@ class Verifier:
             took = price.step(gpu, members, self.kind.engine_work)
             latency = took.total
             blocks_used = memory.used
+            kv_held = adm.used / adm.limit if adm is not None else blocks_used / memory.total_blocks
+            self.holdings.log(now, latency, kv_held, len(members) / self.gpu.max_requests, bool(self.queue))
             if self.track_work:
                 self.queued_work = max(self.queued_work - sum(r.work for r in members), 0.0)
                 self.busy_until = now + t_hat

@@ -154,10 +154,12 @@ def capacity_sweep(
                         "window_end_s": r.stop.window_end,
                     }
                 )
+    curve = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
     cap_rows = []
     for (pol, label), s in searches.items():
         lo, hi = s.interval()
         est = estimates[(pol, label)]
+        binds, headroom = binding_at(curve, pol, label, s.capacity)
         cap_rows.append(
             {
                 "policy": pol,
@@ -170,15 +172,38 @@ def capacity_sweep(
                 "evaluated": len(s.evaluated),
                 "estimate": est.devices,
                 "estimate_binds": est.binds,
+                "binds": binds,
+                "headroom": headroom,
             }
         )
-    curve = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
     if not curve.empty:
         curve = curve.sort_values(["policy", "group", "class", "devices", "seed"], kind="stable")
     pooled = pd.DataFrame(pooled_rows)
     if not pooled.empty:
         pooled = pooled.sort_values(["policy", "group", "class", "devices"], kind="stable")
     return SweepResult(pd.DataFrame(cap_rows), curve.reset_index(drop=True), pooled.reset_index(drop=True))
+
+
+def binding_at(curve: pd.DataFrame, policy: str, group: str, devices: int) -> tuple[str, float]:
+    """What binds the simulated runs at ``devices`` (a capacity) and its headroom
+    (:mod:`wispsim.analysis.binding`), read at the simulated N nearest it from below (the search
+    need not simulate the capacity itself; from above where none is below): the resource most of
+    the seeds name (their ``all`` row where the group has several classes), and its mean headroom
+    over them; ("", NaN) where nothing was simulated."""
+    if curve.empty or "binds" not in curve:
+        return "", float("nan")
+    mine = curve[(curve.policy == policy) & (curve.group == group)]
+    ns = sorted(set(mine.devices))
+    if not ns:
+        return "", float("nan")
+    below = [n for n in ns if n <= devices]
+    at = mine[mine.devices == (below[-1] if below else ns[0])]
+    if "all" in set(at["class"].astype(str)):
+        at = at[at["class"].astype(str) == "all"]
+    if at.empty:
+        return "", float("nan")
+    binds = str(at.binds.mode().iloc[0])
+    return binds, float(at[at.binds == binds].headroom.mean())
 
 
 def server_text(scenario: Scenario) -> str:
