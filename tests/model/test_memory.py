@@ -173,7 +173,13 @@ def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
 
     over = {
         "policy": "wisp-lru",
-        "server": {"gpu_memory_utilization": 0.85, "eviction": "block", "profile": "a100-qwen3-32b-paper"},
+        # token-granular reuse (the eviction, not the reuse, is what this checks)
+        "server": {
+            "gpu_memory_utilization": 0.85,
+            "eviction": "block",
+            "profile": "a100-qwen3-32b-paper",
+            "prefix_reuse": "token",
+        },
         "workload": {"warmup_s": 2, "duration_s": 6},
         "acceptance": {"model": "latent"},
         "drafting": {"predictor": {"name": "confidence"}},

@@ -274,3 +274,19 @@ def test_a_bare_on_or_off_reads_as_the_mode_not_a_boolean() -> None:
     assert load_scenario(overrides={"server": {"host_cpu": False}}).server.host.cpu == "off"
     with pytest.raises(ConfigError, match=r"server\.host\.cpu: got 'sometimes'; allowed: auto, on, off"):
         load_scenario(overrides={"server": {"host_cpu": "sometimes"}})
+
+
+def test_a_resident_round_costs_the_api_server_what_its_transport_measured() -> None:
+    """server.host.transport (the verifier's build): a resident round's API-server CPU is the
+    measured ``session`` over HTTP and ``grpc_session`` over gRPC (benchmarks/vllm/transport_cost.py);
+    a re-submitted round is vLLM's OpenAI server's ``request`` either way it is asked."""
+    terms = measured_terms()["api_server_ms"]
+    http, grpc = host_cpu(1.0, transport="http"), host_cpu(1.0, transport="grpc")
+    assert http.api(True) == pytest.approx(terms["session"] / 1e3)
+    assert grpc.api(True) == pytest.approx(terms["grpc_session"] / 1e3)
+    assert http.api(False) == grpc.api(False) == pytest.approx(terms["request"] / 1e3)
+    # a scenario's build reaches the host its replicas run on
+    sc = load_scenario(overrides={"server": {"build": "wisp-grpc", "host": {"cpu": "on"}}})
+    assert for_server(sc.server, load_profile(sc.server.profile).host).api(True) == pytest.approx(
+        grpc.api(True) / (load_profile(sc.server.profile).host.cpu_speed or 1.0)
+    )

@@ -79,6 +79,15 @@ def serve(
     dtype: DtypeOpt = "float32",
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.", parser=PORT)] = 8011,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Also serve the verification API over gRPC on this port (default: PORT + 1 where the "
+            "scenario's devices speak gRPC, server.build wisp-grpc; else none).",
+            parser=PORT,
+            show_default=False,
+        ),
+    ] = None,
     admin_token: Annotated[
         str | None,
         typer.Option(
@@ -129,8 +138,10 @@ def serve(
     def ready(sc: Any, facts: dict[str, Any], admin: str) -> None:
         if quiet is not None:
             err_console.print(quiet.note())
+        rpc = f" and grpc://{host}:{facts['grpc_port']}" if facts.get("grpc_port") else ""
         err_console.print(
-            f"serving {sc.policy} ({sc.server.mode}) on http://{host}:{port}: vLLM on {facts['device']}, "
+            f"serving {sc.policy} ({sc.server.mode}, build {sc.server.build}) on http://{host}:{port}{rpc}: "
+            f"vLLM on {facts['device']}, "
             f"{source.describe()}, KV cache {facts['kv_capacity_tokens']} tokens in blocks of "
             f"{facts['block_size']}, prefix caching {'on' if facts['prefix_caching'] else 'off'}",
             markup=False,
@@ -139,7 +150,9 @@ def serve(
             err_console.print(f"admin token (for /reset and /log): {admin}", markup=False, highlight=False)
 
     with contextlib.suppress(KeyboardInterrupt):
-        run_server(scenario, set_, policy, source, host, port, ready, say=_say, limits=limits)
+        run_server(
+            scenario, set_, policy, source, host, port, ready, say=_say, limits=limits, grpc_port=grpc_port
+        )
 
 
 def swarm(

@@ -363,6 +363,11 @@ class Scenario:
             verifier=dataclasses.replace(self.server.verifier, kv_policy=p["kv"]),
             speculation=spec,
         )
+        if server.build == "auto":  # the policy's own verifier build (wispsim.config.builds)
+            from wispsim.config.builds import policy_build, with_build
+
+            own = policy_build(policy)
+            server = with_build(server, own) if own else server
         return self.replace(policy=policy, drafting=drafting, server=server)
 
     def with_devices(
@@ -406,7 +411,14 @@ class Scenario:
         return sc
 
     def to_dict(self) -> dict[str, Any]:
-        return _to_plain(self)
+        """The scenario as plain data; under ``server.build: auto`` without the three fields the
+        policy's build sets (they follow the policy: written, they would read as given)."""
+        out: dict[str, Any] = _to_plain(self)
+        if self.server.build == "auto":
+            srv = out["server"]
+            for group, name in (("verifier", "kind"), ("engine", "prefix_reuse"), ("host", "transport")):
+                srv[group].pop(name, None)
+        return out
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)

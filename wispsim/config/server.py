@@ -166,6 +166,10 @@ class HostConfig:
     # the endpoint centralized serving's clients call (vLLM's /v1/completions or
     # /v1/chat/completions): chat adds its template per request in the API server
     endpoint: Literal["completions", "chat"] = "completions"
+    # how a speculative server's rounds reach its API servers: http (JSON over HTTP: vLLM's
+    # OpenAI server re-submitting, or a session API) or grpc (protobuf over gRPC, the paper's
+    # devices); each has its measured API-server CPU per round (wispsim/data/host_cpu.yaml)
+    transport: Literal["http", "grpc"] = "http"
 
     def __post_init__(self) -> None:
         require(
@@ -186,6 +190,10 @@ class ServerConfig:
     (:data:`FLAT_NAMES`)."""
 
     profile: str = "a100-qwen3-32b"
+    # the verifier's build, a preset of verifier.kind, engine.prefix_reuse and host.transport
+    # (wispsim.config.builds): stock-vllm, vllm-sessions, wisp-grpc; auto: the policy's own;
+    # custom: the fields as given
+    build: Literal["auto", "stock-vllm", "vllm-sessions", "wisp-grpc", "custom"] = "auto"
     mode: Literal["speculative", "centralized"] = "speculative"
     scheduler: str = "wisp"
     latency_model: str = "linear"

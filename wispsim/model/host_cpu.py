@@ -19,16 +19,20 @@ takes ``cpu + gpu``; with it (``server.engine.async_scheduling``, vLLM's default
 work of the next step runs while the GPU runs this one, and a step takes ``max(cpu, gpu)``: the
 CPU caps steps per second instead of lengthening them.
 
-**API server**: each request a serial process handles before the engine sees it, ``request``
-(HTTP, JSON, input and output processing of a request) or ``session`` (the same for a resident
-round), plus ``ids`` per prompt token sent as token ids (parsing and validating the list: a
-re-submitted round sends its whole sequence, a resident round its new tokens) or ``text`` per
-prompt token sent as text (tokenization). ``api_server_count`` processes share the requests by
-connection (a device's requests go to one process). A response's tokens come back through the
-same process: ``step`` per engine step whose outputs it receives (the engine core's message,
-walked once), ``token`` per output token (detokenizing: vLLM V1's output processor runs there) and
-``chunk`` per streamed chunk (a server-sent event formatted and written), serial with the rest
-(``benchmarks/vllm/stream_cost.py``); the chat endpoint adds ``chat`` per request (its template).
+**API server**: each request a serial process handles before the engine sees it, ``request`` (a
+re-submitted round through vLLM's OpenAI server: HTTP, JSON, input and output processing) or, for a
+resident round, what a session API on vLLM's engine spends on it: ``session`` over HTTP (JSON) and
+``grpc_session`` over gRPC (protobuf), as ``server.host.transport`` says (the verifier's build,
+:mod:`wispsim.config.builds`; ``benchmarks/vllm/transport_cost.py`` measured both on one server,
+the engine's own CPU taken out), plus ``ids`` per prompt token sent as token ids (parsing and
+validating the list: a re-submitted round sends its whole sequence, a resident round its new
+tokens) or ``text`` per prompt token sent as text (tokenization). ``api_server_count`` processes
+share the requests by connection (a device's requests go to one process). A response's tokens come
+back through the same process: ``step`` per engine step whose outputs it receives (the engine
+core's message, walked once), ``token`` per output token (detokenizing: vLLM V1's output processor
+runs there) and ``chunk`` per streamed chunk (a server-sent event formatted and written), serial
+with the rest (``benchmarks/vllm/stream_cost.py``); the chat endpoint adds ``chat`` per request
+(its template).
 
 All times are the measuring host's, divided by ``server.host.cpu_speed`` (2 = a CPU twice as fast).
 The measuring host is a 2-core cloud VM, slower than a GPU server's CPU: at speed 1 these costs
@@ -133,11 +137,15 @@ def measured_terms() -> dict[str, Any]:
     return data
 
 
-def host_cpu(speed: float = 1.0, api_servers: int = 1, async_scheduling: bool = False) -> HostCPU:
+def host_cpu(
+    speed: float = 1.0, api_servers: int = 1, async_scheduling: bool = False, transport: str = "http"
+) -> HostCPU:
     """The shipped host CPU (``wispsim/data/host_cpu.yaml``) at ``speed`` times the measuring
-    host's."""
+    host's; ``transport`` (``server.host.transport``): how rounds reach the API servers, whose
+    resident round costs ``session`` over HTTP and ``grpc_session`` over gRPC."""
     data = measured_terms()
     e, a = data["engine_core_ms"], data["api_server_ms"]
+    session = a["grpc_session"] if transport == "grpc" else a["session"]
     s = 1e-3 / speed
     return HostCPU(
         step=e["step"] * s,
@@ -146,7 +154,7 @@ def host_cpu(speed: float = 1.0, api_servers: int = 1, async_scheduling: bool = 
         session=e["session"] * s,
         token=e["token"] * s,
         api_request=a["request"] * s,
-        api_session=a["session"] * s,
+        api_session=session * s,
         api_ids=a["ids"] * s,
         api_text=a["text"] * s,
         api_step=a["step"] * s,
@@ -170,4 +178,6 @@ def for_server(server: ServerConfig, facts: HostFacts) -> HostCPU | None:
     if mode == "off" or (mode == "auto" and calibrated is None):
         return None
     speed = server.host.cpu_speed or calibrated or 1.0
-    return host_cpu(speed, server.host.api_server_count, server.engine.async_scheduling)
+    return host_cpu(
+        speed, server.host.api_server_count, server.engine.async_scheduling, server.host.transport
+    )

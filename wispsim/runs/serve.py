@@ -115,17 +115,34 @@ def serve(
     ready: Callable[[Scenario, dict[str, Any], str], None],
     say: Say = _silent,
     limits: Any = None,
+    grpc_port: int | None = None,
 ) -> None:
     """Serve the scenario's policy on a real vLLM engine (``source``) until interrupted, within
     ``limits`` (:class:`wispsim.serve.limits.Limits`); ``ready(scenario, facts, admin token)``
-    once it listens."""
+    once it listens. The verification service is served over gRPC too on ``grpc_port``, or on
+    ``port + 1`` where the scenario's devices speak gRPC (``server.host.transport: grpc``, the
+    ``wisp-grpc`` build) and no port is given."""
     from wispsim.serve.app import serve as run_server
 
     sc = served_scenario(file, sets, Options(policy=policy)).scenario
+    if grpc_port is not None and sc.server.mode != "speculative":
+        raise ConfigError(
+            "--grpc-port", str(grpc_port), f"the gRPC service verifies rounds; policy {sc.policy} generates"
+        )
+    if grpc_port is None and sc.server.host.transport == "grpc" and sc.server.mode == "speculative":
+        grpc_port = port + 1
     for note in host_notes(sc.server.profile):  # vLLM runs here: the profile should be this host's
         say(note)
     say(f"starting vLLM for {sc.policy} ({source.describe()}) ...")
-    run_server(sc, source, host, port, lambda facts, token: ready(sc, facts, token), limits=limits)
+    run_server(
+        sc,
+        source,
+        host,
+        port,
+        lambda facts, token: ready(sc, facts, token),
+        limits=limits,
+        grpc_port=grpc_port,
+    )
 
 
 @dataclass(frozen=True)

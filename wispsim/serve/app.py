@@ -34,41 +34,17 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any
 
-from pydantic import BaseModel, Field
 from starlette.requests import Request  # module level: the routes' annotations name it
 
 from wispsim.config import Scenario
 from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import load_profile
 from wispsim.serve.backend import ModelSource, VLLMBackend, build_engine
+from wispsim.serve.bodies import GenerateBody, OpenBody, RoundBody, validation_line
 from wispsim.serve.limits import Limits
 from wispsim.serve.rounds import ServeError
 from wispsim.serve.verify import VerifyServer
 from wispsim.sim.servers import request_outputs, verifier_parts
-
-
-class OpenBody(BaseModel):
-    """``POST /sessions``: the session's prompt."""
-
-    prompt: list[int] = Field(min_length=1)
-
-
-class RoundBody(BaseModel):
-    """``POST /sessions/{id}/rounds``: the draft, the replayed verdict and what the SLO needs."""
-
-    draft: list[int] = Field(min_length=1, max_length=1024)
-    accepted: int = Field(ge=0)
-    commit: int = Field(ge=1)
-    budget_s: float = Field(allow_inf_nan=False)
-    n_hat: float = Field(gt=0, allow_inf_nan=False)
-
-
-class GenerateBody(BaseModel):
-    """``POST /generate``: a whole response for centralized serving."""
-
-    prompt: list[int] = Field(min_length=1)
-    output_tokens: int = Field(ge=1)
-
 
 # bodies larger than this are parsed in a worker thread, so a big one does not hold up the event
 # loop (and every other client's round); a round's body is a few hundred bytes, parsed in place
@@ -145,6 +121,8 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any], limits: Limits |
 
     app = FastAPI(title="wispsim serve", lifespan=lifespan)
     app.state.admin_token = admin_token
+    # the running verification server, for the gRPC service beside this app (None until started)
+    app.state.verifier = lambda: None if centralized else state.get("server")
 
     def answer(status: int, detail: str, retry_after: float | None = None) -> JSONResponse:
         headers = {"Retry-After": f"{max(1, round(retry_after))}"} if retry_after is not None else None
@@ -156,7 +134,7 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any], limits: Limits |
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, e: RequestValidationError) -> JSONResponse:
-        return answer(422, _validation_line(request.url.path, e.errors()))
+        return answer(422, validation_line(request.url.path, e.errors()))
 
     def mode_is(want: str) -> Any:
         if ("centralized" if centralized else "speculative") != want:
@@ -193,7 +171,7 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any], limits: Limits |
                 return await asyncio.to_thread(model.model_validate_json, raw)
             return model.model_validate_json(raw)
         except ValidationError as e:
-            raise ServeError(422, _validation_line(request.url.path, e.errors())) from None
+            raise ServeError(422, validation_line(request.url.path, e.errors())) from None
 
     def load() -> dict[str, Any]:
         usage = getattr(backend, "kv_usage", None)
@@ -286,41 +264,27 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any], limits: Limits |
 STALLED_S = 60.0  # a batch on the engine this long makes /health say "stalled"
 
 
-def _validation_line(path: str, errors: Any) -> str:
-    """One line for a body that does not validate: the path, the field, what is wrong."""
-    err = errors[0] if errors else {"loc": ("body",), "msg": "invalid"}
-    where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-    return f"{path}: {where}: {err.get('msg')}"
-
-
 KEEP_ALIVE_S = 75  # seconds an idle HTTP connection stays open (uvicorn's default is 5)
 
 
 def serve(
-    sc: Scenario, source: ModelSource, host: str, port: int, ready: Any = None, limits: Limits | None = None
+    sc: Scenario,
+    source: ModelSource,
+    host: str,
+    port: int,
+    ready: Any = None,
+    limits: Limits | None = None,
+    grpc_port: int | None = None,
 ) -> None:
-    """Build the engine, then serve until interrupted. ``ready(facts, admin_token)`` is called
-    once listening."""
-    import uvicorn
-
+    """Build the engine, then serve until interrupted: HTTP on ``port`` and, where ``grpc_port``
+    is given (0: any free one), the verification service over gRPC beside it
+    (:mod:`wispsim.serve.grpc_api`; ``/health`` says its port as ``grpc_port``). ``ready(facts,
+    admin_token)`` is called once listening."""
     engine, facts = build_engine(sc, source)
     backend = VLLMBackend(engine)
+    limits = limits or Limits()
     app = make_app(sc, backend, facts, limits)
-    # keep idle connections longer than the swarm's client does (httpx drops them after 5 s): with
-    # uvicorn's own 5 s the two close at the same moment, and a round sent on a connection the
-    # server is closing fails with a ReadError (seen under load with the resident verifier)
-    config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
-    )
-    server = uvicorn.Server(config)
-
-    async def main() -> None:
-        task = asyncio.create_task(server.serve())
-        while not server.started and not task.done():
-            await asyncio.sleep(0.05)
-        if server.started and ready is not None:
-            ready(facts, app.state.admin_token)
-        await task
+    servers = Servers(app, facts, host, port, limits, grpc_port)
 
     def interrupted(signum: int, frame: Any) -> None:
         backend.stop.set()  # a batch on the engine ends between two steps
@@ -331,13 +295,60 @@ def serve(
     # vLLM's engine processes running
     signal.signal(signal.SIGTERM, interrupted)
     try:
-        asyncio.run(main())
+        asyncio.run(servers.run(ready))
     finally:
         backend.stop.set()
         try:
             engine.close()
         finally:
             _end_children()
+
+
+class Servers:
+    """An app's HTTP server (uvicorn) and, where ``grpc_port`` is given (0: any free one), its
+    verification service over gRPC, on one asyncio loop (the verification server's: a round
+    received over either is verified there)."""
+
+    def __init__(
+        self, app: Any, facts: dict[str, Any], host: str, port: int, limits: Limits, grpc_port: int | None
+    ) -> None:
+        import uvicorn
+
+        self.app, self.facts, self.host, self.limits, self.grpc_port = app, facts, host, limits, grpc_port
+        # keep idle connections longer than the swarm's client does (httpx drops them after 5 s):
+        # with uvicorn's own 5 s the two close at the same moment, and a round sent on a connection
+        # the server is closing fails with a ReadError (seen under load with the resident verifier)
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="warning", lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
+        )
+        self.http = uvicorn.Server(config)
+
+    async def run(self, ready: Any = None) -> None:
+        """Serve until the HTTP server exits (:meth:`stop`, or a signal); ``ready(facts, admin
+        token)`` once both listen (``facts["grpc_port"]``: the gRPC port bound)."""
+        rpc = None
+        if self.grpc_port is not None:
+            import grpc
+
+            from wispsim.serve.grpc_api import add_verifier, server_options
+
+            rpc = grpc.aio.server(options=server_options(self.limits.max_body_bytes))
+            add_verifier(rpc, self.app.state.verifier, self.limits.max_body_bytes)
+            self.facts["grpc_port"] = rpc.add_insecure_port(f"{self.host}:{self.grpc_port}")
+            await rpc.start()
+        task = asyncio.create_task(self.http.serve())
+        try:
+            while not self.http.started and not task.done():
+                await asyncio.sleep(0.05)
+            if self.http.started and ready is not None:
+                ready(self.facts, self.app.state.admin_token)
+            await task
+        finally:
+            if rpc is not None:
+                await rpc.stop(grace=1.0)
+
+    def stop(self) -> None:
+        self.http.should_exit = True
 
 
 def _end_children() -> None:

@@ -13,9 +13,12 @@ import asyncio
 import json
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wispsim.errors import WispsimError
+
+if TYPE_CHECKING:
+    from wispsim.config import Scenario
 
 
 class SwarmError(WispsimError):
@@ -61,6 +64,8 @@ class Client:
             return httpx.AsyncClient(base_url=self.url, limits=limits, timeout=timeout)
 
         self.http = self.call(make())
+        # coroutine functions closing what else talks on this loop (a gRPC channel), at close
+        self.closing: list[Any] = []
 
     def call(self, coro: Any) -> Any:
         """Run ``coro`` on the client's loop and wait for its result."""
@@ -102,6 +107,8 @@ class Client:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for close in self.closing:
+                await close()
             await self.http.aclose()
 
         try:
@@ -138,3 +145,18 @@ def health(client: Client, samples: int = 8) -> tuple[dict[str, Any], float]:
         t1 = time.monotonic()
         best = min(best, (t1 - t0, float(facts["clock"]) - (t0 + t1) / 2))
     return facts, best[1]
+
+
+def check_server(sc: Scenario, client: Client) -> tuple[dict[str, Any], float]:
+    """The server's facts and clock offset; a one-line error if it is unreachable or serves
+    another policy than ``sc``'s."""
+    from wispsim.sim.serving import serving_of
+
+    facts, offset = health(client)
+    want = serving_of(sc).name  # as /health names it
+    if facts.get("mode") != want or facts.get("policy") != sc.policy:
+        raise SwarmError(
+            f"{client.url}: the server runs {facts.get('policy')} ({facts.get('mode')}), the swarm's "
+            f"scenario {sc.policy} ({want}); start the server with --policy {sc.policy}"
+        )
+    return facts, offset

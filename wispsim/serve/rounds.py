@@ -131,3 +131,25 @@ def batch_row(
         "n_cached_plan": plan.n_cached,
         "t_schedule": t0 - now,
     }
+
+
+def server_load(self: Any) -> dict[str, Any]:
+    """A verification server's (:class:`wispsim.serve.verify.VerifyServer`, ``self``) state now:
+    sessions, rounds queued and waiting for admission, what admission holds, the batch on the
+    engine, the engine's CPU in the batch thread, and the counters."""
+    adm = self.admission
+    return {
+        "sessions": len(self.sessions),
+        "rounds_queued": len(self.queue),
+        "batch_running_s": self.clock() - self.batch_started if self.running else 0.0,
+        "admission_waiting": len(adm.waiting) if adm is not None else 0,
+        "admission_sessions": len(adm.reserved) if adm is not None else 0,
+        "admission_reserved_blocks": adm.used if adm is not None else 0,
+        "admission_limit_blocks": adm.limit if adm is not None else 0,
+        "resident_sessions": len(getattr(self.resident, "sessions", ())),
+        "resident_evictions": getattr(self.resident, "evictions", 0),
+        "log_rows": len(self.log.batches) + len(self.log.members),
+        "engine_cpu_s": self.engine_cpu_s,  # the rest of the process's CPU: API and loop
+        "log_dropped": self.log.batches.dropped + self.log.members.dropped,
+        **{f"{k}_total": v for k, v in sorted(self.counts.items())},
+    }

@@ -26,15 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
 
 from wispsim.config import Scenario
 from wispsim.results import Results
-from wispsim.serve.client import RETRY_STATUS, Client, SwarmError, error_detail, health, retry_after
+from wispsim.serve.client import RETRY_STATUS, Client, SwarmError, check_server, error_detail, retry_after
 from wispsim.serve.clock import WallClock
-from wispsim.sim.context import RunContext
+from wispsim.serve.server_side import ServerClients
 from wispsim.sim.generation import Served
 from wispsim.sim.records import BatchRecord, SimResult
 from wispsim.sim.scenarios import Resolved
@@ -90,23 +91,39 @@ class _Remote:
 
 
 class RemoteVerifier(_Remote):
-    """``ctx.server`` for the devices: each round goes to the real verification server."""
+    """``ctx.server`` for the devices: each round goes to the real verification server, over HTTP
+    or, given ``rpc`` (a :class:`wispsim.serve.grpc_api.GrpcSessions` made on the client's loop),
+    over gRPC."""
 
-    def __init__(self, env: WallClock, client: Client, offset: float, vocab: int, seed: int) -> None:
+    def __init__(
+        self, env: WallClock, client: Client, offset: float, vocab: int, seed: int, rpc: Any = None
+    ) -> None:
         super().__init__(env, client, offset, vocab, seed)
         self.sessions: dict[int, Any] = {}  # response -> concurrent future of its session id
         self.draws = 0
+        self.rpc = rpc
+
+    async def _post_open(self, prompt: list[int]) -> str:
+        if self.rpc is not None:
+            return str(await self.rpc.open(prompt))
+        return str((await self.client.request("POST", "/sessions", {"prompt": prompt}))["session"])
+
+    async def _post_round(self, sid: str, body: dict[str, Any]) -> dict[str, Any]:
+        http = self.client.request("POST", f"/sessions/{sid}/rounds", body) if self.rpc is None else None
+        return dict(await (http or self.rpc.verify(sid, body)))
+
+    async def _post_close(self, sid: str) -> None:
+        await (
+            self.rpc.close(sid) if self.rpc is not None else self.client.request("DELETE", f"/sessions/{sid}")
+        )
 
     async def _open(self, response: int, prompt_len: int) -> str:
-        reply = await self.client.request(
-            "POST", "/sessions", {"prompt": self.tokens(0, response, prompt_len)}
-        )
-        return str(reply["session"])
+        return await self._post_open(self.tokens(0, response, prompt_len))
 
     async def _round(self, req: Any, body: dict[str, Any]) -> None:
         try:
             sid = await asyncio.wrap_future(self.sessions[req.session])
-            reply = await self.client.request("POST", f"/sessions/{sid}/rounds", body)
+            reply = await self._post_round(sid, body)
         except BaseException as e:
             self.fail(e)
             return
@@ -149,7 +166,7 @@ class RemoteVerifier(_Remote):
         async def close() -> None:
             try:
                 sid = await asyncio.wrap_future(fut)
-                await self.client.request("DELETE", f"/sessions/{sid}")
+                await self._post_close(sid)
             except BaseException as e:
                 self.fail(e)
 
@@ -261,19 +278,6 @@ class SwarmRun:
         return path
 
 
-def check_server(sc: Scenario, client: Client) -> tuple[dict[str, Any], float]:
-    """The server's facts and clock offset; a one-line error if it is unreachable or serves
-    another policy than ``sc``'s."""
-    facts, offset = health(client)
-    want = serving_of(sc).name  # as /health names it
-    if facts.get("mode") != want or facts.get("policy") != sc.policy:
-        raise SwarmError(
-            f"{client.url}: the server runs {facts.get('policy')} ({facts.get('mode')}), the swarm's "
-            f"scenario {sc.policy} ({want}); start the server with --policy {sc.policy}"
-        )
-    return facts, offset
-
-
 class Server(Protocol):
     """The real server a swarm drives: how to check it, the ``ctx.server`` its
     devices talk to, and its log at the end. :class:`WispsimServer` here;
@@ -322,6 +326,17 @@ class WispsimServer:
         self, sc: Scenario, env: WallClock, client: Client, offset: float, facts: dict[str, Any], seed: int
     ) -> _Remote:
         kind = REMOTES[serving_of(sc).name]
+        if kind is RemoteVerifier and sc.server.host.transport == "grpc":
+            port = facts.get("grpc_port")
+            if not port:
+                raise SwarmError(
+                    f"{self.url}: the scenario's devices speak gRPC (server.build {sc.server.build}) and "
+                    "the server serves none; start it on the same scenario, or with --grpc-port"
+                )
+            from wispsim.serve.grpc_api import sessions_on
+
+            rpc = sessions_on(client, f"{urlsplit(self.url).hostname or '127.0.0.1'}:{port}")
+            return RemoteVerifier(env, client, offset, int(facts["vocab"]), seed, rpc)
         return kind(env, client, offset, int(facts["vocab"]), seed)
 
     def log(self, client: Client) -> dict[str, Any]:
@@ -370,7 +385,7 @@ def run_swarm(
         facts, offset = target.connect(scenario, client)
         env = WallClock()
         run_seed = scenario.seed if seed is None else seed
-        side = _ServerClients(
+        side = ServerClients(
             env, lambda: target.remote(scenario, env, client, offset, facts, run_seed), n, progress
         )
         res = simulate(resolved, n, seed, servers=side, env=env)
@@ -403,41 +418,7 @@ def run_swarm(
         "send_lag_p50_ms": float(np.median(lags) * 1000) if len(lags) else float("nan"),
         "send_lag_p99_ms": float(np.quantile(lags, 0.99) * 1000) if len(lags) else float("nan"),
         # requests the server asked to retry (429/503) and the swarm did; log rows it let go
-        "retries": client.retries,
+        "retries": client.retries + (r.rpc.retries if getattr(r, "rpc", None) is not None else 0),
         "server_log_dropped": dropped,
     }
     return SwarmRun(res, srv_batches, members, tokens, facts, offset, target.source)
-
-
-class _ServerClients:
-    """The swarm's server side (a :class:`wispsim.sim.simulation.ServerSide`): the devices talk to a
-    client of the real server (made by ``connect``) instead of simulated replicas."""
-
-    def __init__(
-        self,
-        env: WallClock,
-        connect: Callable[[], _Remote],
-        fleet: int,
-        progress: Callable[[float, float], None] | None,
-    ) -> None:
-        self.env = env
-        self.connect = connect
-        self.fleet = fleet
-        self.progress = progress
-        self.remote: _Remote | None = None
-
-    def build(self, ctx: RunContext, resolved: Resolved) -> None:
-        r = self.remote = ctx.server = self.connect()
-        r.fleet = self.fleet
-        if self.progress is not None:
-            self.env.process(_ticker(self.env, ctx, self.progress))
-
-    def info(self, ctx: RunContext) -> dict[str, Any]:
-        return {}  # run_swarm adds the server's facts and the swarm's own timing
-
-
-def _ticker(env: WallClock, ctx: RunContext, progress: Callable[[float, float], None]) -> Any:
-    end = ctx.recorder.window[1]
-    while True:
-        progress(env.now, end)
-        yield env.timeout(1.0)

@@ -42,6 +42,7 @@ from wispsim.model.admission import Admission
 from wispsim.model.batch import Shape
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import GpuState, Scheduler
+from wispsim.serve import rounds
 from wispsim.serve.limits import BatchLog, Limits, new_session_id
 from wispsim.serve.rounds import RETRY_S, Round, ServeError, Session, batch_row, member_row, reply
 from wispsim.sim.verifier import schedule
@@ -119,6 +120,7 @@ class VerifyServer:
         self._ended_sessions: list[int] = []  # resident sessions to end before the next batch
         self.running = False  # a batch is on the engine
         self.batch_started = 0.0  # when the batch on the engine started (server clock)
+        self.engine_cpu_s = 0.0  # CPU seconds of the engine's calls in the batch thread (load())
         if self.resident is not None:  # called while no batch runs (the reset endpoint checks)
             self.resident.clear()
         if self.admission is not None:
@@ -154,23 +156,8 @@ class VerifyServer:
     # -- what /health and /metrics report ------------------------------------------------------
 
     def load(self) -> dict[str, Any]:
-        """The server's state now: sessions, rounds queued and waiting for admission, what
-        admission holds, the batch on the engine, and the counters."""
-        adm = self.admission
-        return {
-            "sessions": len(self.sessions),
-            "rounds_queued": len(self.queue),
-            "batch_running_s": self.clock() - self.batch_started if self.running else 0.0,
-            "admission_waiting": len(adm.waiting) if adm is not None else 0,
-            "admission_sessions": len(adm.reserved) if adm is not None else 0,
-            "admission_reserved_blocks": adm.used if adm is not None else 0,
-            "admission_limit_blocks": adm.limit if adm is not None else 0,
-            "resident_sessions": len(getattr(self.resident, "sessions", ())),
-            "resident_evictions": getattr(self.resident, "evictions", 0),
-            "log_rows": len(self.log.batches) + len(self.log.members),
-            "log_dropped": self.log.batches.dropped + self.log.members.dropped,
-            **{f"{k}_total": v for k, v in sorted(self.counts.items())},
-        }
+        """The server's state now (:func:`wispsim.serve.rounds.server_load`)."""
+        return rounds.server_load(self)
 
     # -- the API -------------------------------------------------------------------------------
 
@@ -310,7 +297,7 @@ class VerifyServer:
 
     def _run(self, seqs: list[list[int]], ended: list[list[int]]) -> tuple[list[Any], tuple[int, ...] | None]:
         """In the batch thread: free the ended sessions' blocks first, then run the batch."""
-        with self._engine_lock:
+        with self._engine_lock, self._engine_time():
             if ended and self.release is not None:
                 self.release(ended)
             return self.run_batch(seqs)
@@ -319,11 +306,20 @@ class VerifyServer:
         self, items: list[tuple[int, list[int], list[int]]], ended: list[int]
     ) -> tuple[list[Any], tuple[int, ...] | None]:
         """In the batch thread: end the closed sessions, then run the rounds over the others."""
-        with self._engine_lock:
+        with self._engine_lock, self._engine_time():
             if ended:
                 self.resident.end(ended)
             bonus, held = self.resident.run(items)
         return bonus, tuple(held)
+
+    @contextlib.contextmanager
+    def _engine_time(self) -> Any:
+        """Count the CPU the calls inside take in this (the batch) thread as the engine's."""
+        t0 = time.thread_time()
+        try:
+            yield
+        finally:
+            self.engine_cpu_s += time.thread_time() - t0
 
     async def _loop(self) -> None:
         while True:
@@ -344,7 +340,7 @@ class VerifyServer:
         gone, self._ended_sessions = self._ended_sessions, []
 
         def work() -> None:
-            with self._engine_lock:
+            with self._engine_lock, self._engine_time():
                 if ended and self.release is not None:
                     self.release(ended)
                 if gone and self.resident is not None:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from wispsim.config import Dist, Scenario
+from wispsim.config.builds import apply_build
 from wispsim.config.limits import MAX_SIM_SECONDS
 from wispsim.config.parse import build, deep_merge, default_scenario_dict, read_yaml
 from wispsim.config.presets import check_preset
@@ -73,6 +74,10 @@ def load_scenario(
     ``--set a.b=value``). Errors name ``source`` (default: the file, else "default scenario"),
     or ``--set`` when the field at fault was set there.
 
+    The verifier's build (``server.build``, :mod:`wispsim.config.builds`) sets how rounds reach
+    the engine, how its prefix cache reuses them and how devices talk to it; an explicit field
+    that disagrees with a named build is an error.
+
     A field the policy preset sets (``drafting.controller``, ``server.mode``, ``server.scheduler``,
     ``server.engine.enable_prefix_caching``, ``server.verifier.kv_policy``) given explicitly in the
     file or with ``--set`` must agree with the preset; to choose them one by one, use ``policy: custom``.
@@ -101,6 +106,8 @@ def load_scenario(
         if scenario.policy != "custom":
             check_preset(scenario, written, overrides or {}, source)
             scenario = scenario.with_policy(scenario.policy, source)
+        layers = ((overrides or {}, "--set"), (written, source), (base or {}, source))
+        scenario = apply_build(scenario, layers)
         check_references(scenario, source, consistency)
     except ConfigError as e:
         raise relabel(e, dict.fromkeys(set_paths, "--set")) from None

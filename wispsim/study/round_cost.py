@@ -214,8 +214,50 @@ def stream_terms(df: pd.DataFrame, measuring_round_ms: float | None = None) -> d
             "host_scale": scale}  # fmt: skip
 
 
+TRANSPORT_COLUMNS = ("run", "server", "kind", "transport", "prefix", "rounds", "wall_s", "api_cpu_ms")
+
+
+def transport_cpu(path: Path) -> pd.DataFrame:
+    """``transport_cost.py``'s table: per (server, transport, prefix) the API side's CPU per round:
+    vLLM's OpenAI server re-submitting over HTTP, ``wispsim serve``'s resident sessions over HTTP
+    and over gRPC (the engine's own CPU taken out)."""
+    df = read_table(path, kind="csv", columns=TRANSPORT_COLUMNS)
+    src = str(path)
+    for col, allowed in (("server", {"vllm-openai", "wispsim-serve"}), ("transport", {"http", "grpc"})):
+        bad = sorted(set(df[col]) - allowed)
+        if bad:
+            raise ConfigError(src, col, f"got {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")
+    for c in ("run", *TRANSPORT_COLUMNS[4:]):
+        df[c] = numeric_column(df, c, src, lo=0)
+    for server, transport in (("vllm-openai", "http"), ("wispsim-serve", "http"), ("wispsim-serve", "grpc")):
+        if not ((df["server"] == server) & (df["transport"] == transport)).any():
+            raise ConfigError(src, "server", f"has no {server} row over {transport}; rerun transport_cost.py")
+    return df
+
+
+def transport_terms(df: pd.DataFrame, measuring_round_ms: float) -> dict[str, float]:
+    """A resident round's API-side CPU, ms at the measuring host's speed: ``session`` over HTTP and
+    ``grpc_session`` over gRPC (the median over prefixes and repeats: a resident round sends its
+    drafts only), each scaled by the measuring host's re-submitted round over this host's
+    (``vllm-openai`` at its smallest prefix, median over repeats, the round ``api_cost.py``
+    measured there); ``host_scale`` that ratio."""
+    ref = df[df["server"] == "vllm-openai"]
+    here = float(ref.loc[ref["prefix"] == ref["prefix"].min(), "api_cpu_ms"].median())
+    scale = measuring_round_ms / here if here > 0 else 1.0
+    by = df[df["server"] == "wispsim-serve"].groupby("transport")["api_cpu_ms"].median()
+    return {
+        "session": float(by["http"]) * scale,
+        "grpc_session": float(by["grpc"]) * scale,
+        "host_scale": scale,
+    }
+
+
 def host_cpu_terms(
-    fits: pd.DataFrame, cpu: pd.DataFrame, tokenize: pd.DataFrame, stream: dict[str, float] | None = None
+    fits: pd.DataFrame,
+    cpu: pd.DataFrame,
+    tokenize: pd.DataFrame,
+    stream: dict[str, float] | None = None,
+    transport: dict[str, float] | None = None,
 ) -> dict[str, dict[str, float]]:
     """The simulator's host-CPU terms in ms (:mod:`wispsim.model.host_cpu`):
 
@@ -227,7 +269,10 @@ def host_cpu_terms(
       resident round to save (the ``api`` fit's arrival - session); ``text`` is tokenization per
       prompt token of a text prompt (median of the random-dataset prompts, ``tokenize_cost.py``);
       ``step``, ``token``, ``chunk`` and ``chat``: a response's output through the process and the
-      chat endpoint's extra (``stream``: :func:`stream_terms`; 0 without it).
+      chat endpoint's extra (``stream``: :func:`stream_terms`; 0 without it); ``session`` and
+      ``grpc_session``, a resident round over HTTP and over gRPC, measured (``transport``:
+      :func:`transport_terms`; without it ``session`` as above and ``grpc_session`` unmeasured,
+      left out).
     """
     from scipy.optimize import nnls
 
@@ -238,11 +283,14 @@ def host_cpu_terms(
     (request, ids), _ = nnls(x, cpu["api_cpu_ms"].to_numpy(float))
     saved = max(float(by.loc["api", "arrival"] - by.loc["api", "session"]), 0.0)
     text = tokenize[tokenize["kind"] == "random-dataset"]
+    session = transport["session"] if transport else max(float(request) - saved, 0.0)
+    grpc = {"grpc_session": transport["grpc_session"]} if transport else {}
     return {
         "engine_core_ms": engine,
         "api_server_ms": {
             "request": float(request),
-            "session": max(float(request) - saved, 0.0),
+            "session": session,
+            **grpc,
             "ids": float(ids),
             "text": float(text["us_per_token"].median()) / 1e3,
             **{t: float((stream or {}).get(t, 0.0)) for t in ("step", "token", "chunk", "chat")},

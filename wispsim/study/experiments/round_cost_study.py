@@ -115,14 +115,18 @@ def _host_cpu_terms(
     )
     tokenize = pd.read_csv(experiments_dir() / str(tok_rel))
     measuring = cpu.loc[cpu["prefix"] == cpu["prefix"].min(), "api_cpu_ms"]
-    stream = _stream(ctx, sec, float(measuring.iloc[0]) if len(measuring) else None)
-    terms = round_cost.host_cpu_terms(fits, cpu, tokenize, stream)
+    measuring_ms = float(measuring.iloc[0]) if len(measuring) else None
+    stream = _stream(ctx, sec, measuring_ms)
+    transport = _transport(ctx, sec, measuring_ms)
+    terms = round_cost.host_cpu_terms(fits, cpu, tokenize, stream, transport)
     sec.body += [
         "",
         "The simulator's host-CPU terms (ms; `wispsim/data/host_cpu.yaml`, "
         "`wispsim.model.host_cpu`): the engine core's are the engine and runner fits added, "
         "the API server's `request` and `ids` (per prompt token sent as ids) are fitted on its CPU "
-        "per round above, `session` is `request` less what a resident round saves in-process, "
+        "per round above, `session` and `grpc_session` a resident round over HTTP and over gRPC "
+        "(the table before; without it `session` is `request` less what a resident round saves "
+        "in-process), "
         "`text` is tokenization per prompt token of a text prompt, `step`, `token`, `chunk` and "
         "`chat` a response's output and the chat endpoint's extra (the table before):",
         "",
@@ -132,8 +136,10 @@ def _host_cpu_terms(
     )
     sec.facts["host_cpu"] = terms
     if ctx.spec.get("write_host_cpu") and not ctx.quick:
-        stream_rel = ctx.spec.get("stream_measurements")
-        _write_host_cpu(terms, prov, [*sources, str(tok_rel), *([str(stream_rel)] if stream_rel else [])])
+        extra = [
+            str(ctx.spec[k]) for k in ("stream_measurements", "transport_measurements") if ctx.spec.get(k)
+        ]
+        _write_host_cpu(terms, prov, [*sources, str(tok_rel), *extra])
 
 
 def _stream(ctx: Context, sec: Section, measuring_round_ms: float | None) -> dict[str, float] | None:
@@ -174,6 +180,40 @@ def _stream(ctx: Context, sec: Section, measuring_round_ms: float | None) -> dic
         f"{fit['host_scale']:.3g}, scales every part to the measuring host's speed.",
     ]
     sec.facts["stream"] = {"fit": fit, "measurements": str(rel)}
+    return fit
+
+
+def _transport(ctx: Context, sec: Section, measuring_round_ms: float | None) -> dict[str, float] | None:
+    """A resident round's API-side CPU over HTTP and over gRPC (``transport_cost.py``, scaled to
+    the measuring host by the re-submitted round both hosts measured), or None where the spec
+    names no ``transport_measurements``."""
+    rel = ctx.spec.get("transport_measurements")
+    if not rel or measuring_round_ms is None:
+        return None
+    path = experiments_dir() / str(rel)
+    cells = round_cost.transport_cpu(path)
+    fit = round_cost.transport_terms(cells, measuring_round_ms)
+    tprov = read_json(path.with_suffix(".json"))
+    sec.body += [
+        "",
+        f"A round's API-side CPU by build (`{tprov.get('command', '?')}`, {tprov.get('date', '?')}, "
+        f"on {tprov.get('host', {}).get('cpu', '?')}): `vllm-openai` re-submits each round's whole "
+        "sequence to `vllm serve` over HTTP (its API-server process's CPU, `stock-vllm`); "
+        "`wispsim-serve` keeps the session resident in vLLM's engine and a round sends its drafts, "
+        "over HTTP (`vllm-sessions`) or gRPC (`wisp-grpc`), the process's CPU less the engine's in "
+        "the batch thread; back-to-back rounds of one session, idle rate off, ms a round on that host "
+        "(`run`: repeats, the transports in both orders; each term is the median over them):",
+        "",
+    ]
+    shown = cells[["run", "server", "transport", "prefix", "rounds", "api_cpu_ms"]]
+    sec.body += _table(shown, ("run", "prefix", "rounds"), "{:.2f}")
+    sec.body += [
+        "",
+        f"At the measuring host's speed (its round {measuring_round_ms:.2f} ms over this host's, "
+        f"{fit['host_scale']:.3g}): a resident round costs the API side {fit['session']:.2f} ms over "
+        f"HTTP and {fit['grpc_session']:.2f} ms over gRPC.",
+    ]
+    sec.facts["transport"] = {"fit": fit, "measurements": str(rel)}
     return fit
 
 

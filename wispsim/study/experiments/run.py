@@ -43,13 +43,17 @@ class Context:
     make_runner: Callable[[Path], Any]  # folder -> a runner context manager
     progress: Callable[[str], None] = lambda msg: None
     simulated: int = 0  # simulations a study ran itself (not stored points: bursty, attribution)
+    builds: dict[str, None] = field(default_factory=dict)  # the verifier builds its scenarios name
 
     def scenario(self, **overrides: Any) -> Scenario:
-        """The study's scenario: its file, its ``set`` overrides, then ``overrides``."""
+        """The study's scenario: its file, its ``set`` overrides, then ``overrides`` (its verifier
+        build noted for the section's header)."""
         sc_path = self.spec.get("scenario")
         sets = {**self.spec.get("set", {}), **overrides}
         nested = parse_set([f"{k}={json.dumps(v)}" for k, v in sets.items()])
-        return load_scenario(sc_path, nested)
+        sc = load_scenario(sc_path, nested)
+        self.builds[sc.server.build] = None
+        return sc
 
     def rel(self, path: Path) -> str:
         """``path`` relative to the report's folder, as markdown links it."""
@@ -121,6 +125,8 @@ def run_experiment(
         f"{' --quick' if quick else ''}`. Data: `{ctx.rel(out)}/`.*",
         "",
     ]
+    if ctx.builds:
+        header += [_builds_line(list(ctx.builds)), ""]
     if spec.get("about"):
         header += [str(spec["about"]).strip(), ""]
     # The discussion is prose a person wrote for particular numbers: ``discussion_for`` holds the
@@ -147,6 +153,24 @@ def run_experiment(
         )
     )
     return out
+
+
+BUILD_WORDS = {
+    "stock-vllm": "vLLM's OpenAI server, each round re-submitted over HTTP, whole-block prefix reuse",
+    "vllm-sessions": "sessions resident in vLLM's engine behind an HTTP session API",
+    "wisp-grpc": "the WISP paper's: resident sessions, token-granular reuse, gRPC",
+    "custom": "re-submitted rounds whose whole prefix is reused token by token (SPEC 2.3)",
+}
+
+
+def _builds_line(builds: list[str]) -> str:
+    """What the section's speculative verifiers are built like (``server.build``); centralized
+    serving is vLLM's OpenAI server whatever the build says."""
+    said = "; ".join(f"`{b}` ({BUILD_WORDS.get(b, b)})" for b in builds)
+    return (
+        f"*Verifier build{'s' if len(builds) > 1 else ''} (`server.build`, docs/model.md): {said}. "
+        "Centralized serving generates on vLLM's OpenAI server.*"
+    )
 
 
 def _cost(
