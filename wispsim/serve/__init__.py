@@ -1,7 +1,8 @@
 """A real deployment: verification server, centralized server, device swarm.
 
-Its HTTP server and client come with the ``serve`` extra; :func:`require_serve` says so in one
-line before anything here is imported (the modules import fastapi, pydantic, uvicorn and httpx).
+Its HTTP and gRPC server and client come with the ``serve`` extra; :func:`require_serve` says so
+in one line before anything here is imported (the modules import fastapi, pydantic, uvicorn,
+httpx, grpcio and protobuf).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import importlib.util
 
 from wispsim.errors import WispsimError
 
-SERVE_MODULES = ("fastapi", "pydantic", "uvicorn", "httpx", "prometheus_client")
+SERVE_MODULES = ("fastapi", "pydantic", "uvicorn", "httpx", "prometheus_client", "grpc", "google.protobuf")
 SERVE_HINT = "pip install 'wispsim[serve]'"
 
 

@@ -219,7 +219,12 @@ def server_text(scenario: Scenario) -> str:
         gpus = f"{p.gpu_count} x {p.gpu}" if p.gpu_count > 1 else p.gpu
         parts.append(f"{gpus} {role} {p.model.name} ({p.precision}, profile {p.name})")
     count = len(srv.replica_profiles) or srv.replicas
-    return ("one replica: " if count == 1 else f"{count} replicas: ") + "; ".join(parts)
+    text = ("one replica: " if count == 1 else f"{count} replicas: ") + "; ".join(parts)
+    if srv.mode == "speculative":
+        from wispsim.config.builds import effective_build
+
+        text += f"; verifier build {effective_build(srv, scenario.policy)} (server.build)"
+    return text
 
 
 def estimate_group(scenario: Scenario, group: Group, epsilon: float) -> FluidEstimate:
