@@ -90,3 +90,12 @@ def test_the_resolved_scenario_reloads_to_the_same_build(tmp_path: Path) -> None
 def test_build_names() -> None:
     assert build_name("resident", "block", "grpc") == "wisp-grpc"  # block reuse is a re-submitted round's
     assert build_name("resubmit", "token", "grpc") == "custom"
+
+
+def test_with_policy_gives_what_loading_the_policy_gives() -> None:
+    """A comparison switches policies on one loaded scenario: under ``auto`` each gets exactly the
+    server it would get loaded with that policy (centralized serving the fields' own defaults)."""
+    for policy in ("sled", "wisp-lru", "fcfs", "centralized", "centralized-sd", "wisp"):
+        for base in ("wisp", "sled", "centralized"):
+            switched = load_scenario(overrides={"policy": base}).with_policy(policy)
+            assert switched.server == load_scenario(overrides={"policy": policy}).server, (base, policy)

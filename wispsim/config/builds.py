@@ -19,15 +19,20 @@ build is a preset of the three:
     (``resident``, ``token``, ``grpc``; ``wispsim serve --grpc-port``).
 ``custom``
     The three fields as the scenario gives them.
+``auto`` (the default)
+    The policy's own (:data:`POLICY_BUILDS`): ``wisp-grpc`` for the policies that admit by KV
+    reservation (``wisp``, ``fcfs``, ``wisp-fixed``: the paper's system), ``stock-vllm`` for the
+    LRU ones (``wisp-lru``, ``sled``: a prefix that may be evicted cannot stay resident); a policy
+    without one (``custom``, centralized serving, which reads none of the three) keeps the fields
+    as given. ``Scenario.with_policy`` sets them again for another policy, so each policy of a
+    comparison runs on its own build; written out, an ``auto`` scenario leaves the three fields
+    out for the same reason.
 
-The default is ``stock-vllm``: what a deployment gets without building a session-aware verifier,
-and what every policy can run on (a resident session needs its KV pinned, ``kv_policy:
-admission``, which the LRU policies do not keep). Where the scenario does not name a build, any of
-the three fields it gives explicitly wins over the default (``--set server.verifier.kind=resident``
-is the ``vllm-sessions`` build); a build the scenario names sets all three, and an explicit field
-that disagrees with it is an error naming where it was given, never a setting silently dropped.
-The resolved scenario names the build its fields make (:func:`build_name`; ``custom`` where they
-match none).
+Where the scenario names no build but gives any of the three fields, those win and the rest are
+the stock server's (``--set server.verifier.kind=resident`` is ``vllm-sessions``); a build the
+scenario names sets all three, and an explicit field that disagrees with it is an error naming
+where it was given, never a setting silently dropped. Either way the resolved scenario names the
+build its fields make (:func:`build_name`; ``custom`` where they match none).
 """
 
 from __future__ import annotations
@@ -63,10 +68,16 @@ def policy_build(policy: str) -> str | None:
     return POLICY_BUILDS.get(policy)
 
 
-def with_build(server: Any, build: str) -> Any:
-    """``server`` (a ServerConfig) with the three fields of ``build`` (a named build)."""
+def with_build(server: Any, build: str | None) -> Any:
+    """``server`` (a ServerConfig) with the three fields of ``build`` (a named build; None: the
+    fields' own defaults, as a scenario that gives none of them has them)."""
     parts = {"verifier": server.verifier, "engine": server.engine, "host": server.host}
-    for (group, name), want in zip(FIELDS, BUILDS[build], strict=True):
+    values = (
+        BUILDS[build]
+        if build is not None
+        else tuple(type(parts[group]).__dataclass_fields__[name].default for group, name in FIELDS)
+    )
+    for (group, name), want in zip(FIELDS, values, strict=True):
         parts[group] = dataclasses.replace(parts[group], **{name: want})
     return dataclasses.replace(server, **parts)
 

@@ -366,8 +366,7 @@ class Scenario:
         if server.build == "auto":  # the policy's own verifier build (wispsim.config.builds)
             from wispsim.config.builds import policy_build, with_build
 
-            own = policy_build(policy)
-            server = with_build(server, own) if own else server
+            server = with_build(server, policy_build(policy))
         return self.replace(policy=policy, drafting=drafting, server=server)
 
     def with_devices(
