@@ -409,11 +409,12 @@ class Scenario:
             sc = sc.replace(workload=wl)
         return sc
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, complete: bool = False) -> dict[str, Any]:
         """The scenario as plain data; under ``server.build: auto`` without the three fields the
-        policy's build sets (they follow the policy: written, they would read as given)."""
+        policy's build sets (they follow the policy: written, they would read as given), unless
+        ``complete`` (what a simulation's key hashes: every field it ran with)."""
         out: dict[str, Any] = _to_plain(self)
-        if self.server.build == "auto":
+        if self.server.build == "auto" and not complete:
             srv = out["server"]
             for group, name in (("verifier", "kind"), ("engine", "prefix_reuse"), ("host", "transport")):
                 srv[group].pop(name, None)

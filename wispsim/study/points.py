@@ -100,7 +100,7 @@ class Point:
     def key(self) -> str:
         blob = json.dumps(
             {
-                "scenario": self.scenario.to_dict(),
+                "scenario": self.scenario.to_dict(complete=True),
                 "devices": self.devices,
                 "seeds": list(self.seeds),
                 "stopping": self.stopping.to_dict() if self.stopping else None,
