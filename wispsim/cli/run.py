@@ -74,9 +74,12 @@ def run(
     opts = Options(policy, devices, parse_classes(classes), seed, arrivals, tail, replicas, router)
     o = run_one(scenario, set_, opts, out, log, step, window, status=status)
     sc, res = o.scenario, o.result
-    console.print(
-        table(o.summary, f"{sc.policy}, {describe_load(sc, res.devices)}, seed={sc.seed}", SUMMARY_COLUMNS)
-    )
+    title = f"{sc.policy}, {describe_load(sc, res.devices)}, seed={sc.seed}"
+    if sc.server.mode == "speculative":
+        from wispsim.config.builds import effective_build
+
+        title += f", verifier build {effective_build(sc.server, sc.policy)}"
+    console.print(table(o.summary, title, SUMMARY_COLUMNS))
     console.print(describe_binding(o.summary.iloc[-1]))
     if sc.server.replicas > 1:
         console.print(table(o.per_replica, f"per replica ({sc.server.router} router)"))

@@ -156,6 +156,7 @@ def run_experiment(
 
 
 BUILD_WORDS = {
+    "auto": "each policy's own: WISP, FCFS and WISP-fixed on `wisp-grpc`, WISP-LRU and SLED on `stock-vllm`",
     "stock-vllm": "vLLM's OpenAI server, each round re-submitted over HTTP, whole-block prefix reuse",
     "vllm-sessions": "sessions resident in vLLM's engine behind an HTTP session API",
     "wisp-grpc": "the WISP paper's: resident sessions, token-granular reuse, gRPC",
