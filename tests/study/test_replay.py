@@ -357,3 +357,23 @@ def test_the_chat_endpoint_is_honoured_by_run_and_replay(log_file: Path, path: s
         )
         first[endpoint] = float((res.responses.t_first - res.responses.t_start).mean())
     assert first["chat"] > first["completions"]
+
+
+def test_the_verifier_build_is_honoured_by_replay(log_file: Path) -> None:
+    """``server.build`` on a replay (issue 46): the recorded devices' rounds meet the build's
+    verifier. Replayed under WISP on its own build (wisp-grpc: resident sessions) a warm round
+    forwards only its drafts (the model counts the bonus token as held); on a stock vLLM server it
+    forwards its prefix's partial tail block again beside them."""
+    from wispsim.config import parse_set
+
+    log, meta = read_log(log_file)
+
+    def on(build: str) -> SimResult:
+        sc = log_scenario(meta, "meta", parse_set(["policy=wisp", f"server.build={build}"]))
+        assert sc.server.build == build
+        return replay(sc, log, meta)
+
+    warm = lambda r: r[(r["round"] > 0) & (r.l_cached > 0)]  # noqa: E731
+    mine, theirs = warm(on("wisp-grpc").rounds), warm(on("stock-vllm").rounds)
+    assert len(mine) > 50 and (mine.l_new == mine.k).all()
+    assert (theirs.l_new > theirs.k).mean() > 0.8 and theirs.l_new.mean() > mine.l_new.mean() + 3
