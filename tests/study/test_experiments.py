@@ -24,7 +24,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / "experiments", work / "experiments", ignore=skip)
     # the validation study reads the stored real-vs-simulated tables (its real side needs vLLM
     # servers and half an hour; experiments/validation.yaml lists the commands)
-    for name in ("validation", "validation-resident"):
+    for name in ("validation", "validation-resident", "validation-grpc"):
         shutil.copytree(
             ROOT / "experiments" / "data" / name,
             work / "experiments" / "data" / name,
@@ -47,7 +47,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cost = work / "experiments" / "data" / "round-cost"
     cost.mkdir(parents=True)
     for f in ("cpu.csv", "cpu.json", "api.csv", "api-cpu.csv", "api-load.csv", "api.json", "tokenize.csv",
-              "stream.csv", "stream.json"):  # fmt: skip
+              "stream.csv", "stream.json", "transport.csv", "transport.json"):  # fmt: skip
         shutil.copyfile(ROOT / "experiments" / "data" / "round-cost" / f, cost / f)
     mp = pytest.MonkeyPatch()
     mp.chdir(work)
