@@ -316,3 +316,14 @@ def test_the_chat_endpoint_costs_its_template_in_the_api_server() -> None:
     # a --set wins over the flags, and the result says what ran
     result, _ = run_bench(prof, client, Server(), ["server.host.endpoint=chat"])
     assert result["server"]["endpoint"] == "chat" and result["mean_ttft_ms"] == pytest.approx(ttft["chat"])
+
+
+@pytest.mark.parametrize(
+    "field", ["server.build=wisp-grpc", "server.verifier.kind=resident", "server.host.transport=grpc"]
+)
+def test_the_verifier_build_is_refused_by_name(field: str) -> None:
+    """``vllm bench serve`` measures vLLM's own serving: a verifier's build (issue 46) would change
+    nothing there, so bench refuses it in one line instead of dropping it."""
+    p = wispsim("bench", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--num-prompts", "2", "--set", field)
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 2 and last.startswith(f"error: --set: {field.split('=')[0]}: wispsim bench")

@@ -118,3 +118,41 @@ def test_validate_checks_its_real_side_before_any_work(tmp_path: Path) -> None:
     dup = ValidateRequest(SCENARIO, [], ["wisp"], [2], [Regime("a", ()), Regime("a", ())], arch="tiny-vllm")
     with pytest.raises(ConfigError, match="unique"):
         validate(dup, tmp_path / "v2")
+
+
+def test_serve_honours_the_build_and_serves_grpc_where_its_devices_speak_it(monkeypatch: Any) -> None:
+    """``--set server.build=...`` on serve (issue 46): the served scenario is the build's, and the
+    gRPC service starts beside HTTP (PORT + 1 unless ``--grpc-port`` says) where the build's devices
+    speak gRPC; a centralized policy has no verification service to serve over gRPC."""
+    import wispsim.serve.app as app_module
+    from wispsim.runs.serve import serve
+
+    seen: dict[str, Any] = {}
+
+    def fake(
+        sc: Any, source: Any, host: str, port: int, ready: Any, limits: Any = None, grpc_port: Any = None
+    ):
+        seen.update(sc=sc, grpc_port=grpc_port)
+
+    monkeypatch.setattr(app_module, "serve", fake)
+    source = model_source(None, "tiny-vllm", "float32")
+
+    def served(sets: list[str], policy: str = "wisp", grpc_port: int | None = None) -> dict[str, Any]:
+        seen.clear()
+        serve(SCENARIO, sets, policy, source, "127.0.0.1", 8011, lambda *a: None, grpc_port=grpc_port)
+        return dict(seen)
+
+    grpc = served(["server.build=wisp-grpc"])
+    srv = grpc["sc"].server
+    assert (srv.build, srv.verifier.kind, srv.host.transport, grpc["grpc_port"]) == (
+        "wisp-grpc",
+        "resident",
+        "grpc",
+        8012,
+    )
+    assert served(["server.build=wisp-grpc"], grpc_port=9000)["grpc_port"] == 9000
+    http = served(["server.build=vllm-sessions"])
+    assert (http["sc"].server.verifier.kind, http["grpc_port"]) == ("resident", None)
+    assert served(["server.build=stock-vllm"])["sc"].server.verifier.kind == "resubmit"
+    with pytest.raises(ConfigError, match="the gRPC service verifies rounds"):
+        served([], policy="centralized", grpc_port=9000)

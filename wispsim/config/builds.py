@@ -71,15 +71,18 @@ def policy_build(policy: str) -> str | None:
 def with_build(server: Any, build: str | None) -> Any:
     """``server`` (a ServerConfig) with the three fields of ``build`` (a named build; None: the
     fields' own defaults, as a scenario that gives none of them has them)."""
-    parts = {"verifier": server.verifier, "engine": server.engine, "host": server.host}
-    values = (
-        BUILDS[build]
-        if build is not None
-        else tuple(type(parts[group]).__dataclass_fields__[name].default for group, name in FIELDS)
-    )
-    for (group, name), want in zip(FIELDS, values, strict=True):
-        parts[group] = dataclasses.replace(parts[group], **{name: want})
-    return dataclasses.replace(server, **parts)
+    if build is not None:
+        return _with_fields(server, BUILDS[build])
+    groups = {"verifier": server.verifier, "engine": server.engine, "host": server.host}
+    return _with_fields(server, tuple(type(groups[g]).__dataclass_fields__[n].default for g, n in FIELDS))
+
+
+def _with_fields(server: Any, values: tuple[str, str, str]) -> Any:
+    """``server`` with the three fields (:data:`FIELDS`) set to ``values``."""
+    groups = {"verifier": server.verifier, "engine": server.engine, "host": server.host}
+    for (group, name), value in zip(FIELDS, values, strict=True):
+        groups[group] = dataclasses.replace(groups[group], **{name: value})
+    return dataclasses.replace(server, **groups)
 
 
 def effective_build(server: Any, policy: str) -> str:
@@ -127,18 +130,13 @@ def apply_build(scenario: Any, layers: tuple[tuple[Mapping[str, Any], str], ...]
     srv = scenario.server
     named = next((w for layer, w in layers if _given(layer, "", "build")), None)
     given = {f: next((w for layer, w in layers if _given(layer, *f)), None) for f in FIELDS}
-    # a policy preset may have set the fields already (auto): what was given explicitly stands
-    parts0 = {"verifier": srv.verifier, "engine": srv.engine, "host": srv.host}
-    for (group, name), where in given.items():
-        if where is not None:
-            parts0[group] = dataclasses.replace(parts0[group], **{name: _value(layers, group, name)})
-    srv = dataclasses.replace(srv, **parts0)
     if srv.build == "auto" and not any(given.values()):
         own = policy_build(scenario.policy)
         return scenario.replace(server=with_build(srv, own)) if own else scenario
+    # what was given explicitly stands (a policy preset may have set the fields already, under auto)
+    have = {f: _value(layers, *f) if given[f] else getattr(getattr(srv, f[0]), f[1]) for f in FIELDS}
     build = DEFAULT_BUILD if srv.build == "auto" else srv.build
     explicit = srv.build != "auto"
-    parts = {"verifier": srv.verifier, "engine": srv.engine, "host": srv.host}
     values = BUILDS.get(build)
     resident = values is not None and values[0] == "resident"
     if resident and explicit and srv.mode == "speculative" and srv.verifier.kv_policy != "admission":
@@ -149,31 +147,26 @@ def apply_build(scenario: Any, layers: tuple[tuple[Mapping[str, Any], str], ...]
             f"it needs verifier.kv_policy admission, and policy {scenario.policy} evicts LRU; "
             "allowed with this policy: stock-vllm, custom",
         )
-    if values is not None:
-        for (group, name), want in zip(FIELDS, values, strict=True):
-            where = given[(group, name)]
-            have = getattr(parts[group], name)
-            if where is None:
-                parts[group] = dataclasses.replace(parts[group], **{name: want})
-            elif explicit and have != want and not (resident and name == "prefix_reuse"):
-                raise ConfigError(
-                    where,
-                    f"server.{group}.{name}",
-                    f"{have} conflicts with server.build {build}, which sets {want}; "
-                    "set server.build: custom to choose it yourself",
-                )
-    kind, transport = parts["verifier"].kind, parts["host"].transport
+    for f, want in zip(FIELDS, values or (), strict=False):
+        if given[f] is None:
+            have[f] = want
+        elif explicit and have[f] != want and not (resident and f[1] == "prefix_reuse"):
+            raise ConfigError(
+                given[f],
+                f"server.{f[0]}.{f[1]}",
+                f"{have[f]} conflicts with server.build {build}, which sets {want}; "
+                "set server.build: custom to choose it yourself",
+            )
+    kind, reuse, transport = (have[f] for f in FIELDS)
     if srv.mode == "speculative" and kind == "resubmit" and transport == "grpc":
-        where = given[("host", "transport")] or named or "scenario"
         raise ConfigError(
-            where,
+            given[("host", "transport")] or named or "scenario",
             "server.host.transport",
             "grpc is measured for resident rounds (benchmarks/vllm/transport_cost.py), not for a round "
             "re-submitting its whole sequence; use verifier.kind resident (server.build wisp-grpc) or "
             "transport http",
         )
-    name = build_name(kind, parts["engine"].prefix_reuse, transport)
-    server = dataclasses.replace(srv, build=name, **parts)
-    if name in BUILDS:  # its own values (a resident session's prefix_reuse: token)
-        server = with_build(server, name)
-    return scenario.replace(server=server) if server != scenario.server else scenario
+    name = build_name(kind, reuse, transport)
+    # a named build with its own values (a resident session's prefix_reuse: token)
+    server = _with_fields(dataclasses.replace(srv, build=name), BUILDS.get(name, (kind, reuse, transport)))
+    return scenario.replace(server=server) if server != srv else scenario

@@ -229,6 +229,24 @@ def check(c: Client, s: Server) -> None:
             )
 
 
+def refuse_verifier_build(sets: list[str] | None) -> None:
+    """``vllm bench serve`` measures vLLM's own serving, which has no verification server: a
+    ``--set`` of the verifier's build (``server.build`` and the fields it presets,
+    :mod:`wispsim.config.builds`) would change nothing, so it is refused by name."""
+    from wispsim.config.builds import FIELDS
+
+    names = {"server.build", *(f"server.{g}.{n}" for g, n in FIELDS)}
+    for x in sets or []:
+        field = x.split("=", 1)[0].strip()
+        if field in names:
+            raise ConfigError(
+                "--set",
+                field,
+                "wispsim bench simulates vLLM's own serving (centralized), which has no verification "
+                "server; the verifier's build is set on run, sweep, compare, serve and validate",
+            )
+
+
 def run_bench(
     prof: Profile, c: Client, s: Server, sets: list[str] | None = None, rep: Reporting | None = None
 ) -> tuple[dict[str, Any], Any]:
@@ -236,6 +254,7 @@ def run_bench(
     the simulated result. ``sets``: scenario fields beyond vLLM's flags (``--set``), honoured as a
     run honours them."""
     check(c, s)
+    refuse_verifier_build(sets)
     given = [x.split("=", 1)[1] for x in sets or [] if x.startswith("server.host.endpoint=")]
     endpoint = given[-1] if given else s.endpoint  # a --set wins, as a run honours it
     if not given and s.endpoint != "completions":

@@ -118,6 +118,26 @@ class Client:
             self._thread.join(timeout=10)
 
 
+class HttpSessions:
+    """``wispsim serve``'s session API over HTTP on ``client`` (a :class:`Client`): the coroutines
+    the swarm's devices call (:class:`wispsim.serve.grpc_api.GrpcSessions` has the same ones over
+    gRPC); its retries are the client's."""
+
+    retries = 0  # counted by the client
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def open(self, prompt: list[int]) -> str:
+        return str((await self.client.request("POST", "/sessions", {"prompt": prompt}))["session"])
+
+    async def verify(self, session: str, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(await self.client.request("POST", f"/sessions/{session}/rounds", body))
+
+    async def close(self, session: str) -> None:
+        await self.client.request("DELETE", f"/sessions/{session}")
+
+
 def error_detail(text: str) -> str:
     """What an error answer says: FastAPI's ``detail``, OpenAI's ``error.message``, else the text."""
     try:

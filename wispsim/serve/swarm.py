@@ -33,7 +33,15 @@ import pandas as pd
 
 from wispsim.config import Scenario
 from wispsim.results import Results
-from wispsim.serve.client import RETRY_STATUS, Client, SwarmError, check_server, error_detail, retry_after
+from wispsim.serve.client import (
+    RETRY_STATUS,
+    Client,
+    HttpSessions,
+    SwarmError,
+    check_server,
+    error_detail,
+    retry_after,
+)
 from wispsim.serve.clock import WallClock
 from wispsim.serve.server_side import ServerClients
 from wispsim.sim.generation import Served
@@ -91,39 +99,26 @@ class _Remote:
 
 
 class RemoteVerifier(_Remote):
-    """``ctx.server`` for the devices: each round goes to the real verification server, over HTTP
-    or, given ``rpc`` (a :class:`wispsim.serve.grpc_api.GrpcSessions` made on the client's loop),
-    over gRPC."""
+    """``ctx.server`` for the devices: each round goes to the real verification server through
+    ``api``, its session API (``open``, ``verify``, ``close``): over HTTP
+    (:class:`~wispsim.serve.client.HttpSessions`, the default) or over gRPC
+    (:class:`wispsim.serve.grpc_api.GrpcSessions`, made on the client's loop)."""
 
     def __init__(
-        self, env: WallClock, client: Client, offset: float, vocab: int, seed: int, rpc: Any = None
+        self, env: WallClock, client: Client, offset: float, vocab: int, seed: int, api: Any = None
     ) -> None:
         super().__init__(env, client, offset, vocab, seed)
         self.sessions: dict[int, Any] = {}  # response -> concurrent future of its session id
         self.draws = 0
-        self.rpc = rpc
-
-    async def _post_open(self, prompt: list[int]) -> str:
-        if self.rpc is not None:
-            return str(await self.rpc.open(prompt))
-        return str((await self.client.request("POST", "/sessions", {"prompt": prompt}))["session"])
-
-    async def _post_round(self, sid: str, body: dict[str, Any]) -> dict[str, Any]:
-        http = self.client.request("POST", f"/sessions/{sid}/rounds", body) if self.rpc is None else None
-        return dict(await (http or self.rpc.verify(sid, body)))
-
-    async def _post_close(self, sid: str) -> None:
-        await (
-            self.rpc.close(sid) if self.rpc is not None else self.client.request("DELETE", f"/sessions/{sid}")
-        )
+        self.api = api if api is not None else HttpSessions(client)
 
     async def _open(self, response: int, prompt_len: int) -> str:
-        return await self._post_open(self.tokens(0, response, prompt_len))
+        return str(await self.api.open(self.tokens(0, response, prompt_len)))
 
     async def _round(self, req: Any, body: dict[str, Any]) -> None:
         try:
             sid = await asyncio.wrap_future(self.sessions[req.session])
-            reply = await self._post_round(sid, body)
+            reply = await self.api.verify(sid, body)
         except BaseException as e:
             self.fail(e)
             return
@@ -166,7 +161,7 @@ class RemoteVerifier(_Remote):
         async def close() -> None:
             try:
                 sid = await asyncio.wrap_future(fut)
-                await self._post_close(sid)
+                await self.api.close(sid)
             except BaseException as e:
                 self.fail(e)
 
@@ -326,6 +321,7 @@ class WispsimServer:
         self, sc: Scenario, env: WallClock, client: Client, offset: float, facts: dict[str, Any], seed: int
     ) -> _Remote:
         kind = REMOTES[serving_of(sc).name]
+        extra: dict[str, Any] = {}
         if kind is RemoteVerifier and sc.server.host.transport == "grpc":
             port = facts.get("grpc_port")
             if not port:
@@ -335,9 +331,8 @@ class WispsimServer:
                 )
             from wispsim.serve.grpc_api import sessions_on
 
-            rpc = sessions_on(client, f"{urlsplit(self.url).hostname or '127.0.0.1'}:{port}")
-            return RemoteVerifier(env, client, offset, int(facts["vocab"]), seed, rpc)
-        return kind(env, client, offset, int(facts["vocab"]), seed)
+            extra["api"] = sessions_on(client, f"{urlsplit(self.url).hostname or '127.0.0.1'}:{port}")
+        return kind(env, client, offset, int(facts["vocab"]), seed, **extra)
 
     def log(self, client: Client) -> dict[str, Any]:
         return dict(client.call(client.request("GET", "/log", headers=self._admin())))
@@ -418,7 +413,7 @@ def run_swarm(
         "send_lag_p50_ms": float(np.median(lags) * 1000) if len(lags) else float("nan"),
         "send_lag_p99_ms": float(np.quantile(lags, 0.99) * 1000) if len(lags) else float("nan"),
         # requests the server asked to retry (429/503) and the swarm did; log rows it let go
-        "retries": client.retries + (r.rpc.retries if getattr(r, "rpc", None) is not None else 0),
+        "retries": client.retries + getattr(getattr(r, "api", None), "retries", 0),
         "server_log_dropped": dropped,
     }
     return SwarmRun(res, srv_batches, members, tokens, facts, offset, target.source)
