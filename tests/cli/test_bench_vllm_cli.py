@@ -327,3 +327,21 @@ def test_the_verifier_build_is_refused_by_name(field: str) -> None:
     p = wispsim("bench", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--num-prompts", "2", "--set", field)
     last = p.stderr.strip().splitlines()[-1]
     assert p.returncode == 2 and last.startswith(f"error: --set: {field.split('=')[0]}: wispsim bench")
+
+
+def test_static_batching_is_refused_by_name_and_continuous_accepted() -> None:
+    """vLLM batches continuously: bench under ``server.engine.batching: static`` (a Hugging Face
+    ``generate`` server, simulated only) would price a server that is not vLLM, so it is refused."""
+    p = wispsim(
+        "bench", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--num-prompts", "2",
+        "--set", "server.engine.batching=static",
+    )  # fmt: skip
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 2 and last.startswith(
+        "error: --set: server.engine.batching: wispsim bench simulates"
+    )
+    ok = wispsim(
+        "bench", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--num-prompts", "2",
+        "--set", "server.engine.batching=continuous",
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr

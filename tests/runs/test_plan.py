@@ -129,3 +129,22 @@ def test_bad_requests_are_refused_before_any_work(
     for w in words:
         assert w in str(e), str(e)
     assert not (tmp_path / "plan").exists()
+
+
+def test_a_profile_without_a_price_gets_its_gpus_public_price(
+    scenario_file: ScenarioFile, tmp_path: Path
+) -> None:
+    """Issue 46: a planner who gives no price gets the shipped public on-demand price of the
+    profile's GPU (wispsim/data/gpu_prices.yaml), and the manifest says where it came from."""
+    from wispsim.model.prices import shipped_price
+
+    path = scenario_file(
+        server={"profile": "a100-qwen3-32b"}, workload={"output_tokens": {"dist": "constant", "value": 16}}
+    )
+    req = PlanRequest(
+        path, None, fleet=(DeviceGroup(count=2, slo=1.0),), method="full", max_replicas=1, jobs=1
+    )
+    o = plan(req, out=tmp_path / "plan")
+    assert o.failed is None and o.price == shipped_price("a100-80gb").usd_per_gpu_hour
+    m = manifest(tmp_path / "plan")
+    assert m["price_source"].startswith("specialty") and m["cost_per_hour"] == pytest.approx(o.price)

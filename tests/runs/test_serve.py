@@ -70,6 +70,11 @@ def test_an_openai_server_needs_its_url_and_a_served_scenario_one_replica() -> N
     # the chat endpoint is a simulated API server's cost: a real server is not one, so it refuses
     with pytest.raises(ConfigError, match=r"server\.host\.endpoint: chat: wispsim serve answers on its own"):
         served_scenario(SCENARIO, ["server.host.endpoint=chat"], Options(policy="centralized"))
+    # static batching is a simulated server's (Hugging Face generate): vLLM batches continuously
+    with pytest.raises(
+        ConfigError, match=r"server\.engine\.batching: static: wispsim serve generates on vLLM"
+    ):
+        served_scenario(SCENARIO, ["server.engine.batching=static"], Options(policy="centralized"))
 
 
 def test_swarm_runs_the_devices_and_writes_their_records(server: str, tmp_path: Path) -> None:

@@ -19,13 +19,25 @@ from wispsim.sim.records import BatchRecord
 
 
 def server(
-    total_blocks: int = 1000, block_size: int = 16, max_running: int = 8, step_tokens: int = 2048
+    total_blocks: int = 1000,
+    block_size: int = 16,
+    max_running: int = 8,
+    step_tokens: int = 2048,
+    static: bool = False,
 ) -> tuple[simpy.Environment, CentralizedServer, FakeLatency, list[BatchRecord]]:
     env = simpy.Environment()
     lat = FakeLatency()
     batches: list[BatchRecord] = []
     srv = CentralizedServer(
-        env, total_blocks, block_size, max_running, step_tokens, Pricing(lat, None), batches, count()
+        env,
+        total_blocks,
+        block_size,
+        max_running,
+        step_tokens,
+        Pricing(lat, None),
+        batches,
+        count(),
+        static=static,
     )
     return env, srv, lat, batches
 
@@ -105,6 +117,32 @@ def test_new_request_joins_a_running_decode_batch() -> None:
     assert finished[1] == pytest.approx(0.051)  # B's only token comes out of step 2
     # A: 3 more decodes of 11 ms each after step 2
     assert finished[0] == pytest.approx(0.051 + 3 * 0.011)
+
+
+def test_static_batching_keeps_a_late_request_out_until_the_batch_ends() -> None:
+    """``server.engine.batching: static`` (issue 46): the same arrivals as above, but B waits for
+    A's batch to end (A's 5 tokens), and runs alone after it."""
+    env, srv, _, batches = server(static=True)
+    finished: dict[int, float] = {}
+    submit(env, srv, 0, prompt=10, output=5, at=0.0, finished=finished)
+    submit(env, srv, 1, prompt=20, output=1, at=0.015, finished=finished)
+    env.run(until=1.0)
+    # A alone: prefill 20 ms, then 4 decodes of 11 ms; B's prefill (10 + 20 ms) only after
+    assert [b.size for b in batches] == [1, 1, 1, 1, 1, 1]
+    assert finished[0] == pytest.approx(0.020 + 4 * 0.011)
+    assert finished[1] == pytest.approx(finished[0] + 0.030)
+    assert srv.memory.free == srv.memory.total_blocks
+
+
+def test_static_batching_decodes_a_finished_row_as_padding() -> None:
+    env, srv, _, batches = server(static=True)
+    finished: dict[int, float] = {}
+    submit(env, srv, 0, prompt=10, output=4, at=0.0, finished=finished)
+    submit(env, srv, 1, prompt=10, output=1, at=0.0, finished=finished)
+    env.run(until=1.0)
+    # both prefill in step 1 (B's only token); A's 3 decodes still carry B's row (size 2)
+    assert [b.size for b in batches] == [2, 2, 2, 2]
+    assert finished[1] < finished[0]
 
 
 def test_running_limit_makes_requests_wait() -> None:

@@ -95,6 +95,34 @@ def test_quick_capacity_and_mix_tables_have_numbers(quick_run: Path) -> None:
     assert set(pd.read_csv(quick_run / "mix-resident" / "curve_pooled.csv").policy) == {"wisp", "fcfs"}
 
 
+@pytest.mark.slow
+def test_quick_decision_paper_and_regimes_tables(quick_run: Path) -> None:
+    """Issue 46: the decision study names each arm's build, prices it from the shipped table, and
+    bounds it by its bands; the paper study sets the paper's figures beside ours per baseline; the
+    regimes study searches the shared mix per regime."""
+    from wispsim.model.prices import shipped_price
+
+    dec = pd.read_csv(quick_run / "decision" / "decision.csv")
+    assert set(dec.arm) == {"wisp@wisp-grpc", "centralized"}
+    assert dict(zip(dec.arm, dec.build, strict=True)) == {"wisp@wisp-grpc": "wisp-grpc", "centralized": "-"}
+    price = shipped_price("a100-80gb").usd_per_gpu_hour
+    for r in dec.itertuples():
+        assert r.capacity > 0 and r.gpus == 1
+        assert r.gpu_hours_per_device_hour == pytest.approx(1 / r.capacity)
+        assert r.usd_per_device_hour == pytest.approx(price / r.capacity)
+        assert r.usd_per_mtok == pytest.approx(price * 1e6 / (r.goodput_tps * 3600))
+    bands = pd.read_csv(quick_run / "decision" / "bands.csv")
+    assert set(bands.variant) == {"cpu-0.93x"} and set(bands.band) == {"host CPU"}
+    sec = (quick_run / "decision" / "section.md").read_text()
+    assert "| a100-qwen3-32b | 8 | wisp-grpc" in sec and "mercatus" in sec
+    ours = pd.read_csv(quick_run / "paper" / "ours.csv")
+    assert set(ours.baseline) == {"vllm", "paper-coefficients", "static", "paper-coefficients+static"}
+    cen = ours[ours.policy == "centralized"].set_index("baseline").capacity
+    assert cen["static"] < cen["vllm"]  # request-level batching serves fewer devices
+    reg = pd.read_csv(quick_run / "regimes" / "regimes.csv")
+    assert set(reg.policy) == {"wisp", "fcfs", "wisp-fixed"} and set(reg.regime) == {"compute-bound"}
+
+
 def test_unknown_experiment_lists_the_known_ones() -> None:
     from wispsim.study.experiments.spec import load_spec
 
@@ -175,6 +203,58 @@ def test_cli_bad_spec_exits_2_without_traceback(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "experiments/broken.yaml: classes" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "words"),
+    [
+        ("decision", "arms: [{build: wisp-grpc}]\n", "experiments/decision.yaml: arms: an arm is a policy"),
+        (
+            "decision",
+            "arms: [wisp]\ntargets: [a100-qwen3-32b]\nprices: {a100-80gb: -1}\n",
+            "experiments/decision.yaml: prices.a100-80gb: must be a price in USD per GPU-hour > 0",
+        ),
+        ("decision", "arms: [wisp]\ntargets: [cpu-qwen2.5-0.5b]\n", "names no GPU"),
+        (
+            "decision",
+            "arms: [wisp]\ntargets: [a100-qwen3-32b]\nprice_tier: cheap\n",
+            "experiments/decision.yaml: price_tier: 'a100-80gb' has no 'cheap' price",
+        ),
+        (
+            "decision",
+            "arms: [wisp]\ntargets: [a100-qwen3-32b]\n"
+            "bands: {variants: [{band: x, name: y, set: {}, arms: [sled]}]}\n",
+            "unknown arm(s) ['sled']",
+        ),
+        (
+            "paper",
+            "published: {capacity: {wisp: [1, 2]}}\nclasses: [8]\n",
+            "published.capacity.wisp: needs one figure per class",
+        ),
+        (
+            "regimes",
+            "regimes: [{name: a, profile: a100-qwen3-32b}]\n",
+            "regimes[0]: needs name, profile and why",
+        ),
+    ],
+)
+def test_bad_decision_paper_and_regimes_specs_exit_2_in_one_line(
+    tmp_path: Path, name: str, body: str, words: str
+) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / f"{name}.yaml").write_text(f"study: {name}\n{body}")
+    r = subprocess.run(
+        [sys.executable, "-m", "wispsim.cli", "experiment", "run", name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_saturated_capacity_is_a_lower_bound_and_has_no_ratio() -> None:

@@ -77,7 +77,11 @@ def plan(
     price_per_gpu_hour: Annotated[
         float | None,
         typer.Option(
-            help="GPU price (default: the profile's hardware.price_per_gpu_hour).", parser=NON_NEGATIVE
+            help=(
+                "GPU price in USD per GPU-hour (default: the profile's hardware.price_per_gpu_hour, "
+                "else the public price in wispsim/data/gpu_prices.yaml)."
+            ),
+            parser=NON_NEGATIVE,
         ),
     ] = None,
     jobs: JobsOpt = 2,
@@ -148,7 +152,9 @@ def _print_plan(o: PlanOutcome) -> None:
     if o.price is not None:
         line += f"; cost {o.gpus} GPUs x {o.price:g}/GPU-hour = {o.gpus * o.price:,.2f} per hour"
     else:
-        line += "; no price (set hardware.price_per_gpu_hour in the profile or --price-per-gpu-hour)"
+        line += (
+            "; no price (no public price for this GPU in wispsim/data/gpu_prices.yaml: --price-per-gpu-hour)"
+        )
     console.print(line)
 
 

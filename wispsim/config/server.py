@@ -91,6 +91,10 @@ class EngineConfig:
     prefix_reuse: Literal["token", "block"] = "token"
     # how much of an idle prefix is evicted for room: session (SPEC 2.3) or block (vLLM v1)
     eviction: Literal["session", "block"] = "session"
+    # how centralized serving batches: continuous (vLLM: a response joins and leaves the running
+    # batch at any step) or static (request-level: a batch starts when the last one has ended, and
+    # finished responses stay in it as padding, as Hugging Face `generate` runs; simulated only)
+    batching: Literal["continuous", "static"] = "continuous"
 
     def __post_init__(self) -> None:
         require_count(self.max_num_seqs, "max_num_seqs", 1, MAX_BATCH_REQUESTS)

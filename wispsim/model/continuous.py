@@ -18,6 +18,11 @@ chunks of sequences still being prefilled, oldest first (chunked prefill).
 - **commit**: what the step produced (a decode commits the accepted run of its drafts plus one
   token; a prefill's last chunk gives the first token); finished sequences give their blocks back.
 
+Under **static batching** (``static``: request-level batching, as a server built on Hugging Face
+``generate`` runs it, not vLLM) a batch is admitted only when the last one has ended, and a response
+that ends early stays in the batch as padding, decoded at its context until the batch's longest
+response ends (``generate`` keeps computing finished rows); its blocks are given back with the batch.
+
 No clock: :class:`wispsim.sim.centralized.CentralizedServer` runs it on SimPy's, passing the time
 in. *(nano-vllm's ``Scheduler`` over its ``BlockManager``.)*
 """
@@ -109,8 +114,10 @@ class ContinuousBatcher:
         step_tokens: int,
         lookahead: int = 1,
         async_scheduling: bool = False,
+        static: bool = False,
     ) -> None:
         self.memory = memory
+        self.static = static  # request-level batching (module docstring)
         self.max_running = max_running
         self.step_tokens = step_tokens
         self.lookahead = lookahead  # KV slots a decode step writes (k + 1 under speculation)
@@ -139,7 +146,8 @@ class ContinuousBatcher:
         """The next step at time ``now`` (``idle``: no step ran before it): admit what fits, grow
         every decode by its lookahead (preempting the newest where memory runs out), compose the
         step; None if nothing runs."""
-        self._admit(self._known if self.async_scheduling and not idle else len(self.waiting))
+        if not (self.static and self.running):  # a static batch admits only when the last one ended
+            self._admit(self._known if self.async_scheduling and not idle else len(self.waiting))
         if not self.running:  # the head of the queue can never fit: a config error upstream
             raise RuntimeError("a centralized request does not fit in KV memory")
         self._grow()
@@ -178,7 +186,7 @@ class ContinuousBatcher:
         i = 0
         while i < len(running):
             s = running[i]
-            if s.prefilled >= s.context:
+            if s.prefilled >= s.context and s.generated < s.output:  # (padding writes nothing)
                 tokens = s.context + lookahead
                 got = grow(s.blocks, tokens)
                 while got < 0 and running[-1] is not s:
@@ -227,6 +235,8 @@ class ContinuousBatcher:
         (their blocks given back)."""
         finished = []
         for s, new in step.work:
+            if s.generated >= s.output:  # static batching's padding: computed, nothing committed
+                continue
             if s.prefilled >= s.context:  # decode step
                 n = 1
                 if s.runs is not None:  # the accepted drafts and the target's own token
@@ -246,6 +256,12 @@ class ContinuousBatcher:
                     s.chunks += 1
             if s.generated >= s.output:
                 finished.append(s)
+        if self.static:  # the batch ends with its last response: every block given back then
+            if all(s.generated >= s.output for s in self.running):
+                for s in self.running:
+                    self.memory.give(s.blocks)
+                self.running.clear()
+            return finished
         for s in finished:
             self.running.remove(s)
             self.memory.give(s.blocks)

@@ -247,6 +247,20 @@ def refuse_verifier_build(sets: list[str] | None) -> None:
             )
 
 
+def refuse_static_batching(sets: list[str] | None) -> None:
+    """vLLM batches continuously: a benchmark of it under ``server.engine.batching: static`` would
+    price a server that is not vLLM, so it is refused by name."""
+    for x in sets or []:
+        field, _, value = x.partition("=")
+        if field.strip() == "server.engine.batching" and value.strip().strip("'\"") != "continuous":
+            raise ConfigError(
+                "--set",
+                "server.engine.batching",
+                f"wispsim bench simulates vLLM's serving, which batches continuously; got {value.strip()!r} "
+                "(static batching runs on run, sweep and compare)",
+            )
+
+
 def run_bench(
     prof: Profile, c: Client, s: Server, sets: list[str] | None = None, rep: Reporting | None = None
 ) -> tuple[dict[str, Any], Any]:
@@ -255,6 +269,7 @@ def run_bench(
     run honours them."""
     check(c, s)
     refuse_verifier_build(sets)
+    refuse_static_batching(sets)
     given = [x.split("=", 1)[1] for x in sets or [] if x.startswith("server.host.endpoint=")]
     endpoint = given[-1] if given else s.endpoint  # a --set wins, as a run honours it
     if not given and s.endpoint != "completions":

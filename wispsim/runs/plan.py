@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from wispsim.config import DeviceGroup, Scenario
+from wispsim.model.prices import price_table, shipped_price
 from wispsim.results import Results
 from wispsim.runs.resolve import Options, check_backend, check_seeds, check_start, resolve
 from wispsim.study.decompose import CONFIRM_DEVICES
@@ -102,6 +103,10 @@ def plan(
             folder.table("confirm.csv", res.confirm)
     prof = load_profile(sc.server.profile)
     price = req.price_per_gpu_hour if req.price_per_gpu_hour is not None else prof.price_per_gpu_hour
+    price_source = "given" if req.price_per_gpu_hour is not None else "profile"
+    if price is None and prof.gpu_key in price_table()["prices"]:  # the shipped public price
+        shipped = shipped_price(prof.gpu_key)
+        price, price_source = shipped.usd_per_gpu_hour, shipped.source
     extra: dict[str, Any] = {
         "devices": n,
         "policy": sc.policy,
@@ -129,6 +134,8 @@ def plan(
     gpus = res.replicas * prof.gpu_count
     if price is not None:
         extra["cost_per_hour"] = gpus * price
+        extra["price_per_gpu_hour"] = price
+        extra["price_source"] = price_source
     with folder.writing():  # manifest.json last
         folder.text("scenario-answer.yaml", with_replicas(sc, res.replicas).to_yaml())
         if res.per_replica is not None:

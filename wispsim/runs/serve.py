@@ -99,6 +99,8 @@ def served_scenario(
         ("server.replicas", server.replicas, 1, "wispsim serve runs one replica; set 1"),
         ("server.host.endpoint", server.host.endpoint, "completions",
          "wispsim serve answers on its own protocol, not vLLM's chat endpoint; set completions"),
+        ("server.engine.batching", server.engine.batching, "continuous",
+         "wispsim serve generates on vLLM's continuous batching; static batching is simulated only"),
     ):  # fmt: skip
         if value != allowed:
             raise ConfigError(source, name, why) if source is not None else ConfigError(name, str(value), why)

@@ -52,6 +52,7 @@ class CentralizedServer:
         spec: Speculation | None = None,
         prompts: PromptCache | None = None,
         chunk_times: dict[int, list[float]] | None = None,
+        static: bool = False,
     ) -> None:
         self.env = env
         # when each response's chunks left the engine, by response id (None: not kept; a benchmark
@@ -64,7 +65,9 @@ class CentralizedServer:
         # step can join only the step after next (unless the engine is idle)
         self.async_scheduling = async_scheduling
         lookahead = spec.k + 1 if spec is not None else 1  # KV slots a decode step writes
-        self.batcher = ContinuousBatcher(self.memory, max_running, step_tokens, lookahead, async_scheduling)
+        self.batcher = ContinuousBatcher(
+            self.memory, max_running, step_tokens, lookahead, async_scheduling, static
+        )
         self.pricing = pricing  # a step's time by its parts, at one point (wispsim.model.latency)
         self.batches = batches
         self._ids = batch_ids

@@ -197,6 +197,7 @@ def centralized_servers(ctx: RunContext, resolved: Resolved) -> Any:
             async_scheduling=srv.engine.async_scheduling,
             prompts=PromptCache(bs, srv.engine.enable_prefix_caching),
             chunk_times=ctx.recorder.chunk_times,
+            static=srv.engine.batching == "static",
         )
         ctx.engines.append(engine)
         front = host is not None or frontend > 0

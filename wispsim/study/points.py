@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -82,6 +83,26 @@ def input_digests(scenario: Scenario) -> dict[str, str]:
     return out
 
 
+# Fields added after points were stored, with the value that simulates exactly as before they
+# existed: left out of a point's key at that value, so stored points stay valid (a scenario that
+# sets another value hashes it).
+NEUTRAL_DEFAULTS: dict[tuple[str, ...], Any] = {("server", "engine", "batching"): "continuous"}
+
+
+def key_dict(scenario: Scenario) -> dict[str, Any]:
+    """What a point's key hashes of ``scenario``: every field it runs with
+    (``to_dict(complete=True)``) less :data:`NEUTRAL_DEFAULTS` at their neutral value."""
+    out = scenario.to_dict(complete=True)
+    for path, neutral in NEUTRAL_DEFAULTS.items():
+        *parents, name = path
+        node = out
+        for p in parents:
+            node = node[p]
+        if node.get(name) == neutral:
+            del node[name]
+    return out
+
+
 @dataclass(frozen=True)
 class Point:
     """``scenario`` with ``devices`` devices under each of ``seeds`` (one seed: an int), stopped
@@ -100,7 +121,7 @@ class Point:
     def key(self) -> str:
         blob = json.dumps(
             {
-                "scenario": self.scenario.to_dict(complete=True),
+                "scenario": key_dict(self.scenario),
                 "devices": self.devices,
                 "seeds": list(self.seeds),
                 "stopping": self.stopping.to_dict() if self.stopping else None,

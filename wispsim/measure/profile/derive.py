@@ -293,4 +293,6 @@ GROUNDED: dict[str, dict[str, Any]] = {
     "a100-qwen3-14b": {"arch": "qwen3-14b", "gpu": "a100-80gb", "count": 1},
     "h100-qwen3-14b": {"arch": "qwen3-14b", "gpu": "h100-80gb", "count": 1},
     "2xa100-llama-3.1-70b": {"arch": "llama-3.1-70b", "gpu": "a100-80gb", "count": 2},
+    "2xh100-llama-3.1-70b": {"arch": "llama-3.1-70b", "gpu": "h100-80gb", "count": 2},
+    "h200-qwen3-32b": {"arch": "qwen3-32b", "gpu": "h200", "count": 1},
 }

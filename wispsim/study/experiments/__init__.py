@@ -15,15 +15,21 @@ searches resume from stored points, and the section header says which git commit
 points it shows), bursty, ablation and attribution (:mod:`.run_studies`; whole runs, simulated
 again on a rerun), requests (:mod:`.requests_study`: production request traces per replica
 count), round-cost (:mod:`.round_cost_study`: vLLM's cost of a verification round by its
-parts). Their figures are drawn by :mod:`wispsim.plots`.
+parts), decision (:mod:`.decision_study`: capacity per target x class x policy and verifier build,
+what binds, sensitivity bands, what it costs), paper (:mod:`.paper_study`: the WISP paper's tables
+beside ours per candidate baseline), regimes (:mod:`.regimes_study`: where SLO-aware batching and the
+predictor pay). Their figures are drawn by :mod:`wispsim.plots`.
 """
 
 # Importing the study modules registers their kinds in STUDIES (spec.py checks names against it).
 from wispsim.study.experiments import (  # noqa: F401
     capacity_studies,
+    decision_study,
     heldout_study,
+    paper_study,
     public_sd_study,
     public_study,
+    regimes_study,
     requests_study,
     round_cost_study,
     run_studies,
