@@ -129,3 +129,16 @@ def test_the_printed_line_names_the_binding_resource_first() -> None:
     assert line.startswith("binds: KV memory (load 0.99, 1% headroom)")
     assert "GPU 0.20 (busy 1.00)" in line
     assert describe({**row, "headroom": -0.5}).split(";")[0].endswith("past its limit)")
+
+
+def test_a_resident_build_holds_an_engine_slot_per_admitted_session_and_the_stock_build_does_not() -> None:
+    """Issue 46: a resident session is a paused vLLM request, so at most ``max_num_seqs`` are admitted
+    (the real server's cap, now the simulator's); a re-submitted round holds a slot only while it is
+    verified. With 4 slots and 12 devices the resident build queues for slots, the stock one does not."""
+    engine = {"max_num_seqs": 4}
+    resident = _run("wisp", 12, [8.0], build="wisp-grpc", engine=engine)
+    stock = _run("wisp", 12, [8.0], build="stock-vllm", engine=engine)
+    r, s = _row(resident), _row(stock)
+    assert r["binds"] == "max_num_seqs" and r["seqs_load"] == pytest.approx(1.0, abs=0.02)
+    assert s["seqs_load"] < 0.9
+    assert r["violation_rate"] > s["violation_rate"] + 0.2  # waiting for a slot eats the budget

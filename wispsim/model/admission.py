@@ -16,8 +16,10 @@ resort (counted as an eviction in the batch records), never silently.
 
 Where each admitted response takes a slot of the engine's own (a resident session is a paused
 vLLM request, and vLLM runs at most ``max_num_seqs`` requests, paused ones included),
-``max_sessions`` caps how many are admitted at once; the real server sets it, the simulator
-leaves it unset.
+``max_sessions`` caps how many are admitted at once: under ``server.verifier.kind: resident``
+(the ``vllm-sessions`` and ``wisp-grpc`` builds, both sessions kept in vLLM) the scenario's
+``max_num_seqs``, and the real server sets it to its engine's own. A re-submitted round holds a
+slot only while it is verified, so the stock build has no such cap.
 
 Waiting responses are admitted in ``server.verifier.kv_admission_order``: ``fcfs`` (arrival order, the head
 blocks the rest, so nobody starves) or ``deadline`` (earliest first-round deadline first, so a
@@ -169,7 +171,7 @@ def make_admission(
     out = scenario.workload.output_tokens
     mean, top = outputs if outputs is not None else (out.nominal(), out.support()[1])
     growth = {"mean": mean, "max": top, "none": 0.0}[srv.verifier.kv_growth]
-    return Admission(
+    adm = Admission(
         total_blocks,
         block_size,
         math.ceil(min(growth, 1e9)),  # check_memory already requires a finite maximum
@@ -177,3 +179,6 @@ def make_admission(
         srv.verifier.kv_headroom,
         srv.verifier.kv_admission_order,
     )
+    if srv.verifier.kind == "resident":  # a paused session holds one of the engine's request slots
+        adm.max_sessions = srv.engine.max_num_seqs
+    return adm

@@ -383,8 +383,8 @@ class Holdings:
     """What a replica holds at each pass it begins, for what the run says binds
     (:mod:`wispsim.analysis.binding`): the pass's start and length, its share of KV memory
     (reserved under admission control, else in use), its share of ``max_num_seqs`` (sequences
-    running; a verification pass's rounds) and whether it left admitted work waiting (rounds still
-    queued; running sequences the step could not take)."""
+    running; a verification pass's rounds, or a resident build's admitted sessions) and whether it
+    left admitted work waiting (rounds still queued; running sequences the step could not take)."""
 
     WIDTH = 5
 

@@ -281,7 +281,10 @@ class Verifier:
             latency = took.total
             blocks_used = memory.used
             kv_held = adm.used / adm.limit if adm is not None else blocks_used / memory.total_blocks
-            self.holdings.log(now, latency, kv_held, len(members) / self.gpu.max_requests, bool(self.queue))
+            # the engine's request slots: a resident session holds one while admitted, a re-submitted
+            # round only while it is verified
+            held = len(adm.reserved) if adm is not None and adm.max_sessions is not None else len(members)
+            self.holdings.log(now, latency, kv_held, held / self.gpu.max_requests, bool(self.queue))
             if self.track_work:
                 self.queued_work = max(self.queued_work - sum(r.work for r in members), 0.0)
                 self.busy_until = now + t_hat

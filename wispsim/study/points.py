@@ -103,6 +103,25 @@ def key_dict(scenario: Scenario) -> dict[str, Any]:
     return out
 
 
+def model_revisions(scenario: Scenario, devices: int) -> dict[str, Any]:
+    """Changes of the model made after points were stored, named in the key of exactly the
+    points whose outcome they can change (the rest keep their keys and stored results):
+    ``resident_slots`` (issue 46): a resident session holds one of vLLM's ``max_num_seqs`` request
+    slots, which only binds a closed loop of more devices than the replicas' slots (each device
+    has one response in flight at most) or open arrivals."""
+    srv = scenario.server
+    out: dict[str, Any] = {}
+    if (
+        srv.mode == "speculative"
+        and srv.verifier.kind == "resident"
+        and srv.verifier.kv_policy == "admission"
+    ):
+        slots = srv.engine.max_num_seqs * srv.replicas
+        if scenario.arrivals.process != "closed" or devices > slots:
+            out["resident_slots"] = 1
+    return out
+
+
 @dataclass(frozen=True)
 class Point:
     """``scenario`` with ``devices`` devices under each of ``seeds`` (one seed: an int), stopped
@@ -127,6 +146,7 @@ class Point:
                 "stopping": self.stopping.to_dict() if self.stopping else None,
                 "version": __version__,
                 "inputs": input_digests(self.scenario),
+                **model_revisions(self.scenario, self.devices),
             },
             sort_keys=True,
         )
