@@ -120,7 +120,8 @@ def test_quick_decision_paper_and_regimes_tables(quick_run: Path) -> None:
     cen = ours[ours.policy == "centralized"].set_index("baseline").capacity
     assert cen["static"] < cen["vllm"]  # request-level batching serves fewer devices
     reg = pd.read_csv(quick_run / "regimes" / "regimes.csv")
-    assert set(reg.policy) == {"wisp", "fcfs", "wisp-fixed"} and set(reg.regime) == {"compute-bound"}
+    assert set(reg.policy) == {"wisp", "fcfs", "wisp-fixed"} and set(reg.regime) == {"compute-bound", "slow"}
+    assert set(reg[reg.regime == "slow"].classes.astype(str)) == {"2"}  # a regime keeps its own classes
 
 
 def test_unknown_experiment_lists_the_known_ones() -> None:

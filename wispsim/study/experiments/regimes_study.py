@@ -29,33 +29,39 @@ def study_regimes(ctx: Context) -> Section:
     src = f"experiments/{ctx.name}.yaml"
     policies = [str(p) for p in spec.get("policies", ["wisp", "fcfs", "wisp-fixed"])]
     classes = [float(c) for c in spec.get("classes", [2, 4, 6, 8])]
-    plan: dict[Path, dict[str, Scenario]] = {}
-    about: dict[Path, tuple[str, str]] = {}
+    plans: dict[tuple[float, ...], dict[Path, dict[str, Scenario]]] = {}
+    about: dict[Path, tuple[str, str, tuple[float, ...]]] = {}
     for i, r in enumerate(spec.get("regimes") or []):
         if not isinstance(r, dict) or not {"name", "profile", "why"} <= set(r):
             raise ConfigError(src, f"regimes[{i}]", "needs name, profile and why (the mechanism it tests)")
+        mine = tuple(float(c) for c in r.get("classes", classes))  # a regime may keep its own classes
         folder = ctx.out / str(r["name"])
         base = with_profile(ctx.scenario(**(r.get("set") or {})), str(r["profile"]))
-        plan[folder] = {p: base.with_policy(p, src) for p in policies}
-        about[folder] = (str(r["name"]), str(r["why"]))
+        plans.setdefault(mine, {})[folder] = {p: base.with_policy(p, src) for p in policies}
+        about[folder] = (str(r["name"]), str(r["why"]), mine)
     sec = Section(spec.get("title", "Where SLO-aware batching and the predictor pay"))
-    t0 = time.perf_counter()
     light = tuple(int(n) for n in spec.get("light", [16]))  # where the predictor is read at one N
-    res = sweeps(ctx, plan, classes, "shared", also=light)
+    t0 = time.perf_counter()
+    res = {}
+    for mine, plan in plans.items():  # regimes that share their classes are searched together
+        res.update(sweeps(ctx, plan, list(mine), "shared", also=light))
     sec.facts["wall_s_sweeps"] = time.perf_counter() - t0
     rows = []
     for folder, r in res.items():
-        name, why = about[folder]
+        name, why, own = about[folder]
         for c in r.capacity.to_dict("records"):
             pol = str(c["policy"])
-            mine = r.curve[(r.curve.policy == pol) & (r.curve["class"].astype(str) == "all")]
-            at = rows_at(mine, int(c["capacity"]))
             per = r.curve[(r.curve.policy == pol) & (r.curve["class"].astype(str) != "all")]
-            tight = per[per["class"].astype(float) == max(classes)]
+            mine = r.curve[(r.curve.policy == pol) & (r.curve["class"].astype(str) == "all")]
+            if mine.empty:  # one class: its rows are the whole mix's
+                mine = per
+            at = rows_at(mine, int(c["capacity"]))
+            tight = per[per["class"].astype(float) == max(own)]
             at_t = rows_at(tight, int(c["capacity"]))
             rows.append(
                 {
                     "regime": name,
+                    "classes": ",".join(f"{c:g}" for c in own),
                     "why": why,
                     "policy": pol,
                     "capacity": int(c["capacity"]),
@@ -70,14 +76,14 @@ def study_regimes(ctx: Context) -> Section:
     table = pd.DataFrame(rows)
     table.to_csv(ctx.out / "regimes.csv", index=False)
     sec.body += [
-        f"Every class ({', '.join(f'{c:g}' for c in classes)} tok/s) shares one verifier; capacity of the "
+        "Every class of a regime (`classes`, tok/s) shares one verifier; capacity of the "
         f"whole mix (every class within epsilon) in devices [95% interval], {len(seeds(spec))} seed(s); "
         "`binds` is what binds the simulated runs at that capacity.",
         "",
     ]
     sec.body += md_table(_wide(table, policies, light))
     sec.body += ["", "What each regime tests:", ""]
-    sec.body += [f"- `{name}`: {why}" for name, why in about.values()]
+    sec.body += [f"- `{name}`: {why}" for name, why, _ in about.values()]
     return sec
 
 
@@ -89,7 +95,7 @@ def _mean(curve: pd.DataFrame, n: int) -> float:
 def _wide(table: pd.DataFrame, policies: list[str], light: tuple[int, ...]) -> pd.DataFrame:
     out = []
     for name, g in table.groupby("regime", sort=False):
-        row: dict[str, object] = {"regime": name}
+        row: dict[str, object] = {"regime": name, "classes": g.classes.iloc[0]}
         cap = {}
         for p in policies:
             hit = g[g.policy == p]
