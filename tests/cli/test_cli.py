@@ -141,7 +141,7 @@ def test_compare_writes_speedups(tmp_path: Path) -> None:
             ["run"],
             "server:\n  profile: no-such-gpu\n",
             "no profile 'no-such-gpu'; shipped profiles: 2xa100-llama-3.1-70b, "
-            "2xa100-llama-3.1-70b-paper, a100-qwen3-14b",
+            "2xa100-llama-3.1-70b-paper, 2xh100-llama-3.1-70b, a100-qwen3-14b",
         ),
         (
             ["run"],
