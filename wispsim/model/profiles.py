@@ -408,11 +408,9 @@ ENGINE_LAYOUTS = ("in-process", "multiprocess")
 
 def _engine_layout(data: dict[str, Any], src: str) -> str | None:
     v = data.get("engine_layout")
-    if v is None:
-        return None
-    if v not in ENGINE_LAYOUTS:
+    if v is not None and v not in ENGINE_LAYOUTS:
         raise ConfigError(src, "engine_layout", f"got {v!r}; allowed: {', '.join(ENGINE_LAYOUTS)}")
-    return str(v)
+    return None if v is None else str(v)
 
 
 def _layout_of(name: str) -> str | None:
