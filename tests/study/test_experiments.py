@@ -227,6 +227,8 @@ def test_cli_bad_spec_exits_2_without_traceback(tmp_path: Path) -> None:
             "bands: {variants: [{band: x, name: y, set: {}, arms: [sled]}]}\n",
             "unknown arm(s) ['sled']",
         ),
+        ("decision", "arms: [wisp, wisp]\n", "experiments/decision.yaml: arms: two arms are named 'wisp'"),
+        ("decision", "arms: [wisp]\ntargets: [a100-qwen3-32b]\nbands: [1]\n", "bands: must be a mapping"),
         (
             "paper",
             "published: {capacity: {wisp: [1, 2]}}\nclasses: [8]\n",

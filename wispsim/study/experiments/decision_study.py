@@ -66,6 +66,8 @@ def arms_of(ctx: Context, entries: list[Any], where: str) -> list[Arm]:
             )
         build = str(e.get("build", "auto"))
         name = str(e.get("name") or (e["policy"] if build == "auto" else f"{e['policy']}@{build}"))
+        if name in {a.name for a in out}:
+            raise ConfigError(f"experiments/{ctx.name}.yaml", where, f"two arms are named {name!r}")
         out.append(Arm(name, str(e["policy"]), build))
     return out
 
@@ -88,6 +90,7 @@ def study_decision(ctx: Context) -> Section:
     plan: dict[Path, dict[str, Scenario]] = {}
     for t in targets:
         plan[ctx.out / t] = {a.name: a.scenario(ctx, {}, t) for a in arms}
+    band_plan, band_meta, band_classes = _band_plan(ctx, spec.get("bands") or {}, arms, targets)
     t0 = time.perf_counter()
     main = sweeps(ctx, plan, classes, "separate")
     sec.facts["wall_s_sweeps"] = time.perf_counter() - t0
@@ -95,7 +98,13 @@ def study_decision(ctx: Context) -> Section:
     for t in targets:
         rows += _rows(t, "default", main[ctx.out / t], plan[ctx.out / t], prices[t])
     table = pd.DataFrame(rows)
-    band_rows = _bands(ctx, spec.get("bands") or {}, arms, targets, prices, sec)
+    band_rows = []
+    if band_plan:
+        t0 = time.perf_counter()
+        for folder, r in sweeps(ctx, band_plan, band_classes, "separate").items():
+            t, name, band = band_meta[folder]
+            band_rows += [{**row, "band": band} for row in _rows(t, name, r, band_plan[folder], prices[t])]
+        sec.facts["wall_s_bands"] = time.perf_counter() - t0
     bands = pd.DataFrame(band_rows)
     table.to_csv(ctx.out / "decision.csv", index=False)
     if len(bands):
@@ -165,25 +174,20 @@ def _rows(
     return out
 
 
-def _bands(
-    ctx: Context,
-    spec: dict[str, Any],
-    arms: list[Arm],
-    targets: list[str],
-    prices: dict[str, tuple[Price, int]],
-    sec: Section,
-) -> list[dict]:
-    """The sensitivity variants' capacities (each variant a scenario ``set`` and the arms it moves)."""
+def _band_plan(
+    ctx: Context, spec: Any, arms: list[Arm], targets: list[str]
+) -> tuple[dict[Path, dict[str, Scenario]], dict[Path, tuple[str, str, str]], list[float]]:
+    """The sensitivity variants' sweeps (each variant a scenario ``set`` and the arms it moves),
+    checked before anything runs."""
     src = f"experiments/{ctx.name}.yaml"
-    variants = list(spec.get("variants") or [])
-    if not variants:
-        return []
+    if not isinstance(spec, dict):
+        raise ConfigError(src, "bands", f"must be a mapping of classes, targets and variants, got {spec!r}")
     by_name = {a.name: a for a in arms}
     classes = [float(c) for c in spec.get("classes", [4, 8])]
     band_targets = [str(t) for t in spec.get("targets", targets)]
     plan: dict[Path, dict[str, Scenario]] = {}
     meta: dict[Path, tuple[str, str, str]] = {}
-    for i, v in enumerate(variants):
+    for i, v in enumerate(spec.get("variants") or []):
         if not isinstance(v, dict) or not {"band", "name", "set"} <= set(v):
             raise ConfigError(src, f"bands.variants[{i}]", "needs band, name and set")
         names = list(v.get("arms") or by_name)
@@ -198,15 +202,7 @@ def _bands(
             folder = ctx.out / "bands" / str(v["name"]) / t
             plan[folder] = {n: by_name[n].scenario(ctx, dict(v["set"]), t) for n in names}
             meta[folder] = (t, str(v["name"]), str(v["band"]))
-    t0 = time.perf_counter()
-    res = sweeps(ctx, plan, classes, "separate")
-    sec.facts["wall_s_bands"] = time.perf_counter() - t0
-    rows = []
-    for folder, r in res.items():
-        t, name, band = meta[folder]
-        for row in _rows(t, name, r, plan[folder], prices[t]):
-            rows.append({**row, "band": band})
-    return rows
+    return plan, meta, classes
 
 
 def _fmt(x: float, f: str = "{:.2f}") -> str:
