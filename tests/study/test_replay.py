@@ -377,3 +377,23 @@ def test_the_verifier_build_is_honoured_by_replay(log_file: Path) -> None:
     mine, theirs = warm(on("wisp-grpc").rounds), warm(on("stock-vllm").rounds)
     assert len(mine) > 50 and (mine.l_new == mine.k).all()
     assert (theirs.l_new > theirs.k).mean() > 0.8 and theirs.l_new.mean() > mine.l_new.mean() + 3
+
+
+def test_static_batching_is_honoured_by_replay(log_file: Path) -> None:
+    """``server.engine.batching: static`` on a replay (issue 46): the recorded requests meet
+    request-level batching, so later ones wait for the running batch and their first tokens come
+    later than under continuous batching (serve and bench refuse it: tests/runs/test_serve.py,
+    tests/cli/test_bench_vllm_cli.py)."""
+    from wispsim.config import parse_set
+
+    log, meta = read_log(log_file)
+
+    def first(batching: str) -> float:
+        sc = log_scenario(
+            meta, "meta", parse_set(["policy=centralized", f"server.engine.batching={batching}"])
+        )
+        assert sc.server.engine.batching == batching
+        r = replay(sc, log, meta).responses
+        return float((r.t_first - r.t_start).mean())
+
+    assert first("static") > 1.5 * first("continuous")
