@@ -116,7 +116,14 @@ def test_quick_decision_paper_and_regimes_tables(quick_run: Path) -> None:
     sec = (quick_run / "decision" / "section.md").read_text()
     assert "| a100-qwen3-32b | 8 | wisp-grpc" in sec and "mercatus" in sec
     ours = pd.read_csv(quick_run / "paper" / "ours.csv")
-    assert set(ours.baseline) == {"vllm", "paper-coefficients", "static", "paper-coefficients+static"}
+    assert set(ours.baseline) == {
+        "vllm",
+        "paper-coefficients",
+        "paper-coefficients+512-token-prompts",
+        "paper-coefficients+max-reservation",
+        "static",
+        "paper-coefficients+static",
+    }
     cen = ours[ours.policy == "centralized"].set_index("baseline").capacity
     assert cen["static"] < cen["vllm"]  # request-level batching serves fewer devices
     reg = pd.read_csv(quick_run / "regimes" / "regimes.csv")
