@@ -160,3 +160,15 @@ def test_options_that_change_a_scenario_are_blamed_on_the_option() -> None:
         load_scenario().with_devices(MAX_DEVICES + 1)
     with pytest.raises(ConfigError, match=r"^--devices: devices\.count: must be in"):
         apply_options(load_scenario(), Options(devices=MAX_DEVICES + 1))
+
+
+def test_static_batching_is_centralized_servings_and_refused_for_a_verifier() -> None:
+    """``server.engine.batching`` (issue 46) is how centralized serving batches; a speculative
+    policy's verifier batches rounds by its scheduler, so accepting it there would be a silent no-op."""
+    from wispsim.sim.scenarios import check_consistency
+
+    static = load_scenario(None, parse_set(["server.engine.batching=static"]))
+    check_consistency(static.with_policy("centralized"))
+    check_consistency(static.with_policy("centralized-sd"))
+    with pytest.raises(ConfigError, match=r"server\.engine\.batching: static batching is centralized serving's"):
+        check_consistency(static.with_policy("wisp"), "--set")

@@ -299,6 +299,13 @@ def check_consistency(scenario: Scenario, source: str = "scenario") -> Resolved:
             f"{str(sv.engine.enable_prefix_caching).lower()} and {sv.verifier.kv_policy}); allowed with "
             "this policy: resubmit",
         )
+    if sv.mode == "speculative" and sv.engine.batching != "continuous":
+        raise ConfigError(
+            source,
+            "server.engine.batching",
+            f"{sv.engine.batching} batching is centralized serving's (policy centralized or centralized-sd); "
+            f"a verifier batches rounds by its scheduler; allowed with policy {scenario.policy}: continuous",
+        )
     _check_speculation(scenario, source)
     resolved = resolve_server(scenario, source)
     profiles = list(resolved.profiles)
