@@ -167,7 +167,7 @@ def test_static_batching_is_centralized_servings_and_refused_for_a_verifier() ->
     policy's verifier batches rounds by its scheduler, so accepting it there would be a silent no-op."""
     from wispsim.sim.scenarios import check_consistency
 
-    static = load_scenario(None, parse_set(["server.engine.batching=static"]))
+    static = load_scenario(None, parse_set(["policy=centralized", "server.engine.batching=static"]))
     check_consistency(static.with_policy("centralized"))
     check_consistency(static.with_policy("centralized-sd"))
     with pytest.raises(ConfigError, match=r"server\.engine\.batching: static batching is centralized serving's"):
