@@ -8,9 +8,9 @@ from wispsim.study.points import Point, key_dict
 
 
 def test_a_new_field_at_its_neutral_default_leaves_keys_as_they_were() -> None:
-    sc = load_scenario(None, {})
+    sc = load_scenario(None, {"policy": "centralized"})
     assert "batching" not in key_dict(sc)["server"]["engine"]
-    static = load_scenario(None, {"server": {"engine": {"batching": "static"}}})
+    static = load_scenario(None, {"policy": "centralized", "server": {"engine": {"batching": "static"}}})
     assert key_dict(static)["server"]["engine"]["batching"] == "static"
     assert Point(sc, 10, (0,)).key != Point(static, 10, (0,)).key
 
