@@ -170,7 +170,7 @@ def test_static_batching_is_centralized_servings_and_refused_for_a_verifier() ->
     static = load_scenario(None, parse_set(["policy=centralized", "server.engine.batching=static"]))
     check_consistency(static.with_policy("centralized"))
     check_consistency(static.with_policy("centralized-sd"))
-    with pytest.raises(
+    with pytest.raises(ConfigError, match=r"server\.engine\.batching: static batching is centralized"):
         ConfigError, match=r"server\.engine\.batching: static batching is centralized serving's"
     ):
         check_consistency(static.with_policy("wisp"), "--set")
