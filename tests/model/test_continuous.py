@@ -37,10 +37,11 @@ def _run(
 
 def test_continuous_batching_lets_a_request_join_at_the_next_step_and_frees_a_finished_one() -> None:
     log, mem = _run(False, [1, 5], late=1)
-    # step 1: both prompts prefill (first tokens); the 1-token response ends there
+    # step 1: both prompts prefill (first tokens); the 1-token response ends there and leaves
     assert log[0][2] == [0]
-    # the late arrival joins at once (step 2), beside the running response
-    assert log[1][0] >= 1 and any(100 in d for _, _, d in log)
+    # the late arrival (2 tokens) joins at once: step 2 prefills it (its first token) beside the
+    # running response's decode, and step 3 gives its last token
+    assert log[1][1] == 2 and log[2][2] == [100]
     assert mem.free == 1000  # every block given back
 
 
@@ -62,3 +63,23 @@ def test_static_batching_costs_more_steps_than_continuous_for_the_same_work() ->
     stat, _ = _run(True, [1, 9], late=3)
     assert len(stat) > len(cont)
     assert sum(d for _, d, _ in stat) > sum(d for _, d, _ in cont)  # padded decodes are work
+
+
+def test_static_batching_preempts_a_generating_row_never_a_padding_one() -> None:
+    """Short of memory, static batching preempts the newest row still generating: a finished
+    (padding) row holds only its finished KV and leaves with its batch, never to be prefilled again."""
+    mem = KVMemory(3, 16, prefix_cache=False)  # 48 tokens: both fit at first, not as A grows
+    b = ContinuousBatcher(mem, max_running=8, step_tokens=4096, static=True)
+    a, short = Sequence("A", 20, 20, 0, None), Sequence("B", 10, 1, 0, None)
+    b.add(a)
+    b.add(short)
+    prefills_of_b = 0
+    for i in range(60):
+        b.begin()
+        if not b.running and not b.waiting:
+            break
+        step = b.schedule(idle=False, now=float(i))
+        prefills_of_b += sum(1 for s, new in step.work if s is short and new > 1)
+        b.commit(step, float(i + 1))
+    assert a.generated == 20 and short.generated == 1
+    assert prefills_of_b == 1  # B was prefilled once, in the first step

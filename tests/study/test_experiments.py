@@ -235,6 +235,31 @@ def test_cli_bad_spec_exits_2_without_traceback(tmp_path: Path) -> None:
             "unknown arm(s) ['sled']",
         ),
         ("decision", "arms: [wisp, wisp]\n", "experiments/decision.yaml: arms: two arms are named 'wisp'"),
+        (
+            "decision",
+            "arms: [wisp]\ntargets: [a100-qwen3-32b]\nprices: {a100: 1.8}\n",
+            "prices.a100: no target runs on it; the targets' GPUs: a100-80gb",
+        ),
+        (
+            "decision",
+            "arms: [wisp]\ntargets: [a100-qwen3-32b]\n"
+            "bands: {variants: [{band: x, name: y, set: {}}, {band: z, name: y, set: {}}]}\n",
+            "bands.variants[1]: two entries are named 'y'",
+        ),
+        (
+            "regimes",
+            "regimes: [{name: a, profile: a100-qwen3-32b, why: w, classes: 2}]\n",
+            "regimes[0].classes",
+        ),
+        ("regimes", "regimes: [{name: a, profile: a100-qwen3-32b, why: w, set: [1]}]\n", "regimes[0].set"),
+        ("regimes", "light: 16\nregimes: [{name: a, profile: a100-qwen3-32b, why: w}]\n", "light: must be"),
+        ("regimes", "policies: [wisp]\n", "regimes: must be a non-empty list"),
+        (
+            "paper",
+            "classes: [8]\nbaselines: [{name: b, profile: a100-qwen3-32b, policies: [wisp]}]\n"
+            "published: {headline: [{metric: capacity, paper: 2, num: [wisp, b], den: [centralized, b]}]}\n",
+            "published.headline[0].den: must be a [policy, baseline] the study runs",
+        ),
         ("decision", "arms: [wisp]\ntargets: [a100-qwen3-32b]\nbands: [1]\n", "bands: must be a mapping"),
         (
             "paper",
@@ -244,7 +269,7 @@ def test_cli_bad_spec_exits_2_without_traceback(tmp_path: Path) -> None:
         (
             "regimes",
             "regimes: [{name: a, profile: a100-qwen3-32b}]\n",
-            "regimes[0]: needs name, profile and why",
+            "regimes[0]: needs name, profile, why",
         ),
     ],
 )

@@ -167,8 +167,17 @@ class ContinuousBatcher:
             memory.take(need)
             self.running.append(s)
 
+    def _victim(self) -> int:
+        """Where the sequence to preempt is: the newest (under static batching the newest still
+        generating: a padding row only holds finished KV, given back with its batch)."""
+        if self.static:
+            for i in range(len(self.running) - 1, -1, -1):
+                if self.running[i].generated < self.running[i].output:
+                    return i
+        return len(self.running) - 1
+
     def _preempt_last(self) -> None:
-        s = self.running.pop()
+        s = self.running.pop(self._victim())
         self.memory.give(s.blocks)
         s.blocks = 0
         s.prefilled = s.hit  # the prefix cache still holds the shared prompt
@@ -189,7 +198,7 @@ class ContinuousBatcher:
             if s.prefilled >= s.context and s.generated < s.output:  # (padding writes nothing)
                 tokens = s.context + lookahead
                 got = grow(s.blocks, tokens)
-                while got < 0 and running[-1] is not s:
+                while got < 0 and running[self._victim()] is not s:
                     self._preempt_last()
                     got = grow(s.blocks, tokens)
                 if got < 0:  # s itself is the newest: preempt it

@@ -107,7 +107,7 @@ def model_revisions(scenario: Scenario, devices: int) -> dict[str, Any]:
     """Changes of the model made after points were stored, named in the key of exactly the
     points whose outcome they can change (the rest keep their keys and stored results):
     ``resident_slots`` (issue 46): a resident session holds one of vLLM's ``max_num_seqs`` request
-    slots, which only binds a closed loop of more devices than the replicas' slots (each device
+    slots, which only binds a closed loop of more devices than one replica's slots (each device
     has one response in flight at most) or open arrivals."""
     srv = scenario.server
     out: dict[str, Any] = {}
@@ -116,8 +116,8 @@ def model_revisions(scenario: Scenario, devices: int) -> dict[str, Any]:
         and srv.verifier.kind == "resident"
         and srv.verifier.kv_policy == "admission"
     ):
-        slots = srv.engine.max_num_seqs * srv.replicas
-        if scenario.arrivals.process != "closed" or devices > slots:
+        # per replica: with several, uneven routing can fill one replica's slots first
+        if scenario.arrivals.process != "closed" or devices > srv.engine.max_num_seqs:
             out["resident_slots"] = 1
     return out
 

@@ -29,12 +29,11 @@ from wispsim.model.prices import (
     price_for,
 )
 from wispsim.model.profiles import load_profile
+from wispsim.study.experiments.checks import entries, mapping, numbers
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
 from wispsim.study.experiments.sweeps import cap_cell, numeric_class, rows_at, sweeps
 from wispsim.study.experiments.targets import with_profile
-
-EDGE = ("wisp", "wisp-lru", "sled", "fcfs", "wisp-fixed")  # policies whose devices draft
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,13 @@ class Arm:
 
     def scenario(self, ctx: Context, sets: dict[str, Any], profile: str) -> Scenario:
         extra = {} if self.build == "auto" else {"server.build": self.build}
-        return with_profile(ctx.scenario(**sets, **extra), profile).with_policy(self.policy, self.source(ctx))
+        if extra and "server.build" in sets:
+            raise ConfigError(
+                self.source(ctx), "bands.variants.set", f"sets server.build, which arm {self.name!r} names"
+            )
+        return with_profile(ctx.scenario(**{**sets, **extra}), profile).with_policy(
+            self.policy, self.source(ctx)
+        )
 
     def source(self, ctx: Context) -> str:
         return f"experiments/{ctx.name}.yaml"
@@ -83,8 +88,10 @@ def study_decision(ctx: Context) -> Section:
     spec = ctx.spec
     src = f"experiments/{ctx.name}.yaml"
     arms = arms_of(ctx, list(spec.get("arms", ["wisp", "centralized"])), "arms")
-    classes = [float(c) for c in spec.get("classes", [2, 4, 6, 8])]
-    targets = [str(t) for t in spec.get("targets", ["a100-qwen3-32b"])]
+    classes = numbers(src, "classes", spec.get("classes", [2, 4, 6, 8]))
+    targets = spec.get("targets", ["a100-qwen3-32b"])
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise ConfigError(src, "targets", f"must be a list of profile names, got {targets!r}")
     prices = _prices(targets, spec, src)
     sec = Section(spec.get("title", "Decision"))
     plan: dict[Path, dict[str, Scenario]] = {}
@@ -131,6 +138,12 @@ def _prices(targets: list[str], spec: dict[str, Any], src: str) -> dict[str, tup
         if not prof.gpu_key:
             raise ConfigError(src, "targets", f"{t!r} names no GPU (hardware.gpu_key): it cannot be priced")
         out[t] = (price_for(prof.gpu_key, given, tier, src), int(prof.gpu_count))
+    gpus = sorted({p.gpu for p, _ in out.values()})
+    for key in given or {}:
+        if key not in gpus:  # a misspelt GPU would leave its target on the shipped price
+            raise ConfigError(
+                src, f"prices.{key}", f"no target runs on it; the targets' GPUs: {', '.join(gpus)}"
+            )
     return out
 
 
@@ -138,10 +151,11 @@ def _rows(
     target: str, variant: str, res: Any, base: dict[str, Scenario], price: tuple[Price, int]
 ) -> list[dict]:
     """One row per (arm, class): capacity and interval, what binds, goodput and cost at capacity."""
-    p, gpus = price
+    p, per_replica = price
     out = []
     for r in res.capacity.to_dict("records"):
         arm, label = str(r["policy"]), str(r["class"])
+        gpus = per_replica * base[arm].server.replicas
         mine = res.curve[(res.curve.policy == arm) & (res.curve.group.astype(str) == label)]
         at = rows_at(mine[mine["class"].astype(str) == label], int(r["capacity"]))
         good = float(at.goodput_tps.mean()) if len(at) else math.nan
@@ -183,13 +197,14 @@ def _band_plan(
     if not isinstance(spec, dict):
         raise ConfigError(src, "bands", f"must be a mapping of classes, targets and variants, got {spec!r}")
     by_name = {a.name: a for a in arms}
-    classes = [float(c) for c in spec.get("classes", [4, 8])]
+    if not spec.get("variants"):
+        return {}, {}, []
+    classes = numbers(src, "bands.classes", spec.get("classes", [4, 8]))
     band_targets = [str(t) for t in spec.get("targets", targets)]
     plan: dict[Path, dict[str, Scenario]] = {}
     meta: dict[Path, tuple[str, str, str]] = {}
-    for i, v in enumerate(spec.get("variants") or []):
-        if not isinstance(v, dict) or not {"band", "name", "set"} <= set(v):
-            raise ConfigError(src, f"bands.variants[{i}]", "needs band, name and set")
+    for i, v in enumerate(entries(src, "bands.variants", spec.get("variants"), {"band", "name", "set"})):
+        mapping(src, f"bands.variants[{i}].set", v["set"])
         names = list(v.get("arms") or by_name)
         unknown = [n for n in names if n not in by_name]
         if unknown:
@@ -298,6 +313,7 @@ def _answer(table: pd.DataFrame) -> pd.DataFrame:
             continue
         e = edge.loc[edge.capacity.idxmax()]
         k = cen.loc[cen.capacity.idxmax()]
+        bound = bool(e.saturated or k.saturated)  # a capacity at the search's ceiling is a lower bound
         rows.append(
             {
                 "target": t,
@@ -306,12 +322,14 @@ def _answer(table: pd.DataFrame) -> pd.DataFrame:
                 "binds": e.binds,
                 "best centralized": f"{k.arm} {int(k.capacity)}",
                 "its binds": k.binds,
-                "WISP/centralized": _fmt(e.capacity / k.capacity if k.capacity else math.nan),
+                "WISP/centralized": _fmt(e.capacity / k.capacity if k.capacity and not bound else math.nan),
                 "GPU-h/1k dev-h": f"{_fmt(e.gpu_hours_per_device_hour * 1000, '{:.1f}')} vs "
                 f"{_fmt(k.gpu_hours_per_device_hour * 1000, '{:.1f}')}",
                 "USD/1k dev-h": f"{_fmt(e.usd_per_device_hour * 1000, '{:.0f}')} vs "
                 f"{_fmt(k.usd_per_device_hour * 1000, '{:.0f}')}",
-                "pays": "yes" if e.capacity > k.ci_high else ("no" if e.ci_high < k.capacity else "tie"),
+                "pays": "-"
+                if bound
+                else ("yes" if e.capacity > k.ci_high else ("no" if e.ci_high < k.capacity else "tie")),
             }
         )
     out = pd.DataFrame(rows)

@@ -19,6 +19,7 @@ import pandas as pd
 
 from wispsim.config import Scenario
 from wispsim.errors import ConfigError
+from wispsim.study.experiments.checks import entries, mapping, numbers
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
 from wispsim.study.experiments.sweeps import cap_cell, rows_at, sweeps
@@ -31,8 +32,11 @@ def study_paper(ctx: Context) -> Section:
     spec = ctx.spec
     src = f"experiments/{ctx.name}.yaml"
     classes = [float(c) for c in spec.get("classes", [2, 4, 6, 8])]
-    pub = spec.get("published") or {}
-    paper_cap = {str(p): [float(x) for x in v] for p, v in (pub.get("capacity") or {}).items()}
+    pub = mapping(src, "published", spec.get("published"))
+    paper_cap = {
+        str(p): numbers(src, f"published.capacity.{p}", v)
+        for p, v in mapping(src, "published.capacity", pub.get("capacity")).items()
+    }
     for p, v in paper_cap.items():
         if len(v) != len(classes):
             raise ConfigError(
@@ -40,13 +44,14 @@ def study_paper(ctx: Context) -> Section:
             )
     plan: dict[Path, dict[str, Scenario]] = {}
     names: dict[Path, str] = {}
-    for i, b in enumerate(spec.get("baselines") or []):
-        if not isinstance(b, dict) or not {"name", "profile", "policies"} <= set(b):
-            raise ConfigError(src, f"baselines[{i}]", "needs name, profile and policies")
+    for i, b in enumerate(entries(src, "baselines", spec.get("baselines"), {"name", "profile", "policies"})):
         folder = ctx.out / str(b["name"])
         names[folder] = str(b["name"])
-        base = with_profile(ctx.scenario(**(b.get("set") or {})), str(b["profile"]))
+        sets = mapping(src, f"baselines[{i}].set", b.get("set"))
+        base = with_profile(ctx.scenario(**sets), str(b["profile"]))
         plan[folder] = {str(p): base.with_policy(str(p), src) for p in b["policies"]}
+    heads = list(pub.get("headline") or [])
+    _check_headlines(heads, {(str(p), n) for f, n in names.items() for p in plan[f]}, src)
     sec = Section(spec.get("title", "The paper side by side"))
     t0 = time.perf_counter()
     res = sweeps(ctx, plan, classes, "separate")
@@ -63,6 +68,7 @@ def study_paper(ctx: Context) -> Section:
                     "policy": pol,
                     "class": label,
                     "capacity": int(c["capacity"]),
+                    "saturated": bool(c["saturated"]),
                     "cell": cap_cell(c),
                     "binds": c.get("binds", ""),
                     "goodput_tps": float(at.goodput_tps.mean()) if len(at) else math.nan,
@@ -85,10 +91,9 @@ def study_paper(ctx: Context) -> Section:
         "",
     ]
     sec.body += md_table(_throughput_table(ours, paper_cap, classes, labels), "{:.0f}")
-    heads = list(pub.get("headline") or [])
     if heads:
         sec.body += ["", "### The paper's headline ratios against ours", ""]
-        sec.body += md_table(_headlines(ours, heads, src))
+        sec.body += md_table(_headlines(ours, heads))
     return sec
 
 
@@ -102,11 +107,11 @@ def _capacity_table(ours: pd.DataFrame, paper: dict[str, list[float]], labels: l
             cells = {}
             for c, v in zip(labels, caps, strict=True):
                 hit = g[g["class"] == c]
-                cells[c] = (
-                    f"{hit.cell.iloc[0]} {hit.binds.iloc[0]} ({hit.capacity.iloc[0] / v:.2f}x)"
-                    if len(hit)
-                    else "-"
-                )
+                if not len(hit):
+                    cells[c] = "-"
+                    continue
+                ratio = "" if bool(hit.saturated.iloc[0]) else f" ({hit.capacity.iloc[0] / v:.2f}x)"
+                cells[c] = f"{hit.cell.iloc[0]} {hit.binds.iloc[0]}{ratio}"
             rows.append({"policy": pol, "source": f"ours: {b}", **cells})
     for pol, g in ours[~ours.policy.isin(list(paper))].groupby("policy", sort=False):
         for b, h in g.groupby("baseline", sort=False):
@@ -148,24 +153,37 @@ def _throughput_table(
     return pd.DataFrame(rows).sort_values("policy", kind="stable")
 
 
-def _headlines(ours: pd.DataFrame, heads: list[Any], src: str) -> pd.DataFrame:
+def _check_headlines(heads: list[Any], runs: set[tuple[str, str]], src: str) -> None:
+    """Each headline entry: metric capacity or goodput, the paper's figure (a number), and the
+    (policy, baseline) of our numerator and denominator, each a pair the study runs."""
+    for i, h in enumerate(heads):
+        where = f"published.headline[{i}]"
+        if not isinstance(h, dict) or not {"metric", "paper", "num", "den"} <= set(h):
+            raise ConfigError(src, where, "needs metric, paper, num [policy, baseline] and den")
+        if h["metric"] not in ("capacity", "goodput"):
+            raise ConfigError(src, f"{where}.metric", f"capacity or goodput, got {h['metric']!r}")
+        if isinstance(h["paper"], bool) or not isinstance(h["paper"], int | float):
+            raise ConfigError(src, f"{where}.paper", f"must be a number, got {h['paper']!r}")
+        for side in ("num", "den"):
+            pair = h[side]
+            if not isinstance(pair, list) or len(pair) != 2 or (str(pair[0]), str(pair[1])) not in runs:
+                known = ", ".join(f"[{p}, {b}]" for p, b in sorted(runs))
+                raise ConfigError(
+                    src, f"{where}.{side}", f"must be a [policy, baseline] the study runs ({known})"
+                )
+
+
+def _headlines(ours: pd.DataFrame, heads: list[Any]) -> pd.DataFrame:
     """The paper's "up to" ratios (the largest over classes) beside ours: each entry names the
     metric (capacity or goodput), the paper's figure, and the (policy, baseline) of our numerator
     and denominator."""
     rows = []
-    for i, h in enumerate(heads):
-        if not isinstance(h, dict) or not {"metric", "paper", "num", "den"} <= set(h):
-            raise ConfigError(
-                src, f"published.headline[{i}]", "needs metric, paper, num [policy, baseline], den"
-            )
-        col = {"capacity": "capacity", "goodput": "goodput_tps"}.get(str(h["metric"]))
-        if col is None:
-            raise ConfigError(
-                src, f"published.headline[{i}].metric", f"capacity or goodput, got {h['metric']!r}"
-            )
+    measured = ours[~ours.saturated]  # a capacity at the search's ceiling is a lower bound: no ratio
+    for h in heads:
+        col = {"capacity": "capacity", "goodput": "goodput_tps"}[str(h["metric"])]
         (pn, bn), (pd_, bd) = h["num"], h["den"]
-        a = ours[(ours.policy == pn) & (ours.baseline == bn)].set_index("class")[col]
-        d = ours[(ours.policy == pd_) & (ours.baseline == bd)].set_index("class")[col]
+        a = measured[(measured.policy == pn) & (measured.baseline == bn)].set_index("class")[col]
+        d = measured[(measured.policy == pd_) & (measured.baseline == bd)].set_index("class")[col]
         both = [(c, float(a[c]) / float(d[c])) for c in a.index if c in d.index and float(d[c]) > 0]
         best = max(both, key=lambda x: x[1]) if both else None
         rows.append(

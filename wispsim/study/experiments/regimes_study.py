@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from wispsim.config import Scenario
-from wispsim.errors import ConfigError
+from wispsim.study.experiments.checks import entries, mapping, numbers
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
 from wispsim.study.experiments.sweeps import cap_cell, rows_at, sweeps
@@ -31,16 +31,17 @@ def study_regimes(ctx: Context) -> Section:
     classes = [float(c) for c in spec.get("classes", [2, 4, 6, 8])]
     plans: dict[tuple[float, ...], dict[Path, dict[str, Scenario]]] = {}
     about: dict[Path, tuple[str, str, tuple[float, ...]]] = {}
-    for i, r in enumerate(spec.get("regimes") or []):
-        if not isinstance(r, dict) or not {"name", "profile", "why"} <= set(r):
-            raise ConfigError(src, f"regimes[{i}]", "needs name, profile and why (the mechanism it tests)")
-        mine = tuple(float(c) for c in r.get("classes", classes))  # a regime may keep its own classes
+    for i, r in enumerate(entries(src, "regimes", spec.get("regimes"), {"name", "profile", "why"})):
+        # a regime may keep its own classes
+        mine = tuple(numbers(src, f"regimes[{i}].classes", r.get("classes", classes)))
         folder = ctx.out / str(r["name"])
-        base = with_profile(ctx.scenario(**(r.get("set") or {})), str(r["profile"]))
+        base = with_profile(
+            ctx.scenario(**mapping(src, f"regimes[{i}].set", r.get("set"))), str(r["profile"])
+        )
         plans.setdefault(mine, {})[folder] = {p: base.with_policy(p, src) for p in policies}
         about[folder] = (str(r["name"]), str(r["why"]), mine)
     sec = Section(spec.get("title", "Where SLO-aware batching and the predictor pay"))
-    light = tuple(int(n) for n in spec.get("light", [16]))  # where the predictor is read at one N
+    light = tuple(int(n) for n in numbers(src, "light", spec.get("light", [16]), integer=True))
     t0 = time.perf_counter()
     res = {}
     for mine, plan in plans.items():  # regimes that share their classes are searched together
