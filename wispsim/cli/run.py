@@ -30,6 +30,7 @@ from wispsim.cli.options import (
     parse_classes,
 )
 from wispsim.config import POLICY_NAMES
+from wispsim.config.builds import effective_build
 from wispsim.runs.resolve import Options
 from wispsim.runs.run import describe_load
 
@@ -76,8 +77,6 @@ def run(
     sc, res = o.scenario, o.result
     title = f"{sc.policy}, {describe_load(sc, res.devices)}, seed={sc.seed}"
     if sc.server.mode == "speculative":
-        from wispsim.config.builds import effective_build
-
         title += f", verifier build {effective_build(sc.server, sc.policy)}"
     console.print(table(o.summary, title, SUMMARY_COLUMNS))
     console.print(describe_binding(o.summary.iloc[-1]))

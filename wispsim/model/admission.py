@@ -18,7 +18,8 @@ Where each admitted response takes a slot of the engine's own (a resident sessio
 vLLM request, and vLLM runs at most ``max_num_seqs`` requests, paused ones included),
 ``max_sessions`` caps how many are admitted at once: under ``server.verifier.kind: resident``
 (the ``vllm-sessions`` and ``wisp-grpc`` builds, both sessions kept in vLLM) the scenario's
-``max_num_seqs``, and the real server sets it to its engine's own. A re-submitted round holds a
+``max_num_seqs``, in the simulator and the real server alike (the real server's engine is built
+with that ``--max-num-seqs``). A re-submitted round holds a
 slot only while it is verified, so the stock build has no such cap.
 
 Waiting responses are admitted in ``server.verifier.kv_admission_order``: ``fcfs`` (arrival order, the head

@@ -78,10 +78,8 @@ def make_app(sc: Scenario, backend: Any, facts: dict[str, Any], limits: Limits |
         plan = profile if srv.planning_profile is None else load_profile(srv.planning_profile)
         # the scheduler plans with the planning profile (``profile`` where none), as in simulate
         parts = verifier_parts(sc, plan.with_form(srv.estimator_form).estimator, cap, bs, request_outputs(sc))
+        # (a paused resident session holds one of vLLM's request slots: verifier_parts caps them)
         resident = backend.resident_sessions() if srv.verifier.kind == "resident" else None
-        if resident is not None and parts.admission is not None and facts.get("max_num_seqs"):
-            # a paused resident session holds one of vLLM's request slots: no more than it has
-            parts.admission.max_sessions = int(facts["max_num_seqs"])
         # admission control frees ended sessions' blocks; a resident session's request ends with it
         freeing = parts.admission is not None and resident is None
         release = getattr(backend, "release_prefixes", None) if freeing else None

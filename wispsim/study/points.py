@@ -110,16 +110,10 @@ def model_revisions(scenario: Scenario, devices: int) -> dict[str, Any]:
     slots, which only binds a closed loop of more devices than one replica's slots (each device
     has one response in flight at most) or open arrivals."""
     srv = scenario.server
-    out: dict[str, Any] = {}
-    if (
-        srv.mode == "speculative"
-        and srv.verifier.kind == "resident"
-        and srv.verifier.kv_policy == "admission"
-    ):
-        # per replica: with several, uneven routing can fill one replica's slots first
-        if scenario.arrivals.process != "closed" or devices > srv.engine.max_num_seqs:
-            out["resident_slots"] = 1
-    return out
+    resident = srv.mode == "speculative" and srv.verifier.kind == "resident"
+    # one replica's slots: with several, uneven routing can fill one replica's first
+    can_bind = scenario.arrivals.process != "closed" or devices > srv.engine.max_num_seqs
+    return {"resident_slots": 1} if resident and srv.verifier.kv_policy == "admission" and can_bind else {}
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from wispsim.study.experiments.sweeps import (
     AT_CAPACITY,
     at_capacity,
     cap_cell,
+    group_curve,
     measured_only,
     numeric_class,
     rows_at,
@@ -80,8 +81,7 @@ def study_capacity(ctx: Context) -> Section:
         curve = res.curve
         for r in cap.to_dict("records"):
             label = str(r["class"])
-            mine = curve[(curve.policy == r["policy"]) & (curve.group.astype(str) == label)]
-            at = rows_at(mine[mine["class"].astype(str) == label], int(r["capacity"]))
+            at = rows_at(group_curve(curve, str(r["policy"]), label), int(r["capacity"]))
             goodput_rows.append(
                 {
                     "target": target,

@@ -32,7 +32,7 @@ from wispsim.model.profiles import load_profile
 from wispsim.study.experiments.checks import entries, mapping, numbers
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
-from wispsim.study.experiments.sweeps import cap_cell, numeric_class, rows_at, sweeps
+from wispsim.study.experiments.sweeps import capacity_rows, numeric_class, sweeps
 from wispsim.study.experiments.targets import with_profile
 
 
@@ -153,15 +153,11 @@ def _rows(
     """One row per (arm, class): capacity and interval, what binds, goodput and cost at capacity."""
     p, per_replica = price
     out = []
-    for r in res.capacity.to_dict("records"):
-        arm, label = str(r["policy"]), str(r["class"])
+    for r in capacity_rows(res):
+        arm = r.pop("policy")
         gpus = per_replica * base[arm].server.replicas
-        mine = res.curve[(res.curve.policy == arm) & (res.curve.group.astype(str) == label)]
-        at = rows_at(mine[mine["class"].astype(str) == label], int(r["capacity"]))
-        good = float(at.goodput_tps.mean()) if len(at) else math.nan
-        cap = int(r["capacity"])
-        gh_dev = gpu_hours_per_device_hour(gpus, cap)
-        gh_mtok = gpu_hours_per_million_tokens(gpus, good) if cap > 0 else math.nan
+        gh_dev = gpu_hours_per_device_hour(gpus, r["capacity"])
+        gh_mtok = gpu_hours_per_million_tokens(gpus, r["goodput_tps"]) if r["capacity"] > 0 else math.nan
         out.append(
             {
                 "target": target,
@@ -169,15 +165,7 @@ def _rows(
                 "arm": arm,
                 "policy": base[arm].policy,
                 "build": arm_build(base[arm]),
-                "class": label,
-                "capacity": cap,
-                "ci_low": int(r["ci_low"]),
-                "ci_high": int(r["ci_high"]),
-                "saturated": bool(r["saturated"]),
-                "cell": cap_cell(r),
-                "binds": r.get("binds", ""),
-                "headroom": r.get("headroom", math.nan),
-                "goodput_tps": good,
+                **r,
                 "gpus": gpus,
                 "gpu_hours_per_device_hour": gh_dev,
                 "gpu_hours_per_mtok": gh_mtok,

@@ -22,7 +22,7 @@ from wispsim.errors import ConfigError
 from wispsim.study.experiments.checks import entries, mapping, numbers
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
-from wispsim.study.experiments.sweeps import cap_cell, rows_at, sweeps
+from wispsim.study.experiments.sweeps import capacity_rows, sweeps
 from wispsim.study.experiments.targets import with_profile
 
 
@@ -58,22 +58,7 @@ def study_paper(ctx: Context) -> Section:
     sec.facts["wall_s_sweeps"] = time.perf_counter() - t0
     rows = []
     for folder, r in res.items():
-        for c in r.capacity.to_dict("records"):
-            pol, label = str(c["policy"]), str(c["class"])
-            mine = r.curve[(r.curve.policy == pol) & (r.curve.group.astype(str) == label)]
-            at = rows_at(mine[mine["class"].astype(str) == label], int(c["capacity"]))
-            rows.append(
-                {
-                    "baseline": names[folder],
-                    "policy": pol,
-                    "class": label,
-                    "capacity": int(c["capacity"]),
-                    "saturated": bool(c["saturated"]),
-                    "cell": cap_cell(c),
-                    "binds": c.get("binds", ""),
-                    "goodput_tps": float(at.goodput_tps.mean()) if len(at) else math.nan,
-                }
-            )
+        rows += [{"baseline": names[folder], **row} for row in capacity_rows(r)]
     ours = pd.DataFrame(rows)
     ours.to_csv(ctx.out / "ours.csv", index=False)
     labels = [f"{c:g}" for c in classes]

@@ -18,7 +18,7 @@ from wispsim.config import Scenario
 from wispsim.study.experiments.checks import entries, mapping, numbers
 from wispsim.study.experiments.run import Context, Section, md_table
 from wispsim.study.experiments.spec import STUDIES, seeds
-from wispsim.study.experiments.sweeps import cap_cell, rows_at, sweeps
+from wispsim.study.experiments.sweeps import capacity_rows, group_curve, rows_at, sweeps
 from wispsim.study.experiments.targets import with_profile
 
 
@@ -50,28 +50,19 @@ def study_regimes(ctx: Context) -> Section:
     rows = []
     for folder, r in res.items():
         name, why, own = about[folder]
-        for c in r.capacity.to_dict("records"):
-            pol = str(c["policy"])
+        for row in capacity_rows(r):
+            pol, n = row["policy"], row["capacity"]
+            whole = group_curve(r.curve, pol, row["class"])
             per = r.curve[(r.curve.policy == pol) & (r.curve["class"].astype(str) != "all")]
-            mine = r.curve[(r.curve.policy == pol) & (r.curve["class"].astype(str) == "all")]
-            if mine.empty:  # one class: its rows are the whole mix's
-                mine = per
-            at = rows_at(mine, int(c["capacity"]))
-            tight = per[per["class"].astype(float) == max(own)]
-            at_t = rows_at(tight, int(c["capacity"]))
+            at_t = rows_at(per[per["class"].astype(float) == max(own)], n)
             rows.append(
                 {
                     "regime": name,
                     "classes": ",".join(f"{c:g}" for c in own),
                     "why": why,
-                    "policy": pol,
-                    "capacity": int(c["capacity"]),
-                    "saturated": bool(c["saturated"]),
-                    "cell": cap_cell(c),
-                    "binds": c.get("binds", ""),
-                    "goodput_tps": float(at.goodput_tps.mean()) if len(at) else math.nan,
+                    **row,
                     "tight_violation": float(at_t.violation_rate.mean()) if len(at_t) else math.nan,
-                    **{f"goodput_at_{n}": _mean(mine, n) for n in light},
+                    **{f"goodput_at_{m}": _mean(whole, m) for m in light},
                 }
             )
     table = pd.DataFrame(rows)

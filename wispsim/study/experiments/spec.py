@@ -19,6 +19,7 @@ from wispsim.errors import ConfigError, WispsimError
 from wispsim.model.profiles import find_profile
 from wispsim.paths import checkout_dir
 from wispsim.registry import Registry
+from wispsim.study.experiments.checks import numbers
 
 # study kind -> function(Context) -> Section (wispsim.study.experiments.run)
 STUDIES: Registry[Callable[..., Any]] = Registry("study")
@@ -84,16 +85,8 @@ def _check_spec(spec: dict[str, Any]) -> None:
     src = _spec_source(spec)
 
     def number_list(key: str, integer: bool) -> None:
-        if key not in spec:
-            return
-        v = spec[key]
-        kind = "positive integers" if integer else "positive numbers"
-        if not isinstance(v, list) or not v:
-            raise ConfigError(src, key, f"must be a non-empty list of {kind}, got {v!r}")
-        for x in v:
-            ok = isinstance(x, int) if integer else isinstance(x, int | float)
-            if isinstance(x, bool) or not ok or not x > 0:
-                raise ConfigError(src, key, f"must be a list of {kind}, got {x!r}")
+        if key in spec:
+            numbers(src, key, spec[key], integer)
 
     def integer(key: str, minimum: int) -> None:
         if key in spec and (

@@ -126,6 +126,42 @@ def rows_at(curve: pd.DataFrame, n: int) -> pd.DataFrame:
     return pd.DataFrame([ma + (mb - ma) * (n - a) / (b - a)])
 
 
+def group_curve(curve: pd.DataFrame, policy: str, group: str) -> pd.DataFrame:
+    """The curve's rows of ``policy``'s capacity question ``group`` for the group as a whole: its
+    class's rows (one class alone), else the ``all`` rows of a shared mix (a mix of one class has
+    only its class's)."""
+    mine = curve[(curve.policy == policy) & (curve.group.astype(str) == group)]
+    cls = mine["class"].astype(str)
+    for want in (group, "all"):
+        if (cls == want).any():
+            return mine[cls == want]
+    return mine
+
+
+def capacity_rows(res: SweepResult) -> list[dict[str, Any]]:
+    """One row per (policy, group) of a sweep: the capacity, its interval and cell (``N [low,
+    high]``), whether it is a search-ceiling lower bound, what binds there and the goodput at it."""
+    out = []
+    for r in res.capacity.to_dict("records"):
+        pol, label = str(r["policy"]), str(r["class"])
+        at = rows_at(group_curve(res.curve, pol, label), int(r["capacity"]))
+        out.append(
+            {
+                "policy": pol,
+                "class": label,
+                "capacity": int(r["capacity"]),
+                "ci_low": int(r["ci_low"]),
+                "ci_high": int(r["ci_high"]),
+                "saturated": bool(r["saturated"]),
+                "cell": cap_cell(r),
+                "binds": r.get("binds", ""),
+                "headroom": r.get("headroom", math.nan),
+                "goodput_tps": float(at.goodput_tps.mean()) if len(at) else math.nan,
+            }
+        )
+    return out
+
+
 def numeric_class(col: pd.Series) -> pd.Series:
     """Sort key: SLO classes by value (2 before 12), other columns as they are."""
     return pd.to_numeric(col, errors="coerce") if col.name == "class" else col
