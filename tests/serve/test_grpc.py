@@ -204,5 +204,9 @@ def test_the_wisp_grpc_build_on_a_real_engine_serves_a_swarm_over_grpc() -> None
     r = run.result.rounds
     later = r[r["round"] > 0]
     assert len(r) > 20 and len(later) > 10
-    assert (later.l_new == later.k + 1).all() and (later.l_cached > 0).all()  # resident: drafts + bonus
+    # resident: a later round computes its drafts and the bonus token only -- or fewer, where the
+    # engine still holds a rejected draft's KV that equals the token committed at its position
+    # (the swarm's drafts are random tokens here, so now and then one is the committed token)
+    assert (later.l_cached > 0).all() and later.l_new.between(1, later.k + 1).all()
+    assert (later.l_new == later.k + 1).mean() > 0.9
     assert run.facts["grpc_port"] > 0 and set(r.batch) <= set(run.server_batches.batch)
