@@ -14,6 +14,12 @@ from wispsim.sim.scenarios import load_scenario
 # vLLM engines started by the tests run their engine core in this process: it starts in half the
 # time (no engine process to spawn, which re-imports torch and vLLM); timing is not tested.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+# Under pytest-xdist the workers already use every core: one OpenMP thread each for torch and vLLM
+# (set before either is imported), so two workers' engines do not spin on each other's cores, and
+# vLLM's CPU attention never plans a step for more threads than it runs with (a rare failure seen
+# with two: "thread_num == thread_num (2 vs. 1)").
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
