@@ -118,7 +118,8 @@ def test_progress_logs_plain_lines_when_stderr_is_not_a_terminal(monkeypatch) ->
         for _ in range(3):
             prog.advance(task)
     lines = [ln for ln in buf.getvalue().splitlines() if ln.startswith("profile record:")]
-    assert lines[0].startswith("profile record: 0/3") and lines[-1].startswith("profile record: 3/3")
+    assert lines[0] == "profile record: started, 3 to do"
+    assert lines[-1].startswith("profile record: 3/3 after ")
     assert sum(ln.startswith("profile record: 3/3") for ln in lines) == 1  # its end, once
 
 

@@ -156,11 +156,11 @@ class LoggedProgress(Progress):
             return  # its end is logged once
         self._logged[task_id] = -1.0 if done else now
         total = f"/{task.total:g}" if task.total is not None else ""
-        line = (
-            f"{task.description}: started"
-            if not task.completed and task.total is None
-            else f"{task.description}: {task.completed:g}{total} after {task.elapsed or 0.0:.0f} s"
-        )
+        if not task.completed:  # a start (of the task, or of a phase that renamed it): what it has to do
+            todo = "" if task.total is None else f", {task.total:g} to do"
+            line = f"{task.description}: started{todo}"
+        else:
+            line = f"{task.description}: {task.completed:g}{total} after {task.elapsed or 0.0:.0f} s"
         self.console.print(line, markup=False, highlight=False)
 
     def add_task(self, *args: Any, **kw: Any) -> Any:
