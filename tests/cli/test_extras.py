@@ -121,6 +121,11 @@ def test_progress_logs_plain_lines_when_stderr_is_not_a_terminal(monkeypatch) ->
     assert lines[0] == "profile record: started, 3 to do"
     assert lines[-1].startswith("profile record: 3/3 after ")
     assert sum(ln.startswith("profile record: 3/3") for ln in lines) == 1  # its end, once
+    buf.truncate(0), buf.seek(0)
+    with common.progress() as prog:  # still at 0 when it logs again: counted, not "started" again
+        task = prog.add_task("sweep", total=2)
+        prog.update(task, completed=0)
+    assert buf.getvalue().splitlines()[:2] == ["sweep: started, 2 to do", "sweep: 0/2 after 0 s"]
 
 
 def test_status_logs_timed_lines_when_stderr_is_not_a_terminal(monkeypatch) -> None:  # type: ignore[no-untyped-def]

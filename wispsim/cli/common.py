@@ -156,7 +156,7 @@ class LoggedProgress(Progress):
             return  # its end is logged once
         self._logged[task_id] = -1.0 if done else now
         total = f"/{task.total:g}" if task.total is not None else ""
-        if not task.completed:  # a start (of the task, or of a phase that renamed it): what it has to do
+        if not task.completed and last in (None, -1.0):  # a start (of the task or a phase): its work
             todo = "" if task.total is None else f", {task.total:g} to do"
             line = f"{task.description}: started{todo}"
         else:
