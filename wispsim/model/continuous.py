@@ -190,6 +190,7 @@ class ContinuousBatcher:
         """Give every decoding sequence the blocks of its next tokens, preempting the newest
         sequence while memory runs out (vLLM's recompute preemption)."""
         grow = self.memory.grow
+        bs = self.memory.block_size
         running = self.running
         lookahead = self.lookahead
         i = 0
@@ -197,6 +198,9 @@ class ContinuousBatcher:
             s = running[i]
             if s.prefilled >= s.context and s.generated < s.output:  # (padding writes nothing)
                 tokens = s.context + lookahead
+                if -(-tokens // bs) == s.blocks:  # its blocks hold them (most steps): grow's 0
+                    i += 1
+                    continue
                 got = grow(s.blocks, tokens)
                 while got < 0 and running[self._victim()] is not s:
                     self._preempt_last()
@@ -214,12 +218,17 @@ class ContinuousBatcher:
         step = Step()
         shape = step.shape
         work = step.work
+        look = self.lookahead
+        decoding = decoded = interactions = 0  # the decodes' part of the shape, added at once
         for s in self.running:
             if s.prefilled >= s.context:
-                new, cached = self.lookahead, s.context
-                arriving = False
-                step.decoding += 1
-                step.decoded_context += cached
+                cached = s.context
+                decoding += 1
+                decoded += cached
+                interactions += (look + cached) * look
+                budget -= look
+                work.append((s, look))
+                continue
             else:
                 if budget <= 0:
                     continue
@@ -236,6 +245,12 @@ class ContinuousBatcher:
             budget -= new
             work.append((s, new))
             shape.add(new, cached, arriving)
+        step.decoding += decoding
+        step.decoded_context += decoded
+        shape.n_linear += look * decoding  # Shape.add of each decode (new = lookahead, not arriving)
+        shape.n_interactions += interactions
+        shape.n_cached += decoded
+        shape.n_requests += decoding
         return step
 
     # --- commit: what the step produced --------------------------------------------------------
