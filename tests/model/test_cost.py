@@ -79,6 +79,20 @@ def test_shape_sums_and_block_arithmetic() -> None:
     assert [blocks(t, 16) for t in (0, 1, 16, 17)] == [0, 1, 1, 2]
 
 
+@given(
+    st.lists(st.integers(0, 100_000), max_size=50),
+    st.integers(1, 8),
+    st.booleans(),
+)
+def test_members_alike_add_up_as_one_at_a_time(cached: list[int], l_new: int, arriving: bool) -> None:
+    """An engine step's decodes added at once (``add_alike``) give the sums of adding each."""
+    one_by_one, at_once = Shape(3, 7, 11, 1, 1), Shape(3, 7, 11, 1, 1)
+    for c in cached:
+        one_by_one.add(l_new, c, arriving)
+    at_once.add_alike(len(cached), l_new, sum(cached), arriving)
+    assert at_once == one_by_one
+
+
 def test_batch_checks_its_limits_when_a_member_is_added() -> None:
     b: Batch[Pending] = Batch(Limits(total_blocks=3, block_size=16, max_requests=2, max_new_tokens=40))
     first = Pending(0, 0.0, l_new=20, l_cached=12)  # 32 tokens: 2 blocks

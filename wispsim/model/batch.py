@@ -29,7 +29,7 @@ def blocks(tokens: int, block_size: int) -> int:
 
 class Shape:
     """The sums a cost form prices (module docstring). Mutable: a batch grows one member at a
-    time; :meth:`add` is the only place the sums are formed."""
+    time; :meth:`add` and :meth:`add_alike` are the only places the sums are formed."""
 
     __slots__ = ("n_arrivals", "n_cached", "n_interactions", "n_linear", "n_requests")
 
@@ -55,6 +55,15 @@ class Shape:
         self.n_cached += l_cached
         self.n_requests += 1
         self.n_arrivals += arriving
+
+    def add_alike(self, count: int, l_new: int, l_cached_sum: int, arriving: bool = True) -> None:
+        """``count`` members of L_new new tokens each, their L_cached summing to ``l_cached_sum``
+        (an engine step's decodes): the same sums as ``count`` calls of :meth:`add`."""
+        self.n_linear += count * l_new
+        self.n_interactions += (count * l_new + l_cached_sum) * l_new
+        self.n_cached += l_cached_sum
+        self.n_requests += count
+        self.n_arrivals += count * arriving
 
     @classmethod
     def of(cls, members: Iterable[tuple[int, int]], arriving: bool = True) -> Shape:

@@ -190,7 +190,6 @@ class ContinuousBatcher:
         """Give every decoding sequence the blocks of its next tokens, preempting the newest
         sequence while memory runs out (vLLM's recompute preemption)."""
         grow = self.memory.grow
-        bs = self.memory.block_size
         running = self.running
         lookahead = self.lookahead
         i = 0
@@ -198,9 +197,6 @@ class ContinuousBatcher:
             s = running[i]
             if s.prefilled >= s.context and s.generated < s.output:  # (padding writes nothing)
                 tokens = s.context + lookahead
-                if -(-tokens // bs) == s.blocks:  # its blocks hold them (most steps): grow's 0
-                    i += 1
-                    continue
                 got = grow(s.blocks, tokens)
                 while got < 0 and running[self._victim()] is not s:
                     self._preempt_last()
@@ -219,38 +215,32 @@ class ContinuousBatcher:
         shape = step.shape
         work = step.work
         look = self.lookahead
-        decoding = decoded = interactions = 0  # the decodes' part of the shape, added at once
+        decoding = decoded = 0  # the decodes' part of the shape, added at once (Shape.add_alike)
         for s in self.running:
-            if s.prefilled >= s.context:
-                cached = s.context
+            if s.prefilled >= s.context:  # a decode
                 decoding += 1
-                decoded += cached
-                interactions += (look + cached) * look
+                decoded += s.context
                 budget -= look
                 work.append((s, look))
                 continue
-            else:
-                if budget <= 0:
-                    continue
-                new = min(s.context - s.prefilled, budget)
-                cached = s.prefilled
-                arriving = s.new  # its first chunk: the request arrives anew
-                if s.new:
-                    s.scheduled = now
-                    step.hashed += s.context  # the engine core hashes its whole prompt
-                s.new = False
-                if cached + new >= s.context:  # its prefill ends: the drafter proposes for it too
-                    step.decoding += 1
-                    step.decoded_context += s.context
+            if budget <= 0:
+                continue
+            new = min(s.context - s.prefilled, budget)
+            cached = s.prefilled
+            arriving = s.new  # its first chunk: the request arrives anew
+            if s.new:
+                s.scheduled = now
+                step.hashed += s.context  # the engine core hashes its whole prompt
+            s.new = False
+            if cached + new >= s.context:  # its prefill ends: the drafter proposes for it too
+                step.decoding += 1
+                step.decoded_context += s.context
             budget -= new
             work.append((s, new))
             shape.add(new, cached, arriving)
         step.decoding += decoding
         step.decoded_context += decoded
-        shape.n_linear += look * decoding  # Shape.add of each decode (new = lookahead, not arriving)
-        shape.n_interactions += interactions
-        shape.n_cached += decoded
-        shape.n_requests += decoding
+        shape.add_alike(decoding, look, decoded, arriving=False)
         return step
 
     # --- commit: what the step produced --------------------------------------------------------

@@ -161,13 +161,12 @@ class GenerationFront:
         t = [max(now, f) for f in free]
         touched = [False] * count
         delays = []
-        chunk, per_token = host.api_chunk, host.api_token  # host.stream(tokens), written out
         for rid, tokens in outputs:
             p = rid % count
             if not touched[p]:
                 touched[p] = True
                 t[p] += host.api_step
-            t[p] += chunk + per_token * tokens
+            t[p] += host.stream(tokens)
             delays.append(t[p] - now)
         for p in range(count):
             if touched[p]:
