@@ -279,7 +279,7 @@ def test_the_kv_cache_is_what_the_total_weights_leave() -> None:
     prof = parse_profile(physical_profile(load_arch("qwen3-30b-a3b"), load_gpu("h100-80gb")), "test")
     a = load_arch("qwen3-30b-a3b")
     assert prof.model.weight_bytes == a.weight_bytes(2)
-    free = 80 * 2**30 * 0.9 - a.weight_bytes(2) - 1.5 * 2**30
+    free = 79.22 * 2**30 * 0.9 - a.weight_bytes(2) - 1.5 * 2**30  # what torch sees of an H100 80GB
     assert prof.kv_capacity_tokens(0.9, 1.5) == int(free // a.kv_bytes_per_token(2))
     r = _roofline("qwen3-30b-a3b", "h100-80gb", 1)
     assert r.weight_bytes_read(1) == pytest.approx(a.matmul_params_per_token() * 2)  # a decode reads ~3B

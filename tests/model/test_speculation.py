@@ -21,7 +21,7 @@ from wispsim.config.server import SpeculationConfig
 from wispsim.errors import ConfigError
 from wispsim.model.archs import load_arch
 from wispsim.model.latency import Pricing
-from wispsim.model.memory import kv_capacity
+from wispsim.model.memory import kv_capacity, reserve_gib
 from wispsim.model.profiles import load_profile
 from wispsim.model.speculation import Speculation, rate_for_length, resolve
 from wispsim.sim.centralized import CentralizedServer
@@ -117,7 +117,7 @@ def test_the_draft_shares_the_gpu_memory() -> None:
     plain = kv_capacity(_server(), prof)
     sd = kv_capacity(_server(method="draft"), prof)
     draft = load_arch("qwen3-1.7b")
-    free = prof.kv_capacity_tokens(0.9, 1.5) * prof.model.kv_bytes_per_token
+    free = prof.kv_capacity_tokens(0.9, reserve_gib(_server(), prof)) * prof.model.kv_bytes_per_token
     expected = (free - draft.weight_bytes(2)) // (prof.model.kv_bytes_per_token + draft.kv_bytes_per_token(2))
     assert sd == pytest.approx(expected, rel=1e-4)
     assert sd < plain * 0.7  # 1.7B's KV is 44% of the 32B's per token, and 3.2 GiB of weights

@@ -4,6 +4,8 @@ prompts, and one-line errors for a bad study spec."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
@@ -145,3 +147,18 @@ def test_a_study_spec_naming_an_unknown_run_is_one_line() -> None:
     with pytest.raises(ConfigError, match="calibration: unknown run 'b'") as err:
         _selected(runs, {"name": "public", "calibration": ["b"]})
     assert "\n" not in str(err.value)
+
+
+def test_a_run_without_a_logged_kv_cache_gets_what_vllm_would_leave() -> None:
+    """No `kv_tokens`: the capacity is what the GPU's memory leaves after the weights and vLLM's
+    start-up profile at the run's own max_num_seqs (1,024 seqs hold ~4 GiB more than 64)."""
+    from wispsim.model.profiles import load_profile
+    from wispsim.study.bench import BenchRun, bench_scenario
+
+    prof = load_profile("h100-qwen3-32b")
+    run = BenchRun(num_prompts=4, input_lens=[100], output_lens=[10], max_num_seqs=64, block_size=16)
+    few = bench_scenario(prof, run).capacities[0]
+    many = bench_scenario(prof, replace(run, max_num_seqs=1024)).capacities[0]
+    assert many < few - 14_000  # ~4.2 GiB over 256 KiB per token: ~17k tokens
+    logged = bench_scenario(prof, replace(run, kv_tokens=10_000)).capacities[0]
+    assert logged == 10_000

@@ -317,15 +317,14 @@ def derive_cmd(
                 out=str(out),
             )
     text = render(prof)
+    from wispsim.model.startup import default_kv_line
+
     p = parse_profile(yaml.safe_load(text), str(out))
     with writing("--out", out):
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
     what = estimator_line(p)
-    console.print(
-        f"{out}: {what}; "
-        f"KV cache at 0.9 utilization, 1.5 GiB reserve/GPU: {p.kv_capacity_tokens(0.9, 1.5)} tokens"
-    )
+    console.print(f"{out}: {what}; {default_kv_line(p)}")
 
 
 @profile_app.command("calibrate")

@@ -62,6 +62,7 @@ def profile_show(
     from wispsim.measure.profile.text import coefficient_table, estimator_line, provenance_line
     from wispsim.model.estimator import LINEAR_FORMS
     from wispsim.model.profiles import load_profile
+    from wispsim.model.startup import default_kv_line
 
     p = load_profile(name, "wispsim profile show", "NAME")
     title = f"profile {p.name} ({p.provenance.get('kind')}, {p.estimator.form} form)"
@@ -75,7 +76,7 @@ def profile_show(
         f"hardware: {p.gpu_count}x {p.gpu} ({p.gpu_memory_gib:g} GiB), engine {p.engine}, {p.precision}\n"
         f"model: {m.name}, {m.parameters / 1e9:.1f}B params, KV {m.kv_bytes_per_token} bytes/token, "
         f"weights {m.weight_bytes / 1e9:.1f} GB\n"
-        f"KV cache at 0.9 utilization, 1.5 GiB reserve: {p.kv_capacity_tokens(0.9, 1.5)} tokens\n"
+        f"{default_kv_line(p)}\n"
         f"noise sigma: {p.noise_sigma:g}\nprovenance: {p.provenance.get('kind')}: "
         f"{provenance_line(p.provenance)}"
     )

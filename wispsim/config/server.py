@@ -86,7 +86,9 @@ class EngineConfig:
     # measured capacity goes here, and `wispsim serve` sizes its engine's cache to it)
     kv_capacity_tokens: int | None = None
     gpu_memory_utilization: float = 0.9
-    activation_reserve_gib: float = 1.5
+    # GiB per GPU the KV cache cannot use beyond the weights; None: what vLLM's start-up memory
+    # profile keeps, from the model and max_num_seqs / max_num_batched_tokens (model/startup.py)
+    activation_reserve_gib: float | None = None
     # how the prefix cache reuses a prefix: token (SPEC 2.3) or block (vLLM: whole blocks only)
     prefix_reuse: Literal["token", "block"] = "token"
     # how much of an idle prefix is evicted for room: session (SPEC 2.3) or block (vLLM v1)
@@ -105,9 +107,10 @@ class EngineConfig:
             f"must be in (0, 1], got {self.gpu_memory_utilization}",
         )
         require(
-            0 <= self.activation_reserve_gib <= MAX_MEMORY_GIB,
+            self.activation_reserve_gib is None or 0 <= self.activation_reserve_gib <= MAX_MEMORY_GIB,
             "activation_reserve_gib",
-            f"must be in [0, {MAX_MEMORY_GIB:g}] GiB per GPU, got {self.activation_reserve_gib:g}",
+            f"must be in [0, {MAX_MEMORY_GIB:g}] GiB per GPU or null (vLLM's start-up profile), "
+            f"got {self.activation_reserve_gib}",
         )
         require(
             self.block_size is None or 1 <= self.block_size <= MAX_BLOCK_SIZE,

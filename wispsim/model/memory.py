@@ -17,6 +17,7 @@ from wispsim.config import Scenario, ServerConfig
 from wispsim.errors import ConfigError
 from wispsim.model.batch import blocks as blocks_of
 from wispsim.model.speculation import memory_extra
+from wispsim.model.startup import profile_startup
 
 if TYPE_CHECKING:
     from wispsim.model.profiles import Profile
@@ -234,8 +235,18 @@ def kv_capacity(server: ServerConfig, profile: Profile) -> int:
         return server.engine.kv_capacity_tokens
     weights, kv = memory_extra(server, profile)
     return profile.kv_capacity_tokens(
-        server.engine.gpu_memory_utilization, server.engine.activation_reserve_gib, weights, kv
+        server.engine.gpu_memory_utilization, reserve_gib(server, profile), weights, kv
     )
+
+
+def reserve_gib(server: ServerConfig, profile: Profile) -> float:
+    """GiB per GPU the KV cache cannot use beyond the weights: the scenario's
+    ``server.engine.activation_reserve_gib`` if it sets one, else the peak of vLLM's start-up memory
+    profile at its ``max_num_seqs`` and ``max_num_batched_tokens`` (:mod:`wispsim.model.startup`)."""
+    engine = server.engine
+    if engine.activation_reserve_gib is not None:
+        return engine.activation_reserve_gib
+    return profile_startup(profile, engine.max_num_seqs, engine.max_num_batched_tokens).reserve_gib
 
 
 def check_memory(

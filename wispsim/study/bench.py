@@ -32,6 +32,7 @@ import simpy
 from wispsim.analysis.token_latency import token_latency
 from wispsim.config import deep_merge
 from wispsim.config.schema import POLICIES
+from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import Profile
 from wispsim.sim.context import RunContext
 from wispsim.sim.scenarios import Resolved, load_scenario, upgrade
@@ -163,11 +164,6 @@ def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
     server's fields: ``max_num_seqs``, ``max_num_batched_tokens``, prefix caching, async
     scheduling, the KV capacity its engine reported), resolved with ``profile``: the one server
     factory builds it, as it builds every run's."""
-    kv = (
-        run.kv_tokens
-        if run.kv_tokens is not None
-        else profile.kv_capacity_tokens(run.gpu_memory_utilization, 0.0)
-    )
     bs = run.block_size
     speculation = {
         "method": run.spec_method,
@@ -198,7 +194,7 @@ def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
                 "async_scheduling": run.async_scheduling,
                 "gpu_memory_utilization": run.gpu_memory_utilization,
                 "block_size": bs,
-                "kv_capacity_tokens": max(kv // bs, 1) * bs,
+                "kv_capacity_tokens": None if run.kv_tokens is None else max(run.kv_tokens // bs, 1) * bs,
             },
             "verifier": {"kv_policy": preset["kv"]},
             # the API server in front of the engine, as the profile was calibrated with it
@@ -210,7 +206,9 @@ def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
         overrides = deep_merge(overrides, upgrade(run.overrides, "--set"))
     sc = load_scenario(overrides=overrides, source="wispsim bench", consistency=False)
     eng = sc.server.engine
-    cap = eng.kv_capacity_tokens if eng.kv_capacity_tokens is not None else max(kv // bs, 1) * bs
+    # the engine's logged capacity, else what its memory leaves after the weights (a draft model's
+    # too) and vLLM's start-up profile at the run's max_num_seqs / max_num_batched_tokens
+    cap = kv_capacity(sc.server, profile)
     size = eng.block_size or bs
     return Resolved(sc, (profile,), (max(cap // size, 1) * size,), (size,))
 

@@ -27,6 +27,7 @@ import pandas as pd
 from wispsim.model.archs import load_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import Profile, parse_profile
+from wispsim.model.startup import arch_startup
 from wispsim.study.bench import BenchRun, bench
 
 # figures compared, real column -> what the simulator reports under the same name
@@ -282,7 +283,9 @@ def memory_check(folder: str) -> pd.DataFrame:
     """wispsim's memory facts against what the public runs' servers logged, per deployment without
     speculation: weight GiB per GPU, KV bytes per token per GPU (logged: KV GiB over KV tokens;
     inference-sim logs KV blocks, not weights), and the activation reserve the engine kept
-    (GPU memory x utilization - weights - KV), which ``server.engine.activation_reserve_gib`` stands for."""
+    (GPU memory x utilization - weights - KV) beside wispsim's (vLLM's start-up profile at the run's
+    ``max_num_seqs`` and ``max_num_batched_tokens``, :mod:`wispsim.model.startup`), and the KV tokens
+    logged beside those wispsim gives the server."""
     mem = pd.read_csv(Path(folder) / "memory.csv")
     runs = load_runs(folder)
     rows = []
@@ -300,6 +303,8 @@ def memory_check(folder: str) -> pd.DataFrame:
         logged_w = float(r.weights_gib) if pd.notna(r.weights_gib) else math.nan
         kv_gib = float(r.kv_cache_gib)
         util = float(r.gpu_memory_utilization) if pd.notna(r.gpu_memory_utilization) else 0.9
+        start = arch_startup(arch, tp, int(run.max_num_seqs), int(run.max_num_batched_tokens))
+        kv_sim = (gpu.memory_gib * util - start.reserve_gib) * GIB - weights / tp
         rows.append(
             {
                 "group": group,
@@ -312,6 +317,9 @@ def memory_check(folder: str) -> pd.DataFrame:
                 "reserve GiB/GPU implied": gpu.memory_gib * util
                 - (weights / tp / GIB if math.isnan(logged_w) else logged_w)
                 - kv_gib,
+                "reserve GiB/GPU wispsim": start.reserve_gib,
+                "KV tokens logged": int(r.kv_tokens),
+                "KV tokens wispsim": int(kv_sim * tp // arch.kv_bytes_per_token(2)),
             }
         )
     return pd.DataFrame(rows)
