@@ -175,7 +175,7 @@ def test_block_eviction_gives_partial_hits_in_the_simulation(tmp_path) -> None:
         "policy": "wisp-lru",
         # token-granular reuse (the eviction, not the reuse, is what this checks)
         "server": {
-            "gpu_memory_utilization": 0.86,  # ~5.4 GiB of KV: eviction binds, responses still finish
+            "gpu_memory_utilization": 0.87,  # ~5.6 GiB of KV: eviction binds, responses still finish
             "eviction": "block",
             "profile": "a100-qwen3-32b-paper",
             "prefix_reuse": "token",

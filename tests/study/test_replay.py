@@ -4,6 +4,7 @@ policies answer "what if"; bad logs are one-line errors naming the file and the 
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -83,16 +84,26 @@ def test_round_trip_reproduces_the_run(recorded: SimResult, tmp_path: Path, suff
 
 def test_replay_mirrors_the_device_loop_round_by_round(recorded: SimResult, log_file: Path) -> None:
     """Same policy and seed: every round arrives, dispatches and ends at the recorded time, in the
-    same batch. If this breaks, study/replay/drive.py no longer mirrors Device.run_speculative."""
+    same batch. If this breaks, study/replay/drive.py no longer mirrors Device.run_speculative.
+
+    Up to where the recording stops knowing: a round still queued when the recording stopped has no
+    verdict, so it is not in the log, yet the recorded scheduler saw it (docs/replay.md). From the
+    last verdict of a response the recording left running, its next round may have been queued, and
+    a batch may differ; every round dispatched before that is compared."""
     log, meta = read_log(log_file)
     res = replay(log_scenario(meta, "meta"), log, meta)
     rounds = res.rounds.copy()
     rounds["response"] = rounds.response.map(res.info["log_response"])
     cols = ["response", "round", "arrival", "budget", "dispatch", "verify_time", "batch", "l_cached", "t_end"]
-    a = recorded.rounds[cols].sort_values(["response", "round"]).reset_index(drop=True)
-    b = rounds[cols].sort_values(["response", "round"]).reset_index(drop=True)
+    rec = recorded.rounds
+    running = ~rec.response.isin(recorded.responses.response)  # no verdict on the response yet
+    known = rec[running].groupby("response").t_end.max().min() if running.any() else math.inf
+    a = rec[rec.dispatch < known][cols].sort_values(["response", "round"]).reset_index(drop=True)
+    b = rounds[rounds.dispatch < known][cols].sort_values(["response", "round"]).reset_index(drop=True)
+    assert len(a) > 0.95 * len(rec)  # the comparison covers the run
     pd.testing.assert_frame_equal(a, b)
-    assert res.sim_end == recorded.sim_end
+    if known == math.inf:
+        assert res.sim_end == recorded.sim_end
 
 
 def test_censored_responses_without_rounds_travel_in_the_sidecar(tmp_path: Path) -> None:
