@@ -77,7 +77,7 @@ def test_a_profile_without_an_architecture_prices_its_model_facts() -> None:
 
 def test_the_kv_sizes_public_vllm_logs_report() -> None:
     """Every public deployment whose log gives its KV cache in bytes and tokens: wispsim's KV tokens
-    within 10% of the logged (measured: -0.2% to +8.4%; the flat 1.5 GiB on 80 GiB gave +28.5% on
+    within 10% of the logged (measured: +0.2% to +8.4%; the flat 1.5 GiB on 80 GiB gave +28.5% on
     Qwen3-32B at max_num_seqs 1,024)."""
     import pandas as pd
 

@@ -20,8 +20,9 @@ profile run - memory allocated outside torch during it (vllm/v1/worker/gpu_worke
 
 The two do not overlap (the forward's transients are freed before the sampler runs), so the torch
 peak is the larger one. Memory allocated outside torch (cuBLAS workspaces, NCCL's buffers) is a flat
-0.2 GiB per GPU: the median of the ``non_torch_memory`` figures vLLM's memory-profiling log line
-prints in public logs (docs/defaults.md lists them; 0.02-0.62 GiB at TP 1 without LoRA).
+0.2 GiB per GPU, a choice: the ``non_torch_memory`` that vLLM's memory-profiling log line prints in
+the public logs found is 0.02-0.62 GiB at TP 1 without LoRA (median 0.08 over 19, most of them
+consumer cards), 0.26 and 0.34 GiB on the H100s among them (docs/defaults.md).
 """
 
 from __future__ import annotations

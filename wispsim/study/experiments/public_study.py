@@ -296,8 +296,10 @@ def study_public(ctx: Context) -> Section:
     memory = public.memory_check(folder)
     memory.to_csv(ctx.out / "memory_check.csv", index=False)
     sec.body += [
-        "The memory facts against what the servers logged (per GPU; the reserve is GPU memory x "
-        "utilization - weights - KV, what `server.engine.activation_reserve_gib` stands for):",
+        "The memory facts against what the servers logged (per GPU; the implied reserve is GPU memory "
+        "x utilization - weights - KV, beside wispsim's: vLLM's start-up profile at the run's "
+        "`max_num_seqs` and `max_num_batched_tokens`, `wispsim/model/startup.py`; and the KV tokens "
+        "each side gives the server):",
         "",
     ]
     sec.body += md_table(memory, "{:.4g}")
