@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from wispsim.config.server import EngineConfig, ServerConfig
+from wispsim.measure.profile.text import default_kv_line
 from wispsim.model.archs import load_arch
 from wispsim.model.memory import kv_capacity, reserve_gib
 from wispsim.model.profiles import GIB, load_profile
@@ -12,7 +13,6 @@ from wispsim.model.startup import (
     NON_TORCH_GIB,
     SAMPLER_BYTES_PER_LOGIT,
     arch_startup,
-    default_kv_line,
     profile_startup,
 )
 

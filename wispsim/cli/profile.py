@@ -317,7 +317,7 @@ def derive_cmd(
                 out=str(out),
             )
     text = render(prof)
-    from wispsim.model.startup import default_kv_line
+    from wispsim.measure.profile.text import default_kv_line
 
     p = parse_profile(yaml.safe_load(text), str(out))
     with writing("--out", out):

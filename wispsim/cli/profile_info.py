@@ -59,10 +59,14 @@ def profile_show(
     name: Annotated[str, typer.Argument(help="Profile name or path.")] = "a100-qwen3-32b",
 ) -> None:
     """Print a profile's coefficients, memory facts and provenance."""
-    from wispsim.measure.profile.text import coefficient_table, estimator_line, provenance_line
+    from wispsim.measure.profile.text import (
+        coefficient_table,
+        default_kv_line,
+        estimator_line,
+        provenance_line,
+    )
     from wispsim.model.estimator import LINEAR_FORMS
     from wispsim.model.profiles import load_profile
-    from wispsim.model.startup import default_kv_line
 
     p = load_profile(name, "wispsim profile show", "NAME")
     title = f"profile {p.name} ({p.provenance.get('kind')}, {p.estimator.form} form)"

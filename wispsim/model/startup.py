@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wispsim.config.server import EngineConfig
 from wispsim.errors import ConfigError
 from wispsim.model.archs import Arch, available_archs, load_arch
 from wispsim.model.profiles import GIB, Profile
@@ -72,19 +71,25 @@ def arch_startup(arch: Arch, tp: int, max_num_seqs: int, max_num_batched_tokens:
     """The start-up profile of ``arch`` on each of ``tp`` GPUs (module docstring)."""
     t, a = max_num_batched_tokens, ACTIVATION_BYTES
     h = arch.hidden_size
-    attention = (2 * arch.heads + 2 * arch.kv_heads) * arch.head_dim / tp
-    widest = attention
-    if arch.dense_layers > 0 or arch.experts <= 1:
-        widest = max(widest, 3 * arch.intermediate_size / tp)
-    forward = t * a * (2 * h + widest)
+    dense = arch.dense_layers > 0 or arch.experts <= 1
+    m = _startup(
+        t,
+        max_num_seqs,
+        h,
+        arch.vocab_size,
+        arch.heads,
+        arch.kv_heads,
+        arch.head_dim,
+        arch.intermediate_size if dense else 0,
+        tp,
+    )
     if arch.moe_layers and arch.experts > 1:
         width = arch.moe_intermediate_size or arch.intermediate_size
         routed = arch.experts_per_token * (3 * width / tp + h)
         shared = 3 * arch.shared_intermediate_size / tp
         moe = t * a * (2 * h + routed + shared) + t * arch.experts * ROUTER_BYTES
-        forward = max(forward, moe)
-    sampler = max_num_seqs * arch.vocab_size * SAMPLER_BYTES_PER_LOGIT + t * h * a
-    return StartupMemory(forward=forward, sampler=sampler, non_torch=NON_TORCH_GIB * GIB)
+        m = StartupMemory(forward=max(m.forward, moe), sampler=m.sampler, non_torch=m.non_torch)
+    return m
 
 
 def profile_startup(profile: Profile, max_num_seqs: int, max_num_batched_tokens: int) -> StartupMemory:
@@ -92,17 +97,31 @@ def profile_startup(profile: Profile, max_num_seqs: int, max_num_batched_tokens:
     the profile names one the package can read, else from its ``model:`` facts (a dense model; a
     profile that gives no ``hidden_size`` / ``intermediate_size`` prices the sampler only)."""
     arch = _arch_of(profile)
-    tp = profile.gpu_count
     if arch is not None:
-        return arch_startup(arch, tp, max_num_seqs, max_num_batched_tokens)
+        return arch_startup(arch, profile.gpu_count, max_num_seqs, max_num_batched_tokens)
     m = profile.model
-    t, a = max_num_batched_tokens, ACTIVATION_BYTES
-    h = m.hidden_size or 0
-    widest = 3 * (m.intermediate_size or 0) / tp
-    if m.attention_heads:
-        widest = max(widest, (2 * m.attention_heads + 2 * m.kv_heads) * m.head_dim / tp)
+    return _startup(
+        max_num_batched_tokens,
+        max_num_seqs,
+        m.hidden_size or 0,
+        m.vocab_size,
+        m.attention_heads or 0,
+        m.kv_heads,
+        m.head_dim,
+        m.intermediate_size or 0,
+        profile.gpu_count,
+    )
+
+
+def _startup(
+    t: int, s: int, h: int, vocab: int, heads: int, kv_heads: int, head_dim: int, mlp: int, tp: int
+) -> StartupMemory:
+    """A dense layer's profile run: the residual stream and the wider of the attention's and the
+    MLP's transients over ``t`` tokens, then the sampler over ``s`` rows of ``vocab`` logits."""
+    a = ACTIVATION_BYTES
+    widest = max((2 * heads + 2 * kv_heads) * head_dim, 3 * mlp) / tp
     forward = t * a * (2 * h + widest) if h else 0.0
-    sampler = max_num_seqs * m.vocab_size * SAMPLER_BYTES_PER_LOGIT + t * h * a
+    sampler = s * vocab * SAMPLER_BYTES_PER_LOGIT + t * h * a
     return StartupMemory(forward=forward, sampler=sampler, non_torch=NON_TORCH_GIB * GIB)
 
 
@@ -119,15 +138,3 @@ def _arch_of(profile: Profile) -> Arch | None:
         return load_arch(name)
     except ConfigError:
         return None
-
-
-def default_kv_line(p: Profile) -> str:
-    """The KV cache a default server gets from this profile: utilization 0.9, max_num_seqs 256,
-    max_num_batched_tokens 2048 (server.engine's defaults), vLLM's start-up profile reserved."""
-    eng = EngineConfig()
-    start = profile_startup(p, eng.max_num_seqs, eng.max_num_batched_tokens)
-    tokens = p.kv_capacity_tokens(eng.gpu_memory_utilization, start.reserve_gib)
-    return (
-        f"KV cache at utilization {eng.gpu_memory_utilization:g}, max_num_seqs {eng.max_num_seqs}, "
-        f"max_num_batched_tokens {eng.max_num_batched_tokens}: {tokens:,} tokens; reserve {start.describe()}"
-    )

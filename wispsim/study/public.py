@@ -27,7 +27,7 @@ import pandas as pd
 from wispsim.model.archs import load_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import Profile, parse_profile
-from wispsim.model.startup import arch_startup
+from wispsim.model.startup import profile_startup
 from wispsim.study.bench import BenchRun, bench
 
 # figures compared, real column -> what the simulator reports under the same name
@@ -303,8 +303,8 @@ def memory_check(folder: str) -> pd.DataFrame:
         logged_w = float(r.weights_gib) if pd.notna(r.weights_gib) else math.nan
         kv_gib = float(r.kv_cache_gib)
         util = float(r.gpu_memory_utilization) if pd.notna(r.gpu_memory_utilization) else 0.9
-        start = arch_startup(arch, tp, int(run.max_num_seqs), int(run.max_num_batched_tokens))
-        kv_sim = (gpu.memory_gib * util - start.reserve_gib) * GIB - weights / tp
+        prof = profile_for(run)
+        start = profile_startup(prof, int(run.max_num_seqs), int(run.max_num_batched_tokens))
         rows.append(
             {
                 "group": group,
@@ -319,7 +319,7 @@ def memory_check(folder: str) -> pd.DataFrame:
                 - kv_gib,
                 "reserve GiB/GPU wispsim": start.reserve_gib,
                 "KV tokens logged": int(r.kv_tokens),
-                "KV tokens wispsim": int(kv_sim * tp // arch.kv_bytes_per_token(2)),
+                "KV tokens wispsim": prof.kv_capacity_tokens(util, start.reserve_gib),
             }
         )
     return pd.DataFrame(rows)

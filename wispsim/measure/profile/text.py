@@ -81,3 +81,18 @@ def fit_summary(res: Any, prof: dict[str, Any], out: Path) -> tuple[pd.DataFrame
         )
     lines.append(f"profile: {out}; report: {out.with_name(out.stem + '.report.md')}")
     return coefficient_table(res.coef, res.ci95), title, lines
+
+
+def default_kv_line(p: Any) -> str:
+    """The KV cache a default server gets from this profile: utilization 0.9, max_num_seqs 256,
+    max_num_batched_tokens 2048 (server.engine's defaults), vLLM's start-up profile reserved."""
+    from wispsim.config.server import EngineConfig
+    from wispsim.model.startup import profile_startup
+
+    eng = EngineConfig()
+    start = profile_startup(p, eng.max_num_seqs, eng.max_num_batched_tokens)
+    tokens = p.kv_capacity_tokens(eng.gpu_memory_utilization, start.reserve_gib)
+    return (
+        f"KV cache at utilization {eng.gpu_memory_utilization:g}, max_num_seqs {eng.max_num_seqs}, "
+        f"max_num_batched_tokens {eng.max_num_batched_tokens}: {tokens:,} tokens; reserve {start.describe()}"
+    )
