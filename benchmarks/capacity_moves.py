@@ -6,9 +6,12 @@ and after, side by side with the earlier 95% interval, and says whether the new 
 inside it. Then, for the capacity tables that carry the fluid model's ``estimate``, how far it
 lands from the simulated capacity, per policy and per resource that binds in it.
 
-    python benchmarks/capacity_moves.py [--before 478e6eb] [--all]
+    python benchmarks/capacity_moves.py [--before 478e6eb] [--all] [--estimate-now]
 
-``--all`` prints every row, not only the moves outside the interval.
+``--all`` prints every row, not only the moves outside the interval. ``--estimate-now`` prices
+the estimates with this tree's fluid model (from each table's ``scenario.yaml`` and the row's
+policy preset and class; rows of arms that are not a preset are left out) instead of reading
+the ones the studies stored: how a change to the estimate lands before the studies are rerun.
 """
 
 from __future__ import annotations
@@ -32,16 +35,42 @@ def _at(rev: str, path: Path) -> pd.DataFrame | None:
     return pd.read_csv(io.BytesIO(got.stdout))
 
 
+def estimate_now(table: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """``table``'s rows whose policy is a preset, their ``estimate`` and ``estimate_binds`` priced
+    by this tree's fluid model on the folder's scenario."""
+    from wispsim.config.schema import POLICIES
+    from wispsim.sim.scenarios import load_scenario
+    from wispsim.study.capacity import estimate_group, groups_for
+
+    if not (folder / "scenario.yaml").exists():
+        return table.iloc[0:0]
+    base = load_scenario(folder / "scenario.yaml")
+    keep = []
+    for i, r in table.iterrows():
+        if r.policy not in POLICIES:
+            continue
+        text = str(r["class"])
+        classes = tuple(float(c) for c in text.removeprefix("mix:").split(","))
+        group = groups_for(classes, "shared" if text.startswith("mix:") else "separate")[0]
+        sc = base.with_policy(r.policy).with_devices(base.devices.count, classes)
+        e = estimate_group(sc, group, base.epsilon)
+        table.loc[i, ["estimate", "estimate_binds"]] = [e.devices, e.binds]
+        keep.append(i)
+    return table.loc[keep]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", default="478e6eb", help="git revision of the earlier results")
     ap.add_argument("--all", action="store_true", help="print every row")
+    ap.add_argument("--estimate-now", action="store_true", help="this tree's estimates, not the stored")
     args = ap.parse_args()
     rows, est = [], []
     for path in sorted(DATA.rglob("capacity.csv")):
         new = pd.read_csv(path)
         if "estimate" in new:
-            est.append(new.assign(table=path.parent.relative_to(DATA).as_posix()))
+            table = new.assign(table=path.parent.relative_to(DATA).as_posix())
+            est.append(estimate_now(table, path.parent) if args.estimate_now else table)
         old = _at(args.before, path)
         if old is None or old.empty or new.empty:
             continue

@@ -56,13 +56,53 @@ def test_centralized_running_is_held_by_max_num_seqs() -> None:
 def test_where_the_api_server_binds_it_caps_the_tokens_all_devices_need() -> None:
     """An API-server-bound replica shares its rounds out: N devices at ``slo`` need N * slo
     committed tokens a second, so N * slo is the same for every class, and a second API-server
-    process doubles it."""
-    one = [_estimate("wisp", s, profile="h100-qwen3-14b") for s in (2.0, 4.0, 8.0)]
+    process doubles it. (The resident build's sessions each hold an engine slot: at the default
+    256 ``max_num_seqs`` binds first on this GPU, so the engine is given more.)"""
+    engine = {"max_num_seqs": 1024}
+    one = [_estimate("wisp", s, profile="h100-qwen3-14b", engine=engine) for s in (2.0, 4.0, 8.0)]
     assert {e.binds for e in one} == {"cpu"}
     rates = [e.devices * s for e, s in zip(one, (2.0, 4.0, 8.0), strict=True)]
     assert max(rates) / min(rates) < 1.02
-    two = _estimate("wisp", 4.0, profile="h100-qwen3-14b", host={"api_server_count": 2})
+    two = _estimate("wisp", 4.0, profile="h100-qwen3-14b", engine=engine, host={"api_server_count": 2})
     assert two.devices >= 1.9 * one[1].devices or two.binds != "cpu"
+
+
+def test_a_resident_session_holds_an_engine_slot() -> None:
+    """Under the resident build every admitted session is a paused vLLM request, so at most
+    ``max_num_seqs`` run at once however much KV is free (as the simulator admits them)."""
+    few = _estimate("wisp", 2.0, profile="h100-qwen3-14b", engine={"max_num_seqs": 64})
+    assert few.binds in {"max_num_seqs", "gpu", "cpu"}
+    assert few.devices < _estimate("wisp", 2.0, profile="h100-qwen3-14b").devices
+
+
+def test_the_kv_a_running_response_holds_is_weighted_by_how_long_it_runs() -> None:
+    """A long response runs longer, so the mean context over running time is
+    ``prompt + E[O^2] / 2 E[O]``: for a constant output exactly half of it, more with a spread."""
+    from wispsim.config.dist import Dist
+    from wispsim.model.fluid import held_context, reserved_context
+
+    fixed, spread = Dist("constant", value=256), Dist("lognormal", mean=256, cv=0.5)
+    assert held_context(fixed, fixed) == pytest.approx(256 + 128)
+    assert held_context(fixed, spread) == pytest.approx(256 + 1.25 * 128, rel=0.01)
+    # a reservation of the mean output; a response longer than it grows its reservation
+    assert reserved_context(fixed, fixed, 256, 9, 16) == pytest.approx(256 + 256 + 9 + 8)
+    assert reserved_context(fixed, spread, 256, 9, 16) > reserved_context(fixed, fixed, 256, 9, 16)
+
+
+def test_centralized_estimate_prices_recomputing_preempted_requests() -> None:
+    """With the cache full and a queue waiting, vLLM preempts to grow the running: the estimate
+    prices the prefill again, so it is lower than one that prefilled each prompt once."""
+    import wispsim.model.fluid as fluid
+
+    with_recompute = _estimate("centralized", 4.0)
+    saved = fluid.RECOMPUTE
+    try:
+        fluid.RECOMPUTE = 0.0
+        without = _estimate("centralized", 4.0)
+    finally:
+        fluid.RECOMPUTE = saved
+    assert with_recompute.binds == without.binds == "kv"
+    assert with_recompute.pass_ms > without.pass_ms and with_recompute.devices < without.devices
 
 
 def test_an_lru_prefix_cache_holds_no_more_devices_than_contexts_it_keeps() -> None:

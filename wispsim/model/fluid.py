@@ -12,21 +12,29 @@ beside the simulated answer. It is an estimate, not an answer: the simulated vio
 decides.
 
 **Running.** Of N closed-loop devices at most ``A`` run at once: the responses the KV cache holds
-(admission reserves ``prompt + output`` tokens each; vLLM allocates ``prompt + output / 2`` on
-average as they grow) and ``max_num_seqs``; the rest wait. The ``A`` running ones go as fast as
-the server lets them:
+and ``max_num_seqs``; the rest wait. What a response holds is averaged over the time it runs, so a
+long one counts as often as it is running (:func:`held_context`): vLLM's blocks grow with the
+output, ``prompt + E[O^2] / 2 E[O]`` on average (``prompt + 0.62 output`` at a coefficient of
+variation of 0.5, not ``output / 2``), its last block half full; admission control reserves
+``prompt + growth + k_max + 1`` in whole blocks and more for a response that outgrows it
+(:func:`reserved_context`). The ``A`` running ones go as fast as the server lets them:
 
 - *speculative*: a round drafts ``k`` tokens (``k / draft speed`` and the predictor's calls),
   crosses the link twice, waits for the pass in progress (half a pass on average) and is verified
   in the next: ``tau = draft + network + 1.5 T(B)``, the batch ``B = A T(B) / tau`` (Little's law
   on the GPU), and it commits ``c = (1 - a^(k+1)) / (1 - a)`` tokens (acceptance ``a``): a
   running response makes ``c / tau`` tok/s. A batch member verifies ``k + 1`` tokens over the
-  context (mean prompt + half the mean output; without prefix caching the whole context again),
+  context (:func:`held_context`; without prefix caching the whole context again),
   and one round in ``output / c`` is a response's first (its prompt). Past ``max_batch_tokens``
   or ``max_num_seqs`` rounds wait for passes of the largest batch.
 - *centralized*: every step decodes one token (server-side speculation: the mean accepted run
   plus one, after its drafting) for each of the ``A`` running responses and prefills the
   prompts of the ones that start (``A * prompt / output`` tokens a step): ``tokens / T(A)`` tok/s.
+  **Preemption**: vLLM admits a waiting request as soon as its prompt fits, so with the cache
+  holding the running ones and a queue waiting, the blocks a running response grows into are
+  found by preempting the newest, which is prefilled again when it is readmitted: a step
+  prefills up to one token more per running response (:data:`RECOMPUTE`, the bound; the
+  simulated engine, which schedules as vLLM's does, recomputes 0.67-0.76 of that).
 
 Where the host is modelled, the engine core's CPU per step joins each pass (or overlaps it under
 async scheduling), and the API servers must have the CPU to keep all N at ``s``: N devices at
@@ -60,14 +68,41 @@ from typing import Any
 import numpy as np
 
 from wispsim.config import Scenario
+from wispsim.config.dist import Dist
 from wispsim.config.limits import MAX_DEVICES
 from wispsim.model.acceptance import make_acceptance
 from wispsim.model.drafting import make_controller
 from wispsim.model.host_cpu import for_server
+from wispsim.model.memory import block_size
 from wispsim.model.profiles import Profile
 from wispsim.model.speculation import resolve as resolve_speculation
 
 QUEUE_PASSES = 1.5  # a round waits for the pass in progress (half, on average), then its own
+# prompt tokens vLLM prefills again per token decoded while its KV cache is full under a waiting
+# queue (module text, "Preemption"): the most there can be, every block a running response grows
+# into freed by preempting the newest (the simulated engine recomputes 0.67-0.76 of them)
+RECOMPUTE = 1.0
+QUANTILES = np.linspace(0.0005, 0.9995, 1000)  # a distribution's moments, clipping included
+
+
+def reserved_context(prompt: Dist, output: Dist, growth: float, round_tokens: int, block: int) -> float:
+    """The mean KV an admitted response reserves, over the time it runs
+    (:class:`wispsim.model.admission.Admission`): its prompt, ``growth`` tokens (more once it
+    outgrows them: a response of ``O > growth`` holds ``growth^2 / 2 O + O / 2`` on average over
+    its life), one round's tokens and half a block unfilled; weighted by how long each runs."""
+    o = np.array([output.quantile(q) for q in QUANTILES])
+    p = float(np.mean([prompt.quantile(q) for q in QUANTILES]))
+    grown = np.where(o <= growth, growth, growth * growth / (2 * o) + o / 2)
+    return p + float(np.mean(o * grown)) / float(np.mean(o)) + round_tokens + block / 2
+
+
+def held_context(prompt: Dist, output: Dist) -> float:
+    """The mean context of a running response, over the time it runs (and so over its rounds or
+    decode steps): its prompt, and of its output ``O`` the half it has written, weighted by how
+    long it runs (``E[O^2] / 2 E[O]``: a long response is running more of the time)."""
+    o = np.array([output.quantile(q) for q in QUANTILES])
+    p = float(np.mean([prompt.quantile(q) for q in QUANTILES]))
+    return p + float(np.mean(o * o)) / (2 * float(np.mean(o)))
 
 
 @dataclass(frozen=True)
@@ -261,7 +296,8 @@ def _speculative(
     net = _network_s(sc)
     calls_s = plan.calls * sc.devices.predictor_latency_ms / 1000.0
     draft, slow_draft = plan.passes / speed.nominal() + calls_s, plan.passes / speed.quantile(eps) + calls_s
-    context = prompt + output / 2
+    context = held_context(sc.workload.prompt_tokens, sc.workload.output_tokens)
+    block = block_size(srv.engine.block_size, profile)
     cold = min(1.0, committed / output)  # a response's first round carries its prompt
     cached = srv.engine.enable_prefix_caching
     resident = srv.verifier.kind == "resident"
@@ -293,9 +329,16 @@ def _speculative(
         )
 
     if srv.verifier.kv_policy == "admission":
-        at_once = int(kv_tokens // (prompt + output + k + 1))
+        out = sc.workload.output_tokens
+        growth = {"mean": out.nominal(), "max": out.support()[1], "none": 0.0}[srv.verifier.kv_growth]
+        held = reserved_context(
+            sc.workload.prompt_tokens, out, growth, sc.drafting.largest + 1, block
+        )
+        at_once = int(kv_tokens * (1.0 - srv.verifier.kv_headroom) // held)
+        if resident:  # a paused session holds one of the engine's request slots
+            at_once = min(at_once, srv.engine.max_num_seqs)
     else:  # vLLM's LRU prefix cache: the contexts it holds (past them it thrashes: ``thrashes``)
-        at_once = int(kv_tokens // context)
+        at_once = int(kv_tokens // (context + block / 2))
     return running, max(1, min(at_once, MAX_DEVICES))
 
 
@@ -312,12 +355,17 @@ def _centralized(
         length = spec.acceptance_length
         per_step = length + 1.0 if length is not None else _committed(rate, spec.k)
         look = spec.k + 1
-    context = prompt + output / 2
+    context = held_context(sc.workload.prompt_tokens, sc.workload.output_tokens)
+    block = block_size(srv.engine.block_size, profile)  # its last block half filled, on average
+    at_once = min(srv.engine.max_num_seqs, int(kv_tokens // (context + block / 2)))
     api = host.api(False, text=int(prompt)) if host is not None else 0.0
 
     @cache
     def step_s(b: int) -> float:
-        chunk = b * prompt * per_step / output  # prompt tokens prefilled per step, on average
+        # prompt tokens prefilled per step, on average: the prompts of the responses that start,
+        # and with the cache full (KV holds the running ones) those of preempted ones again
+        recompute = RECOMPUTE if b == at_once < srv.engine.max_num_seqs else 0.0
+        chunk = b * per_step * (prompt / output + recompute)
         starts = b * per_step / output
         n_int = b * look * (look + context) + chunk * chunk
         gpu = cost.batch(b * look + chunk, n_int, b * context, b + starts, starts)
@@ -332,5 +380,4 @@ def _centralized(
         v = per_step / t
         return Running(v, v, float(a), t, api / output, "gpu")
 
-    at_once = min(srv.engine.max_num_seqs, int(kv_tokens // context))
     return running, max(1, min(at_once, MAX_DEVICES))
