@@ -331,9 +331,7 @@ def _speculative(
     if srv.verifier.kv_policy == "admission":
         out = sc.workload.output_tokens
         growth = {"mean": out.nominal(), "max": out.support()[1], "none": 0.0}[srv.verifier.kv_growth]
-        held = reserved_context(
-            sc.workload.prompt_tokens, out, growth, sc.drafting.largest + 1, block
-        )
+        held = reserved_context(sc.workload.prompt_tokens, out, growth, sc.drafting.largest + 1, block)
         at_once = int(kv_tokens * (1.0 - srv.verifier.kv_headroom) // held)
         if resident:  # a paused session holds one of the engine's request slots
             at_once = min(at_once, srv.engine.max_num_seqs)
