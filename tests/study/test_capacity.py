@@ -274,3 +274,29 @@ def test_a_search_that_ends_at_the_knee_evaluates_the_points_its_interval_needs(
     assert any(p.devices <= s.capacity and p.ci_high <= 0.05 for p in s.evaluated.values())
     assert any(p.devices > s.capacity and p.ci_low > 0.05 for p in s.evaluated.values())
     assert len(order) <= 8
+
+
+def test_a_bracket_of_points_undecided_for_want_of_responses_is_cut_on() -> None:
+    """A few devices give too few responses for the rule to decide anything: 0% at 15 devices and
+    21% at 19 are both undecided, but 21% is far past epsilon and the capacity's interval is much
+    narrower than the bracket (15, 19), so the search cuts on instead of interpolating across it
+    (SLED on Qwen3-32B on an H100 at 4 tok/s ended at 15 that way where 17 is within epsilon)."""
+    # violation rate and its device-bootstrap interval (no violation seen: [0, 0])
+    curve = {15: (0.0, 0.0, 0.0), 16: (0.0, 0.0, 0.0), 17: (0.0127, 0.0, 0.03), 18: (0.12, 0.05, 0.2),
+             19: (0.213, 0.1, 0.33)}  # fmt: skip
+    s = CapacitySearch(epsilon=0.05, estimate=19)
+    while todo := s.next_devices():
+        for n in todo:
+            v, lo, hi = curve.get(n, (0.0, 0.0, 0.0) if n < 15 else (0.5, 0.4, 0.6))
+            s.evaluated[n] = PointStats(n, v, lo, hi, {"4": v}, 76, "undecided")
+    assert 17 in s.evaluated and s.capacity == 17
+
+
+def test_a_bracket_within_the_capacity_interval_ends_the_search() -> None:
+    """Both ends at the knee and the bracket no wider than the interval: cutting on is noise."""
+    s = CapacitySearch(epsilon=0.05, estimate=124)
+    s._started = True
+    for n, v, lo, hi in [(110, 0.02, 0.01, 0.035), (124, 0.047, 0.03, 0.065), (126, 0.055, 0.035, 0.075),
+                         (133, 0.09, 0.07, 0.11)]:  # fmt: skip
+        s.evaluated[n] = PointStats(n, v, lo, hi, {"4": v}, 1200, "undecided" if lo <= 0.05 <= hi else "x")
+    assert s.bounds() == (124, 126) and s.resolved() and s.next_devices() == []

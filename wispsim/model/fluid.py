@@ -37,7 +37,9 @@ variation of 0.5, not ``output / 2``), its last block half full; admission contr
   simulated engine, which schedules as vLLM's does, recomputes 0.67-0.76 of that).
 
 Where the host is modelled, the engine core's CPU per step joins each pass (or overlaps it under
-async scheduling), and the API servers must have the CPU to keep all N at ``s``: N devices at
+async scheduling), and the API servers' CPU is shared: the ``A`` running responses together commit at most as many
+tokens a second as the API servers pass (``api_servers / api CPU per committed token``), so past
+that each runs at its share, and they must have the CPU to keep all N at ``s``: N devices at
 ``s`` tok/s send ``N s / c`` rounds a second (``N s / output`` requests under centralized
 serving), each costing the API server its CPU (``cpu`` binds past ``--api-server-count``). When
 they bind, devices do not run at their own speed: they share the rounds the API servers
@@ -269,9 +271,13 @@ def fluid_capacity(
             return "kv"
         a = min(n, at_once)
         r = state[n] = running(a)
-        if r.slow < slo:
-            return r.limit
-        if n > a and (n / a - 1) * output / r.speed > short * (1 / slo - 1 / r.speed):
+        # the API servers pass at most api_servers / api_per_token committed tokens a second,
+        # shared by the A running responses: past that their rounds queue there
+        share = api_servers / (a * r.api_per_token) if r.api_per_token > 0 else math.inf
+        speed, slow = min(r.speed, share), min(r.slow, share)
+        if slow < slo:
+            return "cpu" if share < r.slow else r.limit
+        if n > a and (n / a - 1) * output / speed > short * (1 / slo - 1 / speed):
             return held
         if n * slo * r.api_per_token > api_servers:  # too little API-server CPU to keep all N at slo
             return "cpu"

@@ -349,11 +349,24 @@ class CapacitySearch(EdgeSearch):
         return min(max(round(x), below + 1), edge - 1)
 
     def resolved(self) -> bool:
-        """Both ends of the bracket are at the knee (class text), so cutting further is noise."""
+        """Both ends of the bracket are at the knee (class text) and the bracket is no wider than
+        the capacity's 95% interval, so cutting further is noise. (A point the rule cannot
+        decide for want of responses -- a few devices, a short window -- is undecided far from
+        epsilon too: a bracket of two such points is cut on until the interval spans it.)"""
         below, edge = self.bounds()
         if self.exact or below is None or edge is None:
             return False
-        return self.evaluated[below].at_knee and self.evaluated[edge].at_knee
+        if not (self.evaluated[below].at_knee and self.evaluated[edge].at_knee):
+            return False
+        low, high = self.interval(self._crossed(below, edge))
+        return edge - below <= high - low + 1
+
+    def _crossed(self, below: int, edge: int) -> int:
+        """Where the violation rate crosses epsilon between the bracket's ends, rounded down."""
+        x = crossing(self.evaluated[below], self.evaluated[edge], self.epsilon)
+        if not math.isfinite(x):
+            return below
+        return min(max(math.floor(x), below), edge - 1)
 
     def next(self) -> list[int]:
         xs = [] if self._started and self.resolved() else super().next()
@@ -391,20 +404,18 @@ class CapacitySearch(EdgeSearch):
             return 0
         if edge is None or edge - below <= 1 or not self.resolved():
             return below
-        x = crossing(self.evaluated[below], self.evaluated[edge], self.epsilon)
-        if not math.isfinite(x):
-            return below
-        return min(max(math.floor(x), below), edge - 1)
+        return self._crossed(below, edge)
 
     @property
     def saturated(self) -> bool:
         """True when even max_devices met the target (capacity is a lower bound)."""
         return self.bounds()[1] is None
 
-    def interval(self) -> tuple[int, int]:
-        """(ci_low, ci_high) of the capacity (class text): where the bootstrap bounds of the
-        evaluated curve cross epsilon, on the line between the evaluated N on either side."""
-        cap = self.capacity
+    def interval(self, cap: int | None = None) -> tuple[int, int]:
+        """(ci_low, ci_high) of the capacity (class text; ``cap``: of that capacity): where the
+        bootstrap bounds of the evaluated curve cross epsilon, on the line between the evaluated N
+        on either side."""
+        cap = self.capacity if cap is None else cap
         eps = self.epsilon
         pts = sorted(
             (p for p in self.evaluated.values() if math.isfinite(p.violation)), key=lambda p: p.devices
