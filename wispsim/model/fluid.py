@@ -40,9 +40,9 @@ Where the host is modelled, the engine core's CPU per step joins each pass (or o
 async scheduling), and the API servers' CPU is shared: the ``A`` running responses together
 commit at most as many tokens a second as the API servers pass (``api_servers / api CPU per
 committed token``), so past that each runs at its share, and they must have the CPU to keep all
-N at ``s``: N devices at
-``s`` tok/s send ``N s / c`` rounds a second (``N s / output`` requests under centralized
-serving), each costing the API server its CPU (``cpu`` binds past ``--api-server-count``). When
+N at ``s``: N devices at ``s`` tok/s send ``N s / c`` rounds a second (``N s / output`` requests
+under centralized serving), each costing the API server its CPU (``cpu`` binds past
+``--api-server-count``). When
 they bind, devices do not run at their own speed: they share the rounds the API servers
 pass, which is why this check is on the rate the SLO needs, not the rate devices would send.
 
