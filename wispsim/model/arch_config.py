@@ -232,7 +232,9 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
       scheme is asymmetric (awq ``zero_point``, gptq ``sym: false``): 4-bit, group 128 = 4.16 bits.
 
     Dequantization is not priced: a pass reads these bytes at the GPU's bandwidth and multiplies
-    at the activations' precision."""
+    at the activations' precision. Weight-only 4-bit kernels stay on the memory roof up to ~32-64
+    tokens and are ~10% slower than 16-bit at 1,024-token prefills (MARLIN, arXiv:2408.11743):
+    the omission is that much of a long prefill's quantized matmuls (docs/profiles.md)."""
     q = data.get("quantization_config")
     if q is None:
         return {}
