@@ -42,9 +42,9 @@ commit at most as many tokens a second as the API servers pass (``api_servers / 
 committed token``), so past that each runs at its share, and they must have the CPU to keep all
 N at ``s``: N devices at ``s`` tok/s send ``N s / c`` rounds a second (``N s / output`` requests
 under centralized serving), each costing the API server its CPU (``cpu`` binds past
-``--api-server-count``). When
-they bind, devices do not run at their own speed: they share the rounds the API servers
-pass, which is why this check is on the rate the SLO needs, not the rate devices would send.
+``--api-server-count``). When they bind, devices do not run at their own speed: they share the
+rounds the API servers pass, which is why this check is on the rate the SLO needs, not the rate
+devices would send.
 
 **The tail.** A running device at the ``epsilon`` quantile of draft speed must still make ``s``
 tok/s (else ``gpu`` binds, or the batch limit that held the pass). The waiting ones wait
@@ -88,13 +88,18 @@ RECOMPUTE = 1.0
 QUANTILES = np.linspace(0.0005, 0.9995, 1000)  # a distribution's moments, clipping included
 
 
+@cache
+def _grid(dist: Dist) -> np.ndarray:
+    """``dist`` at :data:`QUANTILES`: its moments, clipping included, as means over the grid."""
+    return np.array([dist.quantile(q) for q in QUANTILES])
+
+
 def reserved_context(prompt: Dist, output: Dist, growth: float, round_tokens: int, block: int) -> float:
     """The mean KV an admitted response reserves, over the time it runs
     (:class:`wispsim.model.admission.Admission`): its prompt, ``growth`` tokens (more once it
     outgrows them: a response of ``O > growth`` holds ``growth^2 / 2 O + O / 2`` on average over
     its life), one round's tokens and half a block unfilled; weighted by how long each runs."""
-    o = np.array([output.quantile(q) for q in QUANTILES])
-    p = float(np.mean([prompt.quantile(q) for q in QUANTILES]))
+    o, p = _grid(output), float(np.mean(_grid(prompt)))
     grown = np.where(o <= growth, growth, growth * growth / (2 * o) + o / 2)
     return p + float(np.mean(o * grown)) / float(np.mean(o)) + round_tokens + block / 2
 
@@ -103,8 +108,7 @@ def held_context(prompt: Dist, output: Dist) -> float:
     """The mean context of a running response, over the time it runs (and so over its rounds or
     decode steps): its prompt, and of its output ``O`` the half it has written, weighted by how
     long it runs (``E[O^2] / 2 E[O]``: a long response is running more of the time)."""
-    o = np.array([output.quantile(q) for q in QUANTILES])
-    p = float(np.mean([prompt.quantile(q) for q in QUANTILES]))
+    o, p = _grid(output), float(np.mean(_grid(prompt)))
     return p + float(np.mean(o * o)) / (2 * float(np.mean(o)))
 
 
