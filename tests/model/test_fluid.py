@@ -120,8 +120,9 @@ def test_centralized_estimate_prices_recomputing_preempted_requests() -> None:
 
 def test_an_lru_prefix_cache_holds_no_more_devices_than_contexts_it_keeps() -> None:
     """Without admission control every device runs; past the contexts vLLM's LRU cache holds it
-    evicts running prefixes and the replica collapses, whatever the class."""
-    lru = [_estimate("wisp-lru", s) for s in (2.0, 8.0)]
+    evicts running prefixes and the replica collapses, whatever the class (at 8 tok/s the stock
+    server's recomputed tails make the GPU bind first, as in the simulation)."""
+    lru = [_estimate("wisp-lru", s) for s in (2.0, 4.0)]
     assert {e.binds for e in lru} == {"kv"} and lru[0].devices == lru[1].devices
     assert lru[0].devices < _estimate("wisp", 2.0).devices
     assert _estimate("sled", 2.0).binds != "kv"  # no prefix cache: nothing to thrash
@@ -140,3 +141,12 @@ def test_rounds_are_priced_as_the_device_drafts_them() -> None:
     for d in (fixed, pred):
         assert 1.0 <= d.committed <= d.k + 1
     assert drafting(load_scenario(overrides={"policy": "wisp"})) is pred  # computed once per setting
+
+
+def test_a_block_reusing_engine_forwards_half_a_block_of_each_round_again() -> None:
+    """Stock vLLM hits whole 16-token blocks only, so a re-submitted round forwards its prefix's
+    partly filled last block again: the estimate's pass costs more than with token-granular reuse
+    (the simulator's ``prefix_reuse: token``), and never less devices' worth of pass."""
+    block = _estimate("wisp-lru", 8.0)
+    token = _estimate("wisp-lru", 8.0, engine={"prefix_reuse": "token"})
+    assert block.pass_ms > token.pass_ms and block.devices <= token.devices

@@ -24,7 +24,8 @@ variation of 0.5, not ``output / 2``), its last block half full; admission contr
   in the next: ``tau = draft + network + 1.5 T(B)``, the batch ``B = A T(B) / tau`` (Little's law
   on the GPU), and it commits ``c = (1 - a^(k+1)) / (1 - a)`` tokens (acceptance ``a``): a
   running response makes ``c / tau`` tok/s. A batch member verifies ``k + 1`` tokens over the
-  context (:func:`held_context`; without prefix caching the whole context again),
+  context (:func:`held_context`; without prefix caching the whole context again; where the
+  engine reuses whole blocks only, as stock vLLM does, half a block of its prefix again too),
   and one round in ``output / c`` is a response's first (its prompt). Past ``max_batch_tokens``
   or ``max_num_seqs`` rounds wait for passes of the largest batch.
 - *centralized*: every step decodes one token (server-side speculation: the mean accepted run
@@ -314,7 +315,10 @@ def _speculative(
     resident = srv.verifier.kind == "resident"
     top = float(max(1, min(srv.engine.max_num_seqs, srv.verifier.max_batch_tokens // (k + 1))))
     limit = "max_num_seqs" if top == srv.engine.max_num_seqs else "max_batch_tokens"
-    warm_new, warm_cached = (k + 1.0, context) if cached else (context + k + 1.0, 0.0)
+    # a re-submitted round whose engine reuses whole blocks only forwards its prefix's partly
+    # filled last block again, half a block on average (resident sessions reuse token by token)
+    tail = block / 2 if cached and not resident and srv.engine.prefix_reuse == "block" else 0.0
+    warm_new, warm_cached = (k + 1.0 + tail, context - tail) if cached else (context + k + 1.0, 0.0)
     cold_new = prompt + k + 1.0
     api = host.api(resident, ids=0 if resident else int(context)) if host is not None else 0.0
 
