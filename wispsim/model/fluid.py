@@ -49,7 +49,8 @@ devices would send.
 
 **The tail.** A running device at the ``epsilon`` quantile of draft speed must still make ``s``
 tok/s (else ``gpu`` binds, or the batch limit that held the pass). The waiting ones wait
-``W = (N / A - 1) * output / v`` (closed loop: a response's cycle is N / A running times), and a
+``W = (N / A - 1) * output / v - think`` (closed loop: a response's cycle is N / A running times,
+and a device's think time between responses is part of that cycle, not of the wait), and a
 response at the ``epsilon`` quantile of output length must still finish at ``s``:
 ``W <= output_eps * (1 / s - 1 / v)`` (else ``kv`` or ``max_num_seqs`` binds).
 
@@ -254,6 +255,7 @@ def fluid_capacity(
     eps = sc.epsilon if epsilon is None else epsilon
     out = sc.workload.output_tokens
     prompt, output, short = sc.workload.prompt_tokens.nominal(), out.nominal(), out.quantile(eps)
+    think = sc.workload.think_time_s.nominal()  # a device's pause between its responses
     host = for_server(srv, profile.host)
     rate = make_acceptance(sc.acceptance).nominal_rate()
     seqs = srv.engine.max_num_seqs
@@ -275,7 +277,10 @@ def fluid_capacity(
     def check(n: int) -> str | None:
         if thrashes and n > at_once:
             return "kv"
-        a = min(n, at_once)
+        # devices in a response at once: all N without think time; with it, at most the share of
+        # a device's cycle a response at the SLO takes (output / s against output / s + think)
+        busy = n if think <= 0 else max(1, math.ceil(n * output / (output + think * slo)))
+        a = min(busy, at_once)
         r = state[n] = running(a)
         # the API servers pass at most api_servers / api_per_token committed tokens a second,
         # shared by the A running responses: past that their rounds queue there
@@ -283,9 +288,12 @@ def fluid_capacity(
         speed, slow = min(r.speed, share), min(r.slow, share)
         if slow < slo:
             return "cpu" if share < r.slow else r.limit
-        if n > a and (n / a - 1) * output / speed > short * (1 / slo - 1 / speed):
+        # a closed loop through A slots: a response waits (N / A - 1) output / v, less the time
+        # its device spent thinking (while it thinks it holds no place in the queue)
+        if n > a and (n / a - 1) * output / speed - think > short * (1 / slo - 1 / speed):
             return held
-        if n * slo * r.api_per_token > api_servers:  # too little API-server CPU to keep all N at slo
+        # too little API-server CPU to keep all N at slo (a device thinking sends nothing)
+        if n * slo / (1 + think * slo / output) * r.api_per_token > api_servers:
             return "cpu"
         return None
 
