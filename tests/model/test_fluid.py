@@ -102,18 +102,12 @@ def test_the_kv_a_running_response_holds_is_weighted_by_how_long_it_runs() -> No
     assert reserved_context(fixed, spread, 256, 9, 16) > reserved_context(fixed, fixed, 256, 9, 16)
 
 
-def test_centralized_estimate_prices_recomputing_preempted_requests() -> None:
+def test_centralized_estimate_prices_recomputing_preempted_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the cache full and a queue waiting, vLLM preempts to grow the running: the estimate
     prices the prefill again, so it is lower than one that prefilled each prompt once."""
-    import wispsim.model.fluid as fluid
-
     with_recompute = _estimate("centralized", 4.0)
-    saved = fluid.RECOMPUTE
-    try:
-        fluid.RECOMPUTE = 0.0
-        without = _estimate("centralized", 4.0)
-    finally:
-        fluid.RECOMPUTE = saved
+    monkeypatch.setattr("wispsim.model.fluid.RECOMPUTE", 0.0)
+    without = _estimate("centralized", 4.0)
     assert with_recompute.binds == without.binds == "kv"
     assert with_recompute.pass_ms > without.pass_ms and with_recompute.devices < without.devices
 

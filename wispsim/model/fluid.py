@@ -272,15 +272,15 @@ def fluid_capacity(
         and srv.engine.enable_prefix_caching
     )
     api_servers = host.api_servers if host is not None else math.inf
+    # the share of a device's cycle spent in a response at the SLO (output / s against
+    # output / s + think): all of it without think time; at most that many run at once
+    duty = output / (output + think * slo)
     state: dict[int, Running] = {}
 
     def check(n: int) -> str | None:
         if thrashes and n > at_once:
             return "kv"
-        # devices in a response at once: all N without think time; with it, at most the share of
-        # a device's cycle a response at the SLO takes (output / s against output / s + think)
-        busy = n if think <= 0 else max(1, math.ceil(n * output / (output + think * slo)))
-        a = min(busy, at_once)
+        a = min(max(1, math.ceil(n * duty)), at_once)
         r = state[n] = running(a)
         # the API servers pass at most api_servers / api_per_token committed tokens a second,
         # shared by the A running responses: past that their rounds queue there
@@ -293,7 +293,7 @@ def fluid_capacity(
         if n > a and (n / a - 1) * output / speed - think > short * (1 / slo - 1 / speed):
             return held
         # too little API-server CPU to keep all N at slo (a device thinking sends nothing)
-        if n * slo / (1 + think * slo / output) * r.api_per_token > api_servers:
+        if n * duty * slo * r.api_per_token > api_servers:
             return "cpu"
         return None
 
@@ -354,8 +354,8 @@ def _speculative(
     if srv.verifier.kv_policy == "admission":
         out = sc.workload.output_tokens
         growth = {"mean": out.nominal(), "max": out.support()[1], "none": 0.0}[srv.verifier.kv_growth]
-        held = reserved_context(sc.workload.prompt_tokens, out, growth, sc.drafting.largest + 1, block)
-        at_once = int(kv_tokens * (1.0 - srv.verifier.kv_headroom) // held)
+        reserved = reserved_context(sc.workload.prompt_tokens, out, growth, sc.drafting.largest + 1, block)
+        at_once = int(kv_tokens * (1.0 - srv.verifier.kv_headroom) // reserved)
         if resident:  # a paused session holds one of the engine's request slots
             at_once = min(at_once, srv.engine.max_num_seqs)
     else:  # vLLM's LRU prefix cache: the contexts it holds (past them it thrashes: ``thrashes``)
