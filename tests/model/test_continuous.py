@@ -83,3 +83,21 @@ def test_static_batching_preempts_a_generating_row_never_a_padding_one() -> None
         b.commit(step, float(i + 1))
     assert a.generated == 20 and short.generated == 1
     assert prefills_of_b == 1  # B was prefilled once, in the first step
+
+
+def test_a_step_computes_one_logit_row_per_request_a_prompts_tokens_none() -> None:
+    """vLLM's ``logits_indices``: a generation step's LM head runs once per scheduled request (a
+    decode's token, a prefill chunk's last), not over the prompt tokens a chunk forwards."""
+    mem = KVMemory(1000, 16, prefix_cache=False)
+    b = ContinuousBatcher(mem, max_running=8, step_tokens=4096)
+    for i in range(3):
+        b.add(Sequence(i, 100 * (i + 1), 4, 0, None))
+    b.begin()
+    step = b.schedule(idle=True, now=0.0)
+    assert step is not None
+    assert step.shape.n_linear == 600 and step.shape.n_logits == 3  # three prompts, three rows
+    b.commit(step, 1.0)
+    b.begin()
+    step = b.schedule(idle=False, now=1.0)
+    assert step is not None
+    assert step.shape.n_linear == step.shape.n_logits == 3  # three decodes

@@ -71,11 +71,11 @@ FORMS: dict[str, CostModel] = {
 
 def test_shape_sums_and_block_arithmetic() -> None:
     shape = Shape.of([(5, 1000), (100, 0)])
-    assert shape.as_tuple() == (105, 15025, 1000, 2, 2)
+    assert shape.as_tuple() == (105, 15025, 1000, 2, 2, 105)  # verification: logits at every new token
     step = Shape()
     step.add(1, 500, arriving=False)  # a decode
-    step.add(64, 0)  # a first prefill chunk arrives anew
-    assert step.as_tuple() == (65, 501 + 64 * 64, 500, 2, 1)
+    step.add(64, 0, logits=1)  # a first prefill chunk arrives anew; vLLM's logit row: its last token
+    assert step.as_tuple() == (65, 501 + 64 * 64, 500, 2, 1, 2)
     assert [blocks(t, 16) for t in (0, 1, 16, 17)] == [0, 1, 1, 2]
 
 

@@ -98,6 +98,12 @@ def test_never_below_the_physical_floor(
     assert t >= r.floor(n_lin, n_int, n_cac) * (1 - 1e-12)
     assert r.of(batch) == pytest.approx(t)
     assert r.of(batch[:-1]) <= t or len(batch) == 1
+    # a generation step: one logit row per request (vLLM's logits_indices), never below its floor
+    # either, and never dearer than the same tokens with logits at every one
+    rows = len(batch)
+    g = r.batch(n_lin, n_int, n_cac, rows, rows, n_logits=rows)
+    assert g >= r.floor(n_lin, n_int, n_cac, n_logits=rows) * (1 - 1e-12)
+    assert g <= t * (1 + 1e-12)
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -119,6 +125,8 @@ def test_shipped_calibration_respects_the_floor(arch: str, gpu: str) -> None:
         n_int = sum((n + c) * n for n, c in batch)
         n_cac = sum(c for _, c in batch)
         assert est.batch(n_lin, n_int, n_cac, len(batch), 0) >= est.floor(n_lin, n_int, n_cac)
+        rows = len(batch)  # as a generation step: a logit row per request
+        assert est.batch(n_lin, n_int, n_cac, rows, 0, rows) >= est.floor(n_lin, n_int, n_cac, rows)
 
 
 def test_the_floors_of_the_issue() -> None:
@@ -326,3 +334,22 @@ def test_profile_derive_prices_any_architecture_on_any_gpu(tmp_path: Path) -> No
     )
     assert bad.returncode == 2 and "no fp8 tensor cores" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_lm_head_runs_only_over_the_rows_vllm_samples() -> None:
+    """vLLM computes logits at ``logits_indices`` only: a prefill chunk's prompt tokens skip the
+    LM head (2 x vocabulary x hidden FLOPs each), a verification round's every new token needs it.
+    Qwen3-1.7B (151,936 x 2,048 head, a fifth of its matmul FLOPs) on an H100: a 2,048-token
+    prefill chunk saves the head over 2,047 tokens in its compute-bound part; a verification
+    batch (logits unsaid, or at every new token) is priced as before, to the bit."""
+    r = roofline("qwen3-1.7b", "h100-80gb", 1, overlap=math.inf)
+    assert r.head_flops == 2 * 151936 * 2048
+    assert r.head_flops / r.linear_flops == pytest.approx(0.18, abs=0.03)
+    n, n_int = 2048, 2048 * 2048
+    every = r.batch(n, n_int, 0, 1, 1)
+    assert r.batch(n, n_int, 0, 1, 1, n_logits=n) == every  # the same float
+    one = r.batch(n, n_int, 0, 1, 1, n_logits=1)
+    saved = 2047 * r.head_flops / (r.peak_flops * r.compute_eff)
+    assert every - one == pytest.approx(saved, rel=1e-9)  # compute-bound: exactly the head's time
+    # a decode step is weight-bound: one row per request is every new token there
+    assert r.batch(64, 64 * 500, 64 * 499, 64, 0, n_logits=64) == r.batch(64, 64 * 500, 64 * 499, 64, 0)

@@ -2,8 +2,12 @@
 
 A pass over a batch (a verification batch, a decode step, a prefill chunk or a mix) is priced from
 a few sums over its members, its :class:`Shape`: N_linear = sum L_new, N_interactions =
-sum (L_new + L_cached) * L_new, N_cached = sum L_cached, the number of requests and how many of
-them arrive anew (every verification round; a sequence's first prefill chunk). Every cost form
+sum (L_new + L_cached) * L_new, N_cached = sum L_cached, the number of requests, how many of
+them arrive anew (every verification round; a sequence's first prefill chunk) and N_logits, the
+rows the LM head computes logits for (vLLM's ``logits_indices``: every new token of a verification
+round, whose draft positions all need logits; one per request of a generation step, the last
+token it schedules, whether a decode or a prefill chunk; k + 1 per request where the server
+speculates). Every cost form
 (:mod:`wispsim.model.cost`) prices a shape and nothing else, so a batch is described once.
 
 :class:`Batch` is a batch being formed: its members, its shape, its KV blocks and new tokens,
@@ -31,7 +35,7 @@ class Shape:
     """The sums a cost form prices (module docstring). Mutable: a batch grows one member at a
     time; :meth:`add` and :meth:`add_alike` are the only places the sums are formed."""
 
-    __slots__ = ("n_arrivals", "n_cached", "n_interactions", "n_linear", "n_requests")
+    __slots__ = ("n_arrivals", "n_cached", "n_interactions", "n_linear", "n_logits", "n_requests")
 
     def __init__(
         self,
@@ -40,30 +44,36 @@ class Shape:
         n_cached: int = 0,
         n_requests: int = 0,
         n_arrivals: int = 0,
+        n_logits: int | None = None,
     ) -> None:
         self.n_linear = n_linear
         self.n_interactions = n_interactions
         self.n_cached = n_cached
         self.n_requests = n_requests
         self.n_arrivals = n_arrivals
+        self.n_logits = n_linear if n_logits is None else n_logits  # unsaid: every new token
 
-    def add(self, l_new: int, l_cached: int, arriving: bool = True) -> None:
+    def add(self, l_new: int, l_cached: int, arriving: bool = True, logits: int | None = None) -> None:
         """One more member of L_new new and L_cached cached tokens (``arriving``: it is a request
-        arriving anew, as every verification round is)."""
+        arriving anew, as every verification round is; ``logits``: the rows the LM head computes
+        for it, unsaid every new token's, as a verification round needs)."""
         self.n_linear += l_new
         self.n_interactions += (l_new + l_cached) * l_new  # each new token attends to L_total
         self.n_cached += l_cached
         self.n_requests += 1
         self.n_arrivals += arriving
+        self.n_logits += l_new if logits is None else logits
 
     def add_alike(self, count: int, l_new: int, l_cached_sum: int, arriving: bool = True) -> None:
         """``count`` members of L_new new tokens each, their L_cached summing to ``l_cached_sum``
-        (an engine step's decodes): the same sums as ``count`` calls of :meth:`add`."""
+        (an engine step's decodes, logits at every new token): the same sums as ``count`` calls of
+        :meth:`add`."""
         self.n_linear += count * l_new
         self.n_interactions += (count * l_new + l_cached_sum) * l_new
         self.n_cached += l_cached_sum
         self.n_requests += count
         self.n_arrivals += count * arriving
+        self.n_logits += count * l_new
 
     @classmethod
     def of(cls, members: Iterable[tuple[int, int]], arriving: bool = True) -> Shape:
@@ -73,8 +83,15 @@ class Shape:
             shape.add(l_new, l_cached, arriving)
         return shape
 
-    def as_tuple(self) -> tuple[int, int, int, int, int]:
-        return (self.n_linear, self.n_interactions, self.n_cached, self.n_requests, self.n_arrivals)
+    def as_tuple(self) -> tuple[int, int, int, int, int, int]:
+        return (
+            self.n_linear,
+            self.n_interactions,
+            self.n_cached,
+            self.n_requests,
+            self.n_arrivals,
+            self.n_logits,
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Shape) and self.as_tuple() == other.as_tuple()
@@ -82,8 +99,9 @@ class Shape:
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __repr__(self) -> str:
-        return "Shape(n_linear={}, n_interactions={}, n_cached={}, n_requests={}, n_arrivals={})".format(
-            *self.as_tuple()
+        return (
+            "Shape(n_linear={}, n_interactions={}, n_cached={}, n_requests={}, n_arrivals={}, "
+            "n_logits={})".format(*self.as_tuple())
         )
 
 

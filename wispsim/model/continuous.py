@@ -237,7 +237,7 @@ class ContinuousBatcher:
                 step.decoded_context += s.context
             budget -= new
             work.append((s, new))
-            shape.add(new, cached, arriving)
+            shape.add(new, cached, arriving, logits=1)  # vLLM: a logit row at its last scheduled token
         step.decoding += decoding
         step.decoded_context += decoded
         shape.add_alike(decoding, look, decoded, arriving=False)

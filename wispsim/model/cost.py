@@ -26,9 +26,16 @@ class CostModel(Protocol):
 
     form: str
 
-    def batch(self, n_linear: float, n_interactions: float, n_cached: float,
-              n_requests: float = 0, n_arrivals: float = 0) -> float:  # fmt: skip
-        """``T_hat`` of a pass from its shape's sums."""
+    def batch(
+        self,
+        n_linear: float,
+        n_interactions: float,
+        n_cached: float,
+        n_requests: float = 0,
+        n_arrivals: float = 0,
+        n_logits: float | None = None,
+    ) -> float:
+        """``T_hat`` of a pass from its shape's sums (``n_logits`` unsaid: ``n_linear``)."""
         ...
 
     def price(self, shape: Shape) -> float:
@@ -64,22 +71,36 @@ class AggregateCost:
 
     __slots__ = ()
 
-    def batch(self, n_linear: float, n_interactions: float, n_cached: float,
-              n_requests: float = 0, n_arrivals: float = 0) -> float:  # fmt: skip
+    def batch(
+        self,
+        n_linear: float,
+        n_interactions: float,
+        n_cached: float,
+        n_requests: float = 0,
+        n_arrivals: float = 0,
+        n_logits: float | None = None,
+    ) -> float:
         raise NotImplementedError
 
     def price(self, shape: Shape) -> float:
         return self.batch(
-            shape.n_linear, shape.n_interactions, shape.n_cached, shape.n_requests, shape.n_arrivals
+            shape.n_linear,
+            shape.n_interactions,
+            shape.n_cached,
+            shape.n_requests,
+            shape.n_arrivals,
+            shape.n_logits,
         )
 
     def price_with(self, shape: Shape, l_new: int, l_cached: int) -> float:
+        # a verification round joins: logits at every one of its new tokens
         return self.batch(
             shape.n_linear + l_new,
             shape.n_interactions + (l_new + l_cached) * l_new,
             shape.n_cached + l_cached,
             shape.n_requests + 1,
             shape.n_arrivals + 1,
+            shape.n_logits + l_new,
         )
 
     def alone(self, l_new: int, l_cached: int) -> float:

@@ -40,8 +40,15 @@ class Estimator(AggregateCost):
         the ``per-request`` form charges every member)."""
         return l_new * (self.a + self.b_compute * (l_new + l_cached)) + self.b_read * l_cached + self.d
 
-    def batch(self, n_linear: float, n_interactions: float, n_cached: float,
-              n_requests: float = 0, n_arrivals: float = 0) -> float:  # fmt: skip
+    def batch(
+        self,
+        n_linear: float,
+        n_interactions: float,
+        n_cached: float,
+        n_requests: float = 0,
+        n_arrivals: float = 0,
+        n_logits: float | None = None,
+    ) -> float:
         """``T_hat`` from the three aggregates (and the number of requests, for ``d``; these forms
         have no arrival term)."""
         return (

@@ -389,7 +389,8 @@ def _centralized(
         chunk = b * per_step * (prompt / output + recompute)
         starts = b * per_step / output
         n_int = b * look * (look + context) + chunk * chunk
-        gpu = cost.batch(b * look + chunk, n_int, b * context, b + starts, starts)
+        # logit rows: every decode's (k + 1 where the server speculates), a prompt's last token
+        gpu = cost.batch(b * look + chunk, n_int, b * context, b + starts, starts, b * look + starts)
         if spec is not None:
             gpu += spec.draft_time(b * look, int(n_int), int(b * context), b, int(b * context))
         if host is None:

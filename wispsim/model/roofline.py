@@ -5,7 +5,7 @@ replica of ``tp`` GPUs (tensor parallel: each GPU holds 1/tp of every weight, KV
 costs, per GPU::
 
     T = step                                                   per-step overhead
-      + W(n) / (B * e_bw)  (+)  F_lin * N_linear / (P * e_flop)       linear layers
+      + W(n) / (B * e_bw)  (+)  (F_lin * N_linear + F_head * N_logits) / (P * e_flop)   linear layers
       + min(grouped, one by one)                                       routed experts (MoE)
       + kv * (N_cached + N_linear) / (B * e_bw)  (+)  F_att * N_interactions / (P * e_att)
       + TP all-reduces: 2 x layers x (latency + 2 (tp - 1) / tp x bytes of N_linear activations
@@ -23,10 +23,13 @@ costs, per GPU::
   generation's dense figures times measured ratios); ``one by one`` = 3 x MoE layers x experts
   reached x matmul + X(n) / (B * e_bw) (+) F_x * N_linear / (P * e_flop), a dense GEMM pair and
   activation per expert. Many small experts run grouped, a few large ones (Mixtral) one by one;
-- ``F_lin``: 2 x the matmul weights one token passes through, ``F_x`` its routed experts' share
-  (F_lin here excludes it); ``F_att``: 4 x layers x heads x
-  head_dim per query-key pair (QK^T and AV); ``kv``: 2 x layers x KV heads x head_dim x KV bytes
-  (MLA: its absorbed decode form and cached latent; :class:`wispsim.model.archs.Arch`);
+- ``F_lin``: 2 x the matmul weights one token passes through but the LM head, ``F_x`` its routed
+  experts' share (F_lin here excludes it); ``F_head``: 2 x vocabulary x hidden size, the LM head
+  over one of the ``N_logits`` rows it computes (:class:`~wispsim.model.batch.Shape`: every new
+  token of a verification round, one per request of a generation step -- vLLM computes logits
+  only at ``logits_indices``, not at the prompt tokens a prefill chunk forwards); ``F_att``: 4 x
+  layers x heads x head_dim per query-key pair (QK^T and AV); ``kv``: 2 x layers x KV heads x
+  head_dim x KV bytes (MLA: its absorbed decode form and cached latent; :class:`wispsim.model.archs.Arch`);
 - ``B``, ``P``: the GPU's datasheet HBM bandwidth and dense tensor-core peak at the precision;
   ``e_bw``, ``e_flop``, ``e_att`` (<= 1): the fractions of them real kernels reach (fitted);
 - ``x (+) y = (x^p + y^p)^(1/p)``: how far a kernel overlaps its memory traffic with its math,
@@ -129,6 +132,8 @@ class Roofline(AggregateCost):
     # seconds per unit, derived in __post_init__
     _weights_s: float = field(init=False, repr=False, compare=False)  # dense weight read (0: a mixture)
     _token_s: float = field(init=False, repr=False, compare=False)  # linear FLOPs of one token
+    # the LM head's part of them, over one logit row: a token with no logit row saves it
+    _head_s: float = field(init=False, repr=False, compare=False)
     _xtoken_s: float = field(init=False, repr=False, compare=False)  # its routed experts' FLOPs
     _xdense_s: float = field(init=False, repr=False, compare=False)  # the same at the dense efficiency
     _xbw: float = field(init=False, repr=False, compare=False)  # B/s the grouped experts reach
@@ -161,6 +166,7 @@ class Roofline(AggregateCost):
             "_dense_w_s": 0.0 if dense else (self.weight_bytes_read(1) - one) / bw,
             "_xbw": x_bw,
             "_token_s": (self.linear_flops - routed_flops) / (self.peak_flops * self.compute_eff),
+            "_head_s": self.head_flops / (self.peak_flops * self.compute_eff),
             "_xtoken_s": routed_flops / (self.peak_flops * x_eff),
             "_xdense_s": routed_flops / (self.peak_flops * self.compute_eff),
             "_act_s": self.activation_passes * self.act_bytes / bw,
@@ -205,6 +211,12 @@ class Roofline(AggregateCost):
         return self.arch.linear_flops_per_token / self.tp
 
     @property
+    def head_flops(self) -> float:
+        """FLOPs of the LM head per logit row, per GPU (vLLM splits its vocabulary over the
+        ``tp`` GPUs); part of :attr:`linear_flops`, which counts it for every new token."""
+        return 2.0 * self.arch.head_vocab * self.arch.hidden_size / self.tp
+
+    @property
     def attention_flops(self) -> float:
         """FLOPs per query-key interaction, per GPU."""
         return self.arch.attention_flops_per_interaction / self.tp
@@ -217,23 +229,38 @@ class Roofline(AggregateCost):
         (:meth:`Arch.kv_bytes_for` caps them per sequence)."""
         return float(self.arch.kv_bytes_per_gpu(self.kv_dtype_bytes, self.tp))
 
-    def floor(self, n_linear: float, n_interactions: float, n_cached: float) -> float:
+    def floor(self, n_linear: float, n_interactions: float, n_cached: float,
+              n_logits: float | None = None) -> float:  # fmt: skip
         """The physical floor of a pass: its bytes at peak bandwidth or its FLOPs at peak,
-        whichever is slower (weights once, KV of every token attended to)."""
+        whichever is slower (weights once, KV of every token attended to, the LM head over the
+        ``n_logits`` rows it computes, unsaid every new token)."""
         if n_linear <= 0:
             return 0.0
+        skipped = 0.0 if n_logits is None else n_linear - n_logits  # new tokens without a logit row
         byts = self.weight_bytes_read(n_linear) + self.kv_bytes * (n_cached + n_linear)
-        flops = self.linear_flops * n_linear + self.attention_flops * n_interactions
+        flops = (
+            self.linear_flops * n_linear - self.head_flops * skipped + self.attention_flops * n_interactions
+        )
         return max(byts / self.bandwidth, flops / self.peak_flops)
 
     # --- the cost interface (wispsim.model.cost) --------------------------------------------
-    def batch(self, n_linear: float, n_interactions: float, n_cached: float,
-              n_requests: float = 0, n_arrivals: float = 0) -> float:  # fmt: skip
-        """``T_hat`` of a pass from the batch's aggregates (module docstring). The two
-        :func:`combine` calls are written out: the scheduler prices a batch per candidate."""
+    def batch(
+        self,
+        n_linear: float,
+        n_interactions: float,
+        n_cached: float,
+        n_requests: float = 0,
+        n_arrivals: float = 0,
+        n_logits: float | None = None,
+    ) -> float:
+        """``T_hat`` of a pass from the batch's aggregates (module docstring; ``n_logits``
+        unsaid: every new token). The two :func:`combine` calls are written out: the scheduler
+        prices a batch per candidate."""
         p = self.overlap
         w = self._weights_s or self._dense_w_s
         f = self._token_s * n_linear
+        if n_logits is not None and n_logits != n_linear:  # tokens without a logit row skip the head
+            f -= self._head_s * (n_linear - n_logits)
         hi = w if w >= f else f
         if p != math.inf and hi > 0.0:
             hi = hi * (1.0 + ((w + f - hi) / hi) ** p) ** (1.0 / p)
