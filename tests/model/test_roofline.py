@@ -15,7 +15,7 @@ from wispsim.errors import ConfigError
 from wispsim.model.archs import available_archs, load_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import parse_profile
-from wispsim.model.roofline import Roofline
+from wispsim.model.roofline import SAMPLER_BYTES_PER_LOGIT, Roofline
 from wispsim.model.schedulers.base import GpuState, Pending
 from wispsim.model.schedulers.wisp import WispScheduler
 from wispsim.paths import data_dir
@@ -340,8 +340,8 @@ def test_the_lm_head_runs_only_over_the_rows_vllm_samples() -> None:
     """vLLM computes logits at ``logits_indices`` only: a prefill chunk's prompt tokens skip the
     LM head (2 x vocabulary x hidden FLOPs each), a verification round's every new token needs it.
     Qwen3-1.7B (151,936 x 2,048 head, a fifth of its matmul FLOPs) on an H100: a 2,048-token
-    prefill chunk saves the head over 2,047 tokens in its compute-bound part; a verification
-    batch (logits unsaid, or at every new token) is priced as before, to the bit."""
+    prefill chunk saves the head over 2,047 tokens in its compute-bound part, and their sampling;
+    a verification batch has logits unsaid or at every new token, the same price."""
     r = roofline("qwen3-1.7b", "h100-80gb", 1, overlap=math.inf)
     assert r.head_flops == 2 * 151936 * 2048
     assert r.head_flops / r.linear_flops == pytest.approx(0.18, abs=0.03)
@@ -349,7 +349,12 @@ def test_the_lm_head_runs_only_over_the_rows_vllm_samples() -> None:
     every = r.batch(n, n_int, 0, 1, 1)
     assert r.batch(n, n_int, 0, 1, 1, n_logits=n) == every  # the same float
     one = r.batch(n, n_int, 0, 1, 1, n_logits=1)
-    saved = 2047 * r.head_flops / (r.peak_flops * r.compute_eff)
-    assert every - one == pytest.approx(saved, rel=1e-9)  # compute-bound: exactly the head's time
-    # a decode step is weight-bound: one row per request is every new token there
+    head = r.head_flops / (r.peak_flops * r.compute_eff)
+    # vLLM's greedy sampler: 12 bytes per logit (bf16 out of the head, cast to fp32, the argmax)
+    sample = SAMPLER_BYTES_PER_LOGIT * 151936 / (r.bandwidth * r.bandwidth_eff)
+    assert SAMPLER_BYTES_PER_LOGIT == 12
+    assert every - one == pytest.approx(2047 * (head + sample), rel=1e-9)  # compute-bound: the head
+    # a decode step: one row per request is every new token there; 256 rows of Qwen3's 151,936
+    # logits take 0.47 GB through the sampler, ~0.2 ms on an H100 beside a ~1.5 ms weight read
     assert r.batch(64, 64 * 500, 64 * 499, 64, 0, n_logits=64) == r.batch(64, 64 * 500, 64 * 499, 64, 0)
+    assert 256 * sample == pytest.approx(256 * 12 * 151936 / (3.35e12 * r.bandwidth_eff), rel=1e-2)

@@ -35,7 +35,7 @@ def test_one_request_alone_has_exact_figures(profile) -> None:  # type: ignore[n
     est = profile.estimator
     res = bench(profile, BenchRun(num_prompts=1, input_lens=[100], output_lens=[5], concurrency=1))
     f = res.figures()
-    prefill = est.batch(100, 100 * 100, 0, 1, 1)
+    prefill = est.batch(100, 100 * 100, 0, 1, 1, n_logits=1)  # a logit row at its last token
     decodes = [est.batch(1, 100 + k + 1, 100 + k, 1, 0) for k in range(4)]
     assert f["ttft_median_ms"] == pytest.approx((0.010 + prefill) * 1e3)
     assert f["tpot_median_ms"] == pytest.approx(sum(decodes) / 4 * 1e3)
@@ -60,7 +60,7 @@ def test_with_the_host_cpu_a_step_pays_the_engine_core_and_a_prompt_its_tokeniza
     prof = parse_profile(data, "test")
     est, host = prof.estimator, host_cpu(2.0)
     res = bench(prof, BenchRun(num_prompts=1, input_lens=[100], output_lens=[5], concurrency=1))
-    prefill = est.batch(100, 100 * 100, 0, 1, 1) + host.engine(1, 1, 0, 100)
+    prefill = est.batch(100, 100 * 100, 0, 1, 1, n_logits=1) + host.engine(1, 1, 0, 100)
     decodes = [est.batch(1, 100 + k + 1, 100 + k, 1, 0) + host.engine(1, 0, 0, 0) for k in range(4)]
     front = 0.010 + host.api(False, text=100)
     stream = host.api_step + host.stream(1)

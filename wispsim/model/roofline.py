@@ -12,6 +12,7 @@ costs, per GPU::
                                       / (link x e_link))
       + layers x (GEMMs x matmul + groups x elementwise floor)     kernels' fixed latencies
       + activation_passes x 2 (hidden + intermediate / tp) x bytes x N_linear / (B * e_bw)
+      + sampler x vocabulary x N_logits / (B * e_bw)                  greedy sampling
       + request * N_requests + arrival * N_arrivals
 
 - ``W(n)``: the matmul weights the pass reads, once, at the weights' dtype (all of a dense model;
@@ -48,6 +49,11 @@ costs, per GPU::
   memory) for a message of at most its size limit, NCCL's beyond; ``e_link``: the fraction of the
   link's datasheet bandwidth NCCL's ring reaches, by GPU count (Vidur's public measurements,
   :mod:`wispsim.study.allreduce_fit`; wispsim/data/interconnects.yaml);
+- ``sampler``: bytes per logit vLLM's sampler moves on its greedy path, outside the forward
+  (``SAMPLER_BYTES_PER_LOGIT``: the LM head's bf16 logits written, read and written again as
+  fp32, read by the argmax; vLLM ``v1/sample/sampler.py``), over the whole vocabulary on every
+  GPU of the replica (the logits are all-gathered). Sampling at a temperature (a softmax, top-k /
+  top-p, a sort) moves more and is not modelled;
 - ``step``: what the engine spends per step besides the GPU's work (scheduling, input
   preparation, kernel launches not hidden by CUDA graphs, sampling); ``request``: per request in
   the pass (its input rows, sampling, streaming its output); ``arrival``: engine work per request
@@ -82,6 +88,9 @@ EFFICIENCIES = ("bandwidth", "compute", "attention", "expert_bandwidth", "expert
 OVERHEADS = ("step", "request", "arrival", "allreduce", "allreduce_nccl", "frontend")
 ALLREDUCE_LATENCY_S = 8e-6  # one small-message all-reduce over NVLink (order of vLLM's custom all-reduce)
 OVERLAP_RANGE = (1.0, 64.0)  # ``overlap``: 1 = memory and math add up; beyond 64 it is the max
+# bytes per logit of vLLM's greedy sampler (module docstring): bf16 out of the LM head (2), read
+# and cast to fp32 (2 + 4), read by the argmax (4)
+SAMPLER_BYTES_PER_LOGIT = 2 + 2 + 4 + 4
 
 
 def combine(memory: float, math_: float, p: float) -> float:
@@ -134,6 +143,7 @@ class Roofline(AggregateCost):
     _token_s: float = field(init=False, repr=False, compare=False)  # linear FLOPs of one token
     # the LM head's part of them, over one logit row: a token with no logit row saves it
     _head_s: float = field(init=False, repr=False, compare=False)
+    _sample_s: float = field(init=False, repr=False, compare=False)  # greedy sampling, one logit row
     _xtoken_s: float = field(init=False, repr=False, compare=False)  # its routed experts' FLOPs
     _xdense_s: float = field(init=False, repr=False, compare=False)  # the same at the dense efficiency
     _xbw: float = field(init=False, repr=False, compare=False)  # B/s the grouped experts reach
@@ -167,6 +177,7 @@ class Roofline(AggregateCost):
             "_xbw": x_bw,
             "_token_s": (self.linear_flops - routed_flops) / (self.peak_flops * self.compute_eff),
             "_head_s": self.head_flops / (self.peak_flops * self.compute_eff),
+            "_sample_s": SAMPLER_BYTES_PER_LOGIT * self.arch.head_vocab / bw,
             "_xtoken_s": routed_flops / (self.peak_flops * x_eff),
             "_xdense_s": routed_flops / (self.peak_flops * self.compute_eff),
             "_act_s": self.activation_passes * self.act_bytes / bw,
@@ -258,9 +269,10 @@ class Roofline(AggregateCost):
         prices a batch per candidate."""
         p = self.overlap
         w = self._weights_s or self._dense_w_s
+        logits = n_linear if n_logits is None else n_logits
         f = self._token_s * n_linear
-        if n_logits is not None and n_logits != n_linear:  # tokens without a logit row skip the head
-            f -= self._head_s * (n_linear - n_logits)
+        if logits != n_linear:  # tokens without a logit row skip the head
+            f -= self._head_s * (n_linear - logits)
         hi = w if w >= f else f
         if p != math.inf and hi > 0.0:
             hi = hi * (1.0 + ((w + f - hi) / hi) ** p) ** (1.0 / p)
@@ -278,6 +290,7 @@ class Roofline(AggregateCost):
             + a_hi
             + (self._ar_fixed_s if n_linear <= self._ar_fast_n else self._ar_nccl_s)
             + (self._ar_token_s + self._act_s) * n_linear
+            + self._sample_s * logits
             + self.request * n_requests
             + self.arrival * n_arrivals
         )
@@ -309,14 +322,15 @@ class Roofline(AggregateCost):
     def marginal(self, l_new: int, l_cached: int) -> float:
         """What one request adds to a large batch (the scheduler's ``v_i``): its tokens through
         the linear layers at the compute rate, its attention, its share of the all-reduces' bytes,
-        and the per-request and arrival overheads. The weight read and the all-reduces' latency
+        the sampling of its logit rows (a verification round's: every new token) and the
+        per-request and arrival overheads. The weight read and the all-reduces' latency
         (the fast path's or NCCL's, by the batch's message size) are the batch's, not the
         request's."""
         attention = combine(
             self._kv_s * (l_cached + l_new), self._pair_s * l_new * (l_new + l_cached), self.overlap
         )
         return (
-            (self._token_s + self._xtoken_s + self._ar_token_s + self._act_s) * l_new
+            (self._token_s + self._xtoken_s + self._ar_token_s + self._act_s + self._sample_s) * l_new
             + attention
             + self.request
             + self.arrival
