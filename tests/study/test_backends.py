@@ -88,44 +88,6 @@ def test_ray_backend_equals_local(tmp_path: Path) -> None:
     }
 
 
-def test_a_flow_hands_each_point_on_as_it_finishes_and_runs_what_it_adds(tmp_path: Path) -> None:
-    """``flow``: every point finished is handed to ``then`` (numbered in the order points came),
-    whose new points join the queue while the others run; ``map`` is a flow that adds none."""
-    from wispsim.study.points import Point
-
-    sc = load_scenario(overrides={"workload": {"warmup_s": 1, "duration_s": 3}})
-    pts = [Point(sc.with_devices(n, (8.0,)), n, (0,), None) for n in (4, 8)]
-    got: list[tuple[int, int]] = []
-
-    def then(i: int, r) -> list[Point]:  # type: ignore[no-untyped-def]
-        got.append((i, int(r.summary.devices.iloc[0])))
-        return [Point(sc.with_devices(12, (8.0,)), 12, (0,), None)] if i == 0 else []
-
-    with LocalRunner(2, tmp_path) as runner:
-        runner.flow(pts, then)
-        assert sorted(got) == [(0, 4), (1, 8), (2, 12)] and runner.computed == 3
-        again = runner.map(pts)  # stored: loaded, in the points' order
-        assert [int(r.summary.devices.iloc[0]) for r in again] == [4, 8] and runner.loaded == 2
-
-
-def test_a_search_asks_for_the_same_points_in_a_flow_on_any_number_of_cores(tmp_path: Path) -> None:
-    """Each capacity search's next N values depend on its own points only: searched from the
-    fluid estimate on one core and on two (points back in another order), the capacities, curves
-    and points are the same."""
-    sc = load_scenario(overrides={"workload": {"warmup_s": 2, "duration_s": 6}})
-    base = {"wisp": sc.with_devices(20, (4.0,))}
-    out = []
-    for jobs in (1, 2):
-        with LocalRunner(jobs, tmp_path / str(jobs)) as r:
-            res = capacity_sweep(base, groups_for((4.0, 8.0), "separate"), [0], 0.05, r)
-        out.append(res)
-    pd.testing.assert_frame_equal(out[0].capacity, out[1].capacity)
-    pd.testing.assert_frame_equal(out[0].curve, out[1].curve)
-    assert {p.name for p in (tmp_path / "1" / "points").iterdir()} == {
-        p.name for p in (tmp_path / "2" / "points").iterdir()
-    }
-
-
 def test_unknown_backend_and_stray_address_are_config_errors(tmp_path: Path) -> None:
     from wispsim.errors import ConfigError
 

@@ -1,10 +1,8 @@
 """Capacity sweeps: the largest N per (policy, class) within epsilon, for many policies at once.
 
 :func:`capacity_sweep` drives one :class:`~wispsim.study.capacity_search.CapacitySearch` per
-(policy, group), all at once on a runner's flow (:meth:`~wispsim.study.runners.LocalRunner.flow`):
-each search's N values come in waves, and the moment a search's wave is back its next wave
-joins the runner's queue, while the other searches' points run (a search depends on its own
-points only, so each asks for the same N values as it would alone). :class:`SweepResult` writes the three
+(policy, group) in waves: each wave asks every unfinished search for its next N values and runs
+all their points (times seeds) on a runner, in parallel. :class:`SweepResult` writes the three
 tables every sweep-like command leaves behind.
 """
 
@@ -20,7 +18,7 @@ from wispsim.model.fluid import FluidEstimate, fluid_capacity
 from wispsim.results import Results
 from wispsim.sim.scenarios import resolve_server
 from wispsim.study.capacity_search import CapacitySearch, pooled_stats
-from wispsim.study.points import Point, PointResult
+from wispsim.study.points import Point
 from wispsim.study.runners import Runner
 from wispsim.study.stopping import Stopping
 
@@ -68,7 +66,7 @@ def capacity_sweep(
     grid: tuple[int, ...] = (),
     start: int = 8,
     max_devices: int = 4096,
-    progress: Callable[[int, int | None, str], None] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
     stopping: Stopping | None = None,
     exact: bool = False,
     also: tuple[int, ...] = (),
@@ -77,9 +75,8 @@ def capacity_sweep(
     is one point with every seed (:class:`~wispsim.study.points.Point`), stopped by
     ``stopping`` (None: every seed to its horizon). Without a ``grid`` each search starts from
     the fluid estimate (:func:`estimate_group`); ``exact``: bisect to the integer
-    (:class:`~wispsim.study.capacity_search.CapacitySearch`); ``progress(points back, None, what
-    is found)`` as each point comes back. ``also``: N values every search
-    evaluates in its first wave besides its own (a study's light-load points), on the curve
+    (:class:`~wispsim.study.capacity_search.CapacitySearch`). ``also``: N values every search
+    evaluates in its first phase besides its own (a study's light-load points), on the curve
     and in the search's bracket like any other."""
     estimates = {(pol, g.label): estimate_group(base[pol], g, epsilon) for pol in base for g in groups}
     searches = {
@@ -96,38 +93,67 @@ def capacity_sweep(
     group_of = {g.label: g for g in groups}
     curve_rows: list[pd.DataFrame] = []
     pooled_rows: list[dict[str, object]] = []
-    index: list[tuple[tuple[str, str], int]] = []  # flow point number -> (search, N)
-    waiting: dict[tuple[str, str], set[int]] = {}  # each search's N values still running
-    found = finished = 0  # searches answered; points back
-
-    def wave(key: tuple[str, str], xs: list[int]) -> list[Point]:
-        """Search ``key``'s next N values as points (none: the search has its answer)."""
-        nonlocal found
-        found += not xs
-        waiting[key] = set(xs)
-        index.extend((key, n) for n in xs)
-        sc = base[key[0]]
-        return [Point(sc.with_devices(n, group_of[key[1]].classes), n, tuple(seeds), stopping) for n in xs]
-
-    def back(i: int, r: PointResult) -> list[Point]:
-        nonlocal finished
-        key, n = index[i]
-        _record(key, n, r, searches[key], seeds, curve_rows, pooled_rows)
-        waiting[key].discard(n)
-        finished += 1
-        return [] if waiting[key] else wave(key, searches[key].next_devices())
+    phase = 0
+    finished = 0  # points of this phase done
+    text = ""
 
     def tick() -> None:
+        nonlocal finished
+        finished += 1
         if progress:
-            # points back so far, counting up (how many more the searches will ask for is unknown)
-            progress(finished, None, f"{found}/{len(searches)} capacities found")
+            progress(finished, len(points), text)
 
-    first: list[Point] = []
-    for key, s in searches.items():
-        xs = s.next_devices()
-        first += wave(key, xs + [n for n in also if xs and n not in xs and 1 <= n <= max_devices])
-    tick()
-    runner.flow(first, back, tick)
+    while True:
+        wave: list[tuple[tuple[str, str], int]] = []
+        answered = 0
+        for key, s in searches.items():
+            xs = s.next_devices()
+            if phase == 0 and xs:
+                xs = xs + [n for n in also if n not in xs and 1 <= n <= max_devices]
+            wave.extend((key, n) for n in xs)
+            answered += not xs
+        if not wave:
+            break
+        points: list[Point] = []
+        for (pol, label), n in wave:
+            sc = base[pol].with_devices(n, group_of[label].classes)
+            points.append(Point(sc, n, tuple(seeds), stopping))
+        phase += 1
+        finished = 0
+        text = f"phase {phase} ({answered}/{len(searches)} capacities found)"
+        if progress:
+            progress(0, len(points), text)
+        results = runner.map(points, tick)
+        for ((pol, label), n), r in zip(wave, results, strict=True):
+            summ = r.summary.rename(columns={"devices": "class_devices"})
+            summ.insert(0, "devices", n)
+            summ.insert(0, "group", label)
+            summ.insert(0, "policy", pol)
+            summ["point"] = r.key
+            summ["stop"] = r.stop.how
+            summ["window_end_s"] = r.stop.window_end
+            curve_rows.append(summ)
+            allc = r.counts
+            stats = pooled_stats(n, allc)
+            stats.stop = r.stop.how
+            searches[(pol, label)].evaluated[n] = stats
+            for cls, rate in stats.per_class.items():
+                pooled_rows.append(
+                    {
+                        "policy": pol,
+                        "group": label,
+                        "class": cls,
+                        "devices": n,
+                        "seeds": len(seeds),
+                        "responses": int(allc[allc.slo == float(cls)].responses.sum()),
+                        "violation_rate": rate,
+                        "decision_violation": stats.violation,
+                        "decision_ci_low": stats.ci_low,
+                        "decision_ci_high": stats.ci_high,
+                        "stop": r.stop.how,
+                        "window_end_s": r.stop.window_end,
+                    }
+                )
     curve = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
     cap_rows = []
     for (pol, label), s in searches.items():
@@ -156,49 +182,6 @@ def capacity_sweep(
     if not pooled.empty:
         pooled = pooled.sort_values(["policy", "group", "class", "devices"], kind="stable")
     return SweepResult(pd.DataFrame(cap_rows), curve.reset_index(drop=True), pooled.reset_index(drop=True))
-
-
-def _record(
-    key: tuple[str, str],
-    n: int,
-    r: PointResult,
-    search: CapacitySearch,
-    seeds: list[int],
-    curve_rows: list[pd.DataFrame],
-    pooled_rows: list[dict[str, object]],
-) -> None:
-    """Point ``n`` of search ``key`` is back: its rows on the curves, its pooled statistics into
-    the search."""
-    pol, label = key
-    summ = r.summary.rename(columns={"devices": "class_devices"})
-    summ.insert(0, "devices", n)
-    summ.insert(0, "group", label)
-    summ.insert(0, "policy", pol)
-    summ["point"] = r.key
-    summ["stop"] = r.stop.how
-    summ["window_end_s"] = r.stop.window_end
-    curve_rows.append(summ)
-    allc = r.counts
-    stats = pooled_stats(n, allc)
-    stats.stop = r.stop.how
-    search.evaluated[n] = stats
-    for cls, rate in stats.per_class.items():
-        pooled_rows.append(
-            {
-                "policy": pol,
-                "group": label,
-                "class": cls,
-                "devices": n,
-                "seeds": len(seeds),
-                "responses": int(allc[allc.slo == float(cls)].responses.sum()),
-                "violation_rate": rate,
-                "decision_violation": stats.violation,
-                "decision_ci_low": stats.ci_low,
-                "decision_ci_high": stats.ci_high,
-                "stop": r.stop.how,
-                "window_end_s": r.stop.window_end,
-            }
-        )
 
 
 def binding_at(curve: pd.DataFrame, policy: str, group: str, devices: int) -> tuple[str, float]:

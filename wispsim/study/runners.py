@@ -1,10 +1,6 @@
-"""Runners: where points are computed -- a local process pool, or Ray.
+"""Runners: where a list of points is computed -- a local process pool, or Ray.
 
-A runner takes a list of points (:meth:`LocalRunner.map`) or a flow of them
-(:meth:`LocalRunner.flow`): points whose results decide which points come next, each handed on
-as soon as it finishes while the others run, so that no core waits for the slowest point of a
-batch (a capacity search's next N depends on its own points only). Both check the store first
-and keep each finished point (:mod:`wispsim.study.points`), so a
+Both check the store first and keep each finished point (:mod:`wispsim.study.points`), so a
 killed sweep rerun with the same command redoes nothing it finished, whichever runner ran it.
 
 Workers die with the command that started them, ``kill -9`` of it included: the pool's workers
@@ -22,9 +18,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -142,61 +137,24 @@ class LocalRunner:
             self._pool = None
 
     def map(self, points: list[Point], done: Callable[[], None] | None = None) -> list[PointResult]:
-        """Every point's result, in order (``done`` is called as each finishes)."""
-        return collect(self, points, done)
-
-    def flow(self, points: list[Point], then: Then, done: Callable[[], None] | None = None) -> None:
-        """Run ``points`` and every point ``then(i, result)`` adds when point ``i`` (numbered in
-        the order the points came) finishes, at most ``jobs`` at once; ``done`` after each."""
-        todo = deque(enumerate(points))
-        count = len(points)
-
-        def finished(i: int, r: PointResult) -> None:
-            nonlocal count
-            account(self, r)
-            for p in then(i, r):
-                todo.append((count, p))
-                count += 1
-            if done:
-                done()
-
+        out: list[PointResult] = []
         if self._pool is None:
-            while todo:
-                i, p = todo.popleft()
-                finished(i, run_point(p, self.out, self.records))
-            return
-        running: dict[Future[PointResult], int] = {}
-        while todo or running:
-            while todo and len(running) < self.jobs:
-                i, p = todo.popleft()
-                running[self._pool.submit(run_point, p, self.out, self.records)] = i
-            ready, _ = wait(running, return_when=FIRST_COMPLETED)
-            for f in sorted(ready, key=running.__getitem__):
-                finished(running.pop(f), f.result())
-
-
-Then = Callable[[int, PointResult], list[Point]]
-
-
-def account(runner: LocalRunner | RayRunner, r: PointResult) -> None:
-    """Count a finished point: computed or loaded, and the commit that computed it."""
-    runner.computed += r.computed
-    runner.loaded += not r.computed
-    runner.commits[r.commit] = runner.commits.get(r.commit, 0) + 1
-
-
-def collect(
-    runner: LocalRunner | RayRunner, points: list[Point], done: Callable[[], None] | None
-) -> list[PointResult]:
-    """``runner.map``: a flow that adds nothing, its results in the points' order."""
-    out: list[PointResult | None] = [None] * len(points)
-
-    def keep(i: int, r: PointResult) -> list[Point]:
-        out[i] = r
-        return []
-
-    runner.flow(points, keep, done)
-    return [r for r in out if r is not None]
+            for p in points:
+                out.append(run_point(p, self.out, self.records))
+                if done:
+                    done()
+        else:
+            futures = [self._pool.submit(run_point, p, self.out, self.records) for p in points]
+            for f in futures:
+                out.append(f.result())
+                if done:
+                    done()
+        n = sum(r.computed for r in out)
+        self.computed += n
+        self.loaded += len(out) - n
+        for r in out:
+            self.commits[r.commit] = self.commits.get(r.commit, 0) + 1
+        return out
 
 
 # The guard of a local Ray instance (run with ``python -c``; psutil comes with Ray). While the
@@ -336,40 +294,40 @@ class RayRunner:
                 guard.wait(timeout=5)
 
     def map(self, points: list[Point], done: Callable[[], None] | None = None) -> list[PointResult]:
-        """Every point's result, in order (``done`` is called as each finishes)."""
-        return collect(self, points, done)
-
-    def flow(self, points: list[Point], then: Then, done: Callable[[], None] | None = None) -> None:
-        """As :meth:`LocalRunner.flow`: a stored point is handed on at once, the others run as
-        Ray tasks, at most ``jobs`` in flight, and are stored here as they come back."""
         import ray
 
-        todo = deque(enumerate(points))
-        count = len(points)
-        running: dict[object, tuple[int, Point]] = {}
-
-        def finished(i: int, r: PointResult) -> None:
-            nonlocal count
-            account(self, r)
-            for p in then(i, r):
-                todo.append((count, p))
-                count += 1
+        results: dict[int, PointResult] = {}
+        pending: dict[object, int] = {}
+        todo = []
+        for i, p in enumerate(points):
+            stored = load_point(p, self.out)
+            if stored is not None:
+                results[i] = stored
+                if done:
+                    done()
+            else:
+                todo.append(i)
+        queue = iter(todo)
+        for i in queue:  # keep at most ``jobs`` tasks in flight
+            pending[self._remote.remote(points[i], self.records)] = i
+            if len(pending) >= self.jobs:
+                break
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            ref = ready[0]
+            i = pending.pop(ref)
+            results[i] = store_point(ray.get(ref), self.out)
             if done:
                 done()
-
-        while todo or running:
-            while todo and len(running) < self.jobs:
-                i, p = todo.popleft()
-                stored = load_point(p, self.out)
-                if stored is not None:
-                    finished(i, stored)
-                else:
-                    running[self._remote.remote(p, self.records)] = (i, p)
-            if not running:
-                continue
-            ready, _ = ray.wait(list(running), num_returns=1)
-            i, _ = running.pop(ready[0])
-            finished(i, store_point(ray.get(ready[0]), self.out))
+            nxt = next(queue, None)
+            if nxt is not None:
+                pending[self._remote.remote(points[nxt], self.records)] = nxt
+        n = sum(r.computed for r in results.values())
+        self.computed += n
+        self.loaded += len(results) - n
+        for r in results.values():
+            self.commits[r.commit] = self.commits.get(r.commit, 0) + 1
+        return [results[i] for i in range(len(points))]
 
 
 BACKENDS = ("local", "ray")

@@ -47,8 +47,8 @@ def sweeps(
     also: tuple[int, ...] = (),
 ) -> dict[Path, SweepResult]:
     """Several capacity sweeps (a results folder -> its policies' scenarios) searched together,
-    so that the runner's flow holds the points of all of them (sweeps run one after the other
-    leave cores idle at their ends, when few searches are left); each written
+    so that every phase fills the runner with the points of all of them (sweeps run one after
+    the other leave cores idle in their last phases, when few searches are left); each written
     to its folder as ``wispsim sweep`` writes it, its points stored in the study's folder (the
     sweep's own when there is one)."""
     spec = ctx.spec
@@ -68,7 +68,7 @@ def sweeps(
             grid=grid,
             start=int(spec.get("start", 8)),
             max_devices=int(spec.get("max_devices", 4096)),
-            progress=lambda done, _, found: ctx.progress(f"{where}: {found}, {done} N values simulated"),
+            progress=lambda done, planned, phase: ctx.progress(f"{where}: {phase} {done}/{planned} N values"),
             stopping=None if spec.get("stop") == "horizon" else Stopping(eps),
             exact=spec.get("search") == "exact",
             also=also,
