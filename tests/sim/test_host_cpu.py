@@ -131,30 +131,11 @@ def test_a_steps_outputs_stream_through_each_api_server_in_turn() -> None:
     writes its responses' chunks one after another; the two processes work side by side."""
     env = simpy.Environment()
     front = GenerationFront(env, _Engine(env), _streaming(count=2), 0.0)  # type: ignore[arg-type]
-    sent = front.stream([(0, 1), (2, 1), (1, 3)])  # rids 0 and 2 on process 0, 1 on process 1
-    assert [d for d, _ in sent] == pytest.approx([1.6e-3, 2.2e-3, 1.8e-3])
-    assert not any(merged for _, merged in sent)
+    delays = front.stream([(0, 1), (2, 1), (1, 3)])  # rids 0 and 2 on process 0, 1 on process 1
+    assert delays == pytest.approx([1.6e-3, 2.2e-3, 1.8e-3])
     # a step ending while process 0 still streams the last one's waits for it
-    assert front.stream([(4, 1)]) == [(pytest.approx(2.2e-3 + 1.6e-3), False)]
+    assert front.stream([(4, 1)]) == pytest.approx([2.2e-3 + 1.6e-3])
     assert _streaming().api(False, chat=True) == 0.0  # no chat term here
-
-
-def test_a_response_whose_chunk_is_still_queued_has_its_next_tokens_merged_into_it() -> None:
-    """vLLM's ``RequestOutputCollector``: while a response's last chunk waits in its API server,
-    the tokens of the next step join it -- they cost the step's message, no chunk of their own,
-    and leave with that chunk; once it is out, the next tokens get a chunk again."""
-    env = simpy.Environment()
-    front = GenerationFront(env, _Engine(env), _streaming(count=1), 0.0)  # type: ignore[arg-type]
-    first = front.stream([(0, 1), (1, 1)])  # process 0: message, then two chunks
-    assert [d for d, _ in first] == pytest.approx([1.6e-3, 2.2e-3])
-    env.run(until=1e-3)  # the next step ends before either chunk is out
-    second = front.stream([(0, 1), (1, 1)])
-    assert second == [(pytest.approx(0.6e-3), True), (pytest.approx(1.2e-3), True)]
-    # the process: the step's message and the two tokens' detokenizing, no chunk
-    assert front.api is not None and front.api.free_at[0] == pytest.approx(2.2e-3 + 1.0e-3 + 2e-4)
-    env.run(until=5e-3)  # both chunks out: the next step's tokens get their own
-    third = front.stream([(0, 1)])
-    assert third == [(pytest.approx(1.6e-3), False)]
 
 
 def test_a_response_is_done_when_its_last_chunk_leaves_the_api_server(tmp_path: Path) -> None:
@@ -184,37 +165,6 @@ def test_a_response_is_done_when_its_last_chunk_leaves_the_api_server(tmp_path: 
         assert ends[1][rid] >= ends[0][rid] + 1e-3 + 5e-4 + 1e-4
         assert len(chunk_log[1][rid]) == len(chunk_log[0][rid]) == 5
         assert all(b > a for a, b in zip(chunk_log[0][rid], chunk_log[1][rid], strict=True))
-
-
-def test_an_api_server_behind_the_engine_streams_fewer_larger_chunks(tmp_path: Path) -> None:
-    """Forty responses whose chunks (2 ms each) take the API server four times the engine's
-    step (~21 ms here): each response's client gets fewer chunks than it has tokens (its tokens
-    merged while its last chunk waits), every one of them still arrives, and the server finishes
-    long before a chunk per token per step would let it -- streaming no longer serializes every
-    token."""
-    import dataclasses
-
-    from wispsim.model.latency import Pricing, make_latency
-    from wispsim.sim.centralized import CentralizedServer
-    from wispsim.sim.generation import Generation
-
-    prof = load_profile(str(write_profile(tmp_path / "p.yaml")))
-    env = simpy.Environment()
-    chunks: dict[int, list[float]] = {}
-    pricing = Pricing(make_latency(prof, ServerConfig(), np.random.default_rng(0)), None)
-    engine = CentralizedServer(env, 65536, 16, 64, 4096, pricing, [], count(), chunk_times=chunks)
-    front = GenerationFront(env, engine, dataclasses.replace(_streaming(), api_chunk=2e-3), 0.0)
-    served = {}
-    for rid in range(40):
-        ev = front.submit(Generation(rid, 16, 30, env.event()))
-        ev.callbacks.append(lambda e, rid=rid: served.__setitem__(rid, (e.env.now, e.value)))
-    env.run()
-    assert len(served) == 40
-    got = [len(chunks[rid]) for rid in range(40)]
-    assert all(1 < n < 30 for n in got)  # merged: fewer chunks than tokens, more than one
-    assert [served[rid][1].chunks for rid in range(40)] == got  # the response says as much
-    # one chunk per token per step would keep the one process busy for 40 x 30 x 2.1 ms
-    assert max(t for t, _ in served.values()) < 40 * 30 * 2.1e-3 / 2
 
 
 def test_a_router_counts_what_the_api_servers_still_hold() -> None:

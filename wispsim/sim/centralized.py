@@ -78,10 +78,8 @@ class CentralizedServer:
         # responses waiting for the step they could first join to begin, by that step's number
         self._eligible: dict[int, list[Sequence]] = {}
         # the API servers a step's outputs pass before they stream out: given (response id, tokens)
-        # of each response the step gave tokens, the delay of each and whether it was merged into
-        # a chunk still queued (wispsim.sim.front); None: none
-        self.outputs: Callable[[list[tuple[int, int]]], list[tuple[float, bool]]] | None = None
-        self._merged: dict[int, int] = {}  # response id -> outputs merged into a queued chunk
+        # of each response the step gave tokens, the delay of each (wispsim.sim.front); None: none
+        self.outputs: Callable[[list[tuple[int, int]]], list[float]] | None = None
         self.holdings = Holdings()
         env.process(self.loop())
 
@@ -145,8 +143,7 @@ class CentralizedServer:
             delays = self._deliver(step, before) if before is not None else {}
             for s in finished:
                 eligible = s.t_eligible if s.t_eligible <= s.scheduled else s.scheduled
-                chunks = s.chunks - self._merged.pop(s.item.rid, 0)  # the chunks its client got
-                served = Served(s.first, chunks, s.submitted, eligible, s.scheduled)
+                served = Served(s.first, s.chunks, s.submitted, eligible, s.scheduled)
                 delay = delays.get(s.item.rid, 0.0)
                 if delay > 0.0:
                     env.timeout(delay).callbacks.append(lambda _, d=s.item.done, v=served: d.succeed(v))
@@ -175,25 +172,20 @@ class CentralizedServer:
 
     def _deliver(self, step: Step, before: list[tuple[int, int]]) -> dict[int, float]:
         """The step's outputs through the API servers (``outputs``; none: at the step's end):
-        returns each response's delay until its tokens are streamed, moves a first chunk's time
-        to it, and keeps the time of every chunk its client receives where a benchmark asks
-        (``chunk_times``; tokens merged into a chunk still queued arrive with it)."""
+        returns each response's delay until its chunk is streamed, moves a first chunk's time to
+        it, and keeps every chunk's time where a benchmark asks (``chunk_times``)."""
         now = self.env.now
         got = [(s, s.generated - g) for (s, _), (c, g) in zip(step.work, before, strict=True) if s.chunks > c]
-        sent = self.outputs([(s.item.rid, n) for s, n in got]) if self.outputs is not None else None
+        delays = self.outputs([(s.item.rid, n) for s, n in got]) if self.outputs is not None else None
         log = self.chunk_times
         out: dict[int, float] = {}
         for i, (s, _) in enumerate(got):
-            d, merged = sent[i] if sent is not None else (0.0, False)
-            rid = s.item.rid
-            out[rid] = d
-            if merged:
-                self._merged[rid] = self._merged.get(rid, 0) + 1
-                continue
+            d = delays[i] if delays is not None else 0.0
+            out[s.item.rid] = d
             if s.chunks == 1:
                 s.first = now + d
             if log is not None:
-                log.setdefault(rid, []).append(now + d)
+                log.setdefault(s.item.rid, []).append(now + d)
         return out
 
     def _price(self, step: Step) -> None:

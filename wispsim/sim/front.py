@@ -18,11 +18,7 @@ calibrated (on public benchmark runs of centralized serving). A response's token
 same way: each engine step's outputs pass the API-server processes that stream them, one after
 another, before they reach the client (:meth:`GenerationFront.stream`; vLLM V1 detokenizes and
 writes server-sent events in that process), so a busy API server delays first tokens, stretches
-the gaps between chunks and, in a closed loop, the next request. A process that falls behind
-writes fewer, larger chunks: a response whose last chunk is still queued when its next tokens
-come out of the engine has them merged into that chunk (vLLM's ``RequestOutputCollector``
-aggregates a request's outputs while its stream has not taken the last one), so they cost the
-step's message but no chunk of their own, and reach the client with it.
+the gaps between chunks and, in a closed loop, the next request.
 
 A front counts what it holds, not yet handed to the engine, in what a router reads of its replica
 (a real router counts the requests it sent and has no answer for: it cannot see the engine's
@@ -43,9 +39,6 @@ if TYPE_CHECKING:
     from wispsim.sim.centralized import CentralizedServer
     from wispsim.sim.generation import Generation
     from wispsim.sim.verifier import Request, Verifier
-
-
-QUEUED_KEPT = 4096  # responses whose last chunk's time a front keeps before it forgets those out
 
 
 class _Front:
@@ -153,45 +146,33 @@ class GenerationFront:
         self.api = _Front(env, host, since) if host is not None else None
         self.frontend = frontend
         self.held: dict[Generation, None] = {}
-        self._queued: dict[int, float] = {}  # response id -> when its last chunk is out
         if self.api is not None:
             engine.outputs = self.stream
 
-    def stream(self, outputs: list[tuple[int, int]]) -> list[tuple[float, bool]]:
+    def stream(self, outputs: list[tuple[int, int]]) -> list[float]:
         """One engine step's outputs, ``(response id, tokens)`` each, through the API servers: each
         process that streams any of them receives the step's message (``step``) and then, in
-        order, detokenizes and writes each of its responses' chunks, serial with its other work;
-        a response whose last chunk is not out yet has the tokens merged into it (module text).
-        Returns per output its delay from now until its tokens are out, and whether they were
-        merged into a chunk already queued (no chunk of their own)."""
+        order, detokenizes and writes each of its responses' chunks, serial with its other work.
+        Returns each output's delay from now until its chunk is out."""
         api = self.api
         assert api is not None
         host, free, now = api.host, api.free_at, self.env.now
         count = len(free)
         t = [max(now, f) for f in free]
         touched = [False] * count
-        queued = self._queued
-        out = []
+        delays = []
         for rid, tokens in outputs:
             p = rid % count
             if not touched[p]:
                 touched[p] = True
                 t[p] += host.api_step
-            sent = queued.get(rid, now)
-            if sent > now:  # its last chunk is still queued: these tokens ride it
-                t[p] += host.api_token * tokens
-                out.append((sent - now, True))
-                continue
             t[p] += host.stream(tokens)
-            queued[rid] = t[p]
-            out.append((t[p] - now, False))
+            delays.append(t[p] - now)
         for p in range(count):
             if touched[p]:
                 api._book(p, max(now, free[p]), t[p])
                 free[p] = t[p]
-        if len(queued) > QUEUED_KEPT:  # forget the chunks already out
-            self._queued = {rid: x for rid, x in queued.items() if x > now}
-        return out
+        return delays
 
     def _hand(self, g: Generation) -> None:
         del self.held[g]
