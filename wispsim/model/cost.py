@@ -26,15 +26,8 @@ class CostModel(Protocol):
 
     form: str
 
-    def batch(
-        self,
-        n_linear: float,
-        n_interactions: float,
-        n_cached: float,
-        n_requests: float = 0,
-        n_arrivals: float = 0,
-        n_logits: float | None = None,
-    ) -> float:
+    def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0,
+              n_arrivals: float = 0, n_logits: float | None = None) -> float:  # fmt: skip
         """``T_hat`` of a pass from its shape's sums (``n_logits`` unsaid: ``n_linear``)."""
         ...
 
@@ -71,15 +64,8 @@ class AggregateCost:
 
     __slots__ = ()
 
-    def batch(
-        self,
-        n_linear: float,
-        n_interactions: float,
-        n_cached: float,
-        n_requests: float = 0,
-        n_arrivals: float = 0,
-        n_logits: float | None = None,
-    ) -> float:
+    def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0,
+              n_arrivals: float = 0, n_logits: float | None = None) -> float:  # fmt: skip
         raise NotImplementedError
 
     def price(self, shape: Shape) -> float:

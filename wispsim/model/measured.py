@@ -216,15 +216,8 @@ class MeasuredCost(AggregateCost):
             hit = self._near[key] = (i, factor)
         return hit
 
-    def batch(
-        self,
-        n_linear: float,
-        n_interactions: float,
-        n_cached: float,
-        n_requests: float = 0,
-        n_arrivals: float = 0,
-        n_logits: float | None = None,
-    ) -> float:
+    def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0,
+              n_arrivals: float = 0, n_logits: float | None = None) -> float:  # fmt: skip
         t_hat = self.estimator.batch(n_linear, n_interactions, n_cached, n_requests, n_arrivals, n_logits)
         i, factor = self.neighbour(n_linear, n_interactions, n_cached, n_requests, t_hat)
         return float(self.table.latency[i]) * factor

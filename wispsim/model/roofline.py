@@ -255,15 +255,8 @@ class Roofline(AggregateCost):
         return max(byts / self.bandwidth, flops / self.peak_flops)
 
     # --- the cost interface (wispsim.model.cost) --------------------------------------------
-    def batch(
-        self,
-        n_linear: float,
-        n_interactions: float,
-        n_cached: float,
-        n_requests: float = 0,
-        n_arrivals: float = 0,
-        n_logits: float | None = None,
-    ) -> float:
+    def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0,
+              n_arrivals: float = 0, n_logits: float | None = None) -> float:  # fmt: skip
         """``T_hat`` of a pass from the batch's aggregates (module docstring; ``n_logits``
         unsaid: every new token). The two :func:`combine` calls are written out: the scheduler
         prices a batch per candidate."""
