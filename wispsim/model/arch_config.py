@@ -231,10 +231,10 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
       16-bit scale per ``group_size`` weights, and a zero point of ``bits`` per group when the
       scheme is asymmetric (awq ``zero_point``, gptq ``sym: false``): 4-bit, group 128 = 4.16 bits.
 
-    Dequantization is not priced: a pass reads these bytes at the GPU's bandwidth and multiplies
-    at the activations' precision. Weight-only 4-bit kernels stay on the memory roof up to ~32-64
-    tokens and are ~10% slower than 16-bit at 1,024-token prefills (MARLIN, arXiv:2408.11743):
-    the omission is that much of a long prefill's quantized matmuls (docs/profiles.md)."""
+    ``quant_act``: the activations are quantized too (fp8 checkpoints, which vLLM runs as W8A8
+    where the GPU has fp8 tensor cores; compressed-tensors with ``input_activations``): nothing is
+    converted. Without it the weights are converted to the activations' 16-bit type inside the
+    GEMM, whose cost where it is measured is the kernel's (:mod:`wispsim.model.weight_only`)."""
     q = data.get("quantization_config")
     if q is None:
         return {}
@@ -246,7 +246,7 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
         raise ConfigError(
             source, where, f"{method or 'none'!r} is not modelled; known: {', '.join(QUANT_METHODS)}"
         )
-    head = False
+    head, acts = False, method == "fp8"
     if method == "fp8":
         block = q.get("weight_block_size")
         if block is not None and not (
@@ -275,6 +275,7 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
                 )
             ignore = q.get("ignore") or []
             head = "lm_head" not in (ignore if isinstance(ignore, list) else [])
+            acts = isinstance(first, dict) and first.get("input_activations") is not None
         n = scheme.get("bits", scheme.get("num_bits"))
         if n not in (4, 8):
             raise ConfigError(source, "quantization_config.bits", f"got {n!r}; allowed: 4, 8")
@@ -288,7 +289,13 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
         )
         bits = float(n) + ((16.0 + (n if asym else 0)) / group if group > 0 else 0.0)
         scope = "linear"
-    return {"quant_method": method, "quant_bits": bits, "quant_scope": scope, "quant_head": head}
+    return {
+        "quant_method": method,
+        "quant_bits": bits,
+        "quant_scope": scope,
+        "quant_head": head,
+        "quant_act": acts,
+    }
 
 
 def arch_fields(data: dict[str, Any], source: str) -> dict[str, Any]:

@@ -107,11 +107,13 @@ class Arch:
     sliding_window: int = 0
     windowed_layers: int = 0
     # quantized weights: bits per weight (scales included) of the linear layers ``quant_scope``
-    # names ("linear" or "experts"), and whether the LM head is one of them
+    # names ("linear" or "experts"), whether the LM head is one of them, and whether the
+    # activations are quantized too (else the weights are converted inside each GEMM)
     quant_method: str = ""
     quant_bits: float = 0.0
     quant_scope: str = ""
     quant_head: bool = False
+    quant_act: bool = False
 
     @property
     def head_vocab(self) -> int:

@@ -33,6 +33,7 @@ from wispsim.model.host_cpu import HostFacts
 from wispsim.model.interconnects import allreduce_facts, allreduce_ms
 from wispsim.model.profile_fields import PROFILE_MAXIMA, bounded_whole, number, value
 from wispsim.model.roofline import ALLREDUCE_LATENCY_S, EFFICIENCIES, OVERHEADS, OVERLAP_RANGE, Roofline
+from wispsim.model.weight_only import conversion
 from wispsim.paths import data_dir
 
 PRECISIONS = ("bf16", "fp8")  # weights (and activations) at 16 or 8 bits; fp8 needs fp8 tensor cores
@@ -170,6 +171,10 @@ def physical_profile(
     if arch.moe_layers and arch.experts > 1:  # routed experts run as grouped GEMMs
         chosen["efficiency"].update({k: gen[k] for k in ("expert_bandwidth", "expert_compute")})
         chosen["kernels"]["expert_kernel_us"] = gen["expert_kernel_us"]
+    converts = [(part, conversion(arch, gpu, part == "experts")) for part in ("linear layers", "experts")]
+    for part, conv in converts:  # weight-only quantized GEMMs convert their weights (measured kernels)
+        if conv.measured and conv.compute_ratio < 1.0:
+            chosen["efficiency"]["expert_dequant" if part == "experts" else "dequant"] = conv.compute_ratio
     if cal.get("host_cpu_speed") is not None:  # calibrated beside the host-CPU model
         chosen["host_cpu_speed"] = cal["host_cpu_speed"]
     params = dict(params or {})
@@ -224,7 +229,10 @@ def physical_profile(
                 else {}
             ),
             "kernels": {k: sig6(v) for k, v in chosen.get("kernels", {}).items()},
-            "kernel_basis": f"{gpu.generation}: {gen['basis']}",
+            "kernel_basis": "; ".join(
+                [f"{gpu.generation}: {gen['basis']}"]
+                + [f"weight-only {c.says(p, gpu.generation)}" for p, c in converts if c.kernel]
+            ),
             "fit": dict(cal.get("fit", {})),
         },
         "noise": {"model": "lognormal", "sigma": sigma, "basis": cal.get("noise_basis", "")},
@@ -413,4 +421,6 @@ def parse_roofline(
         expert_bandwidth_eff=e.get("expert_bandwidth"),
         expert_compute_eff=e.get("expert_compute"),
         expert_kernel=kn["expert_kernel_us"] / 1e6 if "expert_kernel_us" in kn else None,
+        dequant_eff=e.get("dequant", 1.0),
+        expert_dequant_eff=e.get("expert_dequant", 1.0),
     )

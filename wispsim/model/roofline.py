@@ -33,6 +33,9 @@ costs, per GPU::
   head_dim x KV bytes (MLA: its absorbed decode form and cached latent; :class:`wispsim.model.archs.Arch`);
 - ``B``, ``P``: the GPU's datasheet HBM bandwidth and dense tensor-core peak at the precision;
   ``e_bw``, ``e_flop``, ``e_att`` (<= 1): the fractions of them real kernels reach (fitted);
+  weight-only quantized layers (and experts) multiply at ``e_flop`` times their mixed-input
+  kernel's measured ratio (``dequant``, ``expert_dequant``: the weights are converted to 16 bits
+  inside each GEMM; :mod:`wispsim.model.weight_only`), and read their bytes at ``e_bw``;
 - ``x (+) y = (x^p + y^p)^(1/p)``: how far a kernel overlaps its memory traffic with its math,
   ``p = overlap`` >= 1 (fitted). The ideal roofline is ``p = inf`` (the slower of the two); real
   GEMMs at a few hundred tokens are slower than either alone, so a prefill mixed into a
@@ -82,7 +85,10 @@ from wispsim.model.archs import Arch
 from wispsim.model.cost import AggregateCost
 
 # parameters a roofline profile fits, with their documented defaults and allowed ranges
-EFFICIENCIES = ("bandwidth", "compute", "attention", "expert_bandwidth", "expert_compute", "link")
+EFFICIENCIES = (
+    "bandwidth", "compute", "attention", "expert_bandwidth", "expert_compute", "link",
+    "dequant", "expert_dequant",
+)  # fmt: skip
 # seconds; ``allreduce`` per all-reduce; ``frontend`` is latency, not GPU time: the profile's host
 # facts take it (module docstring)
 OVERHEADS = ("step", "request", "arrival", "allreduce", "allreduce_nccl", "frontend")
@@ -137,6 +143,10 @@ class Roofline(AggregateCost):
     expert_bandwidth_eff: float | None = None
     expert_compute_eff: float | None = None
     expert_kernel: float | None = None  # seconds per grouped GEMM, two per MoE layer
+    # mixed-input GEMMs of weight-only quantized layers and experts: the fraction of the dense
+    # compute figure they reach (wispsim.model.weight_only; 1: nothing converts, or not measured)
+    dequant_eff: float = 1.0
+    expert_dequant_eff: float = 1.0
     form: str = "roofline"
     # seconds per unit, derived in __post_init__
     _weights_s: float = field(init=False, repr=False, compare=False)  # dense weight read (0: a mixture)
@@ -170,16 +180,19 @@ class Roofline(AggregateCost):
         one = self.arch.routed_bytes_read(1, self.weight_dtype_bytes) / self.tp  # k experts per layer
         per_expert = 0.0 if dense else one / self.arch.touched_experts(1)
         nccl = self.allreduce if self.allreduce_nccl is None else self.allreduce_nccl
+        rate = self.peak_flops * self.compute_eff  # dense GEMMs' FLOP/s
+        head_s = self.head_flops / (rate * (self.dequant_eff if self.arch.quant_head else 1.0))
         values = {
             "_expert_bytes": per_expert,  # one expert reached in every MoE layer, per GPU
             "_weights_s": self.weight_bytes_read(1) / bw if dense else 0.0,
             "_dense_w_s": 0.0 if dense else (self.weight_bytes_read(1) - one) / bw,
             "_xbw": x_bw,
-            "_token_s": (self.linear_flops - routed_flops) / (self.peak_flops * self.compute_eff),
-            "_head_s": self.head_flops / (self.peak_flops * self.compute_eff),
+            "_token_s": (self.linear_flops - routed_flops - self.head_flops) / (rate * self.dequant_eff)
+            + head_s,
+            "_head_s": head_s,
             "_sample_s": SAMPLER_BYTES_PER_LOGIT * self.arch.head_vocab / bw,
-            "_xtoken_s": routed_flops / (self.peak_flops * x_eff),
-            "_xdense_s": routed_flops / (self.peak_flops * self.compute_eff),
+            "_xtoken_s": routed_flops / (self.peak_flops * x_eff * self.expert_dequant_eff),
+            "_xdense_s": routed_flops / (rate * self.expert_dequant_eff),
             "_act_s": self.activation_passes * self.act_bytes / bw,
             # a mixture's routed-expert GEMMs are priced with them (batch), not here
             "_kernels_s": self.arch.kernel_latency(self.matmul_kernel, self.elementwise_floor, not dense),

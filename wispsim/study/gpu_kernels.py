@@ -314,8 +314,9 @@ def write(
         "fit_median_ape_pct": round(e_err, 1),
         "measured_on": "Vidur's A100, A40 and H100 layers (elementwise.csv)",
     }
-    if isinstance((old or {}).get("experts"), dict):  # wispsim.study.expert_kernels writes it
-        table["experts"] = old["experts"]
+    for section in ("experts", "weight_only"):  # wispsim.study.expert_kernels writes the first,
+        if isinstance((old or {}).get(section), dict):  # the second is published figures, by hand
+            table[section] = old[section]
     header = (
         "# Kernel efficiencies per GPU generation (the roofline's bandwidth, compute, overlap), fitted by\n"
         "# `python -m wispsim.study.gpu_kernels --write` on experiments/data/gpu (Vidur's public A100, A40\n"

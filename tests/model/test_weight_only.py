@@ -1,0 +1,119 @@
+"""Weight-only quantized GEMMs (issue 45 item 1, "quantized weights ... as bytes and dequantization
+cost"): the kernel vLLM picks per GPU generation, its measured compute-bound ratio where it was
+measured (MARLIN on Ampere and Ada), nothing where the weights have a tensor-core path of their own
+or the kernel was not measured, and the profile saying which."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import yaml
+
+from wispsim.errors import ConfigError
+from wispsim.model.archs import Arch, arch_from_dict, load_arch, load_gpu
+from wispsim.model.physical import physical_profile
+from wispsim.model.profiles import parse_profile
+from wispsim.model.roofline import Roofline
+from wispsim.model.weight_only import Conversion, conversion
+from wispsim.paths import data_dir
+
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
+FP8_W8A8 = {
+    "quant_method": "compressed-tensors",
+    "config_groups": {
+        "g": {
+            "weights": {"num_bits": 8, "type": "float"},
+            "input_activations": {"num_bits": 8, "type": "float", "dynamic": True},
+            "targets": ["Linear"],
+        }
+    },
+    "ignore": ["lm_head"],
+}
+
+
+def _qwen(q: dict[str, Any] | None) -> Arch:
+    data = yaml.safe_load((data_dir() / "archs" / "qwen3-32b.yaml").read_text())
+    data = {k: v for k, v in data.items() if k not in ("name", "hf_name", "description", "source")}
+    if q is not None:
+        data["quantization_config"] = q
+    return arch_from_dict(data, "config.json")
+
+
+def _roofline(arch: Arch, gpu: str) -> Roofline:
+    prof = parse_profile(physical_profile(arch, load_gpu(gpu), noise_sigma=0.0), "test")
+    assert isinstance(prof.estimator, Roofline)
+    return prof.estimator
+
+
+def test_which_quantized_weights_are_converted_inside_the_gemm() -> None:
+    assert not _qwen(AWQ).quant_act and _qwen(FP8_W8A8).quant_act
+    assert load_arch("deepseek-v3").quant_act and not load_arch("gpt-oss-20b").quant_act
+    marlin = Conversion("marlin", 0.9, True)
+    cases = [
+        (_qwen(AWQ), "a100-80gb", False, marlin),  # MARLIN, measured on Ampere
+        (_qwen(AWQ), "l4", False, marlin),  # Ada runs the same mma.sync kernel
+        (_qwen(AWQ), "h100-80gb", False, Conversion("machete", 1.0, True)),  # matches FP16
+        (_qwen(AWQ), "b200", False, Conversion("marlin")),  # not measured on Blackwell
+        (_qwen(FP8_W8A8), "h100-80gb", False, Conversion()),  # fp8 tensor cores
+        (_qwen(None), "a100-80gb", False, Conversion()),
+        (load_arch("deepseek-v3"), "a100-80gb", True, marlin),  # fp8 below Ada: FP8 Marlin
+        (load_arch("deepseek-v3"), "h200", True, Conversion()),
+        (load_arch("gpt-oss-20b"), "a100-80gb", True, marlin),  # mxfp4 below Hopper: Marlin
+        (load_arch("gpt-oss-20b"), "a100-80gb", False, Conversion()),  # its attention is bf16
+        (load_arch("gpt-oss-20b"), "h100-80gb", True, Conversion("triton")),  # OpenAI's, not measured
+        (load_arch("gpt-oss-20b"), "b200", True, Conversion()),  # Blackwell's fp4 path
+    ]
+    for arch, gpu, experts, want in cases:
+        assert conversion(arch, load_gpu(gpu), experts) == want, (arch.name, gpu, experts)
+
+
+def test_a_conversion_costs_compute_bound_passes_only() -> None:
+    """AWQ Qwen3-32B on an A100: a long prefill's linear layers at 1 / 0.9 of the time the same
+    bytes would take unconverted; a decode step, bound by reading the 4-bit weights, barely moves."""
+    awq = _roofline(_qwen(AWQ), "a100-80gb")
+    assert awq.dequant_eff == pytest.approx(0.9) and awq.expert_dequant_eff == 1.0
+    free = dataclasses.replace(awq, dequant_eff=1.0)
+    head = awq.head_flops / (awq.peak_flops * awq.compute_eff)
+    assert (awq._token_s - head) == pytest.approx((free._token_s - head) / 0.9, rel=1e-12)
+    assert awq._head_s == pytest.approx(free._head_s)  # the LM head stays bf16 (AWQ keeps it)
+    long, one = (8192, 8192 * 1024, 0, 8, 8, 8), (8, 8 * 1024, 8 * 1024, 8, 0, 8)
+    assert awq.batch(*long) / free.batch(*long) > 1.05
+    assert awq.batch(*one) / free.batch(*one) == pytest.approx(1.0, abs=0.01)
+    assert awq.batch(*long) >= awq.floor(8192, 8192 * 1024, 0, 8)  # physics still holds
+    h100 = _roofline(_qwen(AWQ), "h100-80gb")
+    assert h100.dequant_eff == 1.0  # Machete: as fast as FP16 compute-bound
+
+
+def test_experts_convert_where_vllm_runs_marlin() -> None:
+    oss = _roofline(load_arch("gpt-oss-20b"), "a100-80gb")
+    assert oss.expert_dequant_eff == pytest.approx(0.9) and oss.dequant_eff == 1.0
+    free = dataclasses.replace(oss, expert_dequant_eff=1.0)
+    assert oss._xtoken_s == pytest.approx(free._xtoken_s / 0.9)
+    assert oss.routed_experts(8192) > free.routed_experts(8192) * 1.05
+    assert oss._token_s == pytest.approx(free._token_s)  # attention projections stay bf16
+    # a mixture still reads its non-routed weights apart from the experts it reaches
+    assert oss._weights_s == 0.0 and oss._dense_w_s > 0.0
+
+
+def test_the_profile_says_which_kernel_and_whether_it_was_measured() -> None:
+    a100 = physical_profile(load_arch("gpt-oss-20b"), load_gpu("a100-80gb"))
+    assert a100["roofline"]["efficiency"]["expert_dequant"] == pytest.approx(0.9)
+    assert (
+        "weight-only experts: marlin, compute-bound at 0.9 of a dense GEMM"
+        in a100["roofline"]["kernel_basis"]
+    )
+    h100 = physical_profile(load_arch("gpt-oss-20b"), load_gpu("h100-80gb"))
+    assert "expert_dequant" not in h100["roofline"]["efficiency"]
+    assert (
+        "experts: triton, not measured on hopper (its conversion is not priced)"
+        in h100["roofline"]["kernel_basis"]
+    )
+    plain = physical_profile(load_arch("qwen3-32b"), load_gpu("a100-80gb"))
+    assert "weight-only" not in plain["roofline"]["kernel_basis"]
+    bad = dict(
+        a100, roofline={**a100["roofline"], "efficiency": {**a100["roofline"]["efficiency"], "dequant": 2}}
+    )
+    with pytest.raises(ConfigError, match=r"roofline\.efficiency\.dequant"):
+        parse_profile(bad, "p.yaml")

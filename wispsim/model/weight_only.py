@@ -1,0 +1,85 @@
+"""Weight-only quantized GEMMs: which kernel vLLM runs them with, and what converting weights costs.
+
+A checkpoint's quantized weights either have a tensor-core path of their own on the GPU (fp8 on
+Ada, Hopper and Blackwell, whose activations vLLM quantizes too; mxfp4 experts on Blackwell) or
+they are converted to the activations' 16-bit type inside each GEMM: a *mixed-input* kernel. vLLM
+picks it by GPU generation (vLLM 0.32's ``model_executor/kernels/linear``: Machete on Hopper, Marlin
+elsewhere; ``layers/quantization/fp8.py``: FP8 Marlin below Ada; ``mxfp4.py``: Marlin below Hopper,
+OpenAI's Triton kernels on Hopper and ROCm, FlashInfer's on Blackwell; fused Marlin MoE for 4-bit
+experts).
+
+Memory-bound, a mixed-input kernel streams the quantized bytes at the dense bandwidth figure: the
+whole point of the format. Compute-bound, each weight tile is converted once per tile of tokens on
+the CUDA cores beside the tensor cores' work, and the kernel runs at ``compute_ratio`` of the dense
+GEMM: a published kernel measurement per kernel family (``wispsim/data/efficiency.yaml``,
+``weight_only``), applied on the generations it was measured on. Elsewhere the conversion is priced
+at nothing, and the profile's ``kernel_basis`` says so.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from wispsim.model.archs import Arch
+from wispsim.model.gpus import GPU
+from wispsim.paths import data_dir
+
+
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """What converting quantized weights costs a GEMM on one GPU: ``kernel`` vLLM runs ("" where
+    the weights need no conversion), and the fraction of the dense compute figure it reaches
+    compute-bound (1.0 where nothing converts, or where the kernel was not measured on the GPU's
+    generation: ``measured`` False)."""
+
+    kernel: str = ""
+    compute_ratio: float = 1.0
+    measured: bool = False
+
+    def says(self, part: str, generation: str) -> str:
+        if not self.kernel:
+            return ""
+        if self.measured:
+            return f"{part}: {self.kernel}, compute-bound at {self.compute_ratio:g} of a dense GEMM"
+        return f"{part}: {self.kernel}, not measured on {generation} (its conversion is not priced)"
+
+
+@functools.cache
+def _figures() -> dict[str, Any]:
+    table = yaml.safe_load((data_dir() / "efficiency.yaml").read_text())
+    figures: dict[str, Any] = table.get("weight_only") or {}
+    return figures
+
+
+def _kernel(arch: Arch, gpu: GPU, experts: bool) -> str:
+    """The mixed-input kernel vLLM runs for ``arch``'s quantized linear layers (``experts``: its
+    routed experts) on ``gpu`` ("" where none converts: native fp8 or fp4, or no quantization)."""
+    gen, method = gpu.generation, arch.quant_method
+    if not method or (gen == "cdna3" and method != "mxfp4"):
+        return ""  # ROCm's own kernels: not modelled apart from the bytes
+    if arch.quant_act:  # W8A8 on the GPU's own fp8 (or int8) tensor cores; fp8 below Ada: FP8 Marlin
+        return "marlin" if method == "fp8" and gpu.fp8_tflops is None else ""
+    if method == "mxfp4":
+        return {"blackwell": "", "hopper": "triton", "cdna3": "triton"}.get(gen, "marlin")
+    if experts:
+        return "marlin"  # vLLM's fused Marlin MoE for 4- and 8-bit integer experts
+    return "machete" if gen == "hopper" else "marlin"
+
+
+def conversion(arch: Arch, gpu: GPU, experts: bool = False) -> Conversion:
+    """What converting ``arch``'s quantized weights costs its linear layers (``experts``: its routed
+    experts) on ``gpu`` (module text)."""
+    scope = arch.quant_scope
+    if (experts and not arch.moe_layers) or (not experts and scope == "experts"):
+        return Conversion()  # not quantized: the dense layers of an experts-only format
+    name = _kernel(arch, gpu, experts)
+    if not name:
+        return Conversion()
+    entry = _figures().get(name)
+    if not isinstance(entry, dict) or gpu.generation not in entry.get("measured_on", []):
+        return Conversion(name)
+    return Conversion(name, float(entry["compute_ratio"]), True)
