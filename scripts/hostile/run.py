@@ -17,8 +17,9 @@ Setup steps (``;;``-separated, run in the case folder before the command):
 
 * ``write:NAME=TEXT``: write TEXT (Python escapes: ``\\n``, ``\\xe9`` is the byte 0xE9).
 * ``deep:NAME=N``: a scenario whose ``devices.classes`` is N nested YAML lists.
-* ``profile:NAME=KEY=VALUE,...``: a copy of profiles/a100-qwen3-32b.yaml with dotted KEYs set
-  to YAML VALUEs (``-KEY`` deletes the key).
+* ``profile:NAME=KEY=VALUE,...``: a copy of profiles/a100-qwen3-32b-paper.yaml (the linear form,
+  fitted coefficients) with dotted KEYs set to YAML VALUEs (``-KEY`` deletes the key);
+  ``roofprofile:`` the same on profiles/a100-qwen3-32b.yaml (the physical roofline form).
 * ``trace:NAME=OP``: a copy of traces/fixture-synthetic.parquet changed by OP (see ``_trace``).
 * ``fitcsv:NAME=OP``: a copy of profiles/data/cpu-qwen2.5-0.5b.csv (+ its sidecar) changed by OP.
 * ``log``: the fixture replay log as ``log.parquet`` + ``log.parquet.meta.json``.
@@ -137,8 +138,9 @@ def setup_case(steps: str, d: Path, repo: Path, fix: Path, seed: int) -> None:
         elif kind == "deep":
             n = int(rest)
             (d / name).write_text("devices:\n  classes: " + "[" * n + "]" * n + "\n")
-        elif kind == "profile":
-            doc = yaml.safe_load((repo / "profiles" / "a100-qwen3-32b.yaml").read_text())
+        elif kind in ("profile", "roofprofile"):
+            base = "a100-qwen3-32b-paper.yaml" if kind == "profile" else "a100-qwen3-32b.yaml"
+            doc = yaml.safe_load((repo / "profiles" / base).read_text())
             for kv in filter(None, rest.split(",")):
                 k, _, v = kv.partition("=")
                 if k.startswith("-"):

@@ -16,7 +16,7 @@ from wispsim.model.archs import Arch, arch_from_dict, load_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import parse_profile
 from wispsim.model.roofline import Roofline
-from wispsim.model.weight_only import Conversion, conversion
+from wispsim.model.weight_only import INT8_RATE, Conversion, conversion, quantized_rate
 from wispsim.paths import data_dir
 
 AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
@@ -26,6 +26,17 @@ FP8_W8A8 = {
         "g": {
             "weights": {"num_bits": 8, "type": "float"},
             "input_activations": {"num_bits": 8, "type": "float", "dynamic": True},
+            "targets": ["Linear"],
+        }
+    },
+    "ignore": ["lm_head"],
+}
+INT8_W8A8 = {
+    "quant_method": "compressed-tensors",
+    "config_groups": {
+        "g": {
+            "weights": {"num_bits": 8, "type": "int"},
+            "input_activations": {"num_bits": 8, "type": "int", "dynamic": True},
             "targets": ["Linear"],
         }
     },
@@ -117,3 +128,29 @@ def test_the_profile_says_which_kernel_and_whether_it_was_measured() -> None:
     )
     with pytest.raises(ConfigError, match=r"roofline\.efficiency\.dequant"):
         parse_profile(bad, "p.yaml")
+
+
+def test_w8a8_layers_multiply_on_their_own_tensor_cores() -> None:
+    """An fp8 W8A8 checkpoint on an H100 runs its linear layers at the fp8 peak, twice the bf16
+    one; below Ada FP8 Marlin converts it instead; int8 W8A8 runs at twice the 16-bit rate on
+    every generation; weight-only formats and an fp8 profile are not sped up."""
+    fp8, int8, awq = _qwen(FP8_W8A8), _qwen(INT8_W8A8), _qwen(AWQ)
+    assert fp8.quant_float and not int8.quant_float and not awq.quant_float
+    h100, a100 = load_gpu("h100-80gb"), load_gpu("a100-80gb")
+    assert quantized_rate(fp8, h100.bf16_tflops, h100.fp8_tflops, "bf16") == pytest.approx(1979 / 989)
+    assert quantized_rate(fp8, a100.bf16_tflops, a100.fp8_tflops, "bf16") == 1.0
+    assert conversion(fp8, a100) == Conversion("marlin", 0.9, True)
+    assert quantized_rate(int8, a100.bf16_tflops, None, "bf16") == INT8_RATE
+    assert conversion(int8, a100) == Conversion()
+    assert quantized_rate(awq, h100.bf16_tflops, h100.fp8_tflops, "bf16") == 1.0
+    assert quantized_rate(fp8, h100.bf16_tflops, h100.fp8_tflops, "fp8") == 1.0
+    roof = _roofline(fp8, "h100-80gb")
+    plain = dataclasses.replace(roof, quant_rate=1.0)
+    head = roof.head_flops / (roof.peak_flops * roof.compute_eff)  # the LM head stays bf16
+    assert roof._token_s - head == pytest.approx((plain._token_s - head) * 989 / 1979, rel=1e-9)
+    long = (8192, 8192 * 1024, 0, 8, 8, 8)
+    assert roof.batch(*long) < 0.75 * plain.batch(*long)
+    # the floor counts those FLOPs at the fp8 peak, and no pass costs less than it
+    for n in (1, 64, 512, 8192):
+        assert roof.batch(n, n * 1024, 0, 1, 0, 1) >= roof.floor(n, n * 1024, 0, 1)
+    assert roof.floor(*long[:3], 8) < plain.floor(*long[:3], 8)

@@ -232,9 +232,11 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
       scheme is asymmetric (awq ``zero_point``, gptq ``sym: false``): 4-bit, group 128 = 4.16 bits.
 
     ``quant_act``: the activations are quantized too (fp8 checkpoints, which vLLM runs as W8A8
-    where the GPU has fp8 tensor cores; compressed-tensors with ``input_activations``): nothing is
-    converted. Without it the weights are converted to the activations' 16-bit type inside the
-    GEMM, whose cost where it is measured is the kernel's (:mod:`wispsim.model.weight_only`)."""
+    where the GPU has fp8 tensor cores; compressed-tensors with ``input_activations``): the GEMM
+    runs on the quantized type's tensor cores. Without it the weights are converted to the
+    activations' 16-bit type inside the GEMM, whose cost where it is measured is the kernel's
+    (:mod:`wispsim.model.weight_only`). ``quant_float``: the weights are floating point (fp8,
+    mxfp4; compressed-tensors ``type: float``), not integers."""
     q = data.get("quantization_config")
     if q is None:
         return {}
@@ -246,7 +248,7 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
         raise ConfigError(
             source, where, f"{method or 'none'!r} is not modelled; known: {', '.join(QUANT_METHODS)}"
         )
-    head, acts = False, method == "fp8"
+    head, acts, floats = False, method == "fp8", method in ("fp8", "mxfp4")
     if method == "fp8":
         block = q.get("weight_block_size")
         if block is not None and not (
@@ -276,6 +278,7 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
             ignore = q.get("ignore") or []
             head = "lm_head" not in (ignore if isinstance(ignore, list) else [])
             acts = isinstance(first, dict) and first.get("input_activations") is not None
+            floats = scheme.get("type") == "float"
         n = scheme.get("bits", scheme.get("num_bits"))
         if n not in (4, 8):
             raise ConfigError(source, "quantization_config.bits", f"got {n!r}; allowed: 4, 8")
@@ -295,6 +298,7 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
         "quant_scope": scope,
         "quant_head": head,
         "quant_act": acts,
+        "quant_float": floats,
     }
 
 

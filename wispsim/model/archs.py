@@ -114,6 +114,7 @@ class Arch:
     quant_scope: str = ""
     quant_head: bool = False
     quant_act: bool = False
+    quant_float: bool = False  # floating-point weights (fp8, mxfp4), not integers
 
     @property
     def head_vocab(self) -> int:

@@ -33,7 +33,7 @@ from wispsim.model.host_cpu import HostFacts
 from wispsim.model.interconnects import allreduce_facts, allreduce_ms
 from wispsim.model.profile_fields import PROFILE_MAXIMA, bounded_whole, number, value
 from wispsim.model.roofline import ALLREDUCE_LATENCY_S, EFFICIENCIES, OVERHEADS, OVERLAP_RANGE, Roofline
-from wispsim.model.weight_only import conversion
+from wispsim.model.weight_only import conversion, quantized_rate
 from wispsim.paths import data_dir
 
 PRECISIONS = ("bf16", "fp8")  # weights (and activations) at 16 or 8 bits; fp8 needs fp8 tensor cores
@@ -383,6 +383,11 @@ def parse_roofline(
             raise ConfigError(
                 src, f"hardware.{key}", f"is needed by the roofline form at precision {precision}"
             )
+    fp8 = None  # W8A8 layers multiply at the fp8 peak (wispsim.model.weight_only.quantized_rate)
+    if flops_key != "fp8_tflops" and hw.get("fp8_tflops") is not None:
+        fp8 = number(
+            hw, "fp8_tflops", src, "hardware.", minimum=1e-3, maximum=PROFILE_MAXIMA["hardware.fp8_tflops"]
+        )
     count = bounded_whole(hw, "count", src, "hardware.")
     if count > 1 and link_key not in facts:
         raise ConfigError(
@@ -423,4 +428,7 @@ def parse_roofline(
         expert_kernel=kn["expert_kernel_us"] / 1e6 if "expert_kernel_us" in kn else None,
         dequant_eff=e.get("dequant", 1.0),
         expert_dequant_eff=e.get("expert_dequant", 1.0),
+        quant_rate=quantized_rate(arch, facts[flops_key], fp8, precision)
+        if flops_key == "bf16_tflops"
+        else 1.0,
     )

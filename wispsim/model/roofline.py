@@ -147,6 +147,9 @@ class Roofline(AggregateCost):
     # compute figure they reach (wispsim.model.weight_only; 1: nothing converts, or not measured)
     dequant_eff: float = 1.0
     expert_dequant_eff: float = 1.0
+    # W8A8 layers on the GPU's own 8-bit tensor cores: their FLOP rate over the profile's dense
+    # GEMMs' (wispsim.model.weight_only.quantized_rate; 1: none, or an fp8 profile already)
+    quant_rate: float = 1.0
     form: str = "roofline"
     # seconds per unit, derived in __post_init__
     _weights_s: float = field(init=False, repr=False, compare=False)  # dense weight read (0: a mixture)
@@ -160,6 +163,7 @@ class Roofline(AggregateCost):
     _dense_w_s: float = field(init=False, repr=False, compare=False)  # a mixture's non-routed weights
     _expert_bytes: float = field(init=False, repr=False, compare=False)  # bytes per expert reached
     _kv_s: float = field(init=False, repr=False, compare=False)  # KV of one token
+    _qflops: float = field(init=False, repr=False, compare=False)  # FLOPs at quant_rate, per token
     _pair_s: float = field(init=False, repr=False, compare=False)  # one query-key interaction
     _ar_fixed_s: float = field(init=False, repr=False, compare=False)  # all-reduce latencies per pass
     _ar_nccl_s: float = field(init=False, repr=False, compare=False)  # the same beyond the fast path
@@ -181,18 +185,27 @@ class Roofline(AggregateCost):
         per_expert = 0.0 if dense else one / self.arch.touched_experts(1)
         nccl = self.allreduce if self.allreduce_nccl is None else self.allreduce_nccl
         rate = self.peak_flops * self.compute_eff  # dense GEMMs' FLOP/s
-        head_s = self.head_flops / (rate * (self.dequant_eff if self.arch.quant_head else 1.0))
+        whole = self.arch.quant_scope == "linear"  # every linear layer quantized, not just experts
+        q_lin = self.dequant_eff * (self.quant_rate if whole else 1.0)
+        q_x = self.expert_dequant_eff * (self.quant_rate if self.arch.quant_method else 1.0)
+        head_s = self.head_flops / (rate * (q_lin if self.arch.quant_head else 1.0))
         values = {
             "_expert_bytes": per_expert,  # one expert reached in every MoE layer, per GPU
             "_weights_s": self.weight_bytes_read(1) / bw if dense else 0.0,
             "_dense_w_s": 0.0 if dense else (self.weight_bytes_read(1) - one) / bw,
             "_xbw": x_bw,
-            "_token_s": (self.linear_flops - routed_flops - self.head_flops) / (rate * self.dequant_eff)
-            + head_s,
+            "_token_s": (self.linear_flops - routed_flops - self.head_flops) / (rate * q_lin) + head_s,
             "_head_s": head_s,
             "_sample_s": SAMPLER_BYTES_PER_LOGIT * self.arch.head_vocab / bw,
-            "_xtoken_s": routed_flops / (self.peak_flops * x_eff * self.expert_dequant_eff),
-            "_xdense_s": routed_flops / (rate * self.expert_dequant_eff),
+            "_xtoken_s": routed_flops / (self.peak_flops * x_eff * q_x),
+            "_xdense_s": routed_flops / (rate * q_x),
+            # FLOPs per token of the layers a W8A8 checkpoint runs on its 8-bit tensor cores
+            "_qflops": (
+                (self.linear_flops - (0.0 if self.arch.quant_head else self.head_flops)) * whole
+                + routed_flops * (not whole)
+            )
+            if self.quant_rate != 1.0
+            else 0.0,
             "_act_s": self.activation_passes * self.act_bytes / bw,
             # a mixture's routed-expert GEMMs are priced with them (batch), not here
             "_kernels_s": self.arch.kernel_latency(self.matmul_kernel, self.elementwise_floor, not dense),
@@ -265,7 +278,10 @@ class Roofline(AggregateCost):
         flops = (
             self.linear_flops * n_linear - self.head_flops * skipped + self.attention_flops * n_interactions
         )
-        return max(byts / self.bandwidth, flops / self.peak_flops)
+        if not self._qflops:
+            return max(byts / self.bandwidth, flops / self.peak_flops)
+        fast = self._qflops * n_linear - (self.head_flops * skipped if self.arch.quant_head else 0.0)
+        return max(byts / self.bandwidth, (flops - fast + fast / self.quant_rate) / self.peak_flops)
 
     # --- the cost interface (wispsim.model.cost) --------------------------------------------
     def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0,

@@ -14,6 +14,12 @@ the CUDA cores beside the tensor cores' work, and the kernel runs at ``compute_r
 GEMM: a published kernel measurement per kernel family (``wispsim/data/efficiency.yaml``,
 ``weight_only``), applied on the generations it was measured on. Elsewhere the conversion is priced
 at nothing, and the profile's ``kernel_basis`` says so.
+
+Layers whose activations are quantized too (W8A8: fp8 checkpoints, compressed-tensors with
+``input_activations``) need no conversion where the GPU has tensor cores of their type: they
+multiply at that type's peak, twice the 16-bit one (:func:`quantized_rate`; measured on the lent
+H200, Qwen3-32B's layer GEMMs in e4m3 ran 1.84-1.85x faster than bf16 at 8,192 tokens,
+``experiments/data/gpu/h200/shapes_2026.csv``).
 """
 
 from __future__ import annotations
@@ -62,7 +68,7 @@ def _kernel(arch: Arch, gpu: GPU, experts: bool) -> str:
     if not method or (gen == "cdna3" and method != "mxfp4"):
         return ""  # ROCm's own kernels: not modelled apart from the bytes
     if arch.quant_act:  # W8A8 on the GPU's own fp8 (or int8) tensor cores; fp8 below Ada: FP8 Marlin
-        return "marlin" if method == "fp8" and gpu.fp8_tflops is None else ""
+        return "marlin" if arch.quant_float and gpu.fp8_tflops is None else ""
     if method == "mxfp4":
         return {"blackwell": "", "hopper": "triton", "cdna3": "triton"}.get(gen, "marlin")
     if experts:
@@ -83,3 +89,18 @@ def conversion(arch: Arch, gpu: GPU, experts: bool = False) -> Conversion:
     if not isinstance(entry, dict) or gpu.generation not in entry.get("measured_on", []):
         return Conversion(name)
     return Conversion(name, float(entry["compute_ratio"]), True)
+
+
+INT8_RATE = 2.0  # int8 tensor cores: twice the dense 16-bit rate (A100 624 / 312, H100 1979 / 989 TOPS)
+
+
+def quantized_rate(arch: Arch, bf16_tflops: float, fp8_tflops: float | None, precision: str) -> float:
+    """How much faster than a profile's dense GEMMs (at ``precision``) ``arch``'s W8A8 layers
+    multiply on the GPU's own 8-bit tensor cores: fp8 at ``fp8_tflops`` over ``bf16_tflops`` (1
+    without fp8 tensor cores: FP8 Marlin converts them, :func:`conversion`), int8 at
+    :data:`INT8_RATE`; 1 for weight-only formats and for a profile already at fp8."""
+    if not arch.quant_act or precision != "bf16" or not 7.5 <= arch.quant_bits <= 8.5:
+        return 1.0
+    if arch.quant_float:
+        return fp8_tflops / bf16_tflops if fp8_tflops else 1.0
+    return INT8_RATE
