@@ -29,6 +29,17 @@ def estimator_line(p: Any) -> str:
     experts = ""
     if getattr(e, "expert_bandwidth_eff", None) is not None:  # a mixture's grouped expert kernels
         experts = f" (routed experts grouped: {e.expert_bandwidth_eff:.3g}, {e.expert_compute_eff:.3g})"
+    quant = [  # quantized layers: converted inside each GEMM, or on their own 8-bit tensor cores
+        f"{what} {v:.3g}"
+        for what, v in (
+            ("weight-only layers converted at", getattr(e, "dequant_eff", 1.0)),
+            ("weight-only experts converted at", getattr(e, "expert_dequant_eff", 1.0)),
+            ("W8A8 layers at the 16-bit rate x", getattr(e, "quant_rate", 1.0)),
+        )
+        if v != 1.0
+    ]
+    if quant:
+        experts += f"; {', '.join(quant)}"
     return (
         f"roofline: efficiency bandwidth {e.bandwidth_eff:.3g}, compute {e.compute_eff:.3g}{experts}; "
         f"overheads step {e.step * 1e3:.3g} ms, request {e.request * 1e3:.3g} ms, "
