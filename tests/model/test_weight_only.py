@@ -154,3 +154,25 @@ def test_w8a8_layers_multiply_on_their_own_tensor_cores() -> None:
     for n in (1, 64, 512, 8192):
         assert roof.batch(n, n * 1024, 0, 1, 0, 1) >= roof.floor(n, n * 1024, 0, 1)
     assert roof.floor(*long[:3], 8) < plain.floor(*long[:3], 8)
+
+
+def test_no_gemm_beats_the_cards_max_achievable_flops(tmp_path: Any) -> None:
+    """Where a vendor publishes max-achievable FLOPs (the best GEMM at the clock the card holds
+    under it: the MI300X's 708 of 1,307 bf16 TFLOPs), the generation's compute figures are capped
+    at that share; a card without one keeps them; the field is checked like the others."""
+    mi = physical_profile(load_arch("llama-3.1-70b"), load_gpu("mi300x"))
+    eff = mi["roofline"]["efficiency"]
+    assert eff["compute"] == pytest.approx(708 / 1307.4, rel=1e-5)
+    assert eff["attention"] <= eff["compute"]
+    assert "max-achievable 708 of 1307.4 TFLOPs" in mi["roofline"]["kernel_basis"]
+    fp8 = physical_profile(load_arch("llama-3.1-70b"), load_gpu("mi300x"), precision="fp8")
+    assert fp8["roofline"]["efficiency"]["compute"] == pytest.approx(1273 / 2614.9, rel=1e-5)
+    h100 = physical_profile(load_arch("llama-3.1-70b"), load_gpu("h100-80gb"), count=2)
+    assert h100["roofline"]["efficiency"]["compute"] == pytest.approx(0.7185)
+    entry = {"name": "Mine", "memory_gib": 44, "hbm_bandwidth_gbs": 900, "bf16_tflops": 360}
+    entry |= {"generation": "ada", "interconnect": "pcie4", "bf16_maf_tflops": -1}
+    p = tmp_path / "cards.yaml"
+    p.write_text(yaml.safe_dump({"mine": entry}))
+    with pytest.raises(ConfigError) as err:
+        load_gpu(str(p))
+    assert err.value.field == "mine.bf16_maf_tflops" and "allowed: a positive number" in err.value.problem

@@ -27,6 +27,8 @@ GPU_FIELDS = {
     "hbm_bandwidth_gbs": "memory bandwidth per GPU (GB/s)",
     "bf16_tflops": "dense bf16 tensor-core peak (TFLOP/s)",
     "fp8_tflops": "dense fp8 peak (TFLOP/s), null without fp8 tensor cores",
+    "bf16_maf_tflops": "the most a dense bf16 GEMM reaches at the clock it holds (TFLOP/s), if published",
+    "fp8_maf_tflops": "the same for fp8 (TFLOP/s), where published",
     "interconnect": f"one of {', '.join(INTERCONNECTS)}",
     "link_gbs": "interconnect bandwidth per GPU, one direction (GB/s)",
     "source": "the datasheet the figures come from",
@@ -48,6 +50,10 @@ class GPU:
     fp8_tflops: float | None = None  # dense; None where the GPU has no fp8 tensor cores
     generation: str = "hopper"  # whose measured kernel efficiencies it takes (efficiency.yaml)
     interconnect: str = "nvlink4"  # what all-reduces run over (interconnects.yaml); a file must name both
+    # max-achievable FLOPs: the best dense GEMM at the clock the card holds under it (None: not
+    # published; the generation's measured compute figure then stands alone)
+    bf16_maf_tflops: float | None = None
+    fp8_maf_tflops: float | None = None
 
 
 @cache
@@ -143,4 +149,6 @@ def gpu_from_dict(key: str, d: Any, src: str) -> GPU:
         fp8_tflops=num("fp8_tflops", required=False),
         generation=str(gen),
         interconnect=str(link),
+        bf16_maf_tflops=num("bf16_maf_tflops", required=False),
+        fp8_maf_tflops=num("fp8_maf_tflops", required=False),
     )

@@ -171,6 +171,14 @@ def physical_profile(
     if arch.moe_layers and arch.experts > 1:  # routed experts run as grouped GEMMs
         chosen["efficiency"].update({k: gen[k] for k in ("expert_bandwidth", "expert_compute")})
         chosen["kernels"]["expert_kernel_us"] = gen["expert_kernel_us"]
+    maf = gpu.fp8_maf_tflops if precision == "fp8" else gpu.bf16_maf_tflops
+    peak = gpu.fp8_tflops if precision == "fp8" else gpu.bf16_tflops
+    capped = maf is not None and peak and maf / peak < chosen["efficiency"]["compute"]
+    if capped:  # no GEMM beats the card's max-achievable FLOPs (the clock it holds under them)
+        cap = maf / peak
+        for k in ("compute", "attention", "expert_compute"):
+            if k in chosen["efficiency"]:
+                chosen["efficiency"][k] = min(chosen["efficiency"][k], cap)
     converts = [(part, conversion(arch, gpu, part == "experts")) for part in ("linear layers", "experts")]
     for part, conv in converts:  # weight-only quantized GEMMs convert their weights (measured kernels)
         if conv.measured and conv.compute_ratio < 1.0:
@@ -231,6 +239,11 @@ def physical_profile(
             "kernels": {k: sig6(v) for k, v in chosen.get("kernels", {}).items()},
             "kernel_basis": "; ".join(
                 [f"{gpu.generation}: {gen['basis']}"]
+                + (
+                    [f"compute at most {gpu.name}'s max-achievable {maf:g} of {peak:g} TFLOPs"]
+                    if capped
+                    else []
+                )
                 + [f"weight-only {c.says(p, gpu.generation)}" for p, c in converts if c.kernel]
             ),
             "fit": dict(cal.get("fit", {})),
