@@ -228,15 +228,22 @@ def bench(
         from wispsim.model.archs import load_gpu
         from wispsim.model.physical import generation_efficiency
 
-        gen = load_gpu(gpu).generation
+        card = load_gpu(gpu)
+        gen = card.generation
         basis = str(generation_efficiency(gen)["basis"])
         result["kernel_basis"] = f"{gen}: {basis}"
         if basis.startswith("inherited"):
+            cap = (
+                f", no GEMM above its max-achievable {card.bf16_maf_tflops:g} of "
+                f"{card.bf16_tflops:g} bf16 TFLOPs"
+                if card.bf16_maf_tflops
+                else ""
+            )
             console.print(
                 f"note: no kernel measurements of {gen} GPUs here; {gpu} is priced with its own "
                 f"datasheet peaks at {basis.split(' (')[0].removeprefix('inherited from ')}'s kernel "
-                "efficiencies (wispsim/data/efficiency.yaml): expect larger errors (experiments/REPORT.md, "
-                "held-out public runs)",
+                f"efficiencies (wispsim/data/efficiency.yaml){cap}: expect larger errors "
+                "(experiments/REPORT.md, held-out public runs)",
                 highlight=False,
                 markup=False,
             )
