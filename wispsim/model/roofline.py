@@ -194,7 +194,9 @@ class Roofline(AggregateCost):
             "_weights_s": self.weight_bytes_read(1) / bw if dense else 0.0,
             "_dense_w_s": 0.0 if dense else (self.weight_bytes_read(1) - one) / bw,
             "_xbw": x_bw,
-            "_token_s": (self.linear_flops - routed_flops - self.head_flops) / (rate * q_lin) + head_s,
+            "_token_s": (self.linear_flops - routed_flops) / rate  # the same bits as before quantization
+            if q_lin == 1.0
+            else (self.linear_flops - routed_flops - self.head_flops) / (rate * q_lin) + head_s,
             "_head_s": head_s,
             "_sample_s": SAMPLER_BYTES_PER_LOGIT * self.arch.head_vocab / bw,
             "_xtoken_s": routed_flops / (self.peak_flops * x_eff * q_x),
