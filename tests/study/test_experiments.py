@@ -112,7 +112,7 @@ def test_quick_decision_paper_and_regimes_tables(quick_run: Path) -> None:
         assert r.usd_per_device_hour == pytest.approx(price / r.capacity)
         assert r.usd_per_mtok == pytest.approx(price * 1e6 / (r.goodput_tps * 3600))
     bands = pd.read_csv(quick_run / "decision" / "bands.csv")
-    assert set(bands.variant) == {"cpu-0.93x"} and set(bands.band) == {"host CPU"}
+    assert set(bands.variant) == {"cpu-2.46x"} and set(bands.band) == {"host CPU"}
     sec = (quick_run / "decision" / "section.md").read_text()
     assert "| a100-qwen3-32b | 8 | wisp-grpc" in sec and "mercatus" in sec
     ours = pd.read_csv(quick_run / "paper" / "ours.csv")
