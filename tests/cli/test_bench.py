@@ -88,6 +88,10 @@ def test_vllms_defaults_follow_the_gpus_memory() -> None:
         (["--model", "llama-2-7b", "--gpu", "no-such-gpu"], "unknown GPU"),
         (["--model", "llama-2-7b"], "--model/--gpu"),
         (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--dataset-path", "nope.csv"], "--dataset-path"),
+        (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--quantization", "awq"], "--quantization"),
+        (["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "-q", "fp8"], "allowed: mxfp4"),
+        (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--kv-cache-dtype", "fp4"], "--kv-cache-dtype"),
+        (["--profile", "a100-qwen3-32b", "--kv-cache-dtype", "fp8"], "--profile"),
     ],
 )
 def test_bad_flags_are_one_line_with_exit_code_2(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -290,3 +294,24 @@ def test_bench_reproduces_a_public_run_from_its_own_command_line(tmp_path: Path)
     assert r["median_ttft_ms"] == pytest.approx(study["ttft_median_ms"], rel=1e-6)
     assert r["output_throughput"] == pytest.approx(study["output_throughput_tok_s"], rel=1e-6)
     assert r["median_tpot_ms"] == pytest.approx(row.tpot_median_ms, rel=0.10)  # and the real run
+
+
+def test_vllms_quantization_and_kv_cache_dtype_flags() -> None:
+    """``--quantization fp8`` of an unquantized checkpoint is vLLM's online fp8: weights at a byte,
+    W8A8 at the fp8 peak on an H100, FP8 Marlin (converted, 0.9 of a dense GEMM) on an A100; a
+    quantized checkpoint's own method is a no-op; ``--kv-cache-dtype fp8`` halves a token's KV."""
+    from wispsim.runs.bench import profile_of
+
+    def prof(gpu: str, q: str | None = None, kv: str = "auto", model: str = "qwen3-32b"):  # type: ignore[no-untyped-def]
+        return profile_of(model, gpu, 1, "auto", None, quantization=q, kv_cache_dtype=kv)
+
+    plain, fp8 = prof("h100-80gb"), prof("h100-80gb", "fp8")
+    assert fp8.estimator.quant_rate == pytest.approx(1979 / 989)
+    assert fp8.estimator.weight_bytes_read(1) < 0.55 * plain.estimator.weight_bytes_read(1)
+    assert fp8.kv_capacity_tokens(0.9, 1.5) > 1.5 * plain.kv_capacity_tokens(0.9, 1.5)  # freed weights
+    a100 = prof("a100-80gb", "fp8").estimator
+    assert a100.quant_rate == 1.0 and a100.dequant_eff == pytest.approx(0.9)
+    oss = prof("h100-80gb", "mxfp4", model="gpt-oss-20b")
+    assert oss.estimator.arch == prof("h100-80gb", model="gpt-oss-20b").estimator.arch
+    kv8 = prof("h100-80gb", kv="fp8_e4m3")
+    assert kv8.estimator.kv_bytes == pytest.approx(plain.estimator.kv_bytes / 2)

@@ -85,6 +85,18 @@ def bench(
         int, typer.Option("--tensor-parallel-size", "-tp", help="GPUs per replica.")
     ] = 1,
     dtype: Annotated[str, typer.Option("--dtype", help="auto (bfloat16), bfloat16 or fp8 weights.")] = "auto",
+    quantization: Annotated[
+        str | None,
+        typer.Option(
+            "--quantization",
+            "-q",
+            help="vLLM's: fp8 quantizes an unquantized checkpoint at load (W8A8 on fp8 tensor cores, "
+            "FP8 Marlin below Ada); a quantized checkpoint's own method is a no-op.",
+        ),
+    ] = None,
+    kv_cache_dtype: Annotated[
+        str, typer.Option("--kv-cache-dtype", help="auto (bfloat16), fp8, fp8_e4m3 or fp8_e5m2.")
+    ] = "auto",
     profile: Annotated[
         str | None,
         typer.Option(
@@ -167,7 +179,9 @@ def bench(
             "--request-rate", "request_rate", "give --request-rate or --ramp-up-strategy, not both"
         )
     real = real_run(compare) if compare is not None else None
-    prof = profile_of(model, gpu, tensor_parallel_size, dtype, profile, gpu_memory_utilization)
+    prof = profile_of(
+        model, gpu, tensor_parallel_size, dtype, profile, gpu_memory_utilization, quantization, kv_cache_dtype
+    )
     tokenizer = ex.tokenizer or (model if model and Path(model).is_dir() else None)
     client = Client(
         dataset_name,
