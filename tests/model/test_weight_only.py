@@ -20,28 +20,17 @@ from wispsim.model.weight_only import INT8_RATE, Conversion, conversion, quantiz
 from wispsim.paths import data_dir
 
 AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
-FP8_W8A8 = {
-    "quant_method": "compressed-tensors",
-    "config_groups": {
-        "g": {
-            "weights": {"num_bits": 8, "type": "float"},
-            "input_activations": {"num_bits": 8, "type": "float", "dynamic": True},
-            "targets": ["Linear"],
-        }
-    },
-    "ignore": ["lm_head"],
-}
-INT8_W8A8 = {
-    "quant_method": "compressed-tensors",
-    "config_groups": {
-        "g": {
-            "weights": {"num_bits": 8, "type": "int"},
-            "input_activations": {"num_bits": 8, "type": "int", "dynamic": True},
-            "targets": ["Linear"],
-        }
-    },
-    "ignore": ["lm_head"],
-}
+
+
+def _w8a8(kind: str) -> dict[str, Any]:
+    """A compressed-tensors W8A8 config (RedHat's FP8-dynamic / quantized.w8a8 layout): 8-bit
+    ``kind`` ("float" or "int") weights and dynamic activations, the LM head left out."""
+    eight = {"num_bits": 8, "type": kind}
+    group = {"weights": eight, "input_activations": {**eight, "dynamic": True}, "targets": ["Linear"]}
+    return {"quant_method": "compressed-tensors", "config_groups": {"g": group}, "ignore": ["lm_head"]}
+
+
+FP8_W8A8, INT8_W8A8 = _w8a8("float"), _w8a8("int")
 
 
 def _qwen(q: dict[str, Any] | None) -> Arch:
