@@ -41,9 +41,11 @@ def test_sweep_over_a_grid_returns_every_point_in_order(scenario_file: ScenarioF
     got = list(zip(curve.group.astype(str), curve.devices, curve.seed, strict=True))
     assert got == [(g, n, s) for g in ("1", "55") for n in (1, 2, 3) for s in (0, 1)]
     assert list(curve.violation_rate) == [0.0] * 6 + [1.0] * 6
-    # one phase (the grid), its 6 points (one per class and N, both seeds together) counted up
+    # the grid's 6 points (one per class and N, both seeds together) counted up; both searches
+    # answered once the grid is back (it brackets neither class's capacity further)
     assert [p[:2] for p in progress] == [(i, 6) for i in range(7)]
-    assert progress[-1][2] == "sweep custom, phase 1 (0/2 capacities found)"
+    assert progress[0][2] == "sweep custom, 0/2 capacities found"
+    assert progress[-1][2] == "sweep custom, 2/2 capacities found"
     folder = tmp_path / "sweep"
     assert {p.name for p in folder.iterdir()} == {
         "scenario.yaml",

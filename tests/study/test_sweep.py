@@ -83,3 +83,57 @@ def test_process_pool_gives_the_same_results_as_serial(tmp_path: Path) -> None:
     pooled = _quick_sweep(tmp_path / "p", jobs=2)
     pd.testing.assert_frame_equal(serial.capacity, pooled.capacity)
     pd.testing.assert_frame_equal(serial.curve.drop(columns="point"), pooled.curve.drop(columns="point"))
+
+
+class _ScriptedRunner:
+    """A runner that simulates nothing: a point's violation rate steps from 0 to 1 past its
+    policy's knee, and points come back in the order ``pick`` chooses among those in flight."""
+
+    jobs = 2
+
+    def __init__(self, knees: dict[str, int], pick) -> None:
+        self.knees, self.pick = knees, pick
+        self.flying: list[tuple[object, Point]] = []
+        self.log: list[tuple[str, object]] = []  # ("start" | "back", tag), in order
+
+    def start(self, tag, point: Point) -> None:
+        self.flying.append((tag, point))
+        self.log.append(("start", tag))
+
+    def finished(self):
+        from wispsim.study.points import PointResult
+        from wispsim.study.stopping import Stop
+
+        tag, _ = self.flying.pop(self.pick(self.flying))
+        self.log.append(("back", tag))
+        (pol, _), n = tag
+        bad = float(n > self.knees[pol])
+        counts = pd.DataFrame(
+            {"seed": 0, "device": range(20), "slo": 8.0, "violated": bad * 5, "responses": 5}
+        )
+        summary = pd.DataFrame({"seed": [0], "class": ["8"], "devices": [n], "violation_rate": [bad]})
+        return tag, PointResult(
+            str(tag), summary, counts, stop=Stop("infeasible" if bad else "feasible", 1.0)
+        )
+
+
+def test_each_search_goes_on_as_soon_as_its_own_points_are_back() -> None:
+    sc = load_scenario(overrides=QUICK)
+    base = {"wisp": sc.with_policy("wisp"), "sled": sc.with_policy("sled")}
+    args = (base, groups_for([8.0], "separate"), [0], 0.05)
+    knees = {"wisp": 40, "sled": 9}
+    first = _ScriptedRunner(knees, lambda flying: 0)  # back in the order started
+    # SLED's points come back only when nothing else is in flight (a slow search)
+    late = _ScriptedRunner(
+        knees, lambda flying: next((i for i, f in enumerate(flying) if f[0][0][0] != "sled"), 0)
+    )
+    a = capacity_sweep(*args, first, start=4, max_devices=64)
+    b = capacity_sweep(*args, late, start=4, max_devices=64)
+    # the same N values per search and the same tables, whatever order points come back in
+    for one, two in ((a.capacity, b.capacity), (a.curve, b.curve), (a.pooled, b.pooled)):
+        pd.testing.assert_frame_equal(one, two)
+    assert list(a.capacity.capacity) == [40, 9]
+    # WISP's whole search ran while SLED's first point was still out
+    sled_back = late.log.index(next(e for e in late.log if e[0] == "back" and e[1][0][0] == "sled"))
+    wisp_starts = [i for i, e in enumerate(late.log) if e[0] == "start" and e[1][0][0] == "wisp"]
+    assert len(wisp_starts) > 2 and wisp_starts[-1] < sled_back

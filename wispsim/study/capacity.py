@@ -1,15 +1,17 @@
 """Capacity sweeps: the largest N per (policy, class) within epsilon, for many policies at once.
 
 :func:`capacity_sweep` drives one :class:`~wispsim.study.capacity_search.CapacitySearch` per
-(policy, group) in waves: each wave asks every unfinished search for its next N values and runs
-all their points (times seeds) on a runner, in parallel. :class:`SweepResult` writes the three
-tables every sweep-like command leaves behind.
+(policy, group) on a runner, in parallel: each search asks for its next N values as soon as all
+of its last ones are back, so no search waits for another's slow points (the same N values, in
+the same order per search, as waves that wait for every search would give).
+:class:`SweepResult` writes the three tables every sweep-like command leaves behind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import pandas as pd
 
@@ -76,7 +78,7 @@ def capacity_sweep(
     ``stopping`` (None: every seed to its horizon). Without a ``grid`` each search starts from
     the fluid estimate (:func:`estimate_group`); ``exact``: bisect to the integer
     (:class:`~wispsim.study.capacity_search.CapacitySearch`). ``also``: N values every search
-    evaluates in its first phase besides its own (a study's light-load points), on the curve
+    evaluates first besides its own (a study's light-load points), on the curve
     and in the search's bracket like any other."""
     estimates = {(pol, g.label): estimate_group(base[pol], g, epsilon) for pol in base for g in groups}
     searches = {
@@ -93,67 +95,70 @@ def capacity_sweep(
     group_of = {g.label: g for g in groups}
     curve_rows: list[pd.DataFrame] = []
     pooled_rows: list[dict[str, object]] = []
-    phase = 0
-    finished = 0  # points of this phase done
-    text = ""
+    flying = dict.fromkeys(searches, 0)  # a search's points not yet back
+    answered: set[tuple[str, str]] = set()  # searches that asked for nothing more
+    started = finished = 0
 
-    def tick() -> None:
-        nonlocal finished
-        finished += 1
+    def report() -> None:
         if progress:
-            progress(finished, len(points), text)
+            progress(finished, started, f"{len(answered)}/{len(searches)} capacities found")
 
-    while True:
-        wave: list[tuple[tuple[str, str], int]] = []
-        answered = 0
-        for key, s in searches.items():
-            xs = s.next_devices()
-            if phase == 0 and xs:
-                xs = xs + [n for n in also if n not in xs and 1 <= n <= max_devices]
-            wave.extend((key, n) for n in xs)
-            answered += not xs
-        if not wave:
-            break
-        points: list[Point] = []
-        for (pol, label), n in wave:
+    def ask(key: tuple[str, str], first: bool = False) -> None:
+        # the search's next N values, once all of its last ones are back: each search goes on
+        # as soon as its own points are (one slow search does not hold the others' next points)
+        nonlocal started
+        xs = searches[key].next_devices()
+        if first and xs:
+            xs = xs + [n for n in also if n not in xs and 1 <= n <= max_devices]
+        pol, label = key
+        for n in xs:
             sc = base[pol].with_devices(n, group_of[label].classes)
-            points.append(Point(sc, n, tuple(seeds), stopping))
-        phase += 1
-        finished = 0
-        text = f"phase {phase} ({answered}/{len(searches)} capacities found)"
-        if progress:
-            progress(0, len(points), text)
-        results = runner.map(points, tick)
-        for ((pol, label), n), r in zip(wave, results, strict=True):
-            summ = r.summary.rename(columns={"devices": "class_devices"})
-            summ.insert(0, "devices", n)
-            summ.insert(0, "group", label)
-            summ.insert(0, "policy", pol)
-            summ["point"] = r.key
-            summ["stop"] = r.stop.how
-            summ["window_end_s"] = r.stop.window_end
-            curve_rows.append(summ)
-            allc = r.counts
-            stats = pooled_stats(n, allc)
-            stats.stop = r.stop.how
-            searches[(pol, label)].evaluated[n] = stats
-            for cls, rate in stats.per_class.items():
-                pooled_rows.append(
-                    {
-                        "policy": pol,
-                        "group": label,
-                        "class": cls,
-                        "devices": n,
-                        "seeds": len(seeds),
-                        "responses": int(allc[allc.slo == float(cls)].responses.sum()),
-                        "violation_rate": rate,
-                        "decision_violation": stats.violation,
-                        "decision_ci_low": stats.ci_low,
-                        "decision_ci_high": stats.ci_high,
-                        "stop": r.stop.how,
-                        "window_end_s": r.stop.window_end,
-                    }
-                )
+            runner.start((key, n), Point(sc, n, tuple(seeds), stopping))
+        flying[key] = len(xs)
+        started += len(xs)
+        if not xs:
+            answered.add(key)
+
+    for key in searches:
+        ask(key, first=True)
+    report()
+    while started > finished:
+        tag, r = runner.finished()
+        (pol, label), n = cast(tuple[tuple[str, str], int], tag)
+        finished += 1
+        summ = r.summary.rename(columns={"devices": "class_devices"})
+        summ.insert(0, "devices", n)
+        summ.insert(0, "group", label)
+        summ.insert(0, "policy", pol)
+        summ["point"] = r.key
+        summ["stop"] = r.stop.how
+        summ["window_end_s"] = r.stop.window_end
+        curve_rows.append(summ)
+        allc = r.counts
+        stats = pooled_stats(n, allc)
+        stats.stop = r.stop.how
+        searches[(pol, label)].evaluated[n] = stats
+        for cls, rate in stats.per_class.items():
+            pooled_rows.append(
+                {
+                    "policy": pol,
+                    "group": label,
+                    "class": cls,
+                    "devices": n,
+                    "seeds": len(seeds),
+                    "responses": int(allc[allc.slo == float(cls)].responses.sum()),
+                    "violation_rate": rate,
+                    "decision_violation": stats.violation,
+                    "decision_ci_low": stats.ci_low,
+                    "decision_ci_high": stats.ci_high,
+                    "stop": r.stop.how,
+                    "window_end_s": r.stop.window_end,
+                }
+            )
+        flying[(pol, label)] -= 1
+        if not flying[(pol, label)]:
+            ask((pol, label))
+        report()
     curve = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
     cap_rows = []
     for (pol, label), s in searches.items():

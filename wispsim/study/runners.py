@@ -11,6 +11,7 @@ process (:func:`_ray_guard`). Ray ends the tasks of a dead driver on a cluster (
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import os
 import signal
@@ -18,8 +19,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from collections.abc import Callable, Hashable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +106,41 @@ def kill_workers(pool: ProcessPoolExecutor) -> None:
             p.kill()
 
 
-class LocalRunner:
+class _Runner:
+    """What both runners share: points started one by one and handed back as each finishes
+    (``start``/``finished``: a capacity search asks for its next N as soon as its own points are
+    back), :meth:`map` on top of them, and the count of points computed and loaded."""
+
+    def __init__(self) -> None:
+        self.computed = self.loaded = 0
+        self.commits: dict[str, int] = {}  # git commit that computed each point -> points
+
+    def start(self, tag: Hashable, point: Point) -> None:
+        raise NotImplementedError
+
+    def finished(self) -> tuple[Hashable, PointResult]:
+        raise NotImplementedError
+
+    def _count(self, r: PointResult) -> PointResult:
+        self.computed += r.computed
+        self.loaded += not r.computed
+        self.commits[r.commit] = self.commits.get(r.commit, 0) + 1
+        return r
+
+    def map(self, points: list[Point], done: Callable[[], None] | None = None) -> list[PointResult]:
+        """Every point of ``points``, results in their order; ``done()`` as each ends."""
+        for i, p in enumerate(points):
+            self.start(i, p)
+        out: dict[Hashable, PointResult] = {}
+        for _ in points:
+            tag, r = self.finished()
+            out[tag] = r
+            if done:
+                done()
+        return [out[i] for i in range(len(points))]
+
+
+class LocalRunner(_Runner):
     """Runs points serially (jobs=1) or in a local process pool (:func:`worker_pool`).
 
     An exception in the block that holds the runner (Ctrl-C included) kills the workers at once
@@ -120,8 +156,10 @@ class LocalRunner:
         self.records = records
         self.start_method = start_method
         self._pool: ProcessPoolExecutor | None = None
-        self.computed = self.loaded = 0
-        self.commits: dict[str, int] = {}  # git commit that computed each point -> points
+        self._queued: deque[tuple[Hashable, Point]] = deque()  # serially: started, not yet run
+        self._flying: dict[Future[PointResult], tuple[int, Hashable]] = {}  # -> (order started, tag)
+        self._order = itertools.count()
+        super().__init__()
 
     def __enter__(self) -> LocalRunner:
         code_commit()  # once, here: forked workers inherit it, and edits made mid-sweep don't show
@@ -135,26 +173,32 @@ class LocalRunner:
                 kill_workers(self._pool)
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+        self._queued.clear()
+        self._flying.clear()
 
-    def map(self, points: list[Point], done: Callable[[], None] | None = None) -> list[PointResult]:
-        out: list[PointResult] = []
+    def start(self, tag: Hashable, point: Point) -> None:
+        """Begin computing ``point`` (or queue it behind the points in flight); :meth:`finished`
+        hands it back with ``tag``."""
         if self._pool is None:
-            for p in points:
-                out.append(run_point(p, self.out, self.records))
-                if done:
-                    done()
+            self._queued.append((tag, point))
         else:
-            futures = [self._pool.submit(run_point, p, self.out, self.records) for p in points]
-            for f in futures:
-                out.append(f.result())
-                if done:
-                    done()
-        n = sum(r.computed for r in out)
-        self.computed += n
-        self.loaded += len(out) - n
-        for r in out:
-            self.commits[r.commit] = self.commits.get(r.commit, 0) + 1
-        return out
+            future = self._pool.submit(run_point, point, self.out, self.records)
+            self._flying[future] = (next(self._order), tag)
+
+    def finished(self) -> tuple[Hashable, PointResult]:
+        """The next point to finish, with its tag (the earliest started among those done at once);
+        serially, the earliest started. Raises LookupError when none was started."""
+        if self._pool is None:
+            if not self._queued:
+                raise LookupError("no point in flight")
+            tag, point = self._queued.popleft()
+            return tag, self._count(run_point(point, self.out, self.records))
+        if not self._flying:
+            raise LookupError("no point in flight")
+        done, _ = wait(self._flying, return_when=FIRST_COMPLETED)
+        first = min(done, key=lambda f: self._flying[f][0])
+        _, tag = self._flying.pop(first)
+        return tag, self._count(first.result())
 
 
 # The guard of a local Ray instance (run with ``python -c``; psutil comes with Ray). While the
@@ -226,7 +270,7 @@ def _ray_guard() -> subprocess.Popen[bytes] | None:
         return None
 
 
-class RayRunner:
+class RayRunner(_Runner):
     """Runs points as Ray tasks, on a local Ray instance or an existing cluster (``address``).
 
     Workers only simulate (:func:`compute_point`); this process checks the store before
@@ -246,8 +290,10 @@ class RayRunner:
         self.jobs = max(1, jobs or 1)
         self._started = False
         self._guard: subprocess.Popen[bytes] | None = None
-        self.computed = self.loaded = 0
-        self.commits: dict[str, int] = {}  # git commit that computed each point -> points
+        self._ready: deque[tuple[Hashable, PointResult]] = deque()  # stored: back at once
+        self._waiting: deque[tuple[Hashable, Point]] = deque()  # not yet submitted
+        self._pending: dict[object, Hashable] = {}  # Ray task -> tag
+        super().__init__()
 
     def __enter__(self) -> RayRunner:
         try:
@@ -293,41 +339,36 @@ class RayRunner:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 guard.wait(timeout=5)
 
-    def map(self, points: list[Point], done: Callable[[], None] | None = None) -> list[PointResult]:
+    def start(self, tag: Hashable, point: Point) -> None:
+        """As :meth:`LocalRunner.start`: a stored point is ready at once, and at most ``jobs``
+        tasks are in flight (the rest wait here, in order)."""
+        stored = load_point(point, self.out)
+        if stored is not None:
+            self._ready.append((tag, stored))
+        else:
+            self._waiting.append((tag, point))
+            self._launch()
+
+    def _launch(self) -> None:
+        while self._waiting and len(self._pending) < self.jobs:
+            tag, point = self._waiting.popleft()
+            self._pending[self._remote.remote(point, self.records)] = tag
+
+    def finished(self) -> tuple[Hashable, PointResult]:
+        """As :meth:`LocalRunner.finished`: a stored point first, then whichever task ends first
+        (its result stored here as it arrives)."""
         import ray
 
-        results: dict[int, PointResult] = {}
-        pending: dict[object, int] = {}
-        todo = []
-        for i, p in enumerate(points):
-            stored = load_point(p, self.out)
-            if stored is not None:
-                results[i] = stored
-                if done:
-                    done()
-            else:
-                todo.append(i)
-        queue = iter(todo)
-        for i in queue:  # keep at most ``jobs`` tasks in flight
-            pending[self._remote.remote(points[i], self.records)] = i
-            if len(pending) >= self.jobs:
-                break
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            ref = ready[0]
-            i = pending.pop(ref)
-            results[i] = store_point(ray.get(ref), self.out)
-            if done:
-                done()
-            nxt = next(queue, None)
-            if nxt is not None:
-                pending[self._remote.remote(points[nxt], self.records)] = nxt
-        n = sum(r.computed for r in results.values())
-        self.computed += n
-        self.loaded += len(results) - n
-        for r in results.values():
-            self.commits[r.commit] = self.commits.get(r.commit, 0) + 1
-        return [results[i] for i in range(len(points))]
+        if self._ready:
+            tag, r = self._ready.popleft()
+        elif self._pending:
+            (ref,), _ = ray.wait(list(self._pending), num_returns=1)
+            tag = self._pending.pop(ref)
+            r = store_point(ray.get(ref), self.out)
+            self._launch()
+        else:
+            raise LookupError("no point in flight")
+        return tag, self._count(r)
 
 
 BACKENDS = ("local", "ray")
