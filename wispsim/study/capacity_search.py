@@ -279,11 +279,12 @@ class CapacitySearch(EdgeSearch):
     ``start`` (doubling). Inside the bracket it cuts where the violation rate crosses epsilon
     (regula falsi, held an eighth of the bracket inside each end, and a bisection whenever its
     last two cuts fell on the same side; with one end at the knee, the secant through that end
-    and its nearest neighbour, just past the crossing), and it
-    ends when the bracket is one apart or -- unless ``exact`` -- when both its ends are at the
-    knee (:attr:`PointStats.at_knee`: points whose violation rate the sequential rule could not
-    tell from epsilon in their whole window). Cutting further there would place the capacity by
-    noise; the capacity is then where the rate crosses epsilon between them, rounded down.
+    and its nearest neighbour, just past the crossing and no farther than the bracket's middle),
+    and it ends when the bracket is one apart or -- unless ``exact`` -- when one of its ends is at
+    the knee (:attr:`PointStats.at_knee`: a point whose violation rate the sequential rule could
+    not tell from epsilon in its whole window) and the bracket is no wider than the capacity's
+    95% interval. Cutting further there would place the capacity by noise; the capacity is then
+    where the rate crosses epsilon between the bracket's ends, rounded down.
     ``exact`` (``--search exact``) bisects to the integer, as earlier versions did.
 
     The capacity's 95% interval comes from the evaluated curve: each N's violation rate gets a
@@ -339,7 +340,10 @@ class CapacitySearch(EdgeSearch):
             a, b = sorted((knee, near), key=lambda p: p.devices)
             x = crossing(a, b, self.epsilon, extend=True)
             if math.isfinite(x):
-                x = math.floor(x) + 1 if knee is lo else math.ceil(x) - 1
+                # past the bracket's middle the knee's local slope is too flat to go by (the
+                # curve steepens past a knee): no farther than a bisection would
+                mid = (below + edge) // 2
+                x = min(math.floor(x) + 1, mid) if knee is lo else max(math.ceil(x) - 1, mid)
                 return min(max(x, below + 1), edge - 1)
         x = crossing(lo, hi, self.epsilon)
         if not math.isfinite(x):
@@ -349,14 +353,14 @@ class CapacitySearch(EdgeSearch):
         return min(max(round(x), below + 1), edge - 1)
 
     def resolved(self) -> bool:
-        """Both ends of the bracket are at the knee (class text) and the bracket is no wider than
-        the capacity's 95% interval, so cutting further is noise. (A point the rule cannot
-        decide for want of responses -- a few devices, a short window -- is undecided far from
-        epsilon too: a bracket of two such points is cut on until the interval spans it.)"""
+        """An end of the bracket is at the knee (class text) and the bracket is no wider than the
+        capacity's 95% interval, so cutting further is noise. (A point the rule cannot decide for
+        want of responses -- a few devices, a short window -- is undecided far from epsilon too:
+        its bracket is cut on until the interval spans it.)"""
         below, edge = self.bounds()
         if self.exact or below is None or edge is None:
             return False
-        if not (self.evaluated[below].at_knee and self.evaluated[edge].at_knee):
+        if not (self.evaluated[below].at_knee or self.evaluated[edge].at_knee):
             return False
         low, high = self.interval(self._crossed(below, edge))
         return edge - below <= high - low + 1
