@@ -328,3 +328,14 @@ def test_a_cut_from_a_knee_point_goes_no_farther_than_the_bracket_middle() -> No
                               (85, 0.121, 0.088, 0.157, "infeasible")]:  # fmt: skip
         s.evaluated[n] = PointStats(n, v, lo, hi, {"8": v}, 3000, how)
     assert s.next_devices() == [80]
+
+
+def test_an_end_undecided_for_want_of_responses_alone_ends_nothing() -> None:
+    """SLED at 2 tok/s on Qwen3-32B: 9 devices saw 0 violations in 21 responses (undecided: too
+    few to tell), 11 saw 2 in 4. The capacity's interval spans the bracket, but 9's own interval
+    is clear of epsilon, so it is no knee: 10 is evaluated."""
+    s = CapacitySearch(epsilon=0.05, estimate=11)
+    s._started = True
+    s.evaluated[9] = PointStats(9, 0.0, 0.0, 0.0, {"2": 0.0}, 21, "undecided")
+    s.evaluated[11] = PointStats(11, 0.5, 0.0, 1.0, {"2": 0.5}, 4, "infeasible")
+    assert not s.resolved() and s.next_devices() == [10]

@@ -280,10 +280,10 @@ class CapacitySearch(EdgeSearch):
     (regula falsi, held an eighth of the bracket inside each end, and a bisection whenever its
     last two cuts fell on the same side; with one end at the knee, the secant through that end
     and its nearest neighbour, just past the crossing and no farther than the bracket's middle),
-    and it ends when the bracket is one apart or -- unless ``exact`` -- when one of its ends is at
-    the knee (:attr:`PointStats.at_knee`: a point whose violation rate the sequential rule could
-    not tell from epsilon in its whole window) and the bracket is no wider than the capacity's
-    95% interval. Cutting further there would place the capacity by noise; the capacity is then
+    and it ends when the bracket is one apart or -- unless ``exact`` -- when it ends at the knee
+    (:attr:`PointStats.at_knee`: a point whose violation rate the sequential rule could not tell
+    from epsilon in its whole window; :meth:`resolved`) and is no wider than the capacity's 95%
+    interval. Cutting further there would place the capacity by noise; the capacity is then
     where the rate crosses epsilon between the bracket's ends, rounded down.
     ``exact`` (``--search exact``) bisects to the integer, as earlier versions did.
 
@@ -353,14 +353,20 @@ class CapacitySearch(EdgeSearch):
         return min(max(round(x), below + 1), edge - 1)
 
     def resolved(self) -> bool:
-        """An end of the bracket is at the knee (class text) and the bracket is no wider than the
-        capacity's 95% interval, so cutting further is noise. (A point the rule cannot decide for
-        want of responses -- a few devices, a short window -- is undecided far from epsilon too:
-        its bracket is cut on until the interval spans it.)"""
+        """The bracket is no wider than the capacity's 95% interval, so cutting further is noise,
+        and it ends at the knee (class text): both its ends are at the knee, or one is and its
+        bootstrap interval holds epsilon. (A point the rule cannot decide for want of responses
+        -- a few devices, a short window -- is undecided far from epsilon too, with an interval
+        clear of it: 0 violations in 21 responses. Such ends are cut on until the capacity's
+        interval spans the bracket, and one of them alone ends nothing.)"""
         below, edge = self.bounds()
         if self.exact or below is None or edge is None:
             return False
-        if not (self.evaluated[below].at_knee or self.evaluated[edge].at_knee):
+        ends = (self.evaluated[below], self.evaluated[edge])
+        eps = self.epsilon
+        if not (
+            all(p.at_knee for p in ends) or any(p.at_knee and p.ci_low <= eps <= p.ci_high for p in ends)
+        ):
             return False
         low, high = self.interval(self._crossed(below, edge))
         return edge - below <= high - low + 1
