@@ -79,15 +79,14 @@ def _place_legends(fig: Any) -> None:
     from matplotlib.layout_engine import PlaceHolderLayoutEngine
 
     for _ in range(2):
-        fig.canvas.draw()
+        fig.draw_without_rendering()
         moved = False
         for ax in fig.axes:
             leg = ax.get_legend()
             if leg is None or not _hidden_points(fig, leg):
                 continue
             for place in LEGEND_PLACES:
-                leg.set_loc(place)
-                fig.canvas.draw()
+                leg.set_loc(place)  # its box is found anew when asked for: nothing to redraw
                 if not _hidden_points(fig, leg):
                     break
             else:
@@ -127,7 +126,7 @@ def _fit_titles(fig: Any) -> None:
     """Wrap the suptitle and each axes title that is wider than the figure (or its axes)."""
     import textwrap
 
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     fig_width = fig.bbox.width
     texts = [(fig._suptitle, fig_width)] if getattr(fig, "_suptitle", None) is not None else []
@@ -141,7 +140,7 @@ def _fit_titles(fig: Any) -> None:
             chars = max(len(ln) for ln in lines)
             keep = max(12, int(chars * room * 0.95 / width))
             text.set_text("\n".join(textwrap.fill(ln, keep) for ln in lines))
-            fig.canvas.draw()
+            fig.draw_without_rendering()
     sup = getattr(fig, "_suptitle", None)
     if sup is not None and fig.axes:  # a wrapped suptitle grows down: keep it off the axes
         box = sup.get_window_extent(renderer)
@@ -149,7 +148,7 @@ def _fit_titles(fig: Any) -> None:
         if tops and max(tops) > box.y0:
             shift = (max(tops) - box.y0 + 6) / fig.bbox.height
             fig.subplots_adjust(top=max(0.4, fig.subplotpars.top - shift))
-            fig.canvas.draw()
+            fig.draw_without_rendering()
 
 
 def figure_problems(fig: Any) -> list[str]:
