@@ -44,8 +44,8 @@ def test_sweep_over_a_grid_returns_every_point_in_order(scenario_file: ScenarioF
     # the grid's 6 points (one per class and N, both seeds together) counted up; both searches
     # answered once the grid is back (it brackets neither class's capacity further)
     assert [p[:2] for p in progress] == [(i, 6) for i in range(7)]
-    assert progress[0][2] == "sweep custom, 0/2 capacities found"
-    assert progress[-1][2] == "sweep custom, 2/2 capacities found"
+    assert progress[0][2] == "sweep custom, 0/2 capacities found, N values simulated"
+    assert progress[-1][2] == "sweep custom, 2/2 capacities found, N values simulated"
     folder = tmp_path / "sweep"
     assert {p.name for p in folder.iterdir()} == {
         "scenario.yaml",

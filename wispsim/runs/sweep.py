@@ -105,7 +105,7 @@ def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Repo
     name = f"{command} {','.join(req.policies)}"
     result = _search(
         req, folder, base, groups_for(cls, req.mix), seed_list, eps, req.records,
-        lambda done, total, text: report(done, total, f"{name}, {text}"),
+        lambda done, total, text: report(done, total, f"{name}, {text}, N values simulated"),
     )  # fmt: skip
     wide = speedups(result.capacity, req.policies) if command == "compare" else None
     facts = _facts(req, cls, seed_list, eps)
