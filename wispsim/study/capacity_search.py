@@ -362,11 +362,9 @@ class CapacitySearch(EdgeSearch):
         below, edge = self.bounds()
         if self.exact or below is None or edge is None:
             return False
-        ends = (self.evaluated[below], self.evaluated[edge])
-        eps = self.epsilon
-        if not (
-            all(p.at_knee for p in ends) or any(p.at_knee and p.ci_low <= eps <= p.ci_high for p in ends)
-        ):
+        ends, eps = (self.evaluated[below], self.evaluated[edge]), self.epsilon
+        knees = [p for p in ends if p.at_knee]
+        if len(knees) < 2 and not any(p.ci_low <= eps <= p.ci_high for p in knees):
             return False
         low, high = self.interval(self._crossed(below, edge))
         return edge - below <= high - low + 1
