@@ -126,14 +126,19 @@ def test_w8a8_layers_multiply_on_their_own_tensor_cores() -> None:
     fp8, int8, awq = _qwen(FP8_W8A8), _qwen(INT8_W8A8), _qwen(AWQ)
     assert fp8.quant_float and not int8.quant_float and not awq.quant_float
     h100, a100 = load_gpu("h100-80gb"), load_gpu("a100-80gb")
-    assert quantized_rate(fp8, h100.bf16_tflops, h100.fp8_tflops, "bf16") == pytest.approx(1979 / 989)
-    assert quantized_rate(fp8, a100.bf16_tflops, a100.fp8_tflops, "bf16") == 1.0
+    assert quantized_rate(fp8, h100.bf16_tflops, h100.fp8_tflops) == pytest.approx(1979 / 989)
+    assert quantized_rate(fp8, a100.bf16_tflops, a100.fp8_tflops) == 1.0
     assert conversion(fp8, a100) == Conversion("marlin", 0.9, True)
-    assert quantized_rate(int8, a100.bf16_tflops, None, "bf16") == INT8_RATE
+    assert quantized_rate(int8, a100.bf16_tflops, None) == INT8_RATE
     assert conversion(int8, a100) == Conversion()
-    assert quantized_rate(awq, h100.bf16_tflops, h100.fp8_tflops, "bf16") == 1.0
-    assert quantized_rate(fp8, h100.bf16_tflops, h100.fp8_tflops, "fp8") == 1.0
+    assert quantized_rate(awq, h100.bf16_tflops, h100.fp8_tflops) == 1.0
     roof = _roofline(fp8, "h100-80gb")
+    # by the profile's bytes, not the spelling of its precision; an fp8 profile is at the fp8 peak
+    mapping = physical_profile(fp8, h100, noise_sigma=0.0)
+    spelled = parse_profile({**mapping, "precision": "bfloat16"}, "test").estimator
+    assert isinstance(spelled, Roofline) and spelled.quant_rate == roof.quant_rate > 1.0
+    at_fp8 = parse_profile(physical_profile(fp8, h100, precision="fp8", noise_sigma=0.0), "test").estimator
+    assert isinstance(at_fp8, Roofline) and at_fp8.quant_rate == 1.0
     plain = dataclasses.replace(roof, quant_rate=1.0)
     head = roof.head_flops / (roof.peak_flops * roof.compute_eff)  # the LM head stays bf16
     assert roof._token_s - head == pytest.approx((plain._token_s - head) * 989 / 1979, rel=1e-9)

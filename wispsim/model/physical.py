@@ -173,9 +173,9 @@ def physical_profile(
         chosen["kernels"]["expert_kernel_us"] = gen["expert_kernel_us"]
     maf = gpu.fp8_maf_tflops if precision == "fp8" else gpu.bf16_maf_tflops
     peak = gpu.fp8_tflops if precision == "fp8" else gpu.bf16_tflops
-    capped = maf is not None and peak and maf / peak < chosen["efficiency"]["compute"]
+    cap = maf / peak if maf is not None and peak else math.inf
+    capped = cap < chosen["efficiency"]["compute"]
     if capped:  # no GEMM beats the card's max-achievable FLOPs (the clock it holds under them)
-        cap = maf / peak
         for k in ("compute", "attention", "expert_compute"):
             if k in chosen["efficiency"]:
                 chosen["efficiency"][k] = min(chosen["efficiency"][k], cap)
@@ -396,8 +396,8 @@ def parse_roofline(
             raise ConfigError(
                 src, f"hardware.{key}", f"is needed by the roofline form at precision {precision}"
             )
-    fp8 = None  # W8A8 layers multiply at the fp8 peak (wispsim.model.weight_only.quantized_rate)
-    if flops_key != "fp8_tflops" and hw.get("fp8_tflops") is not None:
+    fp8 = None  # a 16-bit profile's W8A8 layers multiply at the fp8 peak (weight_only.quantized_rate)
+    if weight_bytes == 2 and hw.get("fp8_tflops") is not None:
         fp8 = number(
             hw, "fp8_tflops", src, "hardware.", minimum=1e-3, maximum=PROFILE_MAXIMA["hardware.fp8_tflops"]
         )
@@ -441,7 +441,5 @@ def parse_roofline(
         expert_kernel=kn["expert_kernel_us"] / 1e6 if "expert_kernel_us" in kn else None,
         dequant_eff=e.get("dequant", 1.0),
         expert_dequant_eff=e.get("expert_dequant", 1.0),
-        quant_rate=quantized_rate(arch, facts[flops_key], fp8, precision)
-        if flops_key == "bf16_tflops"
-        else 1.0,
+        quant_rate=quantized_rate(arch, facts[flops_key], fp8) if weight_bytes == 2 else 1.0,
     )

@@ -94,12 +94,13 @@ def conversion(arch: Arch, gpu: GPU, experts: bool = False) -> Conversion:
 INT8_RATE = 2.0  # int8 tensor cores: twice the dense 16-bit rate (A100 624 / 312, H100 1979 / 989 TOPS)
 
 
-def quantized_rate(arch: Arch, bf16_tflops: float, fp8_tflops: float | None, precision: str) -> float:
-    """How much faster than a profile's dense GEMMs (at ``precision``) ``arch``'s W8A8 layers
-    multiply on the GPU's own 8-bit tensor cores: fp8 at ``fp8_tflops`` over ``bf16_tflops`` (1
-    without fp8 tensor cores: FP8 Marlin converts them, :func:`conversion`), int8 at
-    :data:`INT8_RATE`; 1 for weight-only formats and for a profile already at fp8."""
-    if not arch.quant_act or precision != "bf16" or not 7.5 <= arch.quant_bits <= 8.5:
+def quantized_rate(arch: Arch, bf16_tflops: float, fp8_tflops: float | None) -> float:
+    """How much faster than a 16-bit profile's dense GEMMs ``arch``'s W8A8 layers multiply on the
+    GPU's own 8-bit tensor cores: fp8 at ``fp8_tflops`` over ``bf16_tflops`` (1 without fp8 tensor
+    cores: FP8 Marlin converts them, :func:`conversion`), int8 at :data:`INT8_RATE`; 1 for
+    weight-only formats. (An fp8 profile's dense GEMMs are at the fp8 peak already: its caller
+    asks only for a 16-bit profile.)"""
+    if not arch.quant_act or not 7.5 <= arch.quant_bits <= 8.5:
         return 1.0
     if arch.quant_float:
         return fp8_tflops / bf16_tflops if fp8_tflops else 1.0
