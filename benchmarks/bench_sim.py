@@ -264,7 +264,10 @@ def machine() -> str:
             cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{os.cpu_count()} cores (nproc), {cpu}, Python {platform.python_version()}"
+    from wispsim.native import state
+
+    how, why = state()
+    return f"{os.cpu_count()} cores (nproc), {cpu}, Python {platform.python_version()}; hot path {how}: {why}"
 
 
 def load() -> str:

@@ -8,10 +8,12 @@ the machine hits both alike. Prints each run's wall and CPU time (the command an
 the simulations it ran, and its capacities with their 95% intervals, then the speed-up and
 whether every capacity of this tree lies inside the baseline's interval.
 
-    python benchmarks/bench_sweep.py [--baseline 478e6eb] [--reps 1] [--compare] [--modes]
+    python benchmarks/bench_sweep.py [--baseline 478e6eb] [--reps 1] [--compare] [--modes] [--native]
 
 ``--modes`` also times this tree with ``--stop horizon`` and with ``--search exact``: what each
 of the two mechanisms (sequential stopping, the search that ends at the knee) buys on its own.
+``--native`` also times this tree on its pure Python (``WISPSIM_PURE=1``), for a checkout with
+the optional mypyc build in place (``scripts/compile.py``); the baseline runs pure.
 Speed is measured here, never asserted by a test.
 """
 
@@ -67,10 +69,10 @@ def _simulations(folder: Path) -> int:
     return n
 
 
-def run(tree: str, src: Path, args: list[str], what: str) -> Timed:
+def run(tree: str, src: Path, args: list[str], what: str, pure: bool = False) -> Timed:
     with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
         out = Path(tmp) / "out"
-        env = {**os.environ, "PYTHONPATH": str(src)}
+        env = {**os.environ, "PYTHONPATH": str(src), **({"WISPSIM_PURE": "1"} if pure else {})}
         cmd = [sys.executable, "-m", "wispsim.cli.main", *args, "--out", str(out)]
         cpu0, t0 = _children_cpu(), time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=src)
@@ -90,7 +92,7 @@ def _cells(cap: pd.DataFrame) -> str:
 
 def _line(t: Timed) -> None:
     print(
-        f"  {t.tree:>16} {t.what:<8} {t.wall:7.1f} s wall {t.cpu:7.1f} s CPU "
+        f"  {t.tree:>26} {t.what:<8} {t.wall:7.1f} s wall {t.cpu:7.1f} s CPU "
         f"{t.simulations:4d} simulations  {_cells(t.capacity)}",
         flush=True,
     )
@@ -119,6 +121,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1, help="alternating repetitions")
     ap.add_argument("--compare", action="store_true", help="also time the 4-policy compare")
     ap.add_argument("--modes", action="store_true", help="also time --stop horizon and --search exact")
+    ap.add_argument("--native", action="store_true", help="also time this tree with WISPSIM_PURE=1")
     args = ap.parse_args()
     head = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
@@ -126,6 +129,10 @@ def main() -> None:
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()  # fmt: skip
     this = head.stdout.strip() + ("+changes" if dirty else "")
+    built = subprocess.run([sys.executable, "-c", "import wispsim.native as n; print(n.state()[0])"],
+                           capture_output=True, text=True, cwd=ROOT).stdout.strip()  # fmt: skip
+    pure_tree = f"{this} pure"
+    this += " compiled" if built == "compiled" else ""
     print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     jobs: list[tuple[str, list[str]]] = [("sweep", SWEEP)]
     if args.compare:
@@ -136,8 +143,10 @@ def main() -> None:
         try:
             for _ in range(args.reps):
                 for what, cmd in jobs:
-                    for tree, src, extra in [(args.baseline, base, []), (this, ROOT, [])]:
-                        t = run(tree, src, cmd + extra, what)
+                    trees = [(args.baseline, base, False), (this, ROOT, False)]
+                    trees += [(pure_tree, ROOT, True)] if args.native else []
+                    for tree, src, pure in trees:
+                        t = run(tree, src, cmd, what, pure)
                         results.append(t)
                         _line(t)
                 if args.modes:
@@ -159,6 +168,10 @@ def main() -> None:
         ow, nw = min(r.wall for r in old), min(r.wall for r in new)
         best = f"best of {args.reps}"
         print(f"{what}: {args.baseline} {ow:.1f} s, {this} {nw:.1f} s wall ({best}): {ow / nw:.1f}x faster")
+        pure = [r for r in results if r.what == what and r.tree == pure_tree]
+        if pure:
+            pw = min(r.wall for r in pure)
+            print(f"  {pure_tree} {pw:.1f} s wall: {ow / pw:.1f}x; compiled/pure {nw / pw:.2f}")
         outside = [b for r in new for b in _inside(r.capacity, old[0].capacity)]
         print(
             "  every capacity inside the baseline's 95% interval"

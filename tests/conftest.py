@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+# the tests run the pure Python, whether or not the optional mypyc build is in place (a test of
+# their own compiles a copy and checks it gives the same records: tests/sim/test_native.py);
+# WISPSIM_PURE=0 runs them on the build
+os.environ.setdefault("WISPSIM_PURE", "1")
+
 import pytest
 
 from tests.support import deterministic_overrides, write_profile

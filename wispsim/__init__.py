@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from wispsim import native as _native
 from wispsim.version import __version__
+
+_native.install()  # the compiled hot path where it is current (wispsim.native)
 
 __all__ = ["__version__", "check", "load_scenario", "simulate", "summarize"]
 

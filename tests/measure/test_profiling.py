@@ -510,7 +510,7 @@ def _server(profile: str, model: str, noise: bool = False) -> Any:
 
 def batch_time(lat: Any, *sums: int) -> tuple[float, float]:
     """(estimate, simulated latency) of a pass of these shape sums, as the servers ask them."""
-    shape = Shape(*sums)
+    shape = Shape(*(int(x) for x in sums))  # counts (a measurement row reads them as floats)
     t_hat = lat.cost.price(shape)
     return t_hat, lat.time(shape, t_hat)
 

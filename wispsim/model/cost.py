@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from mypy_extensions import mypyc_attr
+
 from wispsim.model.batch import Shape
 
 
@@ -58,6 +60,7 @@ class CostModel(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the estimator forms subclass it (wispsim.native)
 class AggregateCost:
     """A form that prices a shape from its sums: subclasses implement :meth:`batch` (and
     :meth:`marginal`); pricing a shape, a shape plus one member and a lone request follow."""

@@ -13,6 +13,8 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from mypy_extensions import mypyc_attr
+
 from wispsim.config import Scenario, ServerConfig
 from wispsim.errors import ConfigError
 from wispsim.model.batch import blocks as blocks_of
@@ -30,6 +32,7 @@ class _Finished(NamedTuple):
     prefix_after: int
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a test subclasses it (wispsim.native)
 class KVMemory:
     """Block accounting for one GPU replica's KV cache.
 

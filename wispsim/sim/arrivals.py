@@ -196,7 +196,7 @@ class _Open(Arrivals):
 
     def _spawn(self, launch: Starter) -> Generator[Any, Any, None]:
         env = self.ctx.env
-        for i, t in enumerate(self._times()):
+        for i, t in enumerate(map(float, self._times())):  # the clock runs on Python floats
             if t > env.now:
                 yield env.timeout(t - env.now)
             launch(i, True)
@@ -255,7 +255,7 @@ class TracedConcurrency(_Traced):
 
     def _follow(self) -> Generator[Any, Any, None]:
         env = self.ctx.env
-        for t, v in zip(self.trace.times, self.values, strict=True):
+        for t, v in zip(self.trace.times.tolist(), self.values.tolist(), strict=True):
             if t > env.now:
                 yield env.timeout(t - env.now)
             self.target = round(float(v))

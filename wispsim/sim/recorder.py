@@ -41,6 +41,27 @@ if TYPE_CHECKING:
     from wispsim.sim.verifier import Request
 
 
+# the fields of DeviceRound (its slots)
+DEVICE_ROUND_FIELDS = (
+    "accepted",
+    "budget",
+    "committed",
+    "device",
+    "downlink_time",
+    "draft_time",
+    "forward_passes",
+    "measured",
+    "position",
+    "predictor_calls",
+    "round",
+    "slo",
+    "t_end",
+    "t_start",
+    "tau_d",
+    "uplink_time",
+)
+
+
 class DeviceRound:
     """The device's side of one round: the fields of a
     :class:`~wispsim.sim.records.RoundRecord` (same names) that the server does not fill.
@@ -50,24 +71,7 @@ class DeviceRound:
     record at once and keeps neither: the hot path allocates nothing for it. ``device``, ``slo``
     and (per device) ``tau_d`` are set once, ``measured`` once per response."""
 
-    __slots__ = (
-        "accepted",
-        "budget",
-        "committed",
-        "device",
-        "downlink_time",
-        "draft_time",
-        "forward_passes",
-        "measured",
-        "position",
-        "predictor_calls",
-        "round",
-        "slo",
-        "t_end",
-        "t_start",
-        "tau_d",
-        "uplink_time",
-    )
+    __slots__ = DEVICE_ROUND_FIELDS
 
     device: int
     slo: float  # the device's class: target tokens/s
@@ -340,6 +344,6 @@ _UNKNOWN_TIMES = (math.nan, math.nan, math.nan)
 
 def _round_row(side: DeviceRound, req: Request) -> tuple[Any, ...]:
     """The row :meth:`RunContext.record_round` packs, as a tuple (to explain a bad value)."""
-    known = {name: getattr(side, name) for name in DeviceRound.__slots__}
+    known = {name: getattr(side, name) for name in DEVICE_ROUND_FIELDS}
     known["response"] = req.session
     return tuple(known[f] if f in known else getattr(req, f) for f in RoundRecord._fields)

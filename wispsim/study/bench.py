@@ -252,8 +252,9 @@ class _BenchClients:
 
         def arrivals() -> Generator[Any, Any, None]:
             for i in range(n):
-                if self.sends[i] > env.now:
-                    yield env.timeout(self.sends[i] - env.now)
+                at = float(self.sends[i])  # the clock runs on Python floats, not NumPy's
+                if at > env.now:
+                    yield env.timeout(at - env.now)
                 env.process(client(i))
 
         env.process(arrivals())

@@ -102,7 +102,7 @@ class WispScheduler:
             critical_failed = critical_failed or phase == 0
         if not batch.members:
             # never empty: the most urgent request alone (earliest deadline, then oldest)
-            urgent = min(range(len(queue)), key=lambda i: (queue[i].deadline, queue[i].arrival, i))
+            urgent = min((q.deadline, q.arrival, i) for i, q in enumerate(queue))[2]
             batch.add(queue[urgent])
             total = cost.price(shape)
         batch.estimate = total
