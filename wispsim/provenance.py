@@ -114,6 +114,14 @@ def code_commit() -> str:
     return head.stdout.strip() + ("+changes" if dirty else "")
 
 
+def _hot_path() -> str:
+    """Whether the simulator's hot path ran compiled or as pure Python (wispsim.native): the
+    numbers are the same, the times are not."""
+    from wispsim.native import state
+
+    return state()[0]
+
+
 def write_manifest(out: Path, extra: dict[str, Any]) -> None:
     """``out/manifest.json``: the command, wispsim and Python versions, the date, and ``extra``.
 
@@ -122,6 +130,7 @@ def write_manifest(out: Path, extra: dict[str, Any]) -> None:
         "command": command_line(),
         "wispsim_version": __version__,
         "python": platform.python_version(),
+        "hot_path": _hot_path(),
         "date": now_iso(),
         **extra,
     }

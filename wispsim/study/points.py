@@ -33,6 +33,7 @@ import pandas as pd
 
 from wispsim.analysis.metrics import device_counts, replica_summary, summarize
 from wispsim.config import Scenario
+from wispsim.native import state as hot_path
 from wispsim.provenance import code_commit, file_digest
 from wispsim.sim.records import StoredRecords
 from wispsim.sim.scenarios import resolve_server
@@ -256,6 +257,7 @@ def compute_point(point: Point, records: str = "responses") -> PointOutput:
         "stopping": point.stopping.to_dict() if point.stopping else None,
         "sim_end_s": [res.sim_end for res in results],
         "wall_s": time.perf_counter() - wall0,  # the seeds together
+        "hot_path": hot_path()[0],  # compiled or pure (wispsim.native): the same numbers
         **results[0].info,
     }
     tables = [(summarize(r), device_counts(r), replica_summary(r)) for r in results]

@@ -186,15 +186,14 @@ def _cost(
     """What the results cost: points run or loaded, wall time, the commits that computed them."""
     if runners and computed == 0 and loaded:
         cost = f"{loaded} stored points (an N with all its seeds) loaded in {wall:.0f} s" + (
-            f"; computing them took {total_wall:.0f} s wall on {_cores()} cores" if total_sims else ""
+            f"; computing them took {total_wall:.0f} s wall on {_cores()}" if total_sims else ""
         )
     elif runners:
-        cost = (
-            f"{wall:.0f} s wall on {_cores()} cores ({computed} points run, each an N with all its seeds"
-            + (f", {loaded} loaded from earlier runs)" if loaded else ")")
+        cost = f"{wall:.0f} s wall on {_cores()} ({computed} points run, each an N with all its seeds" + (
+            f", {loaded} loaded from earlier runs)" if loaded else ")"
         )
     else:
-        cost = f"{wall:.0f} s wall on {_cores()} cores"
+        cost = f"{wall:.0f} s wall on {_cores()}"
     commits: dict[str, int] = {}
     for r in runners:
         for c, n in getattr(r, "commits", {}).items():
@@ -284,5 +283,9 @@ def _versions() -> str:
     )
 
 
-def _cores() -> int:
-    return os.cpu_count() or 1
+def _cores() -> str:
+    """The cores, and whether the simulator's hot path ran compiled (:mod:`wispsim.native`)."""
+    from wispsim.native import state
+
+    how = " (the hot path compiled: scripts/compile.py)" if state()[0] == "compiled" else ""
+    return f"{os.cpu_count() or 1} cores{how}"
