@@ -172,7 +172,7 @@ def make_admission(
     out = scenario.workload.output_tokens
     mean, top = outputs if outputs is not None else (out.nominal(), out.support()[1])
     growth = {"mean": mean, "max": top, "none": 0.0}[srv.verifier.kv_growth]
-    adm = Admission(
+    adm: Admission[Any] = Admission(
         total_blocks,
         block_size,
         math.ceil(min(growth, 1e9)),  # check_memory already requires a finite maximum

@@ -80,7 +80,8 @@ class Resident(VerifierKind):
         return "token"
 
     def cost(self, estimator: T) -> T:
-        if dataclasses.is_dataclass(estimator) and getattr(estimator, "arrival", 0.0):
+        arrival: object = getattr(estimator, "arrival", None)
+        if dataclasses.is_dataclass(estimator) and arrival:
             return dataclasses.replace(estimator, arrival=0.0)  # type: ignore[type-var]
         return estimator
 
