@@ -64,6 +64,7 @@ def build(root: Path) -> None:
     if not (pkg / "__init__.py").is_file():
         sys.exit(f"compile: {pkg}: no wispsim package there (--root: the folder holding wispsim/)")
     clean(root)
+    print(f"compiling {len(MODULES)} modules with mypyc (about 30-40 s on 2 cores) ...", flush=True)
     before = {n: source_hash(source(n, pkg)) for n in MODULES}
     with tempfile.TemporaryDirectory(prefix="wispsim-compile-") as tmp:
         work = Path(tmp)

@@ -70,6 +70,15 @@ def state(package: Path = PACKAGE) -> tuple[str, str]:
         return "none", "not compiled (python scripts/compile.py)"
     if changed:
         return "stale", "changed since the build: " + ", ".join(n.rsplit(".", 1)[1] for n in changed)
+    # this interpreter's extensions, and the library they share (a build for another Python, or
+    # one with a file removed, would load in part or not at all)
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    ext = EXTENSION_SUFFIXES[0]
+    files = [source(n, package).with_suffix(ext) for n in built]
+    files.append(package.parent / f"{GROUP}__mypyc{ext}")
+    if not all(f.is_file() for f in files):
+        return "stale", f"its files for this Python ({ext}) are not all there"
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return "pure", f"{PURE_ENV}={os.environ[PURE_ENV]}"
     return "compiled", f"{len(built)} modules (mypyc)"

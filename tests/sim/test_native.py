@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _package(tmp: Path) -> Path:
+    """A stand-in package: the compiled modules' sources, and empty files where a build puts its
+    extensions for this Python and the library they share."""
     pkg = tmp / "wispsim"
+    ext = EXTENSION_SUFFIXES[0]
     for n in MODULES:
         f = source(n, pkg)
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(f"# {n}\n")
+        f.with_suffix(ext).touch()
+    (tmp / f"{native.GROUP}__mypyc{ext}").touch()
     return pkg
 
 
@@ -46,6 +52,11 @@ def test_a_build_is_used_only_while_its_sources_are_unchanged(
     assert state(pkg) == ("stale", "changed since the build: roofline")
     manifest.write_text("{not json")
     assert state(pkg)[0] == "stale"
+    # a build whose files for this Python are not all there (another Python's, or one removed)
+    manifest.write_text(json.dumps({"sources": {n: source_hash(source(n, pkg)) for n in MODULES}}))
+    assert state(pkg)[0] == "compiled"
+    next(pkg.rglob(f"*{EXTENSION_SUFFIXES[0]}")).unlink()
+    assert state(pkg)[0] == "stale" and "not all there" in state(pkg)[1]
 
 
 PROBE = """
