@@ -61,8 +61,6 @@ def mypy_ini() -> str:
 
 def build(root: Path) -> None:
     pkg = root / "wispsim"
-    if not (pkg / "__init__.py").is_file():
-        sys.exit(f"compile: {pkg}: no wispsim package there (--root: the folder holding wispsim/)")
     clean(root)
     print(f"compiling {len(MODULES)} modules with mypyc (about 30-40 s on 2 cores) ...", flush=True)
     before = {n: source_hash(source(n, pkg)) for n in MODULES}
@@ -101,6 +99,8 @@ def main() -> None:
     ap.add_argument("--clean", action="store_true", help="remove the build: pure Python again")
     args = ap.parse_args()
     root = args.root.resolve()
+    if not (root / "wispsim" / "__init__.py").is_file():
+        ap.error(f"--root: {root} holds no wispsim package (give the folder that holds wispsim/)")
     if args.clean:
         clean(root)
         print(f"removed the compiled modules under {root / 'wispsim'}")
