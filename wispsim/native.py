@@ -8,8 +8,9 @@ extension before the source of the same name; :func:`install`, run once when :mo
 imported, decides whether it may: where a source has changed since the build, or where
 ``WISPSIM_PURE=1`` asks for it, every compiled module loads from its source instead (compiled
 modules call each other natively, so it is all of them or none), and a changed source says so
-in one line on stderr. The numbers are the same either way (a test compiles a copy and compares
-a run's records bit for bit); only the time per round differs (benchmarks/README.md).
+in one line on stderr (unless the pure Python was asked for). The numbers are the same either
+way (a test compiles a copy and compares a run's records bit for bit); only the time per round
+differs (benchmarks/README.md).
 
 The modules are the round's path: a device's round, the front end's queue, the recorder's
 packed rows, WISP's batch selection, the batch and KV accounting, the roofline's prices, drafting.
@@ -120,7 +121,8 @@ def install() -> None:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             names = frozenset(MODULES)
         sys.meta_path.insert(0, _SourcesFirst(names))
-        if how == "stale" and not os.environ.get("WISPSIM_NATIVE_SAID"):
+        asked = os.environ.get(PURE_ENV, "") not in ("", "0")  # pure asked for: nothing to say
+        if how == "stale" and not asked and not os.environ.get("WISPSIM_NATIVE_SAID"):
             os.environ["WISPSIM_NATIVE_SAID"] = "1"  # once: worker processes inherit it
             print(
                 f"wispsim: compiled modules not used, {why}; rerun python scripts/compile.py (or --clean)",
