@@ -264,9 +264,9 @@ def machine() -> str:
             cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    from wispsim.native import state
+    from wispsim.native import used
 
-    how, why = state()
+    how, why = used()
     return f"{os.cpu_count()} cores (nproc), {cpu}, Python {platform.python_version()}; hot path {how}: {why}"
 
 

@@ -129,7 +129,7 @@ def main() -> None:
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()  # fmt: skip
     this = head.stdout.strip() + ("+changes" if dirty else "")
-    built = subprocess.run([sys.executable, "-c", "import wispsim.native as n; print(n.state()[0])"],
+    built = subprocess.run([sys.executable, "-c", "import wispsim.native as n; print(n.used()[0])"],
                            capture_output=True, text=True, cwd=ROOT).stdout.strip()  # fmt: skip
     pure_tree = f"{this} pure"
     this += " compiled" if built == "compiled" else ""

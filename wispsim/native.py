@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
+from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
@@ -45,6 +45,7 @@ GROUP = "wispsim_native"  # the shared library's name (mypyc's group)
 PACKAGE = Path(__file__).resolve().parent
 MANIFEST = PACKAGE / "native.json"
 PURE_ENV = "WISPSIM_PURE"
+EXTENSION = EXTENSION_SUFFIXES[0]  # this interpreter's name for an extension module
 
 
 def source(name: str, package: Path = PACKAGE) -> Path:
@@ -58,10 +59,16 @@ def source_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def pure_asked() -> bool:
+    """``WISPSIM_PURE`` set to anything but 0."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
 def state(package: Path = PACKAGE) -> tuple[str, str]:
-    """("compiled" | "stale" | "pure" | "none", why) for the package at ``package``: no build;
-    a build whose sources have not changed (used unless ``WISPSIM_PURE=1``: "pure"); or one
-    whose sources have (the modules that changed)."""
+    """("compiled" | "stale" | "pure" | "none", why) for the package at ``package`` as it is on
+    disk now: no build; a build whose sources have not changed and whose files for this Python
+    are all there (used unless ``WISPSIM_PURE=1``: "pure"); or one that is not (what is amiss).
+    What this process runs was decided once, at import: :func:`used`."""
     try:
         built = compiled(package)
         changed = [n for n, h in built.items() if h != source_hash(source(n, package))]
@@ -73,14 +80,11 @@ def state(package: Path = PACKAGE) -> tuple[str, str]:
         return "stale", "changed since the build: " + ", ".join(n.rsplit(".", 1)[1] for n in changed)
     # this interpreter's extensions, and the library they share (a build for another Python, or
     # one with a file removed, would load in part or not at all)
-    from importlib.machinery import EXTENSION_SUFFIXES
-
-    ext = EXTENSION_SUFFIXES[0]
-    files = [source(n, package).with_suffix(ext) for n in built]
-    files.append(package.parent / f"{GROUP}__mypyc{ext}")
+    files = [source(n, package).with_suffix(EXTENSION) for n in built]
+    files.append(package.parent / f"{GROUP}__mypyc{EXTENSION}")
     if not all(f.is_file() for f in files):
-        return "stale", f"its files for this Python ({ext}) are not all there"
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return "stale", f"its files for this Python ({EXTENSION}) are not all there"
+    if pure_asked():
         return "pure", f"{PURE_ENV}={os.environ[PURE_ENV]}"
     return "compiled", f"{len(built)} modules (mypyc)"
 
@@ -96,35 +100,45 @@ def compiled(package: Path = PACKAGE) -> dict[str, str]:
 
 
 class _SourcesFirst:
-    """A meta path finder: loads the compiled modules from their sources, ahead of the
-    extensions beside them."""
-
-    def __init__(self, names: frozenset[str]) -> None:
-        self.names = names
+    """A meta path finder: loads every wispsim module that has an extension beside its source
+    (whatever build left it) from the source."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname not in self.names:
+        if not fullname.startswith("wispsim."):
+            return None
+        src = source(fullname)
+        if not src.with_suffix(EXTENSION).is_file():
             return None
         from importlib.util import spec_from_file_location
 
-        return spec_from_file_location(fullname, source(fullname))
+        return spec_from_file_location(fullname, src)
+
+
+_USED: tuple[str, str] | None = None  # what install() decided for this process
 
 
 def install() -> None:
     """Use the compiled modules only where they are current and wanted (module text)."""
-    how, why = state()
-    if how in ("stale", "pure") and not any(isinstance(f, _SourcesFirst) for f in sys.meta_path):
-        try:
-            names = frozenset(compiled()) | frozenset(MODULES)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            names = frozenset(MODULES)
-        sys.meta_path.insert(0, _SourcesFirst(names))
-        asked = os.environ.get(PURE_ENV, "") not in ("", "0")  # pure asked for: nothing to say
-        if how == "stale" and not asked and not os.environ.get("WISPSIM_NATIVE_SAID"):
+    global _USED
+    if _USED is not None:
+        return
+    _USED = how, why = state()
+    if how in ("stale", "pure"):
+        sys.meta_path.insert(0, _SourcesFirst())
+        if how == "stale" and not pure_asked() and not os.environ.get("WISPSIM_NATIVE_SAID"):
             os.environ["WISPSIM_NATIVE_SAID"] = "1"  # once: worker processes inherit it
             print(
                 f"wispsim: compiled modules not used, {why}; rerun python scripts/compile.py (or --clean)",
                 file=sys.stderr,
             )
+
+
+def used() -> tuple[str, str]:
+    """What this process runs, as decided when wispsim was imported: ("compiled", why) or the
+    reason it runs the pure Python (:func:`state`'s values). Provenance records this, not the
+    files as they are later (a source edited mid-run does not unload the build)."""
+    install()
+    assert _USED is not None
+    return _USED

@@ -20,6 +20,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from wispsim.native import used
 from wispsim.paths import PACKAGE_DIR
 from wispsim.version import __version__
 
@@ -114,14 +115,6 @@ def code_commit() -> str:
     return head.stdout.strip() + ("+changes" if dirty else "")
 
 
-def _hot_path() -> str:
-    """Whether the simulator's hot path ran compiled or as pure Python (wispsim.native): the
-    numbers are the same, the times are not."""
-    from wispsim.native import state
-
-    return state()[0]
-
-
 def write_manifest(out: Path, extra: dict[str, Any]) -> None:
     """``out/manifest.json``: the command, wispsim and Python versions, the date, and ``extra``.
 
@@ -130,7 +123,7 @@ def write_manifest(out: Path, extra: dict[str, Any]) -> None:
         "command": command_line(),
         "wispsim_version": __version__,
         "python": platform.python_version(),
-        "hot_path": _hot_path(),
+        "hot_path": used()[0],  # compiled or pure (wispsim.native): the same numbers, not times
         "date": now_iso(),
         **extra,
     }

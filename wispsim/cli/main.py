@@ -62,9 +62,9 @@ def _root(
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
     if version:
-        from wispsim.native import state
+        from wispsim.native import used
 
-        how, why = state()  # the numbers are the same either way; the time per round is not
+        how, why = used()  # the numbers are the same either way; the time per round is not
         hot = f"hot path compiled, {why}" if how == "compiled" else f"hot path pure Python: {why}"
         typer.echo(f"wispsim {__version__} ({hot})")
         raise typer.Exit()

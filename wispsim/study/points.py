@@ -33,7 +33,7 @@ import pandas as pd
 
 from wispsim.analysis.metrics import device_counts, replica_summary, summarize
 from wispsim.config import Scenario
-from wispsim.native import state as hot_path
+from wispsim.native import used as hot_path
 from wispsim.provenance import code_commit, file_digest
 from wispsim.sim.records import StoredRecords
 from wispsim.sim.scenarios import resolve_server

@@ -285,7 +285,7 @@ def _versions() -> str:
 
 def _cores() -> str:
     """The cores, and whether the simulator's hot path ran compiled (:mod:`wispsim.native`)."""
-    from wispsim.native import state
+    from wispsim.native import used
 
-    how = " (the hot path compiled: scripts/compile.py)" if state()[0] == "compiled" else ""
+    how = " (the hot path compiled: scripts/compile.py)" if used()[0] == "compiled" else ""
     return f"{os.cpu_count() or 1} cores{how}"
