@@ -70,6 +70,8 @@ def test_bad_flags_are_refused_before_any_work() -> None:
         (Client(dataset_name="sharegpt"), good_s, "--dataset-name"),
         (good_c, Server(gpu_memory_utilization=1.5), "--gpu-memory-utilization"),
         (good_c, Server(max_num_seqs=0), "--max-num-seqs"),
+        (good_c, Server(num_scheduler_steps=0), "--num-scheduler-steps"),
+        (good_c, Server(async_scheduling=True, num_scheduler_steps=8), "--async-scheduling"),
     ):
         with pytest.raises(ConfigError, match=words):
             check(client, server)
@@ -90,6 +92,28 @@ def test_a_run_reports_vllms_keys_the_servers_flags_and_honours_set() -> None:
     with pytest.raises(ConfigError, match=r"server\.bogus"):
         run_bench(prof, client, Server(), ["server.bogus=1"])
     assert isinstance(res.responses, pd.DataFrame) and len(res.responses) == 60
+
+
+def test_vllm_v0s_scheduling_runs_from_its_flags_and_shows_in_the_itl() -> None:
+    """``--num-scheduler-steps`` runs V0 (no async scheduling, no chunked prefill: a prompt's
+    prefill stalls the decodes, and prefills gather at the runs' ends), which the P99 ITL shows;
+    ``--set server.engine.use_v1=false`` runs V0 single-step. The result file says how it ran."""
+    prof = profile_of("qwen3-14b", "h100-80gb", 1, "auto", None)
+    client = Client(num_prompts=200, max_concurrency=32, random_input_len=400, random_output_len=60,
+                    random_range_ratio=0.9)  # fmt: skip
+    v1, _ = run_bench(prof, client, Server())
+    v0, _ = run_bench(prof, client, Server(max_num_batched_tokens=8192), ["server.engine.use_v1=false"])
+    multi, _ = run_bench(prof, client, Server(max_num_batched_tokens=8192, num_scheduler_steps=8))
+    assert (v1["server"]["vllm_use_v1"], v1["server"]["async_scheduling"]) == (True, True)
+    want = {"vllm_use_v1": False, "async_scheduling": False, "enable_chunked_prefill": False,
+            "num_scheduler_steps": 8}  # fmt: skip
+    assert {k: multi["server"][k] for k in want} == want
+    assert v0["server"]["vllm_use_v1"] is False and v0["server"]["num_scheduler_steps"] == 1
+    assert v1["p99_itl_ms"] < v0["p99_itl_ms"] < multi["p99_itl_ms"]
+    assert multi["mean_ttft_ms"] > v0["mean_ttft_ms"]  # a request waits for the run under way
+    # the budget must hold a whole request without chunked prefill (vLLM: >= max_model_len)
+    with pytest.raises(ConfigError, match="max_num_batched_tokens"):
+        run_bench(prof, Client(num_prompts=5, random_input_len=9000), Server(num_scheduler_steps=8))
 
 
 def test_a_dataset_replays_its_times_and_lengths(tmp_path: Path) -> None:

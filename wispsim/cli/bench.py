@@ -2,7 +2,8 @@
 
 The flags are vLLM's where vLLM has them, so a planner can paste a benchmark command line: the
 server (``--model``, ``--tensor-parallel-size``, ``--dtype``, ``--max-num-seqs``,
-``--max-num-batched-tokens``, ``--enable-prefix-caching``, ``--async-scheduling``,
+``--max-num-batched-tokens``, ``--enable-prefix-caching``, ``--async-scheduling``, V0's
+``--enable-chunked-prefill`` and ``--num-scheduler-steps``,
 ``--gpu-memory-utilization``), the GPU it runs on (``--gpu``, or a measured ``--profile``), and the
 client (``--dataset-name random`` with ``--random-input-len/-output-len/-prefix-len/-range-ratio``,
 or ``--dataset-path`` of recorded requests; ``--num-prompts``, ``--request-rate``,
@@ -33,7 +34,8 @@ HELP = (
     "JSON keys, and the mean TTFT by its parts. Defaults are vLLM 0.32's: random dataset 1,024 in / "
     "128 out, 1,000 prompts, rate inf, burstiness 1; --max-num-batched-tokens/--max-num-seqs by GPU "
     "memory (2,048/256 below 70 GiB or on an A100, 8,192/1,024 from 70 GiB, 16,384/1,024 from "
-    "160 GiB); prefix caching and async scheduling on."
+    "160 GiB); prefix caching, chunked prefill and async scheduling on (vLLM V1; "
+    "--num-scheduler-steps > 1 or --set server.engine.use_v1=false runs V0, without the last two)."
 )
 
 
@@ -149,7 +151,25 @@ def bench(
     enable_prefix_caching: Annotated[
         bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching")
     ] = True,
-    async_scheduling: Annotated[bool, typer.Option("--async-scheduling/--no-async-scheduling")] = True,
+    async_scheduling: Annotated[
+        bool | None,
+        typer.Option("--async-scheduling/--no-async-scheduling", help="Default: on (V1), off (V0)."),
+    ] = None,
+    enable_chunked_prefill: Annotated[
+        bool | None,
+        typer.Option(
+            "--enable-chunked-prefill/--no-enable-chunked-prefill",
+            help="Default: on (V1), off (V0). Off, prompts are prefilled whole (V0: in prefill-only steps).",
+        ),
+    ] = None,
+    num_scheduler_steps: Annotated[
+        int,
+        typer.Option(
+            "--num-scheduler-steps",
+            help="vLLM V0's multi-step scheduling: decode steps per scheduling (> 1 runs V0; "
+            "--set server.engine.use_v1=false runs V0 without it).",
+        ),
+    ] = 1,
     gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization")] = 0.9,
     save_result: Annotated[
         bool, typer.Option("--save-result", help="Write the JSON vllm bench serve writes.")
@@ -219,6 +239,8 @@ def bench(
         async_scheduling,
         gpu_memory_utilization,
         ex.endpoint,
+        enable_chunked_prefill,
+        num_scheduler_steps,
     )
     with console.status(f"simulating {client.num_prompts} requests on {prof.name}"):
         result, _ = run_bench(prof, client, server, set_, ex.reporting)

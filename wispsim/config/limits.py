@@ -37,6 +37,8 @@ MAX_BATCH_REQUESTS = 1_000_000
 MAX_BATCH_TOKENS = 1_000_000_000
 #: Draft tokens per round (k, k_max) and top-k width.
 MAX_DRAFT = 1024
+#: vLLM V0's --num-scheduler-steps (multi-step scheduling; deployments used 8-20)
+MAX_SCHEDULER_STEPS = 1024
 #: Seeds: NumPy accepts 0 .. 2**63 - 1 and the replay log stores them as int64.
 MAX_SEED = (1 << 63) - 1
 #: Any other integer field (batch limits, header bytes, ...): int64 range.

@@ -16,6 +16,7 @@ from wispsim.config.limits import (
     MAX_KV_TOKENS,
     MAX_MEMORY_GIB,
     MAX_REPLICAS,
+    MAX_SCHEDULER_STEPS,
     MAX_SIM_SECONDS,
 )
 from wispsim.errors import ConfigError
@@ -97,9 +98,47 @@ class EngineConfig:
     # batch at any step) or static (request-level: a batch starts when the last one has ended, and
     # finished responses stay in it as padding, as Hugging Face `generate` runs; simulated only)
     batching: Literal["continuous", "static"] = "continuous"
+    # vLLM's engine generation (its VLLM_USE_V1): true V1, false V0 (vLLM 0.10 and before; its
+    # scheduler, docs/model.md "vLLM V0's engine loop"); null: V1 unless a V0-only setting asks
+    # for V0 (num_scheduler_steps > 1, as vLLM fell back to V0 for it)
+    use_v1: bool | None = None
+    # --enable-chunked-prefill: a prompt is prefilled in chunks within the step's token budget,
+    # beside the decodes. Off, a prompt is prefilled whole: on V1 beside the decodes, on V0 in
+    # prefill-only steps that go before any decode. null: the generation's default (V1 on, V0 off)
+    enable_chunked_prefill: bool | None = None
+    # --num-scheduler-steps (V0): a decode batch runs this many steps per scheduling; requests join
+    # and leave only between runs, a request that ends mid-run is computed to the run's end
+    num_scheduler_steps: int = 1
+
+    @property
+    def v0(self) -> bool:
+        """Whether the engine is vLLM's V0 (``use_v1``)."""
+        return self.use_v1 is False or (self.use_v1 is None and self.num_scheduler_steps > 1)
+
+    @property
+    def chunked_prefill(self) -> bool:
+        """Whether prompts are prefilled in chunks (``enable_chunked_prefill`` or the default)."""
+        return (not self.v0) if self.enable_chunked_prefill is None else self.enable_chunked_prefill
 
     def __post_init__(self) -> None:
         require_count(self.max_num_seqs, "max_num_seqs", 1, MAX_BATCH_REQUESTS)
+        require_count(self.num_scheduler_steps, "num_scheduler_steps", 1, MAX_SCHEDULER_STEPS, "steps")
+        require(
+            not (self.use_v1 and self.num_scheduler_steps > 1),
+            "num_scheduler_steps",
+            f"{self.num_scheduler_steps} is multi-step scheduling, vLLM V0's; with use_v1: true allowed: 1 "
+            "(or set use_v1: false)",
+        )
+        require(
+            not (self.v0 and self.async_scheduling),
+            "async_scheduling",
+            "is vLLM V1's; the engine is V0 (use_v1: false or num_scheduler_steps > 1); allowed: false",
+        )
+        require(
+            not (self.num_scheduler_steps > 1 and self.batching == "static"),
+            "num_scheduler_steps",
+            "is vLLM's continuous batching loop; with batching: static allowed: 1",
+        )
         require_count(self.max_num_batched_tokens, "max_num_batched_tokens", 1, MAX_BATCH_TOKENS)
         require(
             0 < self.gpu_memory_utilization <= 1,

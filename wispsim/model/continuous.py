@@ -18,6 +18,19 @@ chunks of sequences still being prefilled, oldest first (chunked prefill).
 - **commit**: what the step produced (a decode commits the accepted run of its drafts plus one
   token; a prefill's last chunk gives the first token); finished sequences give their blocks back.
 
+**Without chunked prefill** (vLLM's ``--no-enable-chunked-prefill``) a prompt is prefilled whole
+or not at all in a step. On V1 it still runs beside the decodes (the first prompt that does not
+fit the budget stops the queue); on **V0** (``prefill_first``) a step is either prefills only,
+oldest first while they fit the budget, which go before any decode, or decodes only: every
+arrival's prefill stalls the running decodes for a step. **Multi-step scheduling** (V0's
+``--num-scheduler-steps``, ``steps``) runs a decode step ``steps`` times per scheduling
+(:meth:`ContinuousBatcher.advance`): each decode holds KV for the run's tokens from its start
+(vLLM's lookahead slots), nothing joins before the run ends, and a sequence that ends mid-run is
+computed to the run's end (its tokens past the end discarded) and gives its blocks back then. A
+prefill-only step is a run of one step (vLLM's ``init_multi_step_from_lookahead_slots``: a prompt
+without chunking gets no lookahead); with chunked prefill a run's first step may hold prefill
+chunks, and the sequences whose prefill ends in it decode through the rest of the run.
+
 Under **static batching** (``static``: request-level batching, as a server built on Hugging Face
 ``generate`` runs it, not vLLM) a batch is admitted only when the last one has ended, and a response
 that ends early stays in the batch as padding, decoded at its context until the batch's longest
@@ -115,9 +128,15 @@ class ContinuousBatcher:
         lookahead: int = 1,
         async_scheduling: bool = False,
         static: bool = False,
+        chunked: bool = True,
+        prefill_first: bool = False,
+        steps: int = 1,
     ) -> None:
         self.memory = memory
         self.static = static  # request-level batching (module docstring)
+        self.chunked = chunked  # prompts prefilled in chunks (else whole: module docstring)
+        self.prefill_first = prefill_first  # V0 without chunking: prefill-only steps go first
+        self.steps = steps  # steps a decode batch runs per scheduling (V0's multi-step)
         self.max_running = max_running
         self.step_tokens = step_tokens
         self.lookahead = lookahead  # KV slots a decode step writes (k + 1 under speculation)
@@ -191,7 +210,7 @@ class ContinuousBatcher:
         sequence while memory runs out (vLLM's recompute preemption)."""
         grow = self.memory.grow
         running = self.running
-        lookahead = self.lookahead
+        lookahead = self.lookahead if self.steps == 1 else self.steps  # a run's tokens, up front
         i = 0
         while i < len(running):
             s = running[i]
@@ -209,23 +228,35 @@ class ContinuousBatcher:
 
     def _compose(self, now: float) -> Step:
         """Decodes for every prefilled sequence, then prefill chunks oldest first within the
-        step's token budget (chunked prefill)."""
+        step's token budget (chunked prefill; without it, whole prompts; on V0, prefills alone
+        where any fits: module docstring)."""
         budget = self.step_tokens
         step = Step()
         shape = step.shape
         work = step.work
         look = self.lookahead
+        chunked = self.chunked
+        # V0 without chunking: a step of prefills alone when one fits, else of decodes alone
+        prefills_only = self.prefill_first and any(
+            s.prefilled < s.context and s.context - s.prefilled <= budget for s in self.running
+        )
+        blocked = False  # without chunking, the first prompt that does not fit stops the queue
         decoding = decoded = 0  # the decodes' part of the shape, added at once (Shape.add_alike)
         for s in self.running:
             if s.prefilled >= s.context:  # a decode
+                if prefills_only:
+                    continue
                 decoding += 1
                 decoded += s.context
                 budget -= look
                 work.append((s, look))
                 continue
-            if budget <= 0:
+            if budget <= 0 or blocked or (self.prefill_first and not prefills_only):
                 continue
             new = min(s.context - s.prefilled, budget)
+            if not chunked and new < s.context - s.prefilled:
+                blocked = True
+                continue
             cached = s.prefilled
             arriving = s.new  # its first chunk: the request arrives anew
             if s.new:
@@ -244,9 +275,11 @@ class ContinuousBatcher:
         return step
 
     # --- commit: what the step produced --------------------------------------------------------
-    def commit(self, step: Step, now: float) -> list[Sequence]:
-        """Commit what ``step`` produced, ending at ``now``; returns the sequences it finished
-        (their blocks given back)."""
+    def commit(self, step: Step, now: float, release: bool = True) -> list[Sequence]:
+        """Commit what ``step`` produced, ending at ``now``; returns the sequences it finished,
+        whose blocks are given back -- at once, or (``release`` False: mid-way through a
+        multi-step run) with the run's last step, which gives back every sequence that ended in
+        the run."""
         finished = []
         for s, new in step.work:
             if s.generated >= s.output:  # static batching's padding: computed, nothing committed
@@ -276,7 +309,45 @@ class ContinuousBatcher:
                     self.memory.give(s.blocks)
                 self.running.clear()
             return finished
-        for s in finished:
+        if not release:  # computed to the run's end (module docstring)
+            return finished
+        self.release(None if self.steps > 1 else finished)
+        return finished
+
+    def release(self, ended: list[Sequence] | None = None) -> None:
+        """Give back the blocks of ``ended`` (None: every running sequence that has ended, at a
+        multi-step run's end)."""
+        if ended is None:
+            ended = [s for s in self.running if s.generated >= s.output]
+        for s in ended:
             self.running.remove(s)
             self.memory.give(s.blocks)
-        return finished
+
+    def run_length(self, step: Step) -> int:
+        """Steps the run that ``step`` (just scheduled) begins takes: ``steps``, or one for a
+        prefill-only step without chunking (module docstring)."""
+        if self.steps == 1 or not step.work:
+            return 1
+        if not self.chunked and not any(s.prefilled >= s.context for s, _ in step.work):
+            return 1
+        return self.steps
+
+    def advance(self, step: Step) -> Step | None:
+        """The next step of a multi-step run that began with ``step``'s sequences (module
+        docstring): a decode for each of them whose prompt is processed, one that has ended
+        included (computed, nothing committed); no scheduling, no growth (the run's KV was held at
+        its start). None where none decodes (the run's first step only chunked prompts)."""
+        nxt = Step()
+        look = self.lookahead
+        decoding = decoded = 0
+        for s, _ in step.work:
+            if s.prefilled >= s.context:
+                decoding += 1
+                decoded += s.context
+                nxt.work.append((s, look))
+        nxt.decoding = decoding
+        nxt.decoded_context = decoded
+        if not decoding:
+            return None
+        nxt.shape.add_alike(decoding, look, decoded, arriving=False)
+        return nxt

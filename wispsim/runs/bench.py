@@ -230,9 +230,11 @@ class Server:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enable_prefix_caching: bool = True
-    async_scheduling: bool = True
+    async_scheduling: bool | None = None  # None: vLLM's default, on for V1 and off for V0
     gpu_memory_utilization: float = 0.9
     endpoint: str = "completions"  # the API server's endpoint the client calls (server.host.endpoint)
+    enable_chunked_prefill: bool | None = None  # None: the engine generation's default
+    num_scheduler_steps: int = 1  # vLLM V0's multi-step scheduling (> 1 runs V0)
 
 
 def check(c: Client, s: Server) -> None:
@@ -255,6 +257,13 @@ def check(c: Client, s: Server) -> None:
         raise ConfigError("--burstiness", "burstiness", f"got {c.burstiness}; allowed: > 0")
     if c.max_concurrency is not None and c.max_concurrency < 1:
         raise ConfigError("--max-concurrency", "max_concurrency", f"got {c.max_concurrency}; allowed: >= 1")
+    if s.async_scheduling and s.num_scheduler_steps > 1:
+        raise ConfigError(
+            "--async-scheduling",
+            "async_scheduling",
+            f"is vLLM V1's; --num-scheduler-steps {s.num_scheduler_steps} runs V0; "
+            "allowed: --no-async-scheduling",
+        )
     if c.dataset_name not in DATASETS:
         dataset_rows(c.dataset_name, None, None, 0, 0, None, True, False)  # refused by name
     if c.dataset_name in ("sharegpt", "custom", "burstgpt") and c.dataset_path is None:
@@ -270,6 +279,7 @@ def check(c: Client, s: Server) -> None:
     for flag, limit in (
         ("--max-num-seqs", s.max_num_seqs),
         ("--max-num-batched-tokens", s.max_num_batched_tokens),
+        ("--num-scheduler-steps", s.num_scheduler_steps),
     ):
         if limit is not None and limit < 1:
             raise ConfigError(
@@ -358,6 +368,8 @@ def run_bench(
         prompt_order=shuffled(n, c.seed) if c.dataset_name == "prefix_repetition" and c.shuffle else None,
         shared_prefix_tokens=prefix,
         async_scheduling=s.async_scheduling,
+        enable_chunked_prefill=s.enable_chunked_prefill,
+        num_scheduler_steps=s.num_scheduler_steps,
         seed=c.seed,
         overrides=overrides,
     )
@@ -383,7 +395,10 @@ def run_bench(
                 "max_num_seqs": seqs,
                 "max_num_batched_tokens": tokens,
                 "enable_prefix_caching": s.enable_prefix_caching,
-                "async_scheduling": s.async_scheduling,
+                "async_scheduling": res.engine["async_scheduling"],
+                "enable_chunked_prefill": res.engine["enable_chunked_prefill"],
+                "num_scheduler_steps": s.num_scheduler_steps,
+                "vllm_use_v1": res.engine["use_v1"],
                 "gpu_memory_utilization": s.gpu_memory_utilization,
                 "tensor_parallel_size": prof.gpu_count,
                 "endpoint": endpoint,

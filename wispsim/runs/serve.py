@@ -101,6 +101,11 @@ def served_scenario(
          "wispsim serve answers on its own protocol, not vLLM's chat endpoint; set completions"),
         ("server.engine.batching", server.engine.batching, "continuous",
          "wispsim serve generates on vLLM's continuous batching; static batching is simulated only"),
+        ("server.engine.use_v1", not server.engine.v0, True,
+         "wispsim serve runs the installed vLLM's V1 engine; V0's scheduling (use_v1: false, "
+         "num_scheduler_steps > 1) is simulated only"),
+        ("server.engine.enable_chunked_prefill", server.engine.chunked_prefill, True,
+         "wispsim serve runs vLLM V1 with chunked prefill; without it is simulated only"),
     ):  # fmt: skip
         if value != allowed:
             raise ConfigError(source, name, why) if source is not None else ConfigError(name, str(value), why)

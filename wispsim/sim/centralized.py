@@ -24,8 +24,9 @@ from typing import Any
 
 import simpy
 
+from wispsim.errors import ConfigError
 from wispsim.model.continuous import ContinuousBatcher, Sequence, Step
-from wispsim.model.latency import Pricing
+from wispsim.model.latency import Pricing, StepTime
 from wispsim.model.memory import KVMemory
 from wispsim.model.speculation import Speculation
 from wispsim.sim.generation import Generation, PromptCache, Served
@@ -53,6 +54,9 @@ class CentralizedServer:
         prompts: PromptCache | None = None,
         chunk_times: dict[int, list[float]] | None = None,
         static: bool = False,
+        chunked: bool = True,
+        v0: bool = False,
+        scheduler_steps: int = 1,
     ) -> None:
         self.env = env
         # when each response's chunks left the engine, by response id (None: not kept; a benchmark
@@ -66,8 +70,12 @@ class CentralizedServer:
         self.async_scheduling = async_scheduling
         lookahead = spec.k + 1 if spec is not None else 1  # KV slots a decode step writes
         self.batcher = ContinuousBatcher(
-            self.memory, max_running, step_tokens, lookahead, async_scheduling, static
-        )
+            self.memory, max_running, step_tokens, lookahead, async_scheduling, static,
+            chunked=chunked, prefill_first=v0 and not chunked, steps=scheduler_steps,
+        )  # fmt: skip
+        # V0's multi-step scheduling: steps left in the running run, and the step it continues
+        self._left = 0
+        self._last: Step | None = None
         self.pricing = pricing  # a step's time by its parts, at one point (wispsim.model.latency)
         self.batches = batches
         self._ids = batch_ids
@@ -99,9 +107,19 @@ class CentralizedServer:
         """Queue a response to generate; returns the event of its ``done`` value."""
         if self.spec is not None and g.runs is None:
             raise ValueError("a speculating server needs each response's acceptance runs")
+        if not self.batcher.chunked and g.prompt + g.output > self.batcher.step_tokens:
+            raise ConfigError(
+                "server.engine",
+                "max_num_batched_tokens",
+                f"{self.batcher.step_tokens:,} tokens cannot hold a request of {g.prompt + g.output:,} "
+                "(prompt + output) without chunked prefill (vLLM needs it >= max_model_len); allowed: "
+                f">= {g.prompt + g.output:,}, or enable_chunked_prefill: true",
+            )
         s = Sequence(g, g.prompt, g.output, self.prompts.hit(g), g.runs)
         s.submitted = self.env.now
-        s.eligible = self._steps + (1 if self.async_scheduling and self._in_step else 0)
+        # the first step it could join: the next (async scheduling: the one after), after the
+        # multi-step run under way
+        s.eligible = self._steps + self._left + (1 if self.async_scheduling and self._in_step else 0)
         self._eligible.setdefault(s.eligible, []).append(s)
         self.batcher.add(s)
         if self._wake is not None:
@@ -114,14 +132,28 @@ class CentralizedServer:
         env = self.env
         batcher = self.batcher
         while True:
-            idle = not batcher.running
-            if idle and not batcher.waiting:
-                self._wake = env.event()
-                yield self._wake
-            step = batcher.schedule(idle, env.now)
-            if step is None:
-                continue
-            self._price(step)
+            fresh = not self._left
+            if fresh:
+                idle = not batcher.running
+                if idle and not batcher.waiting:
+                    self._wake = env.event()
+                    yield self._wake
+                step = batcher.schedule(idle, env.now)
+                if step is None:
+                    continue
+                # a run of multi-step decodes; a prefill-only step (V0 without chunking) runs once
+                self._left = batcher.run_length(step) - 1
+            else:  # the rest of a multi-step run: the same sequences, no scheduling
+                assert self._last is not None
+                nxt = batcher.advance(self._last)
+                if nxt is None:  # none of the run decodes on: it ends here
+                    self._left = 0
+                    batcher.release()
+                    continue
+                step = nxt
+                self._left -= 1
+            self._last = step
+            self._price(step, fresh)
             start = env.now
             for s in self._eligible.pop(self._steps, ()):
                 s.t_eligible = start
@@ -139,7 +171,7 @@ class CentralizedServer:
             self._in_step = False
             track = self.chunk_times is not None or self.outputs is not None
             before = [(s.chunks, s.generated) for s, _ in step.work] if track else None
-            finished = batcher.commit(step, env.now)
+            finished = batcher.commit(step, env.now, release=not self._left)
             delays = self._deliver(step, before) if before is not None else {}
             for s in finished:
                 eligible = s.t_eligible if s.t_eligible <= s.scheduled else s.scheduled
@@ -188,9 +220,10 @@ class CentralizedServer:
                 log.setdefault(s.item.rid, []).append(now + d)
         return out
 
-    def _price(self, step: Step) -> None:
+    def _price(self, step: Step, scheduled: bool = True) -> None:
         """The step's estimate and time by its parts: the GPU's pass (the drafter's passes added,
-        with the step's noise draw), then the engine core's CPU beside it."""
+        with the step's noise draw), then the engine core's CPU beside it -- none for a later
+        step of a multi-step run (not ``scheduled``: V0 advances its inputs on the GPU)."""
         price = self.pricing
         step.t_hat = price.cost.price(step.shape)
         gpu = price.gpu(step.shape, step.t_hat)
@@ -201,5 +234,5 @@ class CentralizedServer:
             )
             gpu += drafting * (gpu / step.t_hat if step.t_hat > 0 else 1.0)
             step.t_hat += drafting
-        step.took = price.step(gpu, step, Step.engine_work)
+        step.took = price.step(gpu, step, Step.engine_work) if scheduled else StepTime(gpu, 0.0, gpu)
         step.latency = step.took.total

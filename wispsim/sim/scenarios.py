@@ -32,6 +32,7 @@ from wispsim.model.profiles import Profile, load_profile
 from wispsim.model.schedulers import SCHEDULERS
 from wispsim.paths import resolve_named, scenarios_dir
 from wispsim.sim.arrivals import ARRIVALS, load_arrival_trace, load_request_trace
+from wispsim.sim.engine_checks import check_engine_generation
 from wispsim.sim.router import ROUTERS
 
 # centralized serving's scheduler (continuous batching); verification schedulers are ignored there
@@ -307,6 +308,7 @@ def check_consistency(scenario: Scenario, source: str = "scenario") -> Resolved:
             f"a verifier batches rounds by its scheduler; allowed with policy {scenario.policy}: continuous",
         )
     _check_speculation(scenario, source)
+    check_engine_generation(scenario, source)
     resolved = resolve_server(scenario, source)
     profiles = list(resolved.profiles)
     longest_prompt = wl.prompt_tokens.support()[1]

@@ -198,6 +198,9 @@ def centralized_servers(ctx: RunContext, resolved: Resolved) -> Any:
             prompts=PromptCache(bs, srv.engine.enable_prefix_caching),
             chunk_times=ctx.recorder.chunk_times,
             static=srv.engine.batching == "static",
+            chunked=srv.engine.chunked_prefill,
+            v0=srv.engine.v0,
+            scheduler_steps=srv.engine.num_scheduler_steps,
         )
         ctx.engines.append(engine)
         front = host is not None or frontend > 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,7 @@ from wispsim.config.schema import POLICIES
 from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import Profile
 from wispsim.sim.context import RunContext
+from wispsim.sim.engine_checks import check_engine_generation
 from wispsim.sim.scenarios import Resolved, load_scenario, upgrade
 from wispsim.sim.servers import build_servers, server_info
 from wispsim.sim.serving import serving_of
@@ -68,7 +69,13 @@ class BenchRun:
     # the order the repeated prompts are sent in (indices into them; None: in order), as a shuffled
     # prefix_repetition dataset sends them
     prompt_order: Sequence[int] | None = None
-    async_scheduling: bool = False  # vLLM's --async-scheduling (the next step formed during this one)
+    # vLLM's --async-scheduling (the next step formed during this one); None: on for V1, off for V0
+    async_scheduling: bool | None = False
+    # vLLM V0's scheduling (server.engine): --enable-chunked-prefill (None: the generation's
+    # default), --num-scheduler-steps, and the generation (None: V1 unless multi-step asks for V0)
+    enable_chunked_prefill: bool | None = None
+    num_scheduler_steps: int = 1
+    use_v1: bool | None = None
     # server-side speculative decoding (wispsim.model.speculation): none | draft | eagle | ngram,
     # the draft's architecture (None: the method's default), k, and the mean acceptance length
     spec_method: str = "none"
@@ -97,6 +104,8 @@ class BenchResult:
     # when the client meant to send it (before waiting for a --max-concurrency slot)
     chunk_times: tuple[np.ndarray, ...] = ()
     sent: np.ndarray | None = None
+    # the engine as it ran: async_scheduling, enable_chunked_prefill and use_v1, resolved
+    engine: dict[str, Any] = field(default_factory=dict)
 
     def itls(self) -> list[np.ndarray]:
         """Every gap between a response's consecutive chunks (seconds), per response: vLLM's
@@ -159,6 +168,13 @@ def send_times(run: BenchRun, n: int, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([[0.0], t[:-1]])
 
 
+def is_v0(engine: Mapping[str, Any]) -> bool:
+    """Whether a server section's ``engine`` mapping asks for vLLM V0 (``use_v1`` false, or left
+    to the default with ``num_scheduler_steps`` > 1: :class:`wispsim.config.server.EngineConfig`)."""
+    use_v1 = engine.get("use_v1")
+    return use_v1 is False or (use_v1 is None and int(engine.get("num_scheduler_steps") or 1) > 1)
+
+
 def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
     """The server a benchmark run ran against, as a scenario (``vllm serve``'s settings as the
     server's fields: ``max_num_seqs``, ``max_num_batched_tokens``, prefix caching, async
@@ -192,6 +208,9 @@ def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
                 "max_num_batched_tokens": run.max_num_batched_tokens,
                 "enable_prefix_caching": run.prefix_caching,
                 "async_scheduling": run.async_scheduling,
+                "enable_chunked_prefill": run.enable_chunked_prefill,
+                "num_scheduler_steps": run.num_scheduler_steps,
+                "use_v1": run.use_v1,
                 "gpu_memory_utilization": run.gpu_memory_utilization,
                 "block_size": bs,
                 "kv_capacity_tokens": None if run.kv_tokens is None else max(run.kv_tokens // bs, 1) * bs,
@@ -204,7 +223,11 @@ def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
     }
     if run.overrides:
         overrides = deep_merge(overrides, upgrade(run.overrides, "--set"))
+    engine = overrides["server"]["engine"]
+    if engine.get("async_scheduling") is None:  # vLLM's default: V1 schedules asynchronously
+        engine["async_scheduling"] = not is_v0(engine)
     sc = load_scenario(overrides=overrides, source="wispsim bench", consistency=False)
+    check_engine_generation(sc, "wispsim bench", lengths=False)  # the lengths: at each request
     eng = sc.server.engine
     # the engine's logged capacity, else what its memory leaves after the weights (a draft model's
     # too) and vLLM's start-up profile at the run's max_num_seqs / max_num_batched_tokens
@@ -329,8 +352,11 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
     rids = r.response.to_numpy()
     chunks = tuple(np.asarray(chunk_times.get(int(i), ()), dtype=float) for i in rids)
     sent = clients.sends[r.device.to_numpy()]
+    eng = resolved.scenario.server.engine
+    ran = {"async_scheduling": eng.async_scheduling, "enable_chunked_prefill": eng.chunked_prefill,
+           "use_v1": not eng.v0}  # fmt: skip
     return BenchResult(
-        responses, duration, len(batches), server_info(ctx)["preemptions"], mean_batch, chunks, sent
+        responses, duration, len(batches), server_info(ctx)["preemptions"], mean_batch, chunks, sent, ran
     )
 
 

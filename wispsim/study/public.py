@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -123,12 +124,38 @@ def bench_run(row: pd.Series, folder: str) -> BenchRun:
         block_size=int(_f(row, "block_size") or 16),
         gpu_memory_utilization=_f(row, "gpu_memory_utilization") or 0.9,
         async_scheduling="async_scheduling=True" in str(row.get("notes", "")),
+        **_engine_generation(row),
         prefix_caching=str(row.get("prefix_caching")).lower() == "true",
         prompt_groups=int(_f(row, "prompt_groups") or 0),
         prompts_per_group=int(_f(row, "prompts_per_group") or 0),
         shared_prefix_tokens=int(_f(row, "shared_prefix_tokens") or 0),
         **_speculation(row),
     )
+
+
+def engine_generation(version: object) -> str:
+    """V0 before vLLM 0.8, V1 from it; a source build without tags (``0.1.devN+g<hash>``, as the
+    2025 runs of tomasruizt/vllm-scripts report) is V1; no version at all is ``V1?``."""
+    text = str(version)
+    if re.match(r"0\.1\.dev\d+\+g", text):  # setuptools-scm's version of an untagged checkout
+        return "V1"
+    m = re.search(r"(\d+)\.(\d+)", text)
+    if not m:  # no version (NaN reads "nan")
+        return "V1?"
+    major, minor = int(m.group(1)), int(m.group(2))
+    return "V0" if (major, minor) < (0, 8) else "V1"
+
+
+def _engine_generation(row: pd.Series) -> dict[str, Any]:
+    """The run's engine as it ran: V0 for vLLM before 0.8 (its scheduler), chunked prefill as the
+    row says (empty: the generation's default), V0's multi-step scheduling where it was set."""
+    chunked = str(row.get("chunked_prefill")).lower()
+    v0 = engine_generation(row.get("engine_version")) == "V0"
+    return {
+        "use_v1": False if v0 else None,
+        "enable_chunked_prefill": {"true": True, "false": False}.get(chunked),
+        "num_scheduler_steps": int(_f(row, "num_scheduler_steps") or 1),
+    }
 
 
 # the public runs' speculative methods -> server.speculation.method (EAGLE-3 heads are ``eagle``)

@@ -22,20 +22,7 @@ import pandas as pd
 
 from wispsim.model.archs import load_arch
 from wispsim.study.bench import BenchRun, bench
-from wispsim.study.public import FAMILIES, METRICS, bench_run, profile_for
-
-
-def engine_generation(version: object) -> str:
-    """V0 before vLLM 0.8, V1 from it; a source build without tags (``0.1.devN+g<hash>``, as the
-    2025 runs of tomasruizt/vllm-scripts report) is V1; no version at all is ``V1?``."""
-    text = str(version)
-    if re.match(r"0\.1\.dev\d+\+g", text):  # setuptools-scm's version of an untagged checkout
-        return "V1"
-    m = re.search(r"(\d+)\.(\d+)", text)
-    if not m:  # no version (NaN reads "nan")
-        return "V1?"
-    major, minor = int(m.group(1)), int(m.group(2))
-    return "V0" if (major, minor) < (0, 8) else "V1"
+from wispsim.study.public import FAMILIES, METRICS, bench_run, engine_generation, profile_for
 
 
 def load_of(row: pd.Series) -> str:
