@@ -97,6 +97,7 @@ def rows() -> list[dict[str, object]]:
                 "input_len_mean": round(INPUT_TOKENS / PROMPTS, 2),
                 "output_len_mean": round(generated / PROMPTS, 2),
                 "spec_method": "none",
+                "num_scheduler_steps": steps,
                 **f,
                 "num_failed": 0,
                 "notes": (
@@ -115,7 +116,8 @@ def main() -> None:
     runs = pd.read_csv(path)
     new = pd.DataFrame(rows())
     runs = runs[~runs.run_id.isin(new.run_id)]  # rerunning replaces, never duplicates
-    pd.concat([runs, new], ignore_index=True)[runs.columns].to_csv(path, index=False)
+    columns = [*runs.columns, *(c for c in new.columns if c not in runs.columns)]
+    pd.concat([runs, new], ignore_index=True)[columns].to_csv(path, index=False)
     print(f"{path}: {len(new)} MI300X runs added ({len(runs) + len(new)} in all)")
 
 

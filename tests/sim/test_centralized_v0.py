@@ -129,7 +129,8 @@ def test_multi_step_with_chunked_prefill_continues_the_prompts_whose_prefill_end
     ("sets", "field"),
     [
         (["server.engine.num_scheduler_steps=0"], "server.engine.num_scheduler_steps"),
-        (["server.engine.use_v1=true", "server.engine.num_scheduler_steps=8"], "server.engine.num_scheduler_steps"),
+        (["server.engine.use_v1=true", "server.engine.num_scheduler_steps=8"],
+         "server.engine.num_scheduler_steps"),
         (["server.engine.num_scheduler_steps=8", "server.engine.async_scheduling=true"],
          "server.engine.async_scheduling"),
         (["server.engine.use_v1=maybe"], "server.engine.use_v1"),
@@ -167,3 +168,26 @@ def test_v0_settings_resolve_as_vllm_defaults_them() -> None:
     assert (multi.v0, multi.chunked_prefill) == (True, False)
     v0_chunked = engine("server.engine.use_v1=false", "server.engine.enable_chunked_prefill=true")
     assert (v0_chunked.v0, v0_chunked.chunked_prefill) == (True, True)
+
+
+def test_a_run_that_streams_at_its_end_sends_its_tokens_as_one_chunk() -> None:
+    """``multi_step_stream_outputs: false`` (vLLM 0.6.0's multi-step): a run's tokens leave the
+    engine at its end, one chunk per request, and a request that ended mid-run is done then."""
+    times: dict[str, list[list[float]]] = {}
+    for name, stream in (("steps", True), ("run", False)):
+        env = simpy.Environment()
+        srv = CentralizedServer(
+            env, 1000, 16, 8, 2048, Pricing(FakeLatency(), None), [], count(), chunked=False, v0=True,
+            scheduler_steps=4, stream_steps=stream, chunk_times={},
+        )  # fmt: skip
+        finished: dict[int, float] = {}
+        submit(env, srv, 0, prompt=10, output=6, at=0.0, finished=finished)
+        env.run(until=1.0)
+        assert srv.chunk_times is not None
+        times[name] = [srv.chunk_times[0], [finished[0]]]
+    # prefill (20 ms, the first token), then a run of 4 decodes (11 ms each) and one more run
+    # whose first step gives the 6th token
+    assert times["steps"][0] == pytest.approx([0.020, 0.031, 0.042, 0.053, 0.064, 0.075])
+    assert times["steps"][1] == pytest.approx([0.075])
+    assert times["run"][0] == pytest.approx([0.020, 0.064, 0.108])  # one chunk a run, at its end
+    assert times["run"][1] == pytest.approx([0.108])  # done when its run's tokens stream

@@ -57,6 +57,14 @@ class PlainHelp(typer.core.TyperCommand):
         return super().parse_args(ctx, kept)
 
 
+def _true_or_false(value: str, flag: str) -> bool:
+    """vLLM's boolean flag value (``--flag True``), else a one-line error naming the flag."""
+    v = value.strip().lower()
+    if v not in ("true", "false", "1", "0"):
+        raise ConfigError(flag, flag.lstrip("-").replace("-", "_"), f"got {value!r}; allowed: True, False")
+    return v in ("true", "1")
+
+
 def register(app: typer.Typer) -> None:
     app.command(
         "bench",
@@ -170,6 +178,14 @@ def bench(
             "--set server.engine.use_v1=false runs V0 without it).",
         ),
     ] = 1,
+    multi_step_stream_outputs: Annotated[
+        str,
+        typer.Option(
+            "--multi-step-stream-outputs",
+            help="True (vLLM's default): a multi-step run streams step by step; False: at its end "
+            "(as vLLM 0.6.0 did).",
+        ),
+    ] = "True",
     gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization")] = 0.9,
     save_result: Annotated[
         bool, typer.Option("--save-result", help="Write the JSON vllm bench serve writes.")
@@ -241,6 +257,7 @@ def bench(
         ex.endpoint,
         enable_chunked_prefill,
         num_scheduler_steps,
+        _true_or_false(multi_step_stream_outputs, "--multi-step-stream-outputs"),
     )
     with console.status(f"simulating {client.num_prompts} requests on {prof.name}"):
         result, _ = run_bench(prof, client, server, set_, ex.reporting)

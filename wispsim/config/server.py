@@ -109,6 +109,9 @@ class EngineConfig:
     # --num-scheduler-steps (V0): a decode batch runs this many steps per scheduling; requests join
     # and leave only between runs, a request that ends mid-run is computed to the run's end
     num_scheduler_steps: int = 1
+    # --multi-step-stream-outputs: a multi-step run streams its tokens step by step (vLLM's default
+    # from 0.6.2); false, at the run's end, one chunk per request (as vLLM 0.6.0-0.6.1 did)
+    multi_step_stream_outputs: bool = True
 
     @property
     def v0(self) -> bool:

@@ -235,6 +235,7 @@ class Server:
     endpoint: str = "completions"  # the API server's endpoint the client calls (server.host.endpoint)
     enable_chunked_prefill: bool | None = None  # None: the engine generation's default
     num_scheduler_steps: int = 1  # vLLM V0's multi-step scheduling (> 1 runs V0)
+    multi_step_stream_outputs: bool = True  # a run streams step by step (else at its end)
 
 
 def check(c: Client, s: Server) -> None:
@@ -370,6 +371,7 @@ def run_bench(
         async_scheduling=s.async_scheduling,
         enable_chunked_prefill=s.enable_chunked_prefill,
         num_scheduler_steps=s.num_scheduler_steps,
+        multi_step_stream_outputs=s.multi_step_stream_outputs,
         seed=c.seed,
         overrides=overrides,
     )
@@ -398,6 +400,7 @@ def run_bench(
                 "async_scheduling": res.engine["async_scheduling"],
                 "enable_chunked_prefill": res.engine["enable_chunked_prefill"],
                 "num_scheduler_steps": s.num_scheduler_steps,
+                "multi_step_stream_outputs": s.multi_step_stream_outputs,
                 "vllm_use_v1": res.engine["use_v1"],
                 "gpu_memory_utilization": s.gpu_memory_utilization,
                 "tensor_parallel_size": prof.gpu_count,

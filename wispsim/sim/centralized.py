@@ -57,6 +57,7 @@ class CentralizedServer:
         chunked: bool = True,
         v0: bool = False,
         scheduler_steps: int = 1,
+        stream_steps: bool = True,
     ) -> None:
         self.env = env
         # when each response's chunks left the engine, by response id (None: not kept; a benchmark
@@ -73,9 +74,16 @@ class CentralizedServer:
             self.memory, max_running, step_tokens, lookahead, async_scheduling, static,
             chunked=chunked, prefill_first=v0 and not chunked, steps=scheduler_steps,
         )  # fmt: skip
-        # V0's multi-step scheduling: steps left in the running run, and the step it continues
+        # V0's multi-step scheduling: steps left in the running run, the step it continues, and
+        # whether its tokens stream step by step (vLLM's --multi-step-stream-outputs) or at its end
         self._left = 0
         self._last: Step | None = None
+        self.stream_steps = stream_steps
+        self._burst = False  # the running run streams at its end
+        # what the next outputs are counted from ((response, chunks, tokens) before the step or
+        # run; None: not tracked), and the responses that ended since, done once it streams
+        self._unit: list[tuple[Sequence, int, int]] | None = None
+        self._held: list[Sequence] = []
         self.pricing = pricing  # a step's time by its parts, at one point (wispsim.model.latency)
         self.batches = batches
         self._ids = batch_ids
@@ -149,6 +157,8 @@ class CentralizedServer:
                 if nxt is None:  # none of the run decodes on: it ends here
                     self._left = 0
                     batcher.release()
+                    if self._burst:
+                        self._stream()
                     continue
                 step = nxt
                 self._left -= 1
@@ -169,18 +179,15 @@ class CentralizedServer:
             self._in_step = True
             yield env.timeout(step.latency)
             self._in_step = False
-            track = self.chunk_times is not None or self.outputs is not None
-            before = [(s.chunks, s.generated) for s, _ in step.work] if track else None
+            if fresh:  # a run streaming at its end streams what it gave since its start
+                self._burst = not self.stream_steps and self._left > 0
+            if fresh or not self._burst:  # what this step's (run's) chunks are counted from
+                track = self._burst or self.chunk_times is not None or self.outputs is not None
+                self._unit = [(s, s.chunks, s.generated) for s, _ in step.work] if track else None
             finished = batcher.commit(step, env.now, release=not self._left)
-            delays = self._deliver(step, before) if before is not None else {}
-            for s in finished:
-                eligible = s.t_eligible if s.t_eligible <= s.scheduled else s.scheduled
-                served = Served(s.first, s.chunks, s.submitted, eligible, s.scheduled)
-                delay = delays.get(s.item.rid, 0.0)
-                if delay > 0.0:
-                    env.timeout(delay).callbacks.append(lambda _, d=s.item.done, v=served: d.succeed(v))
-                else:
-                    s.item.done.succeed(served)
+            self._held.extend(finished)
+            if not (self._burst and self._left):
+                self._stream()
             self.batches.append(
                 BatchRecord(
                     bid,
@@ -202,19 +209,37 @@ class CentralizedServer:
                 )
             )
 
-    def _deliver(self, step: Step, before: list[tuple[int, int]]) -> dict[int, float]:
-        """The step's outputs through the API servers (``outputs``; none: at the step's end):
-        returns each response's delay until its chunk is streamed, moves a first chunk's time to
-        it, and keeps every chunk's time where a benchmark asks (``chunk_times``)."""
+    def _stream(self) -> None:
+        """A step's outputs -- or, where a multi-step run streams at its end, the run's -- leave
+        the engine (:meth:`_deliver`), and the responses that ended in it are done once their
+        last chunk is out."""
+        env = self.env
+        delays = self._deliver(self._unit) if self._unit is not None else {}
+        held, self._held = self._held, []
+        for s in held:
+            eligible = s.t_eligible if s.t_eligible <= s.scheduled else s.scheduled
+            served = Served(s.first, s.chunks, s.submitted, eligible, s.scheduled)
+            delay = delays.get(s.item.rid, 0.0)
+            if delay > 0.0:
+                env.timeout(delay).callbacks.append(lambda _, d=s.item.done, v=served: d.succeed(v))
+            else:
+                s.item.done.succeed(served)
+
+    def _deliver(self, unit: list[tuple[Sequence, int, int]]) -> dict[int, float]:
+        """The outputs of a step (or a run streaming at its end: one chunk per response) through
+        the API servers (``outputs``; none: at once): ``unit`` holds each response's chunks and
+        tokens before it. Returns each response's delay until its chunk is streamed, moves a first
+        chunk's time to it, and keeps every chunk's time where a benchmark asks (``chunk_times``)."""
         now = self.env.now
-        got = [(s, s.generated - g) for (s, _), (c, g) in zip(step.work, before, strict=True) if s.chunks > c]
-        delays = self.outputs([(s.item.rid, n) for s, n in got]) if self.outputs is not None else None
+        got = [(s, s.generated - g, c) for s, c, g in unit if s.chunks > c]
+        delays = self.outputs([(s.item.rid, n) for s, n, _ in got]) if self.outputs is not None else None
         log = self.chunk_times
         out: dict[int, float] = {}
-        for i, (s, _) in enumerate(got):
+        for i, (s, _, c) in enumerate(got):
             d = delays[i] if delays is not None else 0.0
             out[s.item.rid] = d
-            if s.chunks == 1:
+            s.chunks = c + 1  # (a run streaming at its end: its steps' tokens are one chunk)
+            if c == 0:
                 s.first = now + d
             if log is not None:
                 log.setdefault(s.item.rid, []).append(now + d)

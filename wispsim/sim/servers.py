@@ -201,6 +201,7 @@ def centralized_servers(ctx: RunContext, resolved: Resolved) -> Any:
             chunked=srv.engine.chunked_prefill,
             v0=srv.engine.v0,
             scheduler_steps=srv.engine.num_scheduler_steps,
+            stream_steps=srv.engine.multi_step_stream_outputs,
         )
         ctx.engines.append(engine)
         front = host is not None or frontend > 0

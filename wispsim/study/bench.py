@@ -75,6 +75,7 @@ class BenchRun:
     # default), --num-scheduler-steps, and the generation (None: V1 unless multi-step asks for V0)
     enable_chunked_prefill: bool | None = None
     num_scheduler_steps: int = 1
+    multi_step_stream_outputs: bool = True  # vLLM's --multi-step-stream-outputs
     use_v1: bool | None = None
     # server-side speculative decoding (wispsim.model.speculation): none | draft | eagle | ngram,
     # the draft's architecture (None: the method's default), k, and the mean acceptance length
@@ -210,6 +211,7 @@ def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
                 "async_scheduling": run.async_scheduling,
                 "enable_chunked_prefill": run.enable_chunked_prefill,
                 "num_scheduler_steps": run.num_scheduler_steps,
+                "multi_step_stream_outputs": run.multi_step_stream_outputs,
                 "use_v1": run.use_v1,
                 "gpu_memory_utilization": run.gpu_memory_utilization,
                 "block_size": bs,
