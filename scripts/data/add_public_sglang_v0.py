@@ -17,7 +17,7 @@ Source: SGLang's reproduction of its v0.3.0 release comparison, repository sgl-p
 Assumed, and said in each row's notes: V0's defaults where a flag is absent -- chunked prefill off
 (V0 turned it on by default only above 32k tokens of context), ``max_num_batched_tokens`` the model
 length, ``max_num_seqs`` 256, no prefix caching. vLLM 0.6.0 predates streaming from multi-step
-runs (vLLM pull request #8335, in 0.6.2, with ``--multi-step-stream-outputs``), so a run's tokens
+runs (vLLM pull request #8335; on by default from 0.6.3, #9047), so a run's tokens
 left at its end; ``wispsim.study.public`` reads that from the version. Lengths: sglang's ShareGPT
 sampler filters as vLLM's does (prompts of 4-1,024 tokens, at most 2,048 with the output); the
 output mean is the source's own all-at-once run's (output over request throughput: 194.3 and 194.4

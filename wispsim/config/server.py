@@ -110,7 +110,8 @@ class EngineConfig:
     # and leave only between runs, a request that ends mid-run is computed to the run's end
     num_scheduler_steps: int = 1
     # --multi-step-stream-outputs: a multi-step run streams its tokens step by step (vLLM's default
-    # from 0.6.2); false, at the run's end, one chunk per request (as vLLM 0.6.0-0.6.1 did)
+    # from 0.6.3, pull request #9047); false, at the run's end, one chunk per request (vLLM
+    # 0.6.0-0.6.2's default: streaming from multi-step runs came with 0.6.2, off by default)
     multi_step_stream_outputs: bool = True
 
     @property

@@ -149,13 +149,14 @@ def engine_generation(version: object) -> str:
 def _engine_generation(row: pd.Series) -> dict[str, Any]:
     """The run's engine as it ran: V0 for vLLM before 0.8 (its scheduler), chunked prefill as the
     row says (empty: the generation's default), V0's multi-step scheduling where it was set, and
-    its runs streamed at their ends before vLLM 0.6.2 (which added streaming to multi-step: vLLM
-    pull request #8335, with ``--multi-step-stream-outputs`` on by default)."""
+    its runs streamed at their ends before vLLM 0.6.3 (streaming from multi-step runs came with
+    pull request #8335, off by default, and ``--multi-step-stream-outputs`` turned on by default
+    with pull request #9047, 2024-10-03)."""
     chunked = str(row.get("chunked_prefill")).lower()
     version = str(row.get("engine_version"))
     v0 = engine_generation(version) == "V0"
     m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-    early = m is not None and tuple(int(x) for x in m.groups()) < (0, 6, 2)
+    early = m is not None and tuple(int(x) for x in m.groups()) < (0, 6, 3)
     return {
         "use_v1": False if v0 else None,
         "enable_chunked_prefill": {"true": True, "false": False}.get(chunked),
