@@ -125,3 +125,27 @@ def test_a_dataset_replays_its_times_and_lengths(tmp_path: Path) -> None:
     result, res = run_bench(prof, Client(dataset_path=path), Server())
     assert result["completed"] == 3 and result["total_output_tokens"] == 18
     assert res.responses.t_start.tolist() == pytest.approx([0.0, 0.5, 1.0])
+
+
+def test_calibrate_reads_the_engine_generation_a_result_file_ran_on(tmp_path: Path) -> None:
+    """A bench result of a V0 run (its ``server`` keys) is re-run on V0 by ``profile calibrate``;
+    a file without them runs on vLLM's defaults (V1, async scheduling)."""
+    import json
+
+    from wispsim.study.calibrate import read_result
+
+    prof = profile_of("qwen3-14b", "h100-80gb", 1, "auto", None)
+    client = Client(num_prompts=20, max_concurrency=4, random_input_len=200, random_output_len=20)
+    result, _ = run_bench(prof, client, Server(max_num_batched_tokens=8192, num_scheduler_steps=4))
+    (tmp_path / "v0.json").write_text(json.dumps(result))
+    run = read_result(tmp_path / "v0.json", {}).run
+    assert (run.num_scheduler_steps, run.use_v1, run.async_scheduling, run.enable_chunked_prefill) == (
+        4,
+        False,
+        False,
+        False,
+    )
+    plain = {k: v for k, v in result.items() if k != "server"}
+    (tmp_path / "v1.json").write_text(json.dumps(plain))
+    run = read_result(tmp_path / "v1.json", {"max_num_seqs": 256, "max_num_batched_tokens": 8192}).run
+    assert (run.num_scheduler_steps, run.use_v1, run.async_scheduling) == (1, None, None)

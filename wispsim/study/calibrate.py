@@ -87,7 +87,12 @@ def read_result(path: Path, server: dict[str, Any], max_prompts: int | None = No
         max_num_seqs=int(flags["max_num_seqs"]),
         max_num_batched_tokens=int(flags["max_num_batched_tokens"]),
         prefix_caching=bool(flags.get("enable_prefix_caching", True)),
-        async_scheduling=bool(flags.get("async_scheduling", True)),
+        # absent: vLLM's default for the engine's generation (bench_scenario: on for V1)
+        async_scheduling=_switch(flags, "async_scheduling"),
+        enable_chunked_prefill=_switch(flags, "enable_chunked_prefill"),
+        num_scheduler_steps=int(flags.get("num_scheduler_steps") or 1),
+        multi_step_stream_outputs=_switch(flags, "multi_step_stream_outputs") is not False,
+        use_v1=_switch(flags, "vllm_use_v1"),
         gpu_memory_utilization=float(flags.get("gpu_memory_utilization", 0.9)),
         seed=int(d.get("seed") or 0),
     )
@@ -95,6 +100,12 @@ def read_result(path: Path, server: dict[str, Any], max_prompts: int | None = No
     if not any(k in real for k in TARGETS):
         raise ConfigError(src, "median_tpot_ms", f"the file has none of {', '.join(TARGETS)}")
     return Result(src, run, real)
+
+
+def _switch(flags: dict[str, Any], key: str) -> bool | None:
+    """A server flag as a run's result file gives it (None: absent, the default)."""
+    v = flags.get(key)
+    return None if v is None else bool(v)
 
 
 def simulate(profile_data: dict[str, Any], r: Result, overheads: dict[str, float]) -> dict[str, float]:
