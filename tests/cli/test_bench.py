@@ -315,3 +315,15 @@ def test_vllms_quantization_and_kv_cache_dtype_flags() -> None:
     assert oss.estimator.arch == prof("h100-80gb", model="gpt-oss-20b").estimator.arch
     kv8 = prof("h100-80gb", kv="fp8_e4m3")
     assert kv8.estimator.kv_bytes == pytest.approx(plain.estimator.kv_bytes / 2)
+
+
+def test_a_v0_benchmark_says_how_its_engine_ran() -> None:
+    common = ("bench", "--model", "qwen3-14b", "--gpu", "h100-80gb", "--num-prompts", "20")
+    v0 = wispsim(*common, "--num-scheduler-steps", "4", "--multi-step-stream-outputs", "False")
+    assert v0.returncode == 0, v0.stderr
+    said = " ".join(v0.stdout.split())  # (the console wraps at 80 columns)
+    assert "engine: vLLM V0, chunked prefill off, 4 scheduler steps a run, streamed at each run's end" in said
+    v1 = wispsim(*common)
+    assert v1.returncode == 0 and "engine: vLLM V0" not in v1.stdout
+    bad = wispsim(*common, "--num-scheduler-steps", "4", "--async-scheduling")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--async-scheduling" in bad.stderr

@@ -277,6 +277,18 @@ def bench(
     if ex.ignored:
         result["ignored_client_flags"] = list(ex.ignored)
     _print_table(result, ex)
+    srv = result["server"]
+    if not srv["vllm_use_v1"]:  # the engine loop is V0's: say how it ran (docs/model.md)
+        steps = srv["num_scheduler_steps"]
+        console.print(
+            f"engine: vLLM V0, chunked prefill {'on' if srv['enable_chunked_prefill'] else 'off'}, "
+            + (f"{steps} scheduler steps a run, streamed "
+               + ("step by step" if srv["multi_step_stream_outputs"] else "at each run's end")
+               if steps > 1 else "single-step")
+            + "; its per-step CPU is priced as V1's engine core (docs/model.md, vLLM V0's engine loop)",
+            highlight=False,
+            markup=False,
+        )  # fmt: skip
     if gpu is not None:
         from wispsim.model.archs import load_gpu
         from wispsim.model.physical import generation_efficiency
