@@ -149,3 +149,21 @@ def test_calibrate_reads_the_engine_generation_a_result_file_ran_on(tmp_path: Pa
     (tmp_path / "v1.json").write_text(json.dumps(plain))
     run = read_result(tmp_path / "v1.json", {"max_num_seqs": 256, "max_num_batched_tokens": 8192}).run
     assert (run.num_scheduler_steps, run.use_v1, run.async_scheduling) == (1, None, None)
+
+
+def test_max_model_len_bounds_the_requests_and_sizes_an_unchunked_step_as_vllm_does() -> None:
+    """``--max-model-len`` (the CLI defaults it to the model's max_position_embeddings): a request
+    longer is refused, as vLLM refuses it; without chunked prefill, and no
+    ``--max-num-batched-tokens``, a step holds max(max_model_len, 2048) tokens (vLLM's default)."""
+    prof = profile_of("qwen3-14b", "h100-80gb", 1, "auto", None)
+    client = Client(num_prompts=10, random_input_len=400, random_output_len=20)
+    v0, _ = run_bench(prof, client, Server(num_scheduler_steps=4, max_model_len=4096))
+    assert (v0["server"]["max_num_batched_tokens"], v0["server"]["max_model_len"]) == (4096, 4096)
+    v1, _ = run_bench(prof, client, Server(max_model_len=4096))
+    assert v1["server"]["max_num_batched_tokens"] == 8192  # chunked: vLLM's default for the GPU
+    off, _ = run_bench(
+        prof, client, Server(max_model_len=4096), ["server.engine.enable_chunked_prefill=false"]
+    )
+    assert off["server"]["max_num_batched_tokens"] == 4096  # a --set counts as the flag does
+    with pytest.raises(ConfigError, match="--max-model-len"):
+        run_bench(prof, client, Server(max_model_len=300))

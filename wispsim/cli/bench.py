@@ -57,6 +57,17 @@ class PlainHelp(typer.core.TyperCommand):
         return super().parse_args(ctx, kept)
 
 
+def _context_of(model: str | None, quantization: str | None) -> int | None:
+    """vLLM's default ``max_model_len``: the model's ``max_position_embeddings`` (None: a measured
+    --profile, or a config that does not say)."""
+    if model is None:
+        return None
+    from wispsim.runs.bench import arch_of
+
+    n = arch_of(model, quantization).hf.get("max_position_embeddings")
+    return int(n) if isinstance(n, int | float) and n >= 1 else None
+
+
 def _true_or_false(value: str, flag: str) -> bool:
     """vLLM's boolean flag value (``--flag True``), else a one-line error naming the flag."""
     v = value.strip().lower()
@@ -178,6 +189,14 @@ def bench(
             "--set server.engine.use_v1=false runs V0 without it).",
         ),
     ] = 1,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(
+            "--max-model-len",
+            help="The longest request (prompt + output) the server takes. Default: the model's "
+            "max_position_embeddings; without chunked prefill, max_num_batched_tokens' default too.",
+        ),
+    ] = None,
     multi_step_stream_outputs: Annotated[
         str,
         typer.Option(
@@ -258,6 +277,7 @@ def bench(
         enable_chunked_prefill,
         num_scheduler_steps,
         _true_or_false(multi_step_stream_outputs, "--multi-step-stream-outputs"),
+        max_model_len if max_model_len is not None else _context_of(model, quantization),
     )
     with console.status(f"simulating {client.num_prompts} requests on {prof.name}"):
         result, _ = run_bench(prof, client, server, set_, ex.reporting)

@@ -23,7 +23,7 @@ from wispsim.model.archs import Arch, arch_from_dict, find_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import Profile, load_profile, parse_profile
 from wispsim.runs.bench_datasets import DATASETS, dataset_rows, prefix_repetition, shuffled
-from wispsim.study.bench import BenchRun, bench, vllm_defaults
+from wispsim.study.bench import BenchRun, bench, is_v0, vllm_defaults
 from wispsim.study.bench_metrics import Reporting, vllm_result
 
 PRECISION = {"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8"}
@@ -236,6 +236,22 @@ class Server:
     enable_chunked_prefill: bool | None = None  # None: the engine generation's default
     num_scheduler_steps: int = 1  # vLLM V0's multi-step scheduling (> 1 runs V0)
     multi_step_stream_outputs: bool = True  # a run streams step by step (else at its end)
+    # --max-model-len: the longest request (prompt + output) the server takes; None: unknown (a
+    # measured --profile). Without chunked prefill it is max_num_batched_tokens' default, as in vLLM
+    max_model_len: int | None = None
+
+
+def _chunked(s: Server, overrides: dict[str, Any] | None) -> bool:
+    """Whether the benchmarked engine prefills in chunks: a ``--set`` of it (merged last, as a run
+    honours it), else ``--enable-chunked-prefill``, else its generation's default (V1 yes, V0 no)."""
+    eng = ((overrides or {}).get("server") or {}).get("engine") or {}
+    given = eng.get("enable_chunked_prefill")
+    if given is None:
+        given = s.enable_chunked_prefill
+    if given is not None:
+        return bool(given)
+    return not is_v0({"use_v1": eng.get("use_v1"), "num_scheduler_steps": eng.get("num_scheduler_steps")
+                      or s.num_scheduler_steps})  # fmt: skip
 
 
 def check(c: Client, s: Server) -> None:
@@ -281,6 +297,7 @@ def check(c: Client, s: Server) -> None:
         ("--max-num-seqs", s.max_num_seqs),
         ("--max-num-batched-tokens", s.max_num_batched_tokens),
         ("--num-scheduler-steps", s.num_scheduler_steps),
+        ("--max-model-len", s.max_model_len),
     ):
         if limit is not None and limit < 1:
             raise ConfigError(
@@ -337,9 +354,19 @@ def run_bench(
     rate = rate_of(c.request_rate)
     tokens_default, seqs_default = vllm_defaults(prof.gpu_memory_gib, prof.gpu)
     seqs = s.max_num_seqs if s.max_num_seqs is not None else seqs_default
+    if not _chunked(s, overrides) and s.max_model_len is not None:  # vLLM: whole prompts fit a step
+        tokens_default = max(s.max_model_len, 2048)
     tokens = s.max_num_batched_tokens if s.max_num_batched_tokens is not None else tokens_default
     rng = np.random.default_rng(c.seed)
     ins, outs, times, prefix, groups, n = workload(c, rng)
+    longest = max((int(a) + int(b) for a, b in zip(ins, outs, strict=False)), default=0)
+    if s.max_model_len is not None and longest > s.max_model_len:
+        raise ConfigError(
+            "--max-model-len",
+            "max_model_len",
+            f"{s.max_model_len:,} tokens is less than the workload's longest request ({longest:,}: "
+            f"prompt + output), which vLLM refuses; allowed: >= {longest:,}",
+        )
     if times is not None and c.self_timed is None and rate is not None:
         raise ConfigError(
             "--request-rate",
@@ -401,6 +428,7 @@ def run_bench(
                 "enable_chunked_prefill": res.engine["enable_chunked_prefill"],
                 "num_scheduler_steps": s.num_scheduler_steps,
                 "multi_step_stream_outputs": s.multi_step_stream_outputs,
+                "max_model_len": s.max_model_len,
                 "vllm_use_v1": res.engine["use_v1"],
                 "gpu_memory_utilization": s.gpu_memory_utilization,
                 "tensor_parallel_size": prof.gpu_count,
