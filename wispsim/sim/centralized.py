@@ -196,7 +196,8 @@ class CentralizedServer:
                     start,
                     env.now,
                     len(step.work),
-                    len(batcher.running) + len(batcher.waiting) + len(finished),
+                    # (mid-way through a multi-step run the ended ones are still running)
+                    len(batcher.running) + len(batcher.waiting) + (0 if self._left else len(finished)),
                     step.shape.n_linear,
                     step.shape.n_interactions,
                     step.shape.n_cached,
