@@ -154,11 +154,20 @@ def test_calibrate_reads_the_engine_generation_a_result_file_ran_on(tmp_path: Pa
 def test_max_model_len_bounds_the_requests_and_sizes_an_unchunked_step_as_vllm_does() -> None:
     """``--max-model-len`` (the CLI defaults it to the model's max_position_embeddings): a request
     longer is refused, as vLLM refuses it; without chunked prefill, and no
-    ``--max-num-batched-tokens``, a step holds max(max_model_len, 2048) tokens (vLLM's default)."""
+    ``--max-num-batched-tokens``, a step holds max(max_model_len, 2048) tokens, and V0 takes its
+    own defaults (256 sequences, 2,048 tokens chunked): vLLM's SchedulerConfig."""
     prof = profile_of("qwen3-14b", "h100-80gb", 1, "auto", None)
     client = Client(num_prompts=10, random_input_len=400, random_output_len=20)
     v0, _ = run_bench(prof, client, Server(num_scheduler_steps=4, max_model_len=4096))
     assert (v0["server"]["max_num_batched_tokens"], v0["server"]["max_model_len"]) == (4096, 4096)
+    assert v0["server"]["max_num_seqs"] == 256  # V0's default, where V1 takes 1,024 on an H100
+    chunked_v0, _ = run_bench(
+        prof, client, Server(max_model_len=4096, enable_chunked_prefill=True), ["server.engine.use_v1=false"]
+    )
+    assert (chunked_v0["server"]["max_num_batched_tokens"], chunked_v0["server"]["max_num_seqs"]) == (
+        2048,
+        256,
+    )
     v1, _ = run_bench(prof, client, Server(max_model_len=4096))
     assert v1["server"]["max_num_batched_tokens"] == 8192  # chunked: vLLM's default for the GPU
     off, _ = run_bench(

@@ -162,10 +162,15 @@ def bench(
     max_concurrency: Annotated[int | None, typer.Option("--max-concurrency")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     max_num_seqs: Annotated[
-        int | None, typer.Option("--max-num-seqs", help="Default: vLLM's for the GPU's memory.")
+        int | None, typer.Option("--max-num-seqs", help="Default: vLLM's (V1: by the GPU's memory; V0: 256).")
     ] = None,
     max_num_batched_tokens: Annotated[
-        int | None, typer.Option("--max-num-batched-tokens", help="Default: vLLM's for the GPU's memory.")
+        int | None,
+        typer.Option(
+            "--max-num-batched-tokens",
+            help="Default: vLLM's (V1: by the GPU's memory; V0: 2,048; prompts taken whole: "
+            "max(max_model_len, 2048)).",
+        ),
     ] = None,
     enable_prefix_caching: Annotated[
         bool, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching")

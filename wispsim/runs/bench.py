@@ -241,17 +241,16 @@ class Server:
     max_model_len: int | None = None
 
 
-def _chunked(s: Server, overrides: dict[str, Any] | None) -> bool:
-    """Whether the benchmarked engine prefills in chunks: a ``--set`` of it (merged last, as a run
-    honours it), else ``--enable-chunked-prefill``, else its generation's default (V1 yes, V0 no)."""
+def _generation(s: Server, overrides: dict[str, Any] | None) -> tuple[bool, bool]:
+    """(V0, chunked prefill) of the benchmarked engine: a ``--set`` of either (merged last, as a
+    run honours it), else the flags, else the defaults (V1 unless multi-step; chunked on V1)."""
     eng = ((overrides or {}).get("server") or {}).get("engine") or {}
+    steps = eng.get("num_scheduler_steps") or s.num_scheduler_steps
+    v0 = is_v0({"use_v1": eng.get("use_v1"), "num_scheduler_steps": steps})
     given = eng.get("enable_chunked_prefill")
     if given is None:
         given = s.enable_chunked_prefill
-    if given is not None:
-        return bool(given)
-    return not is_v0({"use_v1": eng.get("use_v1"), "num_scheduler_steps": eng.get("num_scheduler_steps")
-                      or s.num_scheduler_steps})  # fmt: skip
+    return v0, (not v0) if given is None else bool(given)
 
 
 def check(c: Client, s: Server) -> None:
@@ -352,10 +351,11 @@ def run_bench(
         sets = [*(sets or []), f"server.host.endpoint={s.endpoint}"]
     overrides = parse_set(sets) if sets else None
     rate = rate_of(c.request_rate)
-    tokens_default, seqs_default = vllm_defaults(prof.gpu_memory_gib, prof.gpu)
+    v0, chunked = _generation(s, overrides)
+    tokens_default, seqs_default = vllm_defaults(
+        prof.gpu_memory_gib, prof.gpu, v0, not chunked or (v0 and s.num_scheduler_steps > 1), s.max_model_len
+    )
     seqs = s.max_num_seqs if s.max_num_seqs is not None else seqs_default
-    if not _chunked(s, overrides) and s.max_model_len is not None:  # vLLM: whole prompts fit a step
-        tokens_default = max(s.max_model_len, 2048)
     tokens = s.max_num_batched_tokens if s.max_num_batched_tokens is not None else tokens_default
     rng = np.random.default_rng(c.seed)
     ins, outs, times, prefix, groups, n = workload(c, rng)

@@ -362,9 +362,25 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
     )
 
 
-def vllm_defaults(memory_gib: float, gpu_name: str) -> tuple[int, int]:
-    """vLLM 0.32's API-server defaults of (max_num_batched_tokens, max_num_seqs) on a GPU with
-    this much memory (vllm/engine/arg_utils.py ``get_batch_defaults``)."""
+def vllm_defaults(
+    memory_gib: float,
+    gpu_name: str,
+    v0: bool = False,
+    whole_prompts: bool = False,
+    max_model_len: int | None = None,
+) -> tuple[int, int]:
+    """vLLM's defaults of (max_num_batched_tokens, max_num_seqs): V1's API server by the GPU's
+    memory (vllm/engine/arg_utils.py ``get_batch_defaults``, vLLM 0.32), V0's 2,048 tokens and 256
+    sequences (``v0``); where a step takes prompts whole (no chunked prefill, or V0's multi-step,
+    which does not chunk them) max(max_model_len, 2048) tokens where the length is known
+    (vLLM's ``SchedulerConfig``)."""
+    tokens, seqs = _v1_defaults(memory_gib, gpu_name) if not v0 else (2048, 256)
+    if whole_prompts and max_model_len is not None:
+        tokens = max(max_model_len, 2048)
+    return tokens, seqs
+
+
+def _v1_defaults(memory_gib: float, gpu_name: str) -> tuple[int, int]:
     if memory_gib >= 160:
         return 16384, 1024
     if memory_gib >= 70 and "a100" not in gpu_name.lower():
