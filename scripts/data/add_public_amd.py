@@ -26,11 +26,8 @@ each run prints. Run once:
 
 from __future__ import annotations
 
-from pathlib import Path
+from runs_csv import add_runs
 
-import pandas as pd
-
-DIR = Path(__file__).resolve().parents[2] / "experiments" / "data" / "public"
 REPO = "AUGMXNT/llm-tracker.info-vault"
 SWEEP = ("78b51b82ccbb7c3f6d100dd3d050385e79da4482", "_TOORG/vLLM MI300X vs H100.md")
 SERVING = ("60f89995656d5bf8bf03db7f256ea1d19f082cb6", "vLLM Benchmark serving.md")
@@ -112,13 +109,7 @@ def rows() -> list[dict[str, object]]:
 
 
 def main() -> None:
-    path = DIR / "runs.csv"
-    runs = pd.read_csv(path)
-    new = pd.DataFrame(rows())
-    runs = runs[~runs.run_id.isin(new.run_id)]  # rerunning replaces, never duplicates
-    columns = [*runs.columns, *(c for c in new.columns if c not in runs.columns)]
-    pd.concat([runs, new], ignore_index=True)[columns].to_csv(path, index=False)
-    print(f"{path}: {len(new)} MI300X runs added ({len(runs) + len(new)} in all)")
+    add_runs(rows(), "MI300X runs")
 
 
 if __name__ == "__main__":

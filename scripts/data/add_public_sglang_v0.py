@@ -29,11 +29,8 @@ Llama 3's, in vLLM pull request #8335's benchmark). Run once:
 
 from __future__ import annotations
 
-from pathlib import Path
+from runs_csv import add_runs
 
-import pandas as pd
-
-DIR = Path(__file__).resolve().parents[2] / "experiments" / "data" / "public"
 REPO, COMMIT = "sgl-project/sglang", "120affb9613cc3f5bcd055ec09c7621d3ced0ebc"
 FILE = "benchmark/benchmark_vllm_060/README.md"
 INPUT_MEAN = 215.2  # vLLM PR #8335: 215,196 input tokens over 1,000 ShareGPT prompts (Llama 3)
@@ -99,13 +96,7 @@ def rows() -> list[dict[str, object]]:
 
 
 def main() -> None:
-    path = DIR / "runs.csv"
-    runs = pd.read_csv(path)
-    new = pd.DataFrame(rows())
-    runs = runs[~runs.run_id.isin(new.run_id)]  # rerunning replaces, never duplicates
-    columns = [*runs.columns, *(c for c in new.columns if c not in runs.columns)]
-    pd.concat([runs, new], ignore_index=True)[columns].to_csv(path, index=False)
-    print(f"{path}: {len(new)} vLLM 0.6.0 runs added ({len(runs) + len(new)} in all)")
+    add_runs(rows(), "vLLM 0.6.0 runs")
 
 
 if __name__ == "__main__":

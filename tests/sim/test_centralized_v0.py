@@ -9,6 +9,7 @@ from itertools import count
 import pytest
 import simpy
 
+from tests.sim.test_centralized import submit
 from tests.support import FakeLatency
 from wispsim.errors import ConfigError
 from wispsim.model.host_cpu import HostCPU
@@ -30,18 +31,6 @@ def server(
         chunked=chunked, v0=v0, scheduler_steps=steps,
     )  # fmt: skip
     return env, srv, lat, batches
-
-
-def submit(env: simpy.Environment, srv: CentralizedServer, rid: int, prompt: int, output: int, at: float,
-           finished: dict[int, float]) -> None:  # fmt: skip
-    def proc():  # type: ignore[no-untyped-def]
-        yield env.timeout(at)
-        done = env.event()
-        srv.submit(Generation(rid, prompt, output, done))
-        yield done
-        finished[rid] = env.now
-
-    env.process(proc())
 
 
 def test_v0_without_chunked_prefill_runs_a_prefill_alone_and_stalls_the_decodes() -> None:

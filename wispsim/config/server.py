@@ -68,6 +68,18 @@ class SpeculationConfig:
             require(v is None or 0 <= v <= 1e4, name, f"must be in [0, 10000] or null, got {v}")
 
 
+def engine_generation(
+    use_v1: bool | None, enable_chunked_prefill: bool | None, num_scheduler_steps: int | None
+) -> tuple[bool, bool]:
+    """(V0, chunked prefill) of an engine section's settings, as :class:`EngineConfig` reads them
+    (None: the default): V0 where ``use_v1`` is false, or left to the default with multi-step
+    scheduling (vLLM fell back to V0 for it); chunked prefill as given, else the generation's
+    default (V1 on, V0 off). Callers that hold the settings before a scenario is built (a
+    benchmark's flags) ask the same function."""
+    v0 = use_v1 is False or (use_v1 is None and (num_scheduler_steps or 1) > 1)
+    return v0, (not v0) if enable_chunked_prefill is None else bool(enable_chunked_prefill)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """The serving engine's limits and features, by vLLM's names where vLLM has the knob
@@ -116,13 +128,13 @@ class EngineConfig:
 
     @property
     def v0(self) -> bool:
-        """Whether the engine is vLLM's V0 (``use_v1``)."""
-        return self.use_v1 is False or (self.use_v1 is None and self.num_scheduler_steps > 1)
+        """Whether the engine is vLLM's V0 (:func:`engine_generation`)."""
+        return engine_generation(self.use_v1, self.enable_chunked_prefill, self.num_scheduler_steps)[0]
 
     @property
     def chunked_prefill(self) -> bool:
-        """Whether prompts are prefilled in chunks (``enable_chunked_prefill`` or the default)."""
-        return (not self.v0) if self.enable_chunked_prefill is None else self.enable_chunked_prefill
+        """Whether prompts are prefilled in chunks (:func:`engine_generation`)."""
+        return engine_generation(self.use_v1, self.enable_chunked_prefill, self.num_scheduler_steps)[1]
 
     def __post_init__(self) -> None:
         require_count(self.max_num_seqs, "max_num_seqs", 1, MAX_BATCH_REQUESTS)

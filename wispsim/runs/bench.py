@@ -18,12 +18,13 @@ import numpy as np
 import pandas as pd
 
 from wispsim.config import parse_set
+from wispsim.config.server import engine_generation
 from wispsim.errors import ConfigError
 from wispsim.model.archs import Arch, arch_from_dict, find_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import Profile, load_profile, parse_profile
 from wispsim.runs.bench_datasets import DATASETS, dataset_rows, prefix_repetition, shuffled
-from wispsim.study.bench import BenchRun, bench, is_v0, vllm_defaults
+from wispsim.study.bench import BenchRun, bench, vllm_defaults
 from wispsim.study.bench_metrics import Reporting, vllm_result
 
 PRECISION = {"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8"}
@@ -241,16 +242,17 @@ class Server:
     max_model_len: int | None = None
 
 
-def _generation(s: Server, overrides: dict[str, Any] | None) -> tuple[bool, bool]:
-    """(V0, chunked prefill) of the benchmarked engine: a ``--set`` of either (merged last, as a
-    run honours it), else the flags, else the defaults (V1 unless multi-step; chunked on V1)."""
+def _generation(s: Server, overrides: dict[str, Any] | None) -> tuple[bool, bool, int]:
+    """(V0, chunked prefill, scheduler steps) of the benchmarked engine: a ``--set`` (merged last,
+    as a run honours it), else the flag, read as EngineConfig reads them."""
     eng = ((overrides or {}).get("server") or {}).get("engine") or {}
-    steps = eng.get("num_scheduler_steps") or s.num_scheduler_steps
-    v0 = is_v0({"use_v1": eng.get("use_v1"), "num_scheduler_steps": steps})
-    given = eng.get("enable_chunked_prefill")
-    if given is None:
-        given = s.enable_chunked_prefill
-    return v0, (not v0) if given is None else bool(given)
+
+    def given(name: str) -> Any:
+        return eng[name] if eng.get(name) is not None else getattr(s, name)
+
+    steps = int(given("num_scheduler_steps"))
+    v0, chunked = engine_generation(eng.get("use_v1"), given("enable_chunked_prefill"), steps)
+    return v0, chunked, steps
 
 
 def check(c: Client, s: Server) -> None:
@@ -351,9 +353,9 @@ def run_bench(
         sets = [*(sets or []), f"server.host.endpoint={s.endpoint}"]
     overrides = parse_set(sets) if sets else None
     rate = rate_of(c.request_rate)
-    v0, chunked = _generation(s, overrides)
+    v0, chunked, steps = _generation(s, overrides)
     tokens_default, seqs_default = vllm_defaults(
-        prof.gpu_memory_gib, prof.gpu, v0, not chunked or (v0 and s.num_scheduler_steps > 1), s.max_model_len
+        prof.gpu_memory_gib, prof.gpu, v0, not chunked or (v0 and steps > 1), s.max_model_len
     )
     seqs = s.max_num_seqs if s.max_num_seqs is not None else seqs_default
     tokens = s.max_num_batched_tokens if s.max_num_batched_tokens is not None else tokens_default
@@ -426,8 +428,8 @@ def run_bench(
                 "enable_prefix_caching": s.enable_prefix_caching,
                 "async_scheduling": res.engine["async_scheduling"],
                 "enable_chunked_prefill": res.engine["enable_chunked_prefill"],
-                "num_scheduler_steps": s.num_scheduler_steps,
-                "multi_step_stream_outputs": s.multi_step_stream_outputs,
+                "num_scheduler_steps": res.engine["num_scheduler_steps"],
+                "multi_step_stream_outputs": res.engine["multi_step_stream_outputs"],
                 "max_model_len": s.max_model_len,
                 "vllm_use_v1": res.engine["use_v1"],
                 "gpu_memory_utilization": s.gpu_memory_utilization,

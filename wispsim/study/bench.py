@@ -32,6 +32,7 @@ import simpy
 from wispsim.analysis.token_latency import token_latency
 from wispsim.config import deep_merge
 from wispsim.config.schema import POLICIES
+from wispsim.config.server import engine_generation
 from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import Profile
 from wispsim.sim.context import RunContext
@@ -105,7 +106,8 @@ class BenchResult:
     # when the client meant to send it (before waiting for a --max-concurrency slot)
     chunk_times: tuple[np.ndarray, ...] = ()
     sent: np.ndarray | None = None
-    # the engine as it ran: async_scheduling, enable_chunked_prefill and use_v1, resolved
+    # the engine's generation as it ran (its flags and --set resolved): async_scheduling,
+    # enable_chunked_prefill, use_v1, num_scheduler_steps, multi_step_stream_outputs
     engine: dict[str, Any] = field(default_factory=dict)
 
     def itls(self) -> list[np.ndarray]:
@@ -169,13 +171,6 @@ def send_times(run: BenchRun, n: int, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([[0.0], t[:-1]])
 
 
-def is_v0(engine: Mapping[str, Any]) -> bool:
-    """Whether a server section's ``engine`` mapping asks for vLLM V0 (``use_v1`` false, or left
-    to the default with ``num_scheduler_steps`` > 1: :class:`wispsim.config.server.EngineConfig`)."""
-    use_v1 = engine.get("use_v1")
-    return use_v1 is False or (use_v1 is None and int(engine.get("num_scheduler_steps") or 1) > 1)
-
-
 def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
     """The server a benchmark run ran against, as a scenario (``vllm serve``'s settings as the
     server's fields: ``max_num_seqs``, ``max_num_batched_tokens``, prefix caching, async
@@ -227,7 +222,8 @@ def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
         overrides = deep_merge(overrides, upgrade(run.overrides, "--set"))
     engine = overrides["server"]["engine"]
     if engine.get("async_scheduling") is None:  # vLLM's default: V1 schedules asynchronously
-        engine["async_scheduling"] = not is_v0(engine)
+        v0, _ = engine_generation(engine.get("use_v1"), None, engine.get("num_scheduler_steps"))
+        engine["async_scheduling"] = not v0
     sc = load_scenario(overrides=overrides, source="wispsim bench", consistency=False)
     check_engine_generation(sc, "wispsim bench", lengths=False)  # the lengths: at each request
     eng = sc.server.engine
@@ -356,7 +352,8 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
     sent = clients.sends[r.device.to_numpy()]
     eng = resolved.scenario.server.engine
     ran = {"async_scheduling": eng.async_scheduling, "enable_chunked_prefill": eng.chunked_prefill,
-           "use_v1": not eng.v0}  # fmt: skip
+           "use_v1": not eng.v0, "num_scheduler_steps": eng.num_scheduler_steps,
+           "multi_step_stream_outputs": eng.multi_step_stream_outputs}  # fmt: skip
     return BenchResult(
         responses, duration, len(batches), server_info(ctx)["preemptions"], mean_batch, chunks, sent, ran
     )
