@@ -12,10 +12,10 @@ in one line on stderr (unless the pure Python was asked for). The numbers are th
 way (a test compiles a copy and compares a run's records bit for bit); only the time per round
 differs (benchmarks/README.md).
 
-The modules are the round's path: a device's round, the front end's queue, the recorder's
-packed rows, WISP's batch selection, the batch and KV accounting, the roofline's prices, drafting.
-``sim/verifier.py`` stays interpreted: its request and verdict are SimPy events (subclasses of
-an interpreted class), as SimPy's own loop does. A compiled class that
+The modules are the round's path: a device's round, the front end's queue, the verifier's loop,
+the recorder's packed rows, WISP's batch selection, the batch and KV accounting, the roofline's
+prices, drafting. A round's verdict (``sim/verdict.py``) stays interpreted: it is a SimPy event (a
+subclass of an interpreted class), as SimPy's own loop does. A compiled class that
 interpreted code subclasses says so (``mypyc_attr(allow_interpreted_subclasses=True)``: the cost
 forms' base, which the estimator forms extend, and the KV memory).
 """
@@ -33,6 +33,8 @@ MODULES = (
     "wispsim.sim.round",
     "wispsim.sim.device",
     "wispsim.sim.front",
+    "wispsim.sim.inbox",
+    "wispsim.sim.verifier",
     "wispsim.sim.recorder",
     "wispsim.model.batch",
     "wispsim.model.memory",
@@ -40,6 +42,11 @@ MODULES = (
     "wispsim.model.roofline",
     "wispsim.model.cost",
     "wispsim.model.drafting",
+    "wispsim.model.network",
+    "wispsim.model.noise",
+    "wispsim.model.verifier_kinds",
+    "wispsim.model.host_cpu",
+    "wispsim.model.admission",
 )
 GROUP = "wispsim_native"  # the shared library's name (mypyc's group)
 PACKAGE = Path(__file__).resolve().parent

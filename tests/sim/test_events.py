@@ -1,14 +1,22 @@
-"""The verifier's event shortcuts (issue 16): a batch's verdicts completed with one heap entry,
-and a request that is the event of its own arrival, behave as the plain SimPy events did."""
+"""The verifier's event shortcuts (issue 16, issue 44): a batch's verdicts completed with one heap
+entry, a request sent as an event, and rounds posted as data to the run's only replica (its
+inbox) behave as the plain SimPy events did."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from typing import Any
 
+import pandas as pd
+import pytest
 import simpy
 
-from wispsim.sim.verifier import Request, Verdict
+from wispsim import check, load_scenario
+from wispsim.sim.front import RoundFront
+from wispsim.sim.servers import SimulatedServers
+from wispsim.sim.simulation import simulate
+from wispsim.sim.verdict import Verdict
+from wispsim.sim.verifier import Request, Verifier
 
 
 def _trace(complete: Callable[[simpy.Environment, list[simpy.Event]], None]) -> list[tuple[float, str]]:
@@ -52,7 +60,7 @@ def test_one_heap_entry_per_batch_keeps_the_order_of_separate_events() -> None:
     assert [w for _, w in plain][:4] == ["a next batch", "bystander", "b next batch", "a0 resumed"]
 
 
-def test_a_request_is_the_event_of_its_arrival() -> None:
+def test_a_sent_request_reaches_the_server_at_its_arrival() -> None:
     env = simpy.Environment()
     got: list[tuple[float, int]] = []
     req = Request(7, 3, 2.5, 3.0, 2.0, 4, 100, 103, env.event())
@@ -62,3 +70,63 @@ def test_a_request_is_the_event_of_its_arrival() -> None:
     env.run()
     assert got == [(2.5, 7), (2.5, -1)]
     assert not req.done.triggered  # the verdict is a separate event
+
+
+def _records(monkeypatch: pytest.MonkeyPatch, eager: bool, devices: int, **overrides: Any) -> list[int]:
+    """Hashes of a run's round, batch and response records; ``eager``: every round an event (the
+    inbox switched off, as behind a router)."""
+    with monkeypatch.context() as m:
+        if eager:
+            m.setattr(Verifier, "post", None)
+            m.setattr(RoundFront, "post", None)
+        sc = load_scenario(
+            overrides={
+                "devices": {"classes": [4.0]},
+                "workload": {"warmup_s": 5.0, "duration_s": 30.0},
+                **overrides,
+            }
+        )
+        res = simulate(check(sc), devices=devices, seed=5)
+    return [
+        int(pd.util.hash_pandas_object(df, index=False).sum())
+        for df in (res.rounds, res.batches, res.responses)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("devices", "overrides"),
+    [
+        (60, {"policy": "wisp"}),  # the API servers in front (the default build's host)
+        (3, {"policy": "wisp"}),  # a replica idle most of the time: woken by its inbox
+        (60, {"policy": "wisp", "server": {"host": {"cpu": "off"}}}),  # no API servers: straight in
+        (60, {"policy": "wisp-lru"}),  # LRU eviction, no admission control
+        (20, {"policy": "sled"}),
+        (60, {"policy": "wisp", "server": {"host": {"api_server_count": 1}}}),  # a queueing API server
+    ],
+)
+def test_rounds_posted_as_data_give_the_records_of_one_event_each(
+    monkeypatch: pytest.MonkeyPatch, devices: int, overrides: dict[str, Any]
+) -> None:
+    lazy = _records(monkeypatch, False, devices, **overrides)
+    assert lazy == _records(monkeypatch, True, devices, **overrides)
+
+
+def test_only_the_runs_only_replica_takes_rounds_as_data() -> None:
+    """Behind a router every round is an event (the router picks its replica at its arrival)."""
+    sc = check(load_scenario(overrides={"server": {"replicas": 2}}))
+    ctx_servers: list[Any] = []
+    real = SimulatedServers.build
+
+    def spy(self: SimulatedServers, ctx: Any, resolved: Any) -> None:
+        real(self, ctx, resolved)
+        ctx_servers.append(ctx.server)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(SimulatedServers, "build", spy)
+        simulate(sc, devices=4, seed=0)
+    assert getattr(ctx_servers[0], "post", None) is None
+    single = check(load_scenario())
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(SimulatedServers, "build", spy)
+        simulate(single, devices=4, seed=0)
+    assert callable(getattr(ctx_servers[1], "post", None))

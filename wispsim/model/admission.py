@@ -36,29 +36,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from wispsim.config import Scenario
 from wispsim.model.batch import blocks as blocks_of
-
-T = TypeVar("T")
 
 KV_POLICIES = ("lru", "admission")
 ADMISSION_ORDERS = ("fcfs", "deadline")
 
 
 @dataclass(slots=True)
-class _Waiting(Generic[T]):
+class _Waiting:
     session: int
     prompt: int
     arrival: float
     deadline: float
     seq: int
-    item: T
+    item: Any  # what the caller queues: a round (simulated or real)
 
 
 @dataclass(slots=True)
-class Admission(Generic[T]):
+class Admission:
     """Which responses hold a KV reservation, and which wait for one.
 
     ``offer`` is called with a response's first round (any later round of an admitted response
@@ -75,7 +73,7 @@ class Admission(Generic[T]):
     max_sessions: int | None = None  # at most this many admitted at once (None: as many as fit)
     reserved: dict[int, int] = field(default_factory=dict)  # session -> blocks reserved
     prompts: dict[int, int] = field(default_factory=dict)  # session -> its prompt's tokens
-    waiting: list[_Waiting[T]] = field(default_factory=list)
+    waiting: list[_Waiting] = field(default_factory=list)
     used: int = 0
     _seq: int = 0
 
@@ -106,7 +104,7 @@ class Admission(Generic[T]):
         self.prompts[session] = prompt
         self.used += blocks
 
-    def offer(self, session: int, prompt: int, arrival: float, deadline: float, item: T) -> bool:
+    def offer(self, session: int, prompt: int, arrival: float, deadline: float, item: Any) -> bool:
         """A response's first round arrives: True if it may be queued now, else it waits."""
         if session in self.reserved:
             return True
@@ -130,7 +128,7 @@ class Admission(Generic[T]):
             self.reserved[session] = need
             self.used += need - held
 
-    def release(self, session: int) -> list[T]:
+    def release(self, session: int) -> list[Any]:
         """A response ended (or was abandoned): free its reservation and admit who now fits,
         in order, stopping at the first that does not. Returns the admitted waiting items."""
         held = self.reserved.pop(session, None)
@@ -141,8 +139,8 @@ class Admission(Generic[T]):
             self.waiting = [w for w in self.waiting if w.session != session]
         return self.admit_waiting()
 
-    def admit_waiting(self) -> list[T]:
-        out: list[T] = []
+    def admit_waiting(self) -> list[Any]:
+        out: list[Any] = []
         while self.waiting:
             w = self.waiting[0]
             need = self.reservation(w.prompt)
@@ -162,7 +160,7 @@ class Admission(Generic[T]):
 
 def make_admission(
     scenario: Scenario, total_blocks: int, block_size: int, outputs: tuple[float, float] | None = None
-) -> Admission[Any] | None:
+) -> Admission | None:
     """The scenario's admission control for one replica of ``total_blocks`` blocks, or None
     under ``server.verifier.kv_policy: lru``. ``outputs``: (mean, max) output tokens where the workload's
     distribution does not describe them (a request trace sets every response's length)."""
@@ -172,7 +170,7 @@ def make_admission(
     out = scenario.workload.output_tokens
     mean, top = outputs if outputs is not None else (out.nominal(), out.support()[1])
     growth = {"mean": mean, "max": top, "none": 0.0}[srv.verifier.kv_growth]
-    adm: Admission[Any] = Admission(
+    adm: Admission = Admission(
         total_blocks,
         block_size,
         math.ceil(min(growth, 1e9)),  # check_memory already requires a finite maximum

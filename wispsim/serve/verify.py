@@ -79,7 +79,7 @@ class VerifyServer:
         vocab: int,
         max_len: int,
         clock: Callable[[], float] = time.monotonic,
-        admission: Admission[Round] | None = None,
+        admission: Admission | None = None,
         release: Callable[[list[list[int]]], int | None] | None = None,
         resident: Any = None,
         k_max: int | None = None,

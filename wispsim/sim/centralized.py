@@ -30,7 +30,7 @@ from wispsim.model.latency import Pricing, StepTime
 from wispsim.model.memory import KVMemory
 from wispsim.model.speculation import Speculation
 from wispsim.sim.generation import Generation, PromptCache, Served
-from wispsim.sim.records import BatchRecord, Holdings
+from wispsim.sim.records import BatchRecord, Holdings, RecordTable
 
 
 class CentralizedServer:
@@ -46,7 +46,7 @@ class CentralizedServer:
         max_running: int,
         step_tokens: int,
         pricing: Pricing,
-        batches: list[Any],
+        batches: RecordTable,
         batch_ids: count[int],
         replica: int = 0,
         async_scheduling: bool = False,
@@ -99,7 +99,7 @@ class CentralizedServer:
         self.holdings = Holdings()
         env.process(self.loop())
 
-    def held_shares(self, window: tuple[float, float]) -> tuple[float, float]:
+    def held_shares(self, window: tuple[float, float]) -> tuple[float, float, float]:
         """Mean KV and ``max_num_seqs`` shares, seconds of steps that left work waiting (Holdings)."""
         return self.holdings.shares(window)
 

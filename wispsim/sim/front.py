@@ -22,7 +22,8 @@ the gaps between chunks and, in a closed loop, the next request.
 
 A front counts what it holds, not yet handed to the engine, in what a router reads of its replica
 (a real router counts the requests it sent and has no answer for: it cannot see the engine's
-queue); everything else a router asks goes to the engine, by name.
+queue); everything else a router asks goes to the engine, by name. The run's only replica takes
+its rounds as data (:mod:`wispsim.sim.inbox`): :meth:`RoundFront.accept` is its API servers' part.
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ class _Front:
 
     def _serve(self, session: int, seconds: float) -> float:
         """Queue ``seconds`` of work on the session's process; returns the delay until it is done."""
-        now = self.env.now
+        return self._serve_at(session, seconds, self.env.now)
+
+    def _serve_at(self, session: int, seconds: float, now: float) -> float:
+        """:meth:`_serve` for work that arrives at ``now`` (no later than anything queued after it)."""
         p = session % len(self.free_at)
         f = self.free_at[p]
         self.free_at[p] = end = (f if f > now else now) + seconds
@@ -96,6 +100,7 @@ class RoundFront(_Front):
         super().__init__(env, host, since)
         self.engine = engine
         self.kind = kind
+        engine.inbox.front = self  # rounds posted as data pass these API servers (sim.inbox)
         # a dict, not a set, so it is summed in arrival order and the same seed routes the same way
         self.held: dict[Request, None] = {}
 
@@ -111,6 +116,16 @@ class RoundFront(_Front):
         delay = self._serve(r.session, self.host.api(resumed, ids=ids))
         r.send(self.env, delay, self._hand)  # the arrival event is the request itself
         return r.done
+
+    def accept(self, r: Request, t: float) -> float:
+        """:meth:`submit` for a round that reached the server at ``t`` (the engine as it was then),
+        as data (:mod:`wispsim.sim.inbox`): returns when the API server hands it over."""
+        resumed, ids = self.kind.api_work(r, self.engine.held(r.session))
+        return t + self._serve_at(r.session, self.host.api(resumed, ids=ids), t)
+
+    def post(self, r: Request) -> None:
+        """A round whose uplink ends at ``r.arrival``, as data (:mod:`wispsim.sim.inbox`)."""
+        self.engine.post(r)
 
     def cost(self, r: Request) -> float:
         return self.engine.cost(r)

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from wispsim.sim.verifier import Request, Verdict
+from wispsim.sim.verdict import Verdict
+from wispsim.sim.verifier import Request
 
 if TYPE_CHECKING:
     from wispsim.sim.context import DeviceRound, RunContext
@@ -72,6 +73,8 @@ def speculative_response(ctx: RunContext, source: RoundSource, resp: int, prompt
     side.measured = ctx.recorder.is_measured(resp)
     env = ctx.env
     submit = ctx.server.submit  # called with the request when its uplink ends (Request.send)
+    # or the request is posted as data, where the server takes it so (sim.inbox)
+    post = getattr(ctx.server, "post", None)
     record_round = ctx.recorder.record_round
     req_ids = ctx.request_ids
     verdict = Verdict  # the event of a round's verdict (a batch succeeds its members' at once)
@@ -97,9 +100,12 @@ def speculative_response(ctx: RunContext, source: RoundSource, resp: int, prompt
         req = Request(
             next(req_ids), resp, arrival, arrival + budget, n_hat, k, prefix, prefix + committed, verdict(env)
         )
-        # the request reaches the server when its uplink ends (it is the event of its arrival),
-        # and the device sleeps until the verdict: one resume per round
-        req.send(env, delay, submit)
+        # the request reaches the server when its uplink ends (it is the event of its arrival, or
+        # data the server reads then), and the device sleeps until the verdict: one resume per round
+        if post is None:
+            req.send(env, delay, submit)
+        else:
+            post(req)
         yield req.done
         down = downlink(committed)
         t_end = env.now + down

@@ -64,7 +64,7 @@ def verifier_parts(
     capacity_tokens: int,
     block_size: int,
     outputs: tuple[float, float] | None = None,
-) -> VerifierParts[Any]:
+) -> VerifierParts:
     """The parts of one verification replica of ``capacity_tokens`` KV tokens in blocks of
     ``block_size``, planning with ``planner`` (the planning profile's cost model, else the
     profile's); ``outputs``: :func:`request_outputs`."""

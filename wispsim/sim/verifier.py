@@ -4,16 +4,20 @@ Requests wait in a queue. Whenever the GPU is idle and the queue is not empty, t
 a batch (a dispatch epoch); the server makes room in KV memory (evicting idle prefixes LRU-first),
 runs the batch for the latency model's time, and completes every member at once -- the slowest
 part sets everyone's finish time.
+
+A request reaches the queue one of two ways: ``submit`` (an event per request: the router's
+replicas, a real server's clients) or ``post`` (data in the replica's
+:mod:`~wispsim.sim.inbox`, read whenever the verifier looks; the run's only replica).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import simpy
-from simpy.events import NORMAL, PENDING, Event
 
 from wispsim.model.admission import Admission
 from wispsim.model.batch import Batch
@@ -21,43 +25,36 @@ from wispsim.model.latency import Pricing
 from wispsim.model.memory import KVMemory
 from wispsim.model.schedulers import GpuState, Scheduler
 from wispsim.model.verifier_kinds import VerifierKind
-from wispsim.sim.records import BatchRecord, Holdings
+from wispsim.sim.inbox import Inbox
+from wispsim.sim.records import BatchRecord, Holdings, RecordTable
+from wispsim.sim.verdict import Verdict
 
-T = TypeVar("T")
 
-
-@dataclass(slots=True)
-class VerifierParts(Generic[T]):
+@dataclass
+class VerifierParts:
     """What one verification replica plans with: the scheduler's view of the GPU (the cost model
     it plans with, a batch's limits), the KV memory model, the scheduler, admission control."""
 
     gpu: GpuState
     memory: KVMemory
     scheduler: Scheduler
-    admission: Admission[T] | None
+    admission: Admission | None
 
 
-class Request(Event):
-    """One round's verification request, as the server and scheduler see it.
-
-    It is also the SimPy event of its own arrival: a simulated device schedules it to fire when
-    its uplink ends (:meth:`send`), with the server's ``submit`` as its callback -- one event per
-    round instead of a timeout carrying the request. ``done`` is the event of its verdict. A
-    request that is never sent (a replayed or remote round) is just data: its event state means
-    nothing there.
+class Request:
+    """One round's verification request, as the server and scheduler see it: data, which the run's
+    only replica reads from its inbox (:meth:`Verifier.post`) and a routed replica or a real
+    server's client is handed when its uplink ends (:meth:`send`). ``done`` is the event of its
+    verdict.
     """
 
     __slots__ = (
-        "_ok",
-        "_value",
         "arrival",
         "batch",
-        "callbacks",
         "cold",
         "deadline",
         "dispatch",
         "done",
-        "env",
         "k",
         "l_cached",
         "l_new",
@@ -98,54 +95,14 @@ class Request(Event):
         self.verify_time = 0.0
         self.batch = -1
         self.work = 0.0  # the estimator's marginal cost where it was queued (for routing)
-        self._ok = True  # as an event (its arrival), it can only succeed
-        self._value = None
 
     def send(self, env: simpy.Environment, delay: float, submit: Callable[[Request], object]) -> None:
-        """Have ``submit(self)`` called when the request reaches the server, ``delay`` from now
-        (what ``env.timeout(delay)`` with that callback does, in one event)."""
-        self.env = env
-        self.callbacks = [submit]
-        env.schedule(self, NORMAL, delay)
+        """Have ``submit(self)`` called when the request reaches the server, ``delay`` from now."""
 
+        def arrive(_: simpy.Event) -> None:
+            submit(self)
 
-class Verdict(Event):
-    """A round's verdict: the event its device waits on (``Request.done``).
-
-    A finished batch succeeds every member's verdict at once (:meth:`succeed_all`), with one heap
-    entry for all of them. SimPy would process them one right after the other anyway: they are
-    scheduled back to back at the same time and priority, and nothing scheduled by their callbacks
-    (processes resuming at this instant schedule NORMAL events) can come before the last of them.
-    So the first one's place in the heap processes each event's callbacks in order, as
-    ``Environment.step`` does, and a batch costs one heap push and pop instead of one per member.
-    Written out here, in the event's own class, for speed (the one place that sets an event's
-    fields by hand, as SimPy's ``events.py`` does in its own classes).
-
-    Two limits, neither reached by the simulator: a callback that schedules an URGENT event
-    (starting a process, an interrupt) would run it after the remaining events instead of
-    before; and none of the verdicts may be the ``until`` event of ``env.run`` (its stop would
-    drop the remaining callbacks)."""
-
-    __slots__ = ()
-
-    @staticmethod
-    def succeed_all(env: simpy.Environment, verdicts: list[Verdict]) -> None:
-        """``verdict.succeed()`` for every one of ``verdicts`` (a finished batch's), at once."""
-        for ev in verdicts:
-            if ev._value is not PENDING:
-                raise RuntimeError(f"{ev} has already been triggered")
-            ev._ok = True
-            ev._value = None
-        carrier = Event(env)
-        carrier.callbacks.append(lambda _: Verdict._process(verdicts))
-        carrier.succeed()
-
-    @staticmethod
-    def _process(verdicts: list[Verdict]) -> None:
-        for ev in verdicts:
-            callbacks, ev.callbacks = ev.callbacks, None
-            for callback in callbacks:  # type: ignore[union-attr]
-                callback(ev)
+        env.timeout(delay).callbacks.append(arrive)
 
 
 def schedule(
@@ -174,9 +131,9 @@ class Verifier:
         self,
         env: simpy.Environment,
         replica: int,
-        parts: VerifierParts[Request],
+        parts: VerifierParts,
         pricing: Pricing,
-        batches: list[Any],
+        batches: RecordTable,
         batch_ids: Any,
         track_work: bool = False,
         kind: VerifierKind | None = None,
@@ -198,13 +155,15 @@ class Verifier:
         self._batch_ids = batch_ids
         self.kind = kind or VerifierKind()  # server.verifier.kind: how a round reaches the engine
         self.queue: list[Request] = []
-        self._wake: simpy.Event | None = None
+        self._wake: simpy.Event | None = None  # what the idle loop waits on
+        self._alarm_at = math.inf  # when the idle loop is woken for the inbox
+        self.inbox = Inbox()  # rounds posted as data (a RoundFront puts its API servers in it)
         self.busy_until = 0.0
         self.queued_work = 0.0
         self.holdings = Holdings()
         env.process(self.loop())
 
-    def held_shares(self, window: tuple[float, float]) -> tuple[float, float]:
+    def held_shares(self, window: tuple[float, float]) -> tuple[float, float, float]:
         """Mean KV and ``max_num_seqs`` shares, seconds of passes that left work waiting (Holdings)."""
         return self.holdings.shares(window)
 
@@ -225,6 +184,7 @@ class Verifier:
     def drop(self, session: int) -> None:
         """A response finished: free its prefix (and, under admission control, its reservation:
         the waiting responses that now fit are admitted, their first rounds queued)."""
+        self.inbox.catch_up(self.env.now, self.submit)  # what arrived so far saw the prefix
         self.memory.drop(session)
         if self.admission is not None:
             for req in self.admission.release(session):
@@ -244,9 +204,30 @@ class Verifier:
             return req.done
         self.queue.append(req)  # _enqueue, inlined
         if self._wake is not None:
-            self._wake.succeed()
-            self._wake = None
+            self._rouse()
         return req.done
+
+    def post(self, req: Request) -> None:
+        """``req`` reaches the server at ``req.arrival``, as data (the inbox; see the module text):
+        an idle loop is woken for it."""
+        self.inbox.post(req)
+        if self._wake is not None and req.arrival < self._alarm_at:
+            self._arm(req.arrival)
+
+    def _rouse(self) -> None:
+        assert self._wake is not None
+        self._wake.succeed()
+        self._wake = None
+        self._alarm_at = math.inf
+
+    def _arm(self, t: float) -> None:
+        """Wake the idle loop at ``t`` (an earlier alarm still rings, and finds it awake)."""
+        self._alarm_at = t
+        self.env.timeout(t - self.env.now).callbacks.append(self._ring)
+
+    def _ring(self, _: Any) -> None:
+        if self._wake is not None and self.env.now >= self._alarm_at:
+            self._rouse()
 
     def _enqueue(self, req: Request) -> None:
         if self.track_work:
@@ -254,17 +235,22 @@ class Verifier:
             self.queued_work += req.work
         self.queue.append(req)
         if self._wake is not None:
-            self._wake.succeed()
-            self._wake = None
+            self._rouse()
 
     def loop(self) -> Generator[Any, Any, None]:
         env = self.env
         memory = self.memory
         adm = self.admission
+        inbox, submit = self.inbox, self.submit
         while True:
+            inbox.catch_up(env.now, submit)
             if not self.queue:
                 self._wake = env.event()
+                t = inbox.next_time()
+                if t < math.inf:
+                    self._arm(t)
                 yield self._wake
+                continue
             now = env.now
             queue_len = len(self.queue)
             # schedule: the batch, with the estimate it was planned with
@@ -289,6 +275,7 @@ class Verifier:
                 self.queued_work = max(self.queued_work - sum(r.work for r in members), 0.0)
                 self.busy_until = now + t_hat
             yield env.timeout(latency)
+            inbox.catch_up(env.now, submit)  # what arrived meanwhile, before the batch's prefixes
             # postprocess: each member's committed prefix stays cached, verdicts go out
             evicted += memory.finish_batch(members)
             for r in members:
