@@ -93,15 +93,15 @@ def speculative_response(ctx: RunContext, source: RoundSource, resp: int, prompt
         now = env.now
         t_start = now + pending
         delay = pending + draft + up
-        arrival = now + delay  # when the request's arrival event fires (Request.send; same sum)
+        arrival = now + delay  # when the request reaches the server (Request.send's timeout: same sum)
         n_hat = alpha_hat * k + 1.0
         budget = n_hat / slo - draft - up
         prefix = prompt + pos
         req = Request(
             next(req_ids), resp, arrival, arrival + budget, n_hat, k, prefix, prefix + committed, verdict(env)
         )
-        # the request reaches the server when its uplink ends (it is the event of its arrival, or
-        # data the server reads then), and the device sleeps until the verdict: one resume per round
+        # the request reaches the server when its uplink ends (a timeout's callback, or data the
+        # server reads then), and the device sleeps until the verdict: one resume per round
         if post is None:
             req.send(env, delay, submit)
         else:
