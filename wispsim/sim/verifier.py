@@ -30,7 +30,7 @@ from wispsim.sim.records import BatchRecord, Holdings, RecordTable
 from wispsim.sim.verdict import Verdict
 
 
-@dataclass
+@dataclass(slots=True)
 class VerifierParts:
     """What one verification replica plans with: the scheduler's view of the GPU (the cost model
     it plans with, a batch's limits), the KV memory model, the scheduler, admission control."""
