@@ -45,7 +45,7 @@ E2E = re.compile(r"^vllm:e2e_request_latency_seconds_(sum|count)\{[^}]*\} ([0-9.
 
 
 def start_server(
-    folder: str, port: int, log: Path, kv_gib: int, tokenizer: bool = False
+    folder: str, port: int, log: Path, kv_gib: int, tokenizer: bool = False, max_num_seqs: int = 128
 ) -> subprocess.Popen[bytes]:
     """``vllm serve`` over ``folder`` with random weights; without ``tokenizer`` (a verification
     round's token ids in and out) the tokenizer is not loaded."""
@@ -55,7 +55,8 @@ def start_server(
     cmd = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
         "--load-format", "dummy", "--dtype", "bfloat16", "--max-model-len", "8192",
-        "--enforce-eager", "--enable-prefix-caching", "--port", str(port), "--max-num-seqs", "128",
+        "--enforce-eager", "--enable-prefix-caching", "--port", str(port),
+        "--max-num-seqs", str(max_num_seqs),
     ]  # fmt: skip
     if not tokenizer:
         cmd.append("--skip-tokenizer-init")

@@ -96,10 +96,14 @@ class _Engine:
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self.got: list[tuple[float, int]] = []
+        self.chunks: list[tuple[float, Any, int]] = []  # (when written, response, outputs carried)
 
     def submit(self, g: Any) -> simpy.Event:
         self.got.append((self.env.now, g.rid))
         return g.done
+
+    def written(self, s: Any, t: float, outputs: int) -> None:
+        self.chunks.append((t, s, outputs))
 
 
 def test_api_processes_serve_first_come_first_served_by_connection() -> None:
@@ -120,22 +124,71 @@ def test_api_processes_serve_first_come_first_served_by_connection() -> None:
 
 def _streaming(count: int = 1) -> HostCPU:
     """A host whose API servers cost only a response's output: 1 ms a step's message, 0.1 ms a
-    token, 0.5 ms a chunk (round numbers, not the shipped terms)."""
+    token and 0.2 ms an output handled, 0.5 ms a chunk written (round numbers, not the shipped
+    terms)."""
     zero = dict.fromkeys(("step", "request", "arrival", "session", "token"), 0.0)
     api = {"api_request": 0.0, "api_session": 0.0, "api_ids": 0.0, "api_text": 0.0}
-    return HostCPU(**zero, **api, api_step=1e-3, api_token=1e-4, api_chunk=5e-4, api_servers=count)
+    return HostCPU(**zero, **api, api_step=1e-3, api_token=1e-4, api_output=2e-4, api_chunk=5e-4,
+                   api_servers=count)  # fmt: skip
+
+
+def _front(count: int = 1) -> tuple[simpy.Environment, GenerationFront, _Engine]:
+    env = simpy.Environment()
+    engine = _Engine(env)
+    return env, GenerationFront(env, engine, _streaming(count), 0.0), engine  # type: ignore[arg-type]
 
 
 def test_a_steps_outputs_stream_through_each_api_server_in_turn() -> None:
-    """Each process that streams any of a step's outputs reads the step's message once, then
-    writes its responses' chunks one after another; the two processes work side by side."""
-    env = simpy.Environment()
-    front = GenerationFront(env, _Engine(env), _streaming(count=2), 0.0)  # type: ignore[arg-type]
-    delays = front.stream([(0, 1), (2, 1), (1, 3)])  # rids 0 and 2 on process 0, 1 on process 1
-    assert delays == pytest.approx([1.6e-3, 2.2e-3, 1.8e-3])
-    # a step ending while process 0 still streams the last one's waits for it
-    assert front.stream([(4, 1)]) == pytest.approx([2.2e-3 + 1.6e-3])
+    """Each process that streams any of a step's outputs reads the step's message once and handles
+    its outputs, then its responses' tasks write a chunk each, in order; the two processes work
+    side by side."""
+    env, front, engine = _front(count=2)
+    front.stream([("a", 0, 1), ("b", 2, 1), ("c", 1, 3)])  # ids 0 and 2 on process 0, 1 on process 1
+    env.run()
+    got = {s: (t, n) for t, s, n in engine.chunks}
+    assert got["a"] == pytest.approx((1.6e-3 + 5e-4, 1))  # the message, two outputs, then its chunk
+    assert got["b"] == pytest.approx((1.6e-3 + 1e-3, 1))
+    assert got["c"] == pytest.approx((1.5e-3 + 5e-4, 1))
+    # a step ending while process 0 still writes waits for it, and is alone in its handler's turn
+    front.stream([("d", 4, 1)])
+    env.run()
+    assert engine.chunks[-1][1:] == ("d", 1)
+    assert engine.chunks[-1][0] == pytest.approx(2.6e-3 + 1.3e-3 + 5e-4)
     assert _streaming().api(False, chat=True) == 0.0  # no chat term here
+
+
+def test_a_process_that_falls_behind_merges_a_responses_outputs_into_one_chunk() -> None:
+    """vLLM's ``RequestOutputCollector``: a second step's message that arrives while the handler
+    walks the first is read straight after it, before the responses' tasks run, so each response
+    gets one chunk carrying both outputs, and the process spends one chunk's CPU on it, not two."""
+    env, front, engine = _front()
+    front.stream([("a", 0, 1), ("b", 0, 1)])  # the handler is busy until 1.6 ms
+    env.run(until=1e-3)
+    front.stream([("a", 0, 1), ("b", 0, 1)])
+    env.run()
+    assert [(s, n) for _, s, n in engine.chunks] == [("a", 2), ("b", 2)]
+    assert [t for t, _, _ in engine.chunks] == pytest.approx([3.2e-3 + 5e-4, 3.2e-3 + 1e-3])
+    # without the backlog the same outputs are four chunks, each step's written before the next
+    env, front, engine = _front()
+    front.stream([("a", 0, 1), ("b", 0, 1)])
+    env.run(until=5e-3)
+    front.stream([("a", 0, 1), ("b", 0, 1)])
+    env.run()
+    assert [(s, n) for _, s, n in engine.chunks] == [("a", 1), ("b", 1), ("a", 1), ("b", 1)]
+
+
+def test_the_handler_lets_the_tasks_write_between_slices_of_a_step() -> None:
+    """A step of more than 128 outputs (``VLLM_V1_OUTPUT_PROC_CHUNK_SIZE``) is handled a slice at a
+    time, with the responses of each slice writing their chunks before the next slice."""
+    env, front, engine = _front()
+    front.stream([(i, 0, 1) for i in range(130)])
+    env.run()
+    times = {s: t for t, s, _ in engine.chunks}
+    first_slice = 1e-3 + 128 * 3e-4
+    assert times[0] == pytest.approx(first_slice + 5e-4)
+    assert times[127] == pytest.approx(first_slice + 128 * 5e-4)
+    assert times[128] == pytest.approx(first_slice + 128 * 5e-4 + 2 * 3e-4 + 5e-4)
+    assert len(engine.chunks) == 130
 
 
 def test_a_response_is_done_when_its_last_chunk_leaves_the_api_server(tmp_path: Path) -> None:
@@ -165,6 +218,37 @@ def test_a_response_is_done_when_its_last_chunk_leaves_the_api_server(tmp_path: 
         assert ends[1][rid] >= ends[0][rid] + 1e-3 + 5e-4 + 1e-4
         assert len(chunk_log[1][rid]) == len(chunk_log[0][rid]) == 5
         assert all(b > a for a, b in zip(chunk_log[0][rid], chunk_log[1][rid], strict=True))
+
+
+def test_an_api_server_behind_the_engine_streams_fewer_larger_chunks(tmp_path: Path) -> None:
+    """End to end: where writing a chunk takes longer than the engine's step, each response's
+    outputs merge (one chunk for several steps, vLLM's collector) and every token still arrives:
+    fewer chunks than steps, the chunks in time order, each response done with its last chunk."""
+    from wispsim.model.latency import Pricing, make_latency
+    from wispsim.sim.centralized import CentralizedServer
+    from wispsim.sim.generation import Generation
+
+    prof = load_profile(str(write_profile(tmp_path / "p.yaml")))
+    zero = dict.fromkeys(("step", "request", "arrival", "session", "token"), 0.0)
+    api = {"api_request": 0.0, "api_session": 0.0, "api_ids": 0.0, "api_text": 0.0}
+    slow = HostCPU(**zero, **api, api_step=1e-4, api_output=1e-4, api_chunk=0.2)  # a chunk: 0.2 s
+    env = simpy.Environment()
+    chunks: dict[int, list[float]] = {}
+    pricing = Pricing(make_latency(prof, ServerConfig(), np.random.default_rng(0)), None)
+    engine = CentralizedServer(env, 4096, 16, 8, 2048, pricing, [], count(), chunk_times=chunks)
+    front = GenerationFront(env, engine, slow, 0.0)
+    served: dict[int, tuple[float, Any]] = {}
+    for rid in range(3):
+        ev = front.submit(Generation(rid, 64, 40, env.event()))
+        ev.callbacks.append(lambda e, rid=rid: served.__setitem__(rid, (e.env.now, e.value)))
+    env.run()
+    for rid in range(3):
+        times = chunks[rid]
+        assert 1 < len(times) < 40  # merged: fewer chunks than the 40 steps that gave tokens
+        assert times == sorted(times)
+        done, value = served[rid]
+        assert value.chunks == len(times)
+        assert done == pytest.approx(times[-1]) and value.first == pytest.approx(times[0])
 
 
 def test_a_router_counts_what_the_api_servers_still_hold() -> None:

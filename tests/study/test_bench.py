@@ -63,7 +63,7 @@ def test_with_the_host_cpu_a_step_pays_the_engine_core_and_a_prompt_its_tokeniza
     prefill = est.batch(100, 100 * 100, 0, 1, 1, n_logits=1) + host.engine(1, 1, 0, 100)
     decodes = [est.batch(1, 100 + k + 1, 100 + k, 1, 0) + host.engine(1, 0, 0, 0) for k in range(4)]
     front = 0.010 + host.api(False, text=100)
-    stream = host.api_step + host.stream(1)
+    stream = host.api_step + host.output(1) + host.api_chunk
     assert stream > 0
     assert res.responses.frontend_s.iloc[0] == pytest.approx(front)
     f = res.figures()

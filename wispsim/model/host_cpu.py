@@ -30,9 +30,12 @@ tokens) or ``text`` per prompt token sent as text (tokenization). ``api_server_c
 share the requests by connection (a device's requests go to one process). A response's tokens come
 back through the same process: ``step`` per engine step whose outputs it receives (the engine
 core's message, walked once), ``token`` per output token (detokenizing: vLLM V1's output processor
-runs there) and ``chunk`` per streamed chunk (a server-sent event formatted and written), serial
-with the rest (``benchmarks/vllm/stream_cost.py``); the chat endpoint adds ``chat`` per request
-(its template).
+runs there), ``output`` per response and step (its ``RequestOutput`` made and handed to the
+response's collector) and ``chunk`` per streamed chunk (the response's task takes what its
+collector holds and writes one server-sent event), serial with the rest
+(``benchmarks/vllm/stream_cost.py``); a process that falls behind merges a response's outputs
+into fewer chunks, which saves ``chunk`` and nothing else (``benchmarks/vllm/merge_cost.py``;
+:mod:`wispsim.sim.front`). The chat endpoint adds ``chat`` per request (its template).
 
 All times are the measuring host's, divided by ``server.host.cpu_speed`` (2 = a CPU twice as fast).
 The measuring host is a 2-core cloud VM, slower than a GPU server's CPU: at speed 1 these costs
@@ -56,7 +59,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 ENGINE_TERMS = ("step", "request", "arrival", "session", "token")
-API_TERMS = ("request", "session", "ids", "text", "step", "token", "chunk", "chat")
+API_TERMS = ("request", "session", "ids", "text", "step", "token", "output", "chunk", "chat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ class HostCPU:
     api_token: float = 0.0
     api_chunk: float = 0.0
     api_chat: float = 0.0
+    api_output: float = 0.0
     api_servers: int = 1
     async_scheduling: bool = False
 
@@ -118,10 +122,12 @@ class HostCPU:
             + (self.api_chat if chat else 0.0)
         )
 
-    def stream(self, tokens: int) -> float:
-        """An API server's CPU seconds for one response's chunk of ``tokens`` output tokens (its
-        share of the step's message is :attr:`api_step`, once per step and process)."""
-        return self.api_chunk + self.api_token * tokens
+    def output(self, tokens: int) -> float:
+        """An API server's CPU seconds for handling one response's output of ``tokens`` tokens from
+        a step (detokenized, made a ``RequestOutput`` and handed to the response's collector; the
+        step's message is :attr:`api_step`, once per step and process). Writing it out is
+        :attr:`api_chunk` a chunk, and a chunk carries every output its collector merged."""
+        return self.api_output + self.api_token * tokens
 
 
 @cache
@@ -161,6 +167,7 @@ def host_cpu(
         api_token=a["token"] * s,
         api_chunk=a["chunk"] * s,
         api_chat=a["chat"] * s,
+        api_output=a["output"] * s,
         api_servers=api_servers,
         async_scheduling=async_scheduling,
     )

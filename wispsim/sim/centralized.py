@@ -93,9 +93,13 @@ class CentralizedServer:
         self._steps = 0  # steps begun
         # responses waiting for the step they could first join to begin, by that step's number
         self._eligible: dict[int, list[Sequence]] = {}
-        # the API servers a step's outputs pass before they stream out: given (response id, tokens)
-        # of each response the step gave tokens, the delay of each (wispsim.sim.front); None: none
-        self.outputs: Callable[[list[tuple[int, int]]], list[float]] | None = None
+        # the API servers a step's outputs pass before they stream out: given (response, id, tokens)
+        # of each response the step gave tokens; they call ``written`` for each chunk they write
+        # (wispsim.sim.front); None: none, out at once
+        self.outputs: Callable[[list[tuple[Sequence, int, int]]], None] | None = None
+        self._unwritten: dict[Sequence, int] = {}  # outputs handed to the API servers, not yet out
+        self._sent: dict[Sequence, int] = {}  # chunks out so far, of the responses tracked
+        self._ended: dict[Sequence, None] = {}  # responses that ended, not yet done
         self.holdings = Holdings()
         env.process(self.loop())
 
@@ -213,38 +217,63 @@ class CentralizedServer:
     def _stream(self) -> None:
         """A step's outputs -- or, where a multi-step run streams at its end, the run's -- leave
         the engine (:meth:`_deliver`), and the responses that ended in it are done once their
-        last chunk is out."""
-        env = self.env
-        delays = self._deliver(self._unit) if self._unit is not None else {}
+        last chunk is out (:meth:`written`)."""
         held, self._held = self._held, []
         for s in held:
-            eligible = s.t_eligible if s.t_eligible <= s.scheduled else s.scheduled
-            served = Served(s.first, s.chunks, s.submitted, eligible, s.scheduled)
-            delay = delays.get(s.item.rid, 0.0)
-            if delay > 0.0:
-                env.timeout(delay).callbacks.append(lambda _, d=s.item.done, v=served: d.succeed(v))
-            else:
-                s.item.done.succeed(served)
-
-    def _deliver(self, unit: list[tuple[Sequence, int, int]]) -> dict[int, float]:
-        """The outputs of a step (or a run streaming at its end: one chunk per response) through
-        the API servers (``outputs``; none: at once): ``unit`` holds each response's chunks and
-        tokens before it. Returns each response's delay until its chunk is streamed, moves a first
-        chunk's time to it, and keeps every chunk's time where a benchmark asks (``chunk_times``)."""
+            self._ended[s] = None
+        if self._unit is not None:
+            self._deliver(self._unit)
         now = self.env.now
+        for s in held:
+            if s in self._ended and s not in self._unwritten:  # no output tracked: out now
+                self._finish(s, now)
+
+    def _deliver(self, unit: list[tuple[Sequence, int, int]]) -> None:
+        """The outputs of a step (or a run streaming at its end: one output per response) to the
+        API servers (``outputs``; none: out at once): ``unit`` holds each response's chunks and
+        tokens before it. The API servers call :meth:`written` for each chunk they write."""
         got = [(s, s.generated - g, c) for s, c, g in unit if s.chunks > c]
-        delays = self.outputs([(s.item.rid, n) for s, n, _ in got]) if self.outputs is not None else None
-        log = self.chunk_times
-        out: dict[int, float] = {}
-        for i, (s, _, c) in enumerate(got):
-            d = delays[i] if delays is not None else 0.0
-            out[s.item.rid] = d
-            s.chunks = c + 1  # (a run streaming at its end: its steps' tokens are one chunk)
-            if c == 0:
-                s.first = now + d
-            if log is not None:
-                log.setdefault(s.item.rid, []).append(now + d)
-        return out
+        unwritten = self._unwritten
+        for s, _, c in got:
+            s.chunks = c + 1  # (a run streaming at its end: its steps' tokens are one output)
+            unwritten[s] = unwritten.get(s, 0) + 1
+        if self.outputs is not None:
+            self.outputs([(s, s.item.rid, n) for s, n, _ in got])
+        else:
+            now = self.env.now
+            for s, _, _ in got:
+                self.written(s, now, 1)
+
+    def written(self, s: Sequence, t: float, outputs: int) -> None:
+        """A chunk of response ``s`` is out of its API server at ``t`` (now or later), carrying
+        ``outputs`` of the outputs handed to it (more than one: its collector merged them). Its
+        first chunk's time is its first token's; every chunk's is kept where a benchmark asks
+        (``chunk_times``); a response that ended is done with its last."""
+        sent = self._sent.get(s, 0)
+        if not sent:
+            s.first = t
+        self._sent[s] = sent + 1
+        if self.chunk_times is not None:
+            self.chunk_times.setdefault(s.item.rid, []).append(t)
+        left = self._unwritten[s] - outputs
+        if left:
+            self._unwritten[s] = left
+            return
+        del self._unwritten[s]
+        if s in self._ended:
+            self._finish(s, t)
+
+    def _finish(self, s: Sequence, t: float) -> None:
+        """Response ``s`` is done at ``t`` (now or later): its :class:`Served`, with the chunks it
+        was streamed in (where none were tracked, one per step that gave it tokens)."""
+        del self._ended[s]
+        eligible = s.t_eligible if s.t_eligible <= s.scheduled else s.scheduled
+        served = Served(s.first, self._sent.pop(s, s.chunks), s.submitted, eligible, s.scheduled)
+        delay = t - self.env.now
+        if delay > 0.0:
+            self.env.timeout(delay).callbacks.append(lambda _, d=s.item.done, v=served: d.succeed(v))
+        else:
+            s.item.done.succeed(served)
 
     def _price(self, step: Step, scheduled: bool = True) -> None:
         """The step's estimate and time by its parts: the GPU's pass (the drafter's passes added,

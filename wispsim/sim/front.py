@@ -15,10 +15,14 @@ What a request costs there is the serving component's: a verification round pars
 :mod:`wispsim.model.verifier_kinds`); a response to generate has its text prompt tokenized, after
 the front end's latency. The front end's latency is charged to responses only, as it was
 calibrated (on public benchmark runs of centralized serving). A response's tokens come back the
-same way: each engine step's outputs pass the API-server processes that stream them, one after
-another, before they reach the client (:meth:`GenerationFront.stream`; vLLM V1 detokenizes and
-writes server-sent events in that process), so a busy API server delays first tokens, stretches
-the gaps between chunks and, in a closed loop, the next request.
+same way, as vLLM V1's API server passes them (:meth:`GenerationFront.stream`): its output
+handler walks each engine step's message, making each response's output and putting it in the
+response's collector, a slice of 128 outputs at a time, and each response's task then writes what
+its collector holds as one chunk (a server-sent event). The handler reads the next message without
+yielding when one is queued, so a process that falls behind *merges* a response's outputs of
+several steps into one chunk -- which saves the chunk's cost, not the output's
+(``benchmarks/vllm/merge_cost.py``) -- and a busy API server delays first tokens, stretches the
+gaps between chunks and, in a closed loop, the next request.
 
 A front counts what it holds, not yet handed to the engine, in what a router reads of its replica
 (a real router counts the requests it sent and has no answer for: it cannot see the engine's
@@ -35,11 +39,17 @@ import numpy as np
 import simpy
 
 if TYPE_CHECKING:
+    from wispsim.model.continuous import Sequence
     from wispsim.model.host_cpu import HostCPU
     from wispsim.model.verifier_kinds import VerifierKind
     from wispsim.sim.centralized import CentralizedServer
     from wispsim.sim.generation import Generation
     from wispsim.sim.verifier import Request, Verifier
+
+
+OUTPUT_SLICE = (
+    128  # outputs the handler walks before it lets other tasks run (VLLM_V1_OUTPUT_PROC_CHUNK_SIZE)
+)
 
 
 class _Front:
@@ -161,33 +171,86 @@ class GenerationFront:
         self.api = _Front(env, host, since) if host is not None else None
         self.frontend = frontend
         self.held: dict[Generation, None] = {}
+        count = len(self.api.free_at) if self.api is not None else 0
+        self._mine: list[list[tuple[Sequence, int, int]]] = [[] for _ in range(count)]  # a step's, by process
+        self._queue: list[list[list[tuple[Sequence, int, int]]]] = [[] for _ in range(count)]  # messages
+        self._busy = [False] * count  # the handler or the tasks have work queued (events pending)
+        # outputs in each response's collector not yet written, by process (insertion ordered)
+        self._pending: list[dict[Sequence, int]] = [{} for _ in range(count)]
         if self.api is not None:
             engine.outputs = self.stream
 
-    def stream(self, outputs: list[tuple[int, int]]) -> list[float]:
-        """One engine step's outputs, ``(response id, tokens)`` each, through the API servers: each
-        process that streams any of them receives the step's message (``step``) and then, in
-        order, detokenizes and writes each of its responses' chunks, serial with its other work.
-        Returns each output's delay from now until its chunk is out."""
+    def stream(self, outputs: list[tuple[Sequence, int, int]]) -> None:
+        """One engine step's outputs, ``(response, id, tokens)`` each, to the API servers that
+        stream them (the module text): each process queues the step's message for its output
+        handler, and the engine hears of each chunk as it is written (``engine.written``)."""
+        count = len(self._queue)
+        for item in outputs:
+            self._mine[item[1] % count].append(item)
+        for p in range(count):
+            mine = self._mine[p]
+            if mine:
+                self._mine[p] = []
+                self._queue[p].append(mine)
+                if not self._busy[p]:
+                    self._busy[p] = True
+                    self._handle(p)
+
+    def _handle(self, p: int) -> None:
+        """Process ``p``'s output handler walks the oldest step message it has (vLLM's
+        ``output_handler``): the message, then each output (detokenized, a ``RequestOutput`` made
+        and put in its response's collector, which merges it into one not yet taken), in slices of
+        :data:`OUTPUT_SLICE` with the responses' tasks let run between slices (they write their
+        chunks); then it looks for the next message (:meth:`_after`)."""
+        api, env = self.api, self.env
+        assert api is not None
+        now = env.now
+        free = api.free_at[p]
+        if free > now:  # the process is busy with a request: the handler goes on after it
+            env.timeout(free - now).callbacks.append(lambda _: self._handle(p))
+            return
+        host = api.host
+        msg = self._queue[p].pop(0)
+        pending = self._pending[p]
+        t = now + host.api_step
+        for i in range(0, len(msg), OUTPUT_SLICE):
+            if i:  # ``await asyncio.sleep(0)`` between slices: the woken tasks write their chunks
+                t = self._write(p, t)
+            for s, _, tokens in msg[i : i + OUTPUT_SLICE]:
+                t += host.output(tokens)
+                pending[s] = pending.get(s, 0) + 1
+        api._book(p, now, t)
+        api.free_at[p] = t
+        env.timeout(t - now).callbacks.append(lambda _: self._after(p))
+
+    def _after(self, p: int) -> None:
+        """The handler is done with a message: the next one if it is queued (read without
+        yielding, so the responses' tasks wait and their collectors merge what comes), else the
+        tasks run and write a chunk each."""
         api = self.api
         assert api is not None
-        host, free, now = api.host, api.free_at, self.env.now
-        count = len(free)
-        t = [max(now, f) for f in free]
-        touched = [False] * count
-        delays = []
-        for rid, tokens in outputs:
-            p = rid % count
-            if not touched[p]:
-                touched[p] = True
-                t[p] += host.api_step
-            t[p] += host.stream(tokens)
-            delays.append(t[p] - now)
-        for p in range(count):
-            if touched[p]:
-                api._book(p, max(now, free[p]), t[p])
-                free[p] = t[p]
-        return delays
+        if self._queue[p]:
+            self._handle(p)
+            return
+        now = self.env.now
+        free = api.free_at[p]
+        start = free if free > now else now
+        end = self._write(p, start)
+        api._book(p, start, end)
+        api.free_at[p] = end
+        self._busy[p] = False
+
+    def _write(self, p: int, t: float) -> float:
+        """Every response with outputs in process ``p``'s collectors writes one chunk, in the
+        order they were put, from ``t``; returns when the last is written."""
+        assert self.api is not None
+        chunk = self.api.host.api_chunk
+        pending = self._pending[p]
+        for s, outputs in pending.items():
+            t += chunk
+            self.engine.written(s, t, outputs)
+        pending.clear()
+        return t
 
     def _hand(self, g: Generation) -> None:
         del self.held[g]

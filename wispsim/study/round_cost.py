@@ -214,6 +214,63 @@ def stream_terms(df: pd.DataFrame, measuring_round_ms: float | None = None) -> d
             "host_scale": scale}  # fmt: skip
 
 
+MERGE_COLUMNS = ("concurrency", "hogs", "requests", "output_tokens", "chunks", "steps", "api_cpu_s")
+MERGE_TERMS = ("request", "step", "output", "chunk")
+
+
+def merge_cpu(path: Path) -> pd.DataFrame:
+    """``merge_cost.py``'s table: per cell (busy loops beside the API server, ``max_tokens``) the
+    API-server process's CPU seconds for its streamed requests, tokens, chunks received and steps."""
+    df = read_table(path, kind="csv", columns=("endpoint", *MERGE_COLUMNS))
+    src = str(path)
+    for c in MERGE_COLUMNS:
+        df[c] = numeric_column(df, c, src, lo=0)
+    cells = df[df["endpoint"] != "reference"]
+    if cells.empty or (cells["api_cpu_s"] <= 0).any():
+        raise ConfigError(src, "api_cpu_s", "needs cells, each > 0 (CPU seconds of the API server)")
+    if not (cells["chunks"] < 0.9 * cells["output_tokens"]).any():
+        raise ConfigError(
+            src, "chunks", "no cell merged (chunks < 0.9 x tokens): the split is not identified"
+        )
+    return df
+
+
+def merge_terms(df: pd.DataFrame, step_ms: float) -> dict[str, float]:
+    """What a merge saves, at the measuring table's host (non-negative least squares over its
+    cells, each cell's relative error weighted equally)::
+
+        cpu = request x N + step x N_steps + output x N_tokens + chunk x N_chunks
+
+    with ``step`` given (``step_ms``: the step message's cost, which ``stream_cost.py``'s cells
+    identify and these do not -- their steps rise and fall with their outputs -- scaled to this
+    host by the verification round both measured). ``output``: the output handler's work per
+    request and step (one token each in these cells), which every step's output costs; ``chunk``:
+    a request's task taking what its collector holds and writing one server-sent event, which a
+    merge saves. ``chunk_share`` = chunk / (output + chunk): the share of ``stream_cost.py``'s
+    per-chunk cost (measured unmerged, one chunk an output) that a merge saves. Also the fit's
+    median and largest absolute relative error."""
+    from scipy.optimize import nnls
+
+    df = df[df["endpoint"] != "reference"]
+    x = df[["requests", "output_tokens", "chunks"]].to_numpy(float)
+    y = df["api_cpu_s"].to_numpy(float) * 1e3
+    w = 1.0 / np.maximum(y, 1e-9)
+    steps = step_ms * df["steps"].to_numpy(float)
+    coef, _ = nnls(x * w[:, None], (y - steps) * w)
+    err = np.abs((x @ coef + steps) / y - 1.0)
+    terms = {"request": float(coef[0]), "step": step_ms, "output": float(coef[1]), "chunk": float(coef[2])}
+    per_output = terms["output"] + terms["chunk"]
+    return {**terms, "chunk_share": terms["chunk"] / per_output if per_output > 0 else 0.0,
+            "median_error": float(np.median(err)), "max_error": float(err.max())}  # fmt: skip
+
+
+def reference_round_ms(df: pd.DataFrame) -> float | None:
+    """The table's ``reference`` row (a verification round as ``api_cost.py`` measures it), ms
+    of API CPU a round; None where it has none."""
+    ref = df[df["endpoint"] == "reference"]
+    return float((ref["api_cpu_s"] / ref["requests"]).median()) * 1e3 if len(ref) else None
+
+
 TRANSPORT_COLUMNS = ("run", "server", "kind", "transport", "prefix", "rounds", "wall_s", "api_cpu_ms")
 
 
@@ -258,6 +315,7 @@ def host_cpu_terms(
     tokenize: pd.DataFrame,
     stream: dict[str, float] | None = None,
     transport: dict[str, float] | None = None,
+    merge: dict[str, float] | None = None,
 ) -> dict[str, dict[str, float]]:
     """The simulator's host-CPU terms in ms (:mod:`wispsim.model.host_cpu`):
 
@@ -269,7 +327,10 @@ def host_cpu_terms(
       resident round to save (the ``api`` fit's arrival - session); ``text`` is tokenization per
       prompt token of a text prompt (median of the random-dataset prompts, ``tokenize_cost.py``);
       ``step``, ``token``, ``chunk`` and ``chat``: a response's output through the process and the
-      chat endpoint's extra (``stream``: :func:`stream_terms`; 0 without it); ``session`` and
+      chat endpoint's extra (``stream``: :func:`stream_terms`; 0 without it), the chunk's cost
+      (one chunk an output where it was measured) split by ``merge`` (:func:`merge_terms`) into
+      ``output``, which every output pays, and ``chunk``, which a merge saves (``chunk_share`` of
+      it; without ``merge`` all of it is ``chunk``); ``session`` and
       ``grpc_session``, a resident round over HTTP and over gRPC, measured (``transport``:
       :func:`transport_terms`; without it ``session`` as above and ``grpc_session`` unmeasured,
       left out).
@@ -285,6 +346,8 @@ def host_cpu_terms(
     text = tokenize[tokenize["kind"] == "random-dataset"]
     session = transport["session"] if transport else max(float(request) - saved, 0.0)
     grpc = {"grpc_session": transport["grpc_session"]} if transport else {}
+    per_output = float((stream or {}).get("chunk", 0.0))
+    share = float(merge["chunk_share"]) if merge else 1.0
     return {
         "engine_core_ms": engine,
         "api_server_ms": {
@@ -293,6 +356,8 @@ def host_cpu_terms(
             **grpc,
             "ids": float(ids),
             "text": float(text["us_per_token"].median()) / 1e3,
-            **{t: float((stream or {}).get(t, 0.0)) for t in ("step", "token", "chunk", "chat")},
+            **{t: float((stream or {}).get(t, 0.0)) for t in ("step", "token", "chat")},
+            "output": per_output * (1.0 - share),
+            "chunk": per_output * share,
         },
     }

@@ -118,7 +118,8 @@ def _host_cpu_terms(
     measuring_ms = float(measuring.iloc[0]) if len(measuring) else None
     stream = _stream(ctx, sec, measuring_ms)
     transport = _transport(ctx, sec, measuring_ms)
-    terms = round_cost.host_cpu_terms(fits, cpu, tokenize, stream, transport)
+    merge = _merge(ctx, sec, stream, measuring_ms)
+    terms = round_cost.host_cpu_terms(fits, cpu, tokenize, stream, transport, merge)
     sec.body += [
         "",
         "The simulator's host-CPU terms (ms; `wispsim/data/host_cpu.yaml`, "
@@ -127,8 +128,10 @@ def _host_cpu_terms(
         "per round above, `session` and `grpc_session` a resident round over HTTP and over gRPC "
         "(the table before; without it `session` is `request` less what a resident round saves "
         "in-process), "
-        "`text` is tokenization per prompt token of a text prompt, `step`, `token`, `chunk` and "
-        "`chat` a response's output and the chat endpoint's extra (the table before):",
+        "`text` is tokenization per prompt token of a text prompt, `step`, `token`, `output`, "
+        "`chunk` and `chat` a response's output and the chat endpoint's extra (the tables before: "
+        "the per-chunk cost measured unmerged split into `output`, every output's, and `chunk`, "
+        "which a merge saves):",
         "",
     ]
     sec.body += md_table(
@@ -137,7 +140,9 @@ def _host_cpu_terms(
     sec.facts["host_cpu"] = terms
     if ctx.spec.get("write_host_cpu") and not ctx.quick:
         extra = [
-            str(ctx.spec[k]) for k in ("stream_measurements", "transport_measurements") if ctx.spec.get(k)
+            str(ctx.spec[k])
+            for k in ("stream_measurements", "transport_measurements", "merge_measurements")
+            if ctx.spec.get(k)
         ]
         _write_host_cpu(terms, prov, [*sources, str(tok_rel), *extra])
 
@@ -180,6 +185,56 @@ def _stream(ctx: Context, sec: Section, measuring_round_ms: float | None) -> dic
         f"{fit['host_scale']:.3g}, scales every part to the measuring host's speed.",
     ]
     sec.facts["stream"] = {"fit": fit, "measurements": str(rel)}
+    return fit
+
+
+def _merge(
+    ctx: Context, sec: Section, stream: dict[str, float] | None, measuring_round_ms: float | None
+) -> dict[str, float] | None:
+    """What a merge of a response's outputs into one chunk saves (``merge_cost.py``'s cells and
+    their fit, the step message's cost taken from ``stream``, scaled to that table's host by the
+    round both measured: the share of the per-chunk cost that is the chunk's own), or None where
+    the spec names no ``merge_measurements`` (or no stream and reference rounds to scale by)."""
+    rel = ctx.spec.get("merge_measurements")
+    if not rel:
+        return None
+    path = experiments_dir() / str(rel)
+    cells = round_cost.merge_cpu(path)
+    here = round_cost.reference_round_ms(cells)
+    if stream is None or here is None or not measuring_round_ms:
+        src = f"experiments/{ctx.name}.yaml"
+        raise ConfigError(
+            src, "merge_measurements", "needs stream_measurements and a reference row to scale by"
+        )
+    fit = round_cost.merge_terms(cells, stream["step"] * here / measuring_round_ms)
+    mprov = read_json(path.with_suffix(".json"))
+    rows = cells[cells["endpoint"] != "reference"]
+    shown = rows.assign(chunks_per_token=rows["chunks"] / rows["output_tokens"],
+                        api_cpu_ms_per_request=1e3 * rows["api_cpu_s"] / rows["requests"])  # fmt: skip
+    sec.body += [
+        "",
+        f"When the API server falls behind (`{mprov.get('command', '?')}`, {mprov.get('date', '?')}, "
+        f"on {mprov.get('host', {}).get('cpu', '?')}): the engine core alone on one CPU, the API "
+        "server and the client on the other beside 0-3 busy loops, C concurrent streamed "
+        "completions of M tokens; where the process is behind, a response's collector merges "
+        "outputs and the client receives fewer chunks than tokens:",
+        "",
+    ]
+    sec.body += _table(
+        shown[["concurrency", "hogs", "max_tokens", "requests", "output_tokens", "chunks", "chunks_per_token",
+               "steps", "api_cpu_ms_per_request"]],
+        ("concurrency", "hogs", "max_tokens", "requests", "output_tokens", "chunks", "steps"), "{:.2f}",
+    )  # fmt: skip
+    sec.body += [
+        "",
+        "Fitted (non-negative least squares; `step` is the stream table's, scaled to that host by "
+        "its `reference` round: these cells' steps rise and fall with their outputs), ms at that host: "
+        + ", ".join(f"{t} {fit[t]:.4g}" for t in round_cost.MERGE_TERMS)
+        + f"; median error {100 * fit['median_error']:.0f}% (largest {100 * fit['max_error']:.0f}%). "
+        f"A chunk is {100 * fit['chunk_share']:.0f}% of what an output costs unmerged: that share "
+        "of the per-chunk cost above is `chunk` (saved by a merge), the rest `output`.",
+    ]
+    sec.facts["merge"] = {"fit": fit, "measurements": str(rel)}
     return fit
 
 
