@@ -30,3 +30,24 @@ def test_resident_slots_re_key_only_points_where_the_slots_can_bind() -> None:
     assert not salted(load_scenario(None, {}).with_policy("centralized"), 10 * slots)
     poisson = load_scenario(None, {"arrivals": {"process": "poisson"}}).with_policy("wisp")
     assert salted(poisson, 1)
+
+
+def test_a_re_fit_or_a_new_measurement_of_the_models_data_re_keys_every_point(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The data the model prices with (wispsim/data: the public calibration, the host CPU's
+    measured costs, GPUs...) is an input of every point: a point stored before it changed is
+    computed again. Its scenario presets are not (a scenario's fields are hashed themselves)."""
+    import shutil
+
+    import wispsim.paths
+    from wispsim.paths import data_dir
+
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir(), copy)
+    monkeypatch.setattr(wispsim.paths, "data_dir", lambda: copy)
+    sc = load_scenario(None, {})
+    before = Point(sc, 10, (0,)).key
+    (copy / "scenarios" / "extra.yaml").write_text("name: extra\n")
+    assert Point(sc, 10, (0,)).key == before
+    host = copy / "host_cpu.yaml"
+    host.write_text(host.read_text().replace("chunk:", "chunk: 0.2 #"))
+    assert Point(sc, 10, (0,)).key != before

@@ -74,14 +74,32 @@ def input_files(scenario: Scenario) -> dict[str, Path | None]:
 
 
 def input_digests(scenario: Scenario) -> dict[str, str]:
-    """Content hashes of :func:`input_files` (cached per file, size and modification time)."""
-    out = {}
+    """Content hashes of :func:`input_files` (cached per file, size and modification time), and of
+    the model's own shipped data (:func:`model_data_digest`)."""
+    out = {"model_data": model_data_digest()}
     for role, path in input_files(scenario).items():
         if path is None:
             out[role] = "missing"
         else:
             out[role] = file_digest(path)
     return out
+
+
+def model_data_digest() -> str:
+    """One content hash of the data the model prices with, shipped in ``wispsim/data`` (GPUs,
+    interconnects, kernel efficiencies, architectures, the public calibration, the host CPU's
+    measured costs, speculation) -- not its scenario presets or prices: a point stored before a
+    re-fit or a new measurement is computed again, not loaded."""
+    from wispsim.paths import data_dir
+
+    root = data_dir()
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.yaml")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("scenarios/") or rel == "gpu_prices.yaml":
+            continue
+        h.update(f"{rel}:{file_digest(path)}\n".encode())
+    return h.hexdigest()[:16]
 
 
 # Fields added after points were stored, with the value that simulates exactly as before they
