@@ -72,13 +72,13 @@ def test_where_the_api_server_binds_it_caps_the_tokens_all_devices_need() -> Non
 
 def test_running_responses_share_the_api_servers() -> None:
     """The running responses together commit no more tokens a second than the API servers pass:
-    with 256 resident sessions on Qwen3-14B on an H100 each gets about 2,100 / 256 = 8.2 tok/s at
-    the calibrated host (3.06x the measuring VM), not the 21 the GPU would give, so the devices
-    waiting for a slot wait longer (the capacity study's simulated capacities are 594/367/287/225;
-    the estimate 582/366/294/258; at the 4.36x host of an earlier fit 773/460/354/297, where the
+    with 256 resident sessions on Qwen3-14B on an H100 each gets about 2,160 / 256 = 8.4 tok/s at
+    the calibrated host (3.14x the measuring VM), not the 21 the GPU would give, so the devices
+    waiting for a slot wait longer (the capacity study's simulated capacities are 605/374/292/232;
+    the estimate 594/372/298/261; at the 4.36x host of an earlier fit 773/460/354/297, where the
     estimate without the share was 1,269/710/499/374)."""
     got = [_estimate("wisp", s, profile="h100-qwen3-14b").devices for s in (2.0, 4.0, 6.0, 8.0)]
-    for est, simulated in zip(got, (594, 367, 287, 225), strict=True):
+    for est, simulated in zip(got, (605, 374, 292, 232), strict=True):
         assert abs(est / simulated - 1) < 0.15
 
 

@@ -47,7 +47,8 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cost = work / "experiments" / "data" / "round-cost"
     cost.mkdir(parents=True)
     for f in ("cpu.csv", "cpu.json", "api.csv", "api-cpu.csv", "api-load.csv", "api.json", "tokenize.csv",
-              "stream.csv", "stream.json", "transport.csv", "transport.json"):  # fmt: skip
+              "stream.csv", "stream.json", "transport.csv", "transport.json", "merge.csv",
+              "merge.json"):  # fmt: skip
         shutil.copyfile(ROOT / "experiments" / "data" / "round-cost" / f, cost / f)
     mp = pytest.MonkeyPatch()
     mp.chdir(work)

@@ -47,9 +47,8 @@ if TYPE_CHECKING:
     from wispsim.sim.verifier import Request, Verifier
 
 
-OUTPUT_SLICE = (
-    128  # outputs the handler walks before it lets other tasks run (VLLM_V1_OUTPUT_PROC_CHUNK_SIZE)
-)
+# outputs the handler walks before it lets other tasks run (vLLM's VLLM_V1_OUTPUT_PROC_CHUNK_SIZE)
+OUTPUT_SLICE = 128
 
 
 class _Front:
