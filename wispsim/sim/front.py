@@ -171,7 +171,6 @@ class GenerationFront:
         self.frontend = frontend
         self.held: dict[Generation, None] = {}
         count = len(self.api.free_at) if self.api is not None else 0
-        self._mine: list[list[tuple[Sequence, int, int]]] = [[] for _ in range(count)]  # a step's, by process
         self._queue: list[list[list[tuple[Sequence, int, int]]]] = [[] for _ in range(count)]  # messages
         self._busy = [False] * count  # the handler or the tasks have work queued (events pending)
         # outputs in each response's collector not yet written, by process (insertion ordered)
@@ -184,12 +183,11 @@ class GenerationFront:
         stream them (the module text): each process queues the step's message for its output
         handler, and the engine hears of each chunk as it is written (``engine.written``)."""
         count = len(self._queue)
+        by_process: list[list[tuple[Sequence, int, int]]] = [[] for _ in range(count)]
         for item in outputs:
-            self._mine[item[1] % count].append(item)
-        for p in range(count):
-            mine = self._mine[p]
+            by_process[item[1] % count].append(item)
+        for p, mine in enumerate(by_process):
             if mine:
-                self._mine[p] = []
                 self._queue[p].append(mine)
                 if not self._busy[p]:
                     self._busy[p] = True

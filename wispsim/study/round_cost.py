@@ -196,12 +196,11 @@ def stream_terms(df: pd.DataFrame, measuring_round_ms: float | None = None) -> d
     host's round over this host's, so that every term is the measuring host's (1 otherwise)."""
     from scipy.optimize import nnls
 
-    ref = df[df["endpoint"] == "reference"]
+    here = reference_round_ms(df)
     df = df[df["endpoint"] != "reference"]
     scale = 1.0
-    if measuring_round_ms is not None and len(ref):
-        here = float((ref["api_cpu_s"] / ref["requests"]).median()) * 1e3
-        scale = measuring_round_ms / here if here > 0 else 1.0
+    if measuring_round_ms is not None and here:
+        scale = measuring_round_ms / here
 
     n = df["requests"].to_numpy(float)
     x = np.column_stack([n, n * (df["endpoint"] == "chat"), df["output_tokens"], df["chunks"], df["steps"]])
