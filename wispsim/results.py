@@ -48,7 +48,8 @@ LAYOUT: dict[str, str] = {
     "comparison.csv": "recorded (or real) against simulated, per class (replay, validate)",
     "capacity.csv": "per policy and class: the largest N within epsilon, with its interval",
     "curve_pooled.csv": "per policy, class and N: violation rate with its Wilson interval",
-    "points/": "one stored simulation per point (key, meta.json, summary): resumable sweeps",
+    "points/": "one stored simulation per point (key, meta.json, summary), and any a spare worker "
+    "simulated ahead that the search did not ask for: resumable sweeps",
 }
 
 

@@ -277,3 +277,25 @@ def test_measured_window_and_run_end(det_scenario) -> None:
     assert res.window == (0.0, 0.01)
     assert res.sim_end == approx(0.51)
     assert not resp.censored.any()
+
+
+def test_a_run_paces_the_collector_and_gives_it_back(det_scenario) -> None:
+    """While a run runs, young collections come every YOUNG_THRESHOLD objects and what existed
+    before is frozen out of them; a nested run changes nothing, and the outermost one gives both
+    back, when it raises too."""
+    import gc
+
+    from wispsim.sim.simulation import YOUNG_THRESHOLD, collector_paced
+
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with collector_paced():
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() > frozen
+        with collector_paced():
+            pass
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+    with pytest.raises(RuntimeError), collector_paced():
+        raise RuntimeError("a run that fails")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+    simulate(resolve_server(det_scenario()))
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen

@@ -100,6 +100,9 @@ class _ScriptedRunner:
         self.flying.append((tag, point))
         self.log.append(("start", tag))
 
+    def spare(self) -> int:
+        return 0  # nothing is simulated ahead
+
     def finished(self):
         from wispsim.study.points import PointResult
         from wispsim.study.stopping import Stop

@@ -20,6 +20,7 @@ from wispsim.model.fluid import FluidEstimate, fluid_capacity
 from wispsim.results import Results
 from wispsim.sim.scenarios import resolve_server
 from wispsim.study.capacity_search import CapacitySearch, pooled_stats
+from wispsim.study.lookahead import guess_next
 from wispsim.study.points import Point
 from wispsim.study.runners import Runner
 from wispsim.study.stopping import Stopping
@@ -95,7 +96,7 @@ def capacity_sweep(
     group_of = {g.label: g for g in groups}
     curve_rows: list[pd.DataFrame] = []
     pooled_rows: list[dict[str, object]] = []
-    flying = dict.fromkeys(searches, 0)  # a search's points not yet back
+    flying: dict[tuple[str, str], set[int]] = {key: set() for key in searches}  # N not yet back
     answered: set[tuple[str, str]] = set()  # searches that asked for nothing more
     started = finished = 0
 
@@ -110,14 +111,26 @@ def capacity_sweep(
         xs = searches[key].next_devices()
         if first and xs:
             xs = xs + [n for n in also if n not in xs and 1 <= n <= max_devices]
-        pol, label = key
         for n in xs:
-            sc = base[pol].with_devices(n, group_of[label].classes)
-            runner.start((key, n), Point(sc, n, tuple(seeds), stopping))
-        flying[key] = len(xs)
+            runner.start((key, n), point(key, n))
+        flying[key] = set(xs)
         started += len(xs)
         if not xs:
             answered.add(key)
+
+    def point(key: tuple[str, str], n: int) -> Point:
+        pol, label = key
+        return Point(base[pol].with_devices(n, group_of[label].classes), n, tuple(seeds), stopping)
+
+    def look_ahead() -> None:
+        # a worker with nothing to do simulates the point a waiting search will most likely ask
+        # for next (wispsim.study.lookahead: the same answers, sooner)
+        for key in searches:
+            if runner.spare() <= 0:
+                return
+            if key not in answered:
+                for n in guess_next(searches[key], flying[key])[: runner.spare()]:
+                    runner.ahead(point(key, n))
 
     for key in searches:
         ask(key, first=True)
@@ -155,9 +168,10 @@ def capacity_sweep(
                     "window_end_s": r.stop.window_end,
                 }
             )
-        flying[(pol, label)] -= 1
+        flying[(pol, label)].discard(n)
         if not flying[(pol, label)]:
             ask((pol, label))
+        look_ahead()
         report()
     curve = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
     cap_rows = []

@@ -25,6 +25,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any
 
+import threadpoolctl
+
 from wispsim.provenance import code_commit
 from wispsim.study.points import Point, PointResult, compute_point, load_point, run_point, store_point
 
@@ -80,6 +82,10 @@ def _worker_init(owner: int, direct: bool, pdeathsig: bool) -> None:
         os._exit(1)  # the owner died before the guards were up
     watch = threading.Thread(target=_watch_parent, args=(owner, parent), name="wispsim-watch", daemon=True)
     watch.start()
+    # one BLAS thread per worker: the pool is the parallelism, and a BLAS library's own threads
+    # (OpenBLAS spins its idle ones for a while after each product, here the drafting predictor's)
+    # only take the cores from the other workers
+    threadpoolctl.threadpool_limits(limits=1)
 
 
 def worker_pool(jobs: int, start_method: str | None = None) -> ProcessPoolExecutor:
@@ -121,6 +127,14 @@ class _Runner:
     def finished(self) -> tuple[Hashable, PointResult]:
         raise NotImplementedError
 
+    def spare(self) -> int:
+        """Workers with nothing to do now, for :meth:`ahead` (0: this runner does not simulate ahead)."""
+        return 0
+
+    def ahead(self, point: Point) -> None:
+        """Simulate ``point`` on a spare worker before anyone asks for it (:mod:`wispsim.study.lookahead`)."""
+        raise NotImplementedError
+
     def _count(self, r: PointResult) -> PointResult:
         self.computed += r.computed
         self.loaded += not r.computed
@@ -159,6 +173,7 @@ class LocalRunner(_Runner):
         self._queued: deque[tuple[Hashable, Point]] = deque()  # serially: started, not yet run
         self._flying: dict[Future[PointResult], tuple[int, Hashable]] = {}  # -> (order started, tag)
         self._order = itertools.count()
+        self._ahead: dict[str, Future[PointResult]] = {}  # point key -> simulated ahead, not asked for
         super().__init__()
 
     def __enter__(self) -> LocalRunner:
@@ -169,12 +184,14 @@ class LocalRunner(_Runner):
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self._pool is not None:
-            if exc_type is not None:
+            # a point simulated ahead that nobody asked for is not waited for
+            if exc_type is not None or not all(f.done() for f in self._ahead.values()):
                 kill_workers(self._pool)
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
         self._queued.clear()
         self._flying.clear()
+        self._ahead.clear()
 
     def start(self, tag: Hashable, point: Point) -> None:
         """Begin computing ``point`` (or queue it behind the points in flight); :meth:`finished`
@@ -182,8 +199,21 @@ class LocalRunner(_Runner):
         if self._pool is None:
             self._queued.append((tag, point))
         else:
-            future = self._pool.submit(run_point, point, self.out, self.records)
+            future = self._ahead.pop(point.key, None) or self._pool.submit(
+                run_point, point, self.out, self.records
+            )
             self._flying[future] = (next(self._order), tag)
+
+    def spare(self) -> int:
+        if self._pool is None:
+            return 0
+        return self.jobs - len(self._flying) - sum(not f.done() for f in self._ahead.values())
+
+    def ahead(self, point: Point) -> None:
+        """Start ``point`` now on the pool, unasked; :meth:`start` of the same point adopts it."""
+        assert self._pool is not None, "only a pool simulates ahead"
+        if point.key not in self._ahead:
+            self._ahead[point.key] = self._pool.submit(run_point, point, self.out, self.records)
 
     def finished(self) -> tuple[Hashable, PointResult]:
         """The next point to finish, with its tag (the earliest started among those done at once);
