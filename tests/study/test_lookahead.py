@@ -72,8 +72,17 @@ def test_a_point_simulated_ahead_is_adopted_when_asked_for_and_else_not_waited_f
         assert runner._ahead == {} and list(runner._flying) == [ahead]
         tag, r = runner.finished()
         assert tag == "asked" and r.computed and runner.computed == 1
-        runner.ahead(_point(30))  # never asked for: the runner exits without waiting for it
-    assert len(list((tmp_path / "points").iterdir())) >= 1
+    assert [d.name for d in (tmp_path / "points").iterdir()] == [_point(20).key]
+
+
+def test_a_point_simulated_ahead_and_never_asked_for_is_not_waited_for(tmp_path: Path) -> None:
+    """The runner's exit stops it (a full-length point of 150 devices: seconds of work) and leaves
+    neither its folder nor a half-written one behind."""
+    sc = load_scenario()
+    unasked = Point(sc.with_devices(150, (4.0,)), 150, (0, 1, 2), None)
+    with LocalRunner(2, tmp_path) as runner:
+        runner.ahead(unasked)
+    assert not (tmp_path / "points").exists() or not list((tmp_path / "points").iterdir())
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -184,11 +185,16 @@ class LocalRunner(_Runner):
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self._pool is not None:
-            # a point simulated ahead that nobody asked for is not waited for
-            if exc_type is not None or not all(f.done() for f in self._ahead.values()):
+            # a point simulated ahead that nobody asked for is not waited for (nor its half-written
+            # folder kept: points are written to a hidden scratch folder, then renamed)
+            unasked = [key for key, f in self._ahead.items() if not f.done()]
+            if exc_type is not None or unasked:
                 kill_workers(self._pool)
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+            for key in unasked if self.out is not None else ():
+                for scratch in (self.out / "points").glob(f".{key}.*"):
+                    shutil.rmtree(scratch, ignore_errors=True)
         self._queued.clear()
         self._flying.clear()
         self._ahead.clear()
