@@ -110,7 +110,7 @@ def main() -> None:
     ap.add_argument("--grid", type=Path, help="replay the searches over this gathered grid")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--factors", default="0.92,0.96,1,1.04,1.08,1.12",
-                    help="estimates as factors of each class's capacity (the default sweep's: ~1.07)")  # fmt: skip
+                    help="estimates, as factors of each capacity (the default sweep: ~1.07)")  # fmt: skip
     a = ap.parse_args()
     if a.gather:
         gather(a.gather, a.jobs)
