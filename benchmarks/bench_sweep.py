@@ -61,9 +61,15 @@ def _children_cpu() -> float:
 
 
 def _simulations(folder: Path) -> int:
-    """Simulated (N, seed) runs: the points' seeds (a point is one N with all its seeds)."""
+    """Simulated (N, seed) runs the searches asked for: the points named in curve.csv, each with its
+    seeds (points/ may also hold a point a spare worker simulated ahead that no search asked for)."""
+    curve = pd.read_csv(folder / "curve.csv")
+    if "point" in curve:
+        metas = [folder / "points" / key / "meta.json" for key in set(curve.point)]
+    else:  # an older tree's curve names no point (and it simulated nothing ahead)
+        metas = list((folder / "points").glob("*/meta.json"))
     n = 0
-    for meta in (folder / "points").glob("*/meta.json"):
+    for meta in metas:
         m = json.loads(meta.read_text())
         n += len(m.get("seeds", [m.get("seed")]))
     return n

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import wispsim
 from wispsim.study.capacity_search import CapacitySearch, PointStats, pooled_stats
+from wispsim.study.lookahead import guess_next
 from wispsim.study.points import Point, compute_point
 from wispsim.study.stopping import Stopping
 
@@ -55,11 +56,20 @@ def gather(path: Path, jobs: int) -> None:
     print()
 
 
-def replay(table: dict[tuple[float, int], dict], slo: float, estimate: int) -> tuple[CapacitySearch, list]:
-    """Drive the search from ``estimate`` over the gathered points; its waves of (N, wall)."""
+def replay(
+    table: dict[tuple[float, int], dict], slo: float, estimate: int, guesses: list[bool] | None = None
+) -> tuple[CapacitySearch, list]:
+    """Drive the search from ``estimate`` over the gathered points; its waves of (N, wall).
+    ``guesses``: for each wave after which the search asked for more, whether the guess of a spare
+    worker (:func:`wispsim.study.lookahead.guess_next`, made while the wave was in flight; only
+    where it made one) was the next wave's first N."""
     s = CapacitySearch(0.05, estimate=estimate)
     waves = []
+    guess: list[int] = []
     while xs := s.next_devices():
+        if guesses is not None and guess:
+            guesses.append(guess[0] == xs[0])
+        guess = guess_next(s, set(xs))
         wave = []
         for x in xs:
             r = table.get((slo, x))
@@ -119,16 +129,19 @@ def main() -> None:
     rows = [json.loads(line) for line in a.grid.read_text().splitlines() if line]
     table = {(r["c"], r["n"]): r for r in rows}
     truth = {slo: replay(table, slo, band.start + len(band) // 2)[0].capacity for slo, band in BANDS.items()}
+    guesses: list[bool] = []
     for f in (float(x) for x in a.factors.split(",")):
         chains, cpu, cells = [], 0.0, []
         for slo in BANDS:
-            s, waves = replay(table, slo, round(truth[slo] * f))
+            s, waves = replay(table, slo, round(truth[slo] * f), guesses)
             chains.append(waves)
             cpu += sum(w for wave in waves for _, w in wave)
             order = "/".join(str(x) for wave in waves for x, _ in wave)
             cells.append(f"{slo:g}: {s.capacity} {list(s.interval())} via {order}")
         wall = fifo_wall(chains)
         print(f"estimate x{f:<5g} CPU {cpu:6.2f} s, two workers {wall:5.2f} s | " + "; ".join(cells))
+    print(f"a spare worker's guess (made while the search cut a bracket) was its next N {sum(guesses)} "
+          f"times of {len(guesses)}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ W replay "$OUT/run/log.parquet" --out "$OUT/replay"
 rm -rf "$REPO/experiments/quick"
 W experiment run --all --quick
 cp -r "$REPO/experiments/quick" "$OUT/quick"
-(cd "$OUT" && find . \( -name '*.csv' -o -name '*.parquet' \) -not -path './quick/*/points/*' | sort \
+# points/ folders are a cache: a sweep's may also hold a point a spare worker simulated ahead and no
+# search asked for, which depends on timing (wispsim.study.lookahead); the tables name every point
+(cd "$OUT" && find . \( -name '*.csv' -o -name '*.parquet' \) -not -path '*/points/*' | sort \
   | xargs sha256sum > SHA256SUMS)
 echo "$(wc -l < "$OUT/SHA256SUMS") files hashed: $OUT/SHA256SUMS"

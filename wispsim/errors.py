@@ -40,6 +40,10 @@ class ConfigError(WispsimError):
         where = f"{source}: {field}" if field else source
         super().__init__(f"{where}: {problem}")
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str, str]]:
+        # rebuilt from its parts where it crosses processes (a pool worker's point that fails)
+        return type(self), (self.source, self.field, self.problem)
+
 
 class EngineFailure(WispsimError):
     """A real engine failed mid-run (not bad input): one line naming the engine, the work it was

@@ -299,3 +299,12 @@ def test_a_run_paces_the_collector_and_gives_it_back(det_scenario) -> None:
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
     simulate(resolve_server(det_scenario()))
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+    # a caller that froze objects itself (before a fork, say) keeps them frozen
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        with collector_paced():
+            assert gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() >= mine
+        assert gc.get_threshold() == before and gc.get_freeze_count() >= mine > 0
+    finally:
+        gc.unfreeze()

@@ -92,12 +92,34 @@ def test_a_sweep_that_simulates_ahead_answers_as_one_that_does_not(tmp_path: Pat
     sc = load_scenario(overrides={"workload": {"warmup_s": 5, "duration_s": 30}})
     from wispsim.study.stopping import Stopping
 
-    out = {}
+    out, ahead = {}, {}
     for jobs in (1, 2):
         with LocalRunner(jobs, tmp_path / f"j{jobs}") as runner:
             out[jobs] = capacity_sweep(
                 {"wisp": sc}, groups_for([8.0], "separate"), [0, 1], 0.05, runner, stopping=Stopping(0.05)
             )
+            ahead[jobs] = runner.started_ahead
+    # one search, one point a wave: once it brackets the knee, its second worker is spare
+    assert ahead == {1: 0, 2: ahead[2]} and ahead[2] >= 1
     cols = ["capacity", "ci_low", "ci_high", "evaluated"]
     assert out[1].capacity[cols].equals(out[2].capacity[cols])
     assert out[1].pooled.equals(out[2].pooled)
+
+
+def test_a_point_that_failed_ahead_is_simulated_anew_when_asked_for(tmp_path: Path) -> None:
+    """A point simulated ahead that failed (a full disk, say) is not handed to the search that
+    asks for it: it runs again, and its own failure, if any, is the search's."""
+    from concurrent.futures import wait
+
+    from wispsim.errors import ConfigError
+
+    bad = Point(load_scenario(), 0, (0,), None)  # no devices: the run refuses it
+    with LocalRunner(2, tmp_path) as runner:
+        runner.ahead(bad)
+        failed = runner._ahead[bad.key]
+        wait([failed])
+        assert failed.exception() is not None
+        runner.start("asked", bad)
+        assert failed not in runner._flying and runner.adopted == 0
+        with pytest.raises(ConfigError):
+            runner.finished()

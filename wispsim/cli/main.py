@@ -75,8 +75,10 @@ def _root(
 def main() -> None:
     """Console entry point: one-line errors with exit code 2 instead of tracebacks."""
     # at exit the interpreter's last collections walk every object a command made (after a sweep
-    # ~0.2 s of its ~9); frozen, they are freed all the same, by reference counts (nothing here
-    # relies on a collection at exit, which Python does not promise)
+    # ~0.2 s of its ~9); frozen, they are not walked: what reference counts free is freed, and
+    # objects in reference cycles are left to the process's end without their finalizers, which
+    # nothing here relies on (every file is closed where it is written; Python does not promise a
+    # collection at exit either)
     atexit.register(gc.freeze)
     try:
         code = app(standalone_mode=False)

@@ -17,6 +17,9 @@ class FieldError(ValueError):
         self.field = field
         self.problem = problem
 
+    def __reduce__(self) -> tuple[type[FieldError], tuple[str, str]]:
+        return type(self), (self.field, self.problem)
+
 
 def require(cond: bool, fld: str, problem: str) -> None:
     if not cond:

@@ -34,6 +34,9 @@ class EngineStalled(WispsimError):
         self.missing = missing
         self.got = got
 
+    def __reduce__(self) -> tuple[type[EngineStalled], tuple[str, set[str], dict[str, Any]]]:
+        return type(self), (str(self), self.missing, self.got)
+
 
 class EngineStopped(WispsimError):
     """The server is shutting down: the loop stopped between steps."""

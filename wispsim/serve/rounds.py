@@ -34,6 +34,9 @@ class ServeError(WispsimError):
         self.status = status
         self.retry_after = retry_after
 
+    def __reduce__(self) -> tuple[type[ServeError], tuple[int, str, float | None]]:
+        return type(self), (self.status, str(self), self.retry_after)
+
 
 @dataclass(slots=True)
 class Round:

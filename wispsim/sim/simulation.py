@@ -110,6 +110,7 @@ class _Pacing:
     lock = threading.Lock()
     runs = 0
     young = 700  # the threshold to give back
+    froze = False  # whether the outermost run froze (not where its caller had frozen objects itself)
 
 
 @contextlib.contextmanager
@@ -117,14 +118,18 @@ def collector_paced() -> Iterator[None]:
     """Run a simulation with the cyclic garbage collector paced for it: what existed before is
     frozen out of its collections (``gc.freeze``: the interpreter's modules, the scenario, pandas)
     and young collections come every :data:`YOUNG_THRESHOLD` objects instead of 700. Both are
-    given back when the outermost run returns (or raises); nothing is left uncollected: frozen
-    objects go back to the oldest generation. The records are the same either way."""
+    given back when the outermost run returns (or raises): the frozen objects, and what the run
+    made that is still uncollected, go to the oldest generation, which later collections walk. A
+    caller that froze objects itself (``gc.freeze`` before a fork) keeps them frozen: then only the
+    threshold changes. The records are the same either way."""
     with _Pacing.lock:
         _Pacing.runs += 1
         if _Pacing.runs == 1:
             young, *older = gc.get_threshold()
             _Pacing.young = young
-            gc.freeze()
+            _Pacing.froze = gc.get_freeze_count() == 0
+            if _Pacing.froze:
+                gc.freeze()
             gc.set_threshold(YOUNG_THRESHOLD, *older)
     try:
         yield
@@ -133,7 +138,8 @@ def collector_paced() -> Iterator[None]:
             _Pacing.runs -= 1
             if _Pacing.runs == 0:
                 gc.set_threshold(_Pacing.young, *gc.get_threshold()[1:])
-                gc.unfreeze()
+                if _Pacing.froze:
+                    gc.unfreeze()
 
 
 class Run:

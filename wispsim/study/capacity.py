@@ -122,14 +122,20 @@ def capacity_sweep(
         pol, label = key
         return Point(base[pol].with_devices(n, group_of[label].classes), n, tuple(seeds), stopping)
 
+    spare = getattr(runner, "spare", None)  # a runner that cannot simulate ahead has no spare()
+
     def look_ahead() -> None:
         # a worker with nothing to do simulates the point a waiting search will most likely ask
         # for next (wispsim.study.lookahead: the same answers, sooner)
         for key in searches:
-            if runner.spare() <= 0:
+            if spare is None or spare() <= 0:
                 return
             if key not in answered:
-                for n in guess_next(searches[key], flying[key])[: runner.spare()]:
+                try:
+                    guess = guess_next(searches[key], flying[key])
+                except Exception:  # a guess is only ever a head start: never a sweep's failure
+                    guess = []
+                for n in guess[: spare()]:
                     runner.ahead(point(key, n))
 
     for key in searches:

@@ -2,12 +2,15 @@
 
 Near its end a sweep is one search waiting on one point, and the other workers idle: the searches
 are chains (each cut waits for the point before it), and the last chain runs alone. While a
-search waits, :func:`guess_next` says where it would cut if each of its points in flight came
-back where its evaluated curve puts it: at the violation rate on the line through its evaluated
-neighbours (beyond the last one, the line through the nearest two), with an interval as wide as
-the nearest evaluated point's, at the knee if that interval holds epsilon. A runner with a worker
-to spare simulates that N ahead (:meth:`wispsim.study.runners.LocalRunner.ahead`); if the search
-then asks for it, the point is already running or done, else it was only a spare worker's time.
+search that has bracketed the knee waits, :func:`guess_next` says where it would cut if each of
+its points in flight came back where its evaluated curve puts it: at the violation rate on the
+line through its evaluated neighbours (beyond the last one, the line through the nearest two),
+with an interval as wide as the nearest evaluated point's, at the knee if that interval holds
+epsilon. A runner with a worker to spare simulates that N ahead
+(:meth:`wispsim.study.runners.LocalRunner.ahead`); if the search then asks for it, the point is
+already running or done. If not, the worker's time is spent -- and a point the search does ask
+for meanwhile may wait for a worker, where a wave of two points (an interval's two anchors)
+finds only one free.
 
 The search itself only ever sees the points it asked for, each of which is the same whoever
 simulated it and when (a point depends on its scenario, N and seeds alone), so simulating ahead
@@ -52,9 +55,12 @@ def predicted(search: CapacitySearch, x: int) -> PointStats | None:
 
 def guess_next(search: CapacitySearch, flying: Collection[int]) -> list[int]:
     """The N values ``search`` would ask for next if its points in ``flying`` came back as its
-    curve predicts (:func:`predicted`), less those evaluated or in flight; [] where it cannot say."""
-    if not flying:
-        return []
+    curve predicts (:func:`predicted`), less those evaluated or in flight; [] where it cannot say
+    or has not bracketed the knee yet (stepping out, it goes by growing ratios: a guess could be
+    far larger than anything it will ask for)."""
+    below, edge = search.bounds()
+    if not flying or below is None or edge is None:
+        return []  # only while it cuts a bracket: stepping out, a guess could land far off
     trial = copy.deepcopy(search)  # its steps and cuts keep state: the search itself is untouched
     for x in flying:
         guess = predicted(search, x)

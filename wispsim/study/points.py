@@ -16,6 +16,7 @@ them. Each point is deterministic given its key, so results do not depend on the
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -202,7 +203,12 @@ def _write_atomic_dir(final: Path, write: Callable[[Path], None]) -> None:
         if final.exists():
             shutil.rmtree(tmp)
             return
-        os.replace(tmp, final)
+        try:
+            os.replace(tmp, final)
+        except OSError as e:  # another process wrote the same point meanwhile: the first one stays
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not final.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

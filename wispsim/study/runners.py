@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -64,7 +65,7 @@ def _watch_parent(owner: int, parent: int) -> None:
             os._exit(1)
 
 
-def _worker_init(owner: int, direct: bool, pdeathsig: bool) -> None:
+def _worker_init(owner: int, direct: bool, pdeathsig: bool, scratch: str | None = None) -> None:
     """Initializer of :func:`worker_pool`'s workers: die with ``owner``, the pool's process.
 
     ``direct``: this worker is ``owner``'s own child (fork, spawn), not the forkserver's. Three
@@ -73,8 +74,11 @@ def _worker_init(owner: int, direct: bool, pdeathsig: bool) -> None:
     submits -- and a thread may end before its process); a check that the parent did not die
     before that was set; and a thread that ends the worker within :data:`WATCH_S` once its parent
     changes (reparented: the parent died) or ``owner`` is gone -- on every platform, and for a
-    forkserver worker, whose parent (the forkserver) exits when ``owner`` does.
+    forkserver worker, whose parent (the forkserver) exits when ``owner`` does. ``scratch``: the
+    worker's temporary folder (records a long run spills), which the pool's owner removes.
     """
+    if scratch is not None:
+        tempfile.tempdir = scratch
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the owner's to handle; it ends the pool
     parent = os.getppid()
     if pdeathsig and sys.platform.startswith("linux"):
@@ -89,11 +93,14 @@ def _worker_init(owner: int, direct: bool, pdeathsig: bool) -> None:
     threadpoolctl.threadpool_limits(limits=1)
 
 
-def worker_pool(jobs: int, start_method: str | None = None) -> ProcessPoolExecutor:
+def worker_pool(
+    jobs: int, start_method: str | None = None, scratch: Path | None = None
+) -> ProcessPoolExecutor:
     """A process pool whose workers die with this process, however it ends (``kill -9`` too).
 
     ``start_method``: fork, spawn or forkserver (default: the platform's). Workers ignore
     Ctrl-C; the process that owns the pool handles it (:meth:`LocalRunner.__exit__` kills them).
+    ``scratch``: the workers' temporary folder (default: the system's).
     """
     ctx = multiprocessing.get_context(start_method)
     method = ctx.get_start_method()
@@ -102,7 +109,7 @@ def worker_pool(jobs: int, start_method: str | None = None) -> ProcessPoolExecut
         max_workers=jobs,
         mp_context=ctx,
         initializer=_worker_init,
-        initargs=(os.getpid(), method != "forkserver", on_main),
+        initargs=(os.getpid(), method != "forkserver", on_main, None if scratch is None else str(scratch)),
     )
 
 
@@ -172,15 +179,21 @@ class LocalRunner(_Runner):
         self.start_method = start_method
         self._pool: ProcessPoolExecutor | None = None
         self._queued: deque[tuple[Hashable, Point]] = deque()  # serially: started, not yet run
-        self._flying: dict[Future[PointResult], tuple[int, Hashable]] = {}  # -> (order started, tag)
+        # -> (order started, tag, point key)
+        self._flying: dict[Future[PointResult], tuple[int, Hashable, str]] = {}
         self._order = itertools.count()
         self._ahead: dict[str, Future[PointResult]] = {}  # point key -> simulated ahead, not asked for
+        self.started_ahead = self.adopted = 0  # points started ahead; of them, asked for then
+        self._scratch: Path | None = None
         super().__init__()
 
     def __enter__(self) -> LocalRunner:
         code_commit()  # once, here: forked workers inherit it, and edits made mid-sweep don't show
         if self.jobs > 1:
-            self._pool = worker_pool(self.jobs, self.start_method)
+            # the workers' temporary files (a long run's spilled records) in one folder of ours: a
+            # killed worker leaves them behind (their finalizers never run), and __exit__ removes it
+            self._scratch = Path(tempfile.mkdtemp(prefix="wispsim-pool-"))
+            self._pool = worker_pool(self.jobs, self.start_method, self._scratch)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
@@ -195,6 +208,9 @@ class LocalRunner(_Runner):
             for key in unasked if self.out is not None else ():
                 for scratch in (self.out / "points").glob(f".{key}.*"):
                     shutil.rmtree(scratch, ignore_errors=True)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
         self._queued.clear()
         self._flying.clear()
         self._ahead.clear()
@@ -205,10 +221,14 @@ class LocalRunner(_Runner):
         if self._pool is None:
             self._queued.append((tag, point))
         else:
-            future = self._ahead.pop(point.key, None) or self._pool.submit(
-                run_point, point, self.out, self.records
-            )
-            self._flying[future] = (next(self._order), tag)
+            future = self._ahead.pop(point.key, None)
+            if future is None:
+                future = self._pool.submit(run_point, point, self.out, self.records)
+            elif future.done() and (future.cancelled() or future.exception() is not None):
+                future = self._pool.submit(run_point, point, self.out, self.records)  # failed ahead: anew
+            else:
+                self.adopted += 1
+            self._flying[future] = (next(self._order), tag, point.key)
 
     def spare(self) -> int:
         if self._pool is None:
@@ -218,8 +238,10 @@ class LocalRunner(_Runner):
     def ahead(self, point: Point) -> None:
         """Start ``point`` now on the pool, unasked; :meth:`start` of the same point adopts it."""
         assert self._pool is not None, "only a pool simulates ahead"
-        if point.key not in self._ahead:
-            self._ahead[point.key] = self._pool.submit(run_point, point, self.out, self.records)
+        key = point.key
+        if key not in self._ahead and all(k != key for _, _, k in self._flying.values()):
+            self._ahead[key] = self._pool.submit(run_point, point, self.out, self.records)
+            self.started_ahead += 1
 
     def finished(self) -> tuple[Hashable, PointResult]:
         """The next point to finish, with its tag (the earliest started among those done at once);
@@ -233,7 +255,7 @@ class LocalRunner(_Runner):
             raise LookupError("no point in flight")
         done, _ = wait(self._flying, return_when=FIRST_COMPLETED)
         first = min(done, key=lambda f: self._flying[f][0])
-        _, tag = self._flying.pop(first)
+        _, tag, _ = self._flying.pop(first)
         return tag, self._count(first.result())
 
 
