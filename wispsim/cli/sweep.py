@@ -86,12 +86,13 @@ def _shown(cap: Any) -> Any:
 def _legend(o: Any) -> None:
     """What the capacity table's columns mean, under it."""
     f = o.facts
+    seeds = len(f["seeds"])
     for pol, text in o.servers.items():
         console.print(f"server ({pol}): {text}" if len(o.servers) > 1 else f"server: {text}")
     console.print(
         f"class: the devices' SLO, the least speed a response may have (tok/s). capacity: the most "
         f"devices of one class the server serves with at most {f['epsilon']:g} of their responses "
-        f"slower than that (epsilon), pooled over {len(f['seeds'])} seeds; ci_low/ci_high: its 95% "
+        f"slower than that (epsilon), pooled over {seeds} seed{'s' * (seeds != 1)}; ci_low/ci_high: its 95% "
         f"interval. saturated: even {f['max_devices']} devices met it (a lower bound). binds: what "
         "binds the simulated runs at capacity (at the simulated N nearest it from below), with its "
         "headroom (wispsim.analysis.binding). estimate: "
