@@ -25,6 +25,11 @@ from wispsim.study.experiments.spec import STUDIES, experiments_dir
 from wispsim.tabular import read_json
 
 
+def _measured(prov: dict[str, Any]) -> str:
+    """Where a table was measured, from its provenance file: "`command`, date, on cpu"."""
+    return f"`{prov.get('command', '?')}`, {prov.get('date', '?')}, on {prov.get('host', {}).get('cpu', '?')}"
+
+
 def _table(df: pd.DataFrame, whole: tuple[str, ...], fmt: str) -> list[str]:
     """``df`` as markdown, the ``whole`` columns as integers."""
     return md_table(df.astype(dict.fromkeys(whole, int)), fmt)
@@ -161,8 +166,7 @@ def _stream(ctx: Context, sec: Section, measuring_round_ms: float | None) -> dic
     shown = cells.assign(api_cpu_ms_per_request=1e3 * cells["api_cpu_s"] / cells["requests"])
     sec.body += [
         "",
-        f"A response through the API server (`{sprov.get('command', '?')}`, "
-        f"{sprov.get('date', '?')}, on {sprov.get('host', {}).get('cpu', '?')}; "
+        f"A response through the API server ({_measured(sprov)}; "
         f"{sprov.get('model', '?')}): waves of C concurrent requests, 64-token text prompts, M "
         "output tokens each (`max_tokens`, EOS ignored), to `/v1/completions` and "
         "`/v1/chat/completions`, streamed and not; the API-server process's CPU (idle rate off), "
@@ -213,8 +217,7 @@ def _merge(
                         api_cpu_ms_per_request=1e3 * rows["api_cpu_s"] / rows["requests"])  # fmt: skip
     sec.body += [
         "",
-        f"When the API server falls behind (`{mprov.get('command', '?')}`, {mprov.get('date', '?')}, "
-        f"on {mprov.get('host', {}).get('cpu', '?')}): the engine core alone on one CPU, the API "
+        f"When the API server falls behind ({_measured(mprov)}): the engine core alone on one CPU, the API "
         "server and the client on the other beside 0-3 busy loops, C concurrent streamed "
         "completions of M tokens; where the process is behind, a response's collector merges "
         "outputs and the client receives fewer chunks than tokens:",
@@ -251,8 +254,7 @@ def _transport(ctx: Context, sec: Section, measuring_round_ms: float | None) -> 
     tprov = read_json(path.with_suffix(".json"))
     sec.body += [
         "",
-        f"A round's API-side CPU by build (`{tprov.get('command', '?')}`, {tprov.get('date', '?')}, "
-        f"on {tprov.get('host', {}).get('cpu', '?')}): `vllm-openai` re-submits each round's whole "
+        f"A round's API-side CPU by build ({_measured(tprov)}): `vllm-openai` re-submits each round's whole "
         "sequence to `vllm serve` over HTTP (its API-server process's CPU, `stock-vllm`); "
         "`wispsim-serve` keeps the session resident in vLLM's engine and a round sends its drafts, "
         "over HTTP (`vllm-sessions`) or gRPC (`wisp-grpc`), the process's CPU less the engine's in "
