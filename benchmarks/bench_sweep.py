@@ -14,6 +14,8 @@ whether every capacity of this tree lies inside the baseline's interval.
 of the two mechanisms (sequential stopping, the search that ends at the knee) buys on its own.
 ``--native`` also times this tree on its pure Python (``WISPSIM_PURE=1``), for a checkout with
 the optional mypyc build in place (``scripts/compile.py``); the baseline runs pure.
+Both trees run from their bytecode, compiled once before the first run (as pip compiles an
+installed package), whatever ``PYTHONDONTWRITEBYTECODE`` says here: no timed run compiles sources.
 Speed is measured here, never asserted by a test.
 """
 
@@ -78,7 +80,9 @@ def _simulations(folder: Path) -> int:
 def run(tree: str, src: Path, args: list[str], what: str, pure: bool = False) -> Timed:
     with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
         out = Path(tmp) / "out"
-        env = {**os.environ, "PYTHONPATH": str(src), **({"WISPSIM_PURE": "1"} if pure else {})}
+        # as an installed package runs: from its bytecode (each tree compiled once, in main)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env |= {"PYTHONPATH": str(src), **({"WISPSIM_PURE": "1"} if pure else {})}
         cmd = [sys.executable, "-m", "wispsim.cli.main", *args, "--out", str(out)]
         cpu0, t0 = _children_cpu(), time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=src)
@@ -146,6 +150,8 @@ def main() -> None:
     results: list[Timed] = []
     with tempfile.TemporaryDirectory(prefix="bench_sweep_tree_") as tmp:
         base = worktree(args.baseline, Path(tmp) / "base")
+        for tree in (base, ROOT):  # bytecode, as pip writes it at install: no run compiles its sources
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "wispsim")], capture_output=True)
         try:
             for _ in range(args.reps):
                 for what, cmd in jobs:

@@ -47,6 +47,7 @@ def _roomy_profile() -> dict[str, Any]:
     """The tiny test profile on the most memory allowed, so any one fact at its bound fits."""
     data = profile_dict()
     data["hardware"].update(count=int(PROFILE_MAXIMA["hardware.count"]), memory_gib=MAX_MEMORY_GIB)
+    data["model"].update(sliding_window=128, windowed_layers=1)  # its partner for model.sliding_window
     return data
 
 

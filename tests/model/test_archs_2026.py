@@ -14,6 +14,7 @@ import yaml
 from wispsim.errors import ConfigError
 from wispsim.model.arch_config import QUANT_METHODS
 from wispsim.model.archs import arch_from_dict, check_parallel, load_arch, load_gpu, parallel_sizes
+from wispsim.model.batch import Window
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import parse_profile
 from wispsim.model.roofline import Roofline
@@ -141,8 +142,9 @@ def test_sliding_windows_from_each_spelling() -> None:
     assert (a.sliding_window, a.windowed_layers) == (128, 18)
     per = a.kv_bytes_per_token(2)
     assert per == 2 * 36 * 8 * 64 * 2
-    assert a.kv_bytes_for(100, 2) == 100 * per  # within the window every layer holds every token
-    assert a.kv_bytes_for(4096, 2) == pytest.approx((18 * 4096 + 18 * 128) / 36 * per)
+    w = Window(a.sliding_window, a.layers, a.windowed_layers)
+    assert w.cached(100) == 100  # within the window every layer holds every token
+    assert w.cached(4096) == (18 * 4096 + 18 * 128) / 36
     dense = {
         "model_type": "qwen2",
         "hidden_size": 3584,

@@ -16,10 +16,10 @@ Modelled, from the keys the public 2025-2026 configs use:
   ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``;
 - sliding-window attention: ``layer_types`` ("sliding_attention" / "full_attention": gpt-oss,
   Gemma 3), Qwen2's ``use_sliding_window`` + ``max_window_layers``, Gemma 2's alternation, or a
-  bare ``sliding_window`` on every layer (Mistral-7B-v0.1). Read and kept on the architecture
-  (:meth:`Arch.kv_tokens_held` caps a sequence's windowed layers), but the simulator's KV reads and
-  KV capacity still count every layer in full: an upper bound on a windowed model's KV traffic and
-  a lower bound on its capacity (vLLM's hybrid allocator keeps only the window for those layers);
+  bare ``sliding_window`` on every layer (Mistral-7B-v0.1). Kept on the architecture and in its
+  profile's ``model`` section; vLLM's engine (continuous batching) holds, reads and attends to only
+  the window in those layers (:class:`wispsim.model.batch.Window`), while the speculative verifier
+  still counts every layer in full (an upper bound on its KV traffic, a lower bound on capacity);
 - quantized weights (``quantization_config``): see :func:`quantization`;
 - vision-language wrappers: the decoder of ``text_config`` (the vision tower is not priced).
 

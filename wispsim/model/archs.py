@@ -296,23 +296,14 @@ class Arch:
         """KV bytes a token of context holds, all layers (GQA: 2 x layers x KV heads x head dim
         x bytes; MLA: layers x (kv_lora_rank + qk_rope_head_dim) x bytes). Windowed layers count
         in full: this is the most a token costs (a context within the window), and what vLLM's
-        reported KV cache size divides by; :meth:`kv_bytes_for` caps them."""
+        reported KV cache size divides by (the engine's :class:`~wispsim.model.batch.Window`
+        caps them per sequence)."""
         return self.layers * self._kv_row() * kv_dtype_bytes
 
     def kv_bytes_per_gpu(self, kv_dtype_bytes: int, tp: int) -> int:
         """:meth:`kv_bytes_per_token` on one of ``tp`` GPUs (replicated KV heads and MLA's latent
         counted on each)."""
         return self.layers * self._kv_row(tp) * kv_dtype_bytes
-
-    def kv_tokens_held(self, context: int) -> float:
-        """Token-layers of KV a sequence of ``context`` tokens holds and a decode step reads,
-        over layers: windowed layers keep the last ``sliding_window`` tokens only."""
-        full = self.layers - self.windowed_layers
-        return (full * context + self.windowed_layers * min(context, self.sliding_window)) / self.layers
-
-    def kv_bytes_for(self, context: int, kv_dtype_bytes: int) -> float:
-        """KV bytes one sequence of ``context`` tokens holds (and a decode step of it reads)."""
-        return self.kv_tokens_held(context) * self.kv_bytes_per_token(kv_dtype_bytes)
 
     def weight_bytes(self, dtype_bytes_: int) -> int:
         """Bytes of all weights: quantized linear layers at their bits, the rest (embeddings,
@@ -342,7 +333,10 @@ class Arch:
             "vocab_size": self.vocab_size,
             "kv_dtype_bytes": nbytes,
             "weight_bytes": float(self.weight_bytes(nbytes)),
-        }
+            # sliding-window layers, as the engine keeps their KV (wispsim.model.batch.Window)
+            **({"sliding_window": self.sliding_window, "windowed_layers": self.windowed_layers}
+               if self.windowed_layers else {}),
+        }  # fmt: skip
 
 
 def arch_from_dict(data: dict[str, Any], source: str) -> Arch:

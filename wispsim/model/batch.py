@@ -31,11 +31,63 @@ def blocks(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
+class Window:
+    """Sliding-window attention as vLLM's engine keeps it: ``windowed`` of ``layers`` layers
+    attend to (and cache) only the last ``tokens`` tokens (gpt-oss: 18 of 36 at 128; Gemma;
+    Mistral-7B-v0.1).
+
+    **KV held.** vLLM's hybrid KV cache manager splits the layers into groups of equal size (the
+    smaller of the two kinds' counts), one block table per group over one pool of pages; its
+    reported "GPU KV cache size" is the pool's pages over the groups, in tokens, so a block of the
+    simulator's memory (that size over ``block_size``) is one page of every group. A sequence of
+    ``t`` tokens holds ceil(t / B) pages in each full-attention group and, in each windowed group,
+    the window's pages only: those of the window before the step's ``new`` tokens and of the new
+    tokens (vLLM frees the pages that fell out of the window), ceil((window - 1 + new) / B) + 1 at
+    most. :meth:`blocks` is that over the groups, in whole blocks (rounded up: at most a block
+    more than vLLM holds, per sequence).
+
+    **Pass.** A windowed layer reads the KV of at most ``tokens`` cached tokens per sequence and
+    each new token attends to at most ``tokens`` keys there: :meth:`cached` and
+    :meth:`interactions` are a member's L_cached and (L_new + L_cached) x L_new (:class:`Shape`)
+    averaged over the layers with the windowed ones capped, which the cost forms price as before.
+    """
+
+    __slots__ = ("full_groups", "groups", "share", "tokens")
+
+    def __init__(self, tokens: int, layers: int, windowed: int) -> None:
+        if not tokens > 0 or not 0 < windowed <= layers:
+            raise ValueError(f"a window of {tokens} tokens on {windowed} of {layers} layers")
+        self.tokens = tokens
+        self.share = windowed / layers
+        full = layers - windowed
+        size = min(full, windowed) if full else windowed  # vLLM's group size
+        self.full_groups = -(-full // size)
+        self.groups = self.full_groups + -(-windowed // size)
+
+    def blocks(self, tokens: int, new: int, block_size: int) -> int:
+        """Blocks a sequence of ``tokens`` tokens holds in a step of ``new`` new tokens."""
+        whole = -(-tokens // block_size)
+        window = -(-(self.tokens - 1 + new) // block_size) + 1
+        pages = self.full_groups * whole + (self.groups - self.full_groups) * min(whole, window)
+        return -(-pages // self.groups)
+
+    def cached(self, l_cached: int) -> int:
+        """L_cached averaged over the layers, the windowed ones reading at most the window."""
+        over = l_cached - self.tokens
+        return l_cached - round(self.share * over) if over > 0 else l_cached
+
+    def interactions(self, l_new: int, l_cached: int) -> int:
+        """(L_new + L_cached) x L_new averaged over the layers, the windowed ones' keys capped."""
+        total = l_new + l_cached
+        over = total - self.tokens
+        return total * l_new - round(self.share * over * l_new) if over > 0 else total * l_new
+
+
 class Shape:
     """The sums a cost form prices (module docstring). Mutable: a batch grows one member at a
     time; :meth:`add` and :meth:`add_alike` are the only places the sums are formed."""
 
-    __slots__ = ("n_arrivals", "n_cached", "n_interactions", "n_linear", "n_logits", "n_requests")
+    __slots__ = ("n_arrivals", "n_cached", "n_interactions", "n_linear", "n_logits", "n_requests", "window")
 
     def __init__(
         self,
@@ -45,7 +97,9 @@ class Shape:
         n_requests: int = 0,
         n_arrivals: int = 0,
         n_logits: int | None = None,
+        window: Window | None = None,
     ) -> None:
+        self.window = window  # sliding-window layers: the members' sums capped (:class:`Window`)
         self.n_linear = n_linear
         self.n_interactions = n_interactions
         self.n_cached = n_cached
@@ -58,19 +112,35 @@ class Shape:
         arriving anew, as every verification round is; ``logits``: the rows the LM head computes
         for it, unsaid every new token's, as a verification round needs)."""
         self.n_linear += l_new
-        self.n_interactions += (l_new + l_cached) * l_new  # each new token attends to L_total
-        self.n_cached += l_cached
+        w = self.window
+        if w is None:
+            self.n_interactions += (l_new + l_cached) * l_new  # each new token attends to L_total
+            self.n_cached += l_cached
+        else:
+            self.n_interactions += w.interactions(l_new, l_cached)
+            self.n_cached += w.cached(l_cached)
         self.n_requests += 1
         self.n_arrivals += arriving
         self.n_logits += l_new if logits is None else logits
 
-    def add_alike(self, count: int, l_new: int, l_cached_sum: int, arriving: bool = True) -> None:
+    def add_alike(
+        self, count: int, l_new: int, l_cached_sum: int, arriving: bool = True, windowed_sum: int = 0
+    ) -> None:
         """``count`` members of L_new new tokens each, their L_cached summing to ``l_cached_sum``
         (an engine step's decodes, logits at every new token): the same sums as ``count`` calls of
-        :meth:`add`."""
+        :meth:`add`. Under a :class:`Window`, ``windowed_sum`` is the sum of min(L_cached,
+        window): the sums then are :meth:`add`'s where no member's L_cached + L_new crosses the
+        window's end, and at most ``count`` x L_new x L_new more where one does."""
         self.n_linear += count * l_new
-        self.n_interactions += (count * l_new + l_cached_sum) * l_new
-        self.n_cached += l_cached_sum
+        w = self.window
+        if w is None:
+            self.n_interactions += (count * l_new + l_cached_sum) * l_new
+            self.n_cached += l_cached_sum
+        else:
+            keys = min(windowed_sum + count * l_new, count * w.tokens)  # per windowed layer
+            full = count * l_new + l_cached_sum
+            self.n_interactions += round((1 - w.share) * full * l_new + w.share * keys * l_new)
+            self.n_cached += round((1 - w.share) * l_cached_sum + w.share * windowed_sum)
         self.n_requests += count
         self.n_arrivals += count * arriving
         self.n_logits += count * l_new

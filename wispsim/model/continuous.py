@@ -36,6 +36,11 @@ Under **static batching** (``static``: request-level batching, as a server built
 that ends early stays in the batch as padding, decoded at its context until the batch's longest
 response ends (``generate`` keeps computing finished rows); its blocks are given back with the batch.
 
+Under **sliding-window layers** (the memory's :class:`~wispsim.model.batch.Window`: gpt-oss,
+Gemma) a sequence holds what vLLM's hybrid KV cache manager keeps: every token in the full-attention
+layers, the window in the others (admitted with the window of its first chunk, shrunk to a decode's
+at its first decode), and each step's shape caps the windowed layers' reads and keys.
+
 No clock: :class:`wispsim.sim.centralized.CentralizedServer` runs it on SimPy's, passing the time
 in. *(nano-vllm's ``Scheduler`` over its ``BlockManager``.)*
 """
@@ -46,7 +51,7 @@ import math
 from collections import deque
 from typing import Any
 
-from wispsim.model.batch import Shape
+from wispsim.model.batch import Shape, Window
 from wispsim.model.latency import StepTime
 from wispsim.model.memory import KVMemory
 
@@ -101,9 +106,9 @@ class Step:
 
     __slots__ = ("decoded_context", "decoding", "hashed", "latency", "shape", "t_hat", "took", "work")
 
-    def __init__(self) -> None:
+    def __init__(self, window: Window | None = None) -> None:
         self.work: list[tuple[Sequence, int]] = []
-        self.shape = Shape()
+        self.shape = Shape(window=window)
         self.hashed = 0
         self.decoding = 0
         self.decoded_context = 0
@@ -178,7 +183,7 @@ class ContinuousBatcher:
         while self.waiting and len(self.running) < self.max_running and limit > 0:
             limit -= 1
             s = self.waiting[0]
-            need = memory.blocks(s.context + self.lookahead)
+            need = memory.seq_blocks(s.context + self.lookahead, min(s.context, self.step_tokens))
             if need > memory.free:
                 break
             self.waiting.popleft()
@@ -216,14 +221,14 @@ class ContinuousBatcher:
             s = running[i]
             if s.prefilled >= s.context and s.generated < s.output:  # (padding writes nothing)
                 tokens = s.context + lookahead
-                got = grow(s.blocks, tokens)
+                got = grow(s.blocks, tokens, lookahead)
                 while got < 0 and running[self._victim()] is not s:
                     self._preempt_last()
-                    got = grow(s.blocks, tokens)
+                    got = grow(s.blocks, tokens, lookahead)
                 if got < 0:  # s itself is the newest: preempt it
                     self._preempt_last()
                     continue
-                s.blocks += got
+                s.blocks = got
             i += 1
 
     def _compose(self, now: float) -> Step:
@@ -231,7 +236,9 @@ class ContinuousBatcher:
         step's token budget (chunked prefill; without it, whole prompts; on V0, prefills alone
         where any fits: module docstring)."""
         budget = self.step_tokens
-        step = Step()
+        window = self.memory.window
+        span = window.tokens if window is not None else 0
+        step = Step(window)
         shape = step.shape
         work = step.work
         look = self.lookahead
@@ -241,13 +248,15 @@ class ContinuousBatcher:
             s.prefilled < s.context and s.context - s.prefilled <= budget for s in self.running
         )
         blocked = False  # without chunking, the first prompt that does not fit stops the queue
-        decoding = decoded = 0  # the decodes' part of the shape, added at once (Shape.add_alike)
+        decoding = decoded = windowed = 0  # the decodes' part of the shape, added at once (add_alike)
         for s in self.running:
             if s.prefilled >= s.context:  # a decode
                 if prefills_only:
                     continue
                 decoding += 1
                 decoded += s.context
+                if span:
+                    windowed += s.context if s.context < span else span
                 budget -= look
                 work.append((s, look))
                 continue
@@ -271,7 +280,7 @@ class ContinuousBatcher:
             shape.add(new, cached, arriving, logits=1)  # vLLM: a logit row at its last scheduled token
         step.decoding += decoding
         step.decoded_context += decoded
-        shape.add_alike(decoding, look, decoded, arriving=False)
+        shape.add_alike(decoding, look, decoded, arriving=False, windowed_sum=windowed)
         return step
 
     # --- commit: what the step produced --------------------------------------------------------
@@ -337,17 +346,21 @@ class ContinuousBatcher:
         docstring): a decode for each of them whose prompt is processed, one that has ended
         included (computed, nothing committed); no scheduling, no growth (the run's KV was held at
         its start). None where none decodes (the run's first step only chunked prompts)."""
-        nxt = Step()
+        window = self.memory.window
+        span = window.tokens if window is not None else 0
+        nxt = Step(window)
         look = self.lookahead
-        decoding = decoded = 0
+        decoding = decoded = windowed = 0
         for s, _ in step.work:
             if s.prefilled >= s.context:
                 decoding += 1
                 decoded += s.context
+                if span:
+                    windowed += s.context if s.context < span else span
                 nxt.work.append((s, look))
         nxt.decoding = decoding
         nxt.decoded_context = decoded
         if not decoding:
             return None
-        nxt.shape.add_alike(decoding, look, decoded, arriving=False)
+        nxt.shape.add_alike(decoding, look, decoded, arriving=False, windowed_sum=windowed)
         return nxt

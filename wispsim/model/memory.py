@@ -17,6 +17,7 @@ from mypy_extensions import mypyc_attr
 
 from wispsim.config import Scenario, ServerConfig
 from wispsim.errors import ConfigError
+from wispsim.model.batch import Window
 from wispsim.model.batch import blocks as blocks_of
 from wispsim.model.speculation import memory_extra
 from wispsim.model.startup import profile_startup
@@ -51,6 +52,7 @@ class KVMemory:
         "reuse_blocks",
         "total_blocks",
         "used",
+        "window",
     )
 
     def __init__(
@@ -60,8 +62,12 @@ class KVMemory:
         prefix_cache: bool,
         eviction: str = "session",
         reuse: str = "token",
+        window: Window | None = None,
     ) -> None:
         self.total_blocks = total_blocks
+        # sliding-window layers: what a running sequence holds (seq_blocks; the sessions' prefix
+        # cache of the speculative path still counts every layer in full)
+        self.window = window
         self.block_size = block_size
         self.prefix_cache = prefix_cache
         self.eviction = eviction
@@ -87,14 +93,22 @@ class KVMemory:
         """A running sequence takes ``n`` free blocks (the caller checked :attr:`free`)."""
         self.used += n
 
-    def grow(self, held: int, tokens: int) -> int:
-        """A running sequence holding ``held`` blocks now needs room for ``tokens`` tokens: takes
-        the blocks it lacks and returns how many, or -1 (taking none) if they are not free."""
-        need = -(-tokens // self.block_size) - held
-        if need > self.total_blocks - self.used:
+    def seq_blocks(self, tokens: int, new: int = 1) -> int:
+        """Blocks a running sequence of ``tokens`` tokens holds in a step of ``new`` new tokens:
+        :meth:`blocks`, or under sliding-window layers :meth:`Window.blocks`."""
+        if self.window is None:
+            return -(-tokens // self.block_size)
+        return self.window.blocks(tokens, new, self.block_size)
+
+    def grow(self, held: int, tokens: int, new: int = 1) -> int:
+        """A running sequence holding ``held`` blocks now has ``tokens`` tokens, ``new`` of them
+        this step: takes the blocks it lacks (or gives back the ones a window let go) and returns
+        how many it holds then, or -1 (taking none) if they are not free."""
+        hold = self.seq_blocks(tokens, new)
+        if hold - held > self.total_blocks - self.used:
             return -1
-        self.used += need
-        return need
+        self.used += hold - held
+        return hold
 
     def give(self, n: int) -> None:
         """A sequence gives ``n`` blocks back (it finished, or was preempted)."""
@@ -228,6 +242,12 @@ def block_size(configured: int | None, profile: Profile) -> int:
     if configured is not None:
         return configured
     return profile.kv_block_size or DEFAULT_BLOCK_SIZE
+
+
+def kv_window(profile: Profile) -> Window | None:
+    """The profile's sliding-window layers as the engine keeps them (None: all attend in full)."""
+    m = profile.model
+    return Window(m.sliding_window, m.layers, m.windowed_layers) if m.windowed_layers else None
 
 
 def kv_capacity(server: ServerConfig, profile: Profile) -> int:

@@ -34,6 +34,7 @@ PROFILE_MAXIMA: dict[str, float] = {
     "model.intermediate_size": 1_000_000,
     "model.vocab_size": 10_000_000,
     "model.kv_dtype_bytes": 8,
+    "model.sliding_window": 10_000_000,  # tokens (model.windowed_layers: at most model.layers)
     "kv_block_size": MAX_BLOCK_SIZE,  # tokens
 }
 
@@ -105,3 +106,29 @@ def section(d: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     if not isinstance(v, dict):
         raise ConfigError(source, key, "is missing or not a mapping")
     return v
+
+
+ENGINE_LAYOUTS = ("in-process", "multiprocess")
+
+
+def engine_layout(data: dict[str, Any], src: str) -> str | None:
+    v = data.get("engine_layout")
+    if v is not None and v not in ENGINE_LAYOUTS:
+        raise ConfigError(src, "engine_layout", f"got {v!r}; allowed: {', '.join(ENGINE_LAYOUTS)}")
+    return None if v is None else str(v)
+
+
+def window_facts(m: dict[str, Any], src: str) -> dict[str, int]:
+    """``model.sliding_window`` and ``model.windowed_layers`` (given together; at most
+    ``model.layers`` windowed), or none."""
+    given = [k for k in ("sliding_window", "windowed_layers") if m.get(k) is not None]
+    if len(given) == 1:
+        missing = "windowed_layers" if given == ["sliding_window"] else "sliding_window"
+        raise ConfigError(src, f"model.{missing}", f"is missing (model.{given[0]} needs it)")
+    if not given:
+        return {"sliding_window": 0, "windowed_layers": 0}
+    layers = bounded_whole(m, "layers", src, "model.")
+    return {
+        "sliding_window": bounded_whole(m, "sliding_window", src, "model."),
+        "windowed_layers": whole(m, "windowed_layers", src, "model.", maximum=layers),
+    }

@@ -27,11 +27,13 @@ from wispsim.model.physical import parse_host, parse_roofline
 from wispsim.model.profile_fields import (
     PROFILE_MAXIMA,
     bounded_whole,
+    engine_layout,
     number,
     opt_number,
     opt_whole,
     section,
     value,
+    window_facts,
 )
 from wispsim.paths import profiles_dir, resolve_named
 
@@ -81,6 +83,8 @@ class ModelFacts:
     attention_heads: int | None = None
     hidden_size: int | None = None
     intermediate_size: int | None = None
+    sliding_window: int = 0  # tokens the windowed layers keep (0: no sliding-window layers)
+    windowed_layers: int = 0  # of the layers (wispsim.model.memory.kv_window)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -280,6 +284,7 @@ def _model(data: dict[str, Any], src: str) -> ModelFacts:
         attention_heads=opt_whole(m, "attention_heads", src, "model."),
         hidden_size=opt_whole(m, "hidden_size", src, "model."),
         intermediate_size=opt_whole(m, "intermediate_size", src, "model."),
+        **window_facts(m, src),
     )
     if facts.attention_heads is not None and facts.attention_heads % facts.kv_heads:
         raise ConfigError(src, "model.kv_heads", f"must divide attention_heads ({facts.attention_heads})")
@@ -393,7 +398,7 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         forms=forms,
         form_fits=form_fits,
         kv_block_size=opt_whole(data, "kv_block_size", src, ""),
-        engine_layout=_engine_layout(data, src),
+        engine_layout=engine_layout(data, src),
         host=parse_host(data, src),
     )
     if profile.kv_capacity_tokens(1.0, 0.0) <= 0:
@@ -401,16 +406,6 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
             src, "model.weight_bytes", "the weights do not fit in the GPUs' memory (hardware.count)"
         )
     return profile
-
-
-ENGINE_LAYOUTS = ("in-process", "multiprocess")
-
-
-def _engine_layout(data: dict[str, Any], src: str) -> str | None:
-    v = data.get("engine_layout")
-    if v is not None and v not in ENGINE_LAYOUTS:
-        raise ConfigError(src, "engine_layout", f"got {v!r}; allowed: {', '.join(ENGINE_LAYOUTS)}")
-    return None if v is None else str(v)
 
 
 def _layout_of(name: str) -> str | None:

@@ -264,8 +264,8 @@ class Roofline(AggregateCost):
     def kv_bytes(self) -> float:
         """KV bytes per cached token, per GPU: KV heads replicated where tp exceeds them, MLA's
         latent whole on each GPU (:meth:`Arch.kv_bytes_per_gpu`). Sliding-window layers count in
-        full: the batch's aggregates do not say how long each request's context is
-        (:meth:`Arch.kv_bytes_for` caps them per sequence)."""
+        full here: a shape formed under a :class:`~wispsim.model.batch.Window` has capped them
+        per sequence in its sums already."""
         return float(self.arch.kv_bytes_per_gpu(self.kv_dtype_bytes, self.tp))
 
     def floor(self, n_linear: float, n_interactions: float, n_cached: float,

@@ -25,6 +25,7 @@ from typing import Any
 import simpy
 
 from wispsim.errors import ConfigError
+from wispsim.model.batch import Window
 from wispsim.model.continuous import ContinuousBatcher, Sequence, Step
 from wispsim.model.latency import Pricing, StepTime
 from wispsim.model.memory import KVMemory
@@ -58,6 +59,7 @@ class CentralizedServer:
         v0: bool = False,
         scheduler_steps: int = 1,
         stream_steps: bool = True,
+        window: Window | None = None,
     ) -> None:
         self.env = env
         # when each response's chunks left the engine, by response id (None: not kept; a benchmark
@@ -65,7 +67,7 @@ class CentralizedServer:
         self.chunk_times = chunk_times
         self.prompts = prompts or PromptCache(block_size, False)  # this replica's prefix cache
         self.spec = spec
-        self.memory = KVMemory(total_blocks, block_size, prefix_cache=False)
+        self.memory = KVMemory(total_blocks, block_size, prefix_cache=False, window=window)
         # vLLM's async scheduling forms step n+1 while step n runs: a request arriving during a
         # step can join only the step after next (unless the engine is idle)
         self.async_scheduling = async_scheduling

@@ -26,7 +26,7 @@ from wispsim.config import Scenario
 from wispsim.model.admission import make_admission
 from wispsim.model.host_cpu import for_server
 from wispsim.model.latency import Pricing, make_latency
-from wispsim.model.memory import KVMemory
+from wispsim.model.memory import KVMemory, kv_window
 from wispsim.model.schedulers import SCHEDULERS, GpuState
 from wispsim.model.speculation import resolve as resolve_speculation
 from wispsim.model.verifier_kinds import VerifierKind, verifier_kind
@@ -202,6 +202,7 @@ def centralized_servers(ctx: RunContext, resolved: Resolved) -> Any:
             v0=srv.engine.v0,
             scheduler_steps=srv.engine.num_scheduler_steps,
             stream_steps=srv.engine.multi_step_stream_outputs,
+            window=kv_window(prof),
         )
         ctx.engines.append(engine)
         front = host is not None or frontend > 0
