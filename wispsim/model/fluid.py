@@ -78,7 +78,7 @@ from wispsim.config.limits import MAX_DEVICES
 from wispsim.model.acceptance import make_acceptance
 from wispsim.model.drafting import make_controller
 from wispsim.model.host_cpu import for_server
-from wispsim.model.memory import block_size
+from wispsim.model.memory import block_size, kv_window
 from wispsim.model.profiles import Profile
 from wispsim.model.speculation import resolve as resolve_speculation
 
@@ -378,7 +378,10 @@ def _centralized(
         look = spec.k + 1
     context = held_context(sc.workload.prompt_tokens, sc.workload.output_tokens)
     block = block_size(srv.engine.block_size, profile)  # its last block half filled, on average
-    at_once = min(srv.engine.max_num_seqs, int(kv_tokens // (context + block / 2)))
+    window = kv_window(profile)  # sliding-window layers hold and read the window only
+    held = window.blocks(round(context), 1, block) * block if window else context + block / 2
+    at_once = min(srv.engine.max_num_seqs, int(kv_tokens // held))
+    read = window.cached(round(context)) if window else context  # cached tokens a decode reads
     api = host.api(False, text=int(prompt)) if host is not None else 0.0
 
     @cache
@@ -389,9 +392,10 @@ def _centralized(
         chunk = b * per_step * (prompt / output + recompute)
         starts = b * per_step / output
         n_int = b * look * (look + context) + chunk * chunk
+        keys = b * window.interactions(look, round(context)) + chunk * chunk if window else n_int
         # logit rows: every decode's (k + 1 where the server speculates), a prompt's last token
-        gpu = cost.batch(b * look + chunk, n_int, b * context, b + starts, starts, b * look + starts)
-        if spec is not None:
+        gpu = cost.batch(b * look + chunk, keys, b * read, b + starts, starts, b * look + starts)
+        if spec is not None:  # the draft's own layers: no window
             gpu += spec.draft_time(b * look, int(n_int), int(b * context), b, int(b * context))
         if host is None:
             return gpu
