@@ -151,7 +151,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_sweep_tree_") as tmp:
         base = worktree(args.baseline, Path(tmp) / "base")
         for tree in (base, ROOT):  # bytecode, as pip writes it at install: no run compiles its sources
-            subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "wispsim")], capture_output=True)
+            compile_all = [sys.executable, "-m", "compileall", "-q", str(tree / "wispsim")]
+            subprocess.run(compile_all, capture_output=True)
         try:
             for _ in range(args.reps):
                 for what, cmd in jobs:

@@ -1,0 +1,26 @@
+"""Sliding-window KV against vLLM's own engine (wispsim.study.window_kv): a real engine on its CPU
+backend runs more long prompts together than counting every layer in full allows, as many as the
+simulator's engine runs with the window kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from wispsim.study.window_kv import Case, compare
+
+pytestmark = pytest.mark.slow  # starts a real vLLM engine
+
+
+def test_vllm_runs_long_prompts_together_as_the_window_allows(tmp_path: Path) -> None:
+    result = compare(Case(step_tokens=2048), tmp_path)
+    assert result["engine"]["groups"] == 2  # vLLM's hybrid manager: a full and a sliding group
+    s = result["summary"]
+    assert s["full"]["peak_running"] < s["vllm"]["peak_running"]
+    assert abs(s["window"]["peak_running"] - s["vllm"]["peak_running"]) <= 1
+    # steps to serve them all: within 5% with the window, far off counted in full
+    assert abs(s["window"]["steps"] - s["vllm"]["steps"]) <= 0.05 * s["vllm"]["steps"]
+    assert s["full"]["steps"] > 1.25 * s["vllm"]["steps"]
