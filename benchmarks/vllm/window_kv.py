@@ -3,8 +3,9 @@
 Runs :mod:`wispsim.study.window_kv` (a real vLLM engine on its CPU backend over a Llama-shaped
 config whose layers alternate sliding and full attention, dummy weights; the simulator's engine
 over the same KV pages with the window kept and with every layer counted in full) for each
-``--step-tokens`` (vLLM's ``max_num_batched_tokens``: how much window a prefill chunk holds), and
-prints steps, peak and mean requests running side by side.
+``--step-tokens`` (vLLM's ``max_num_batched_tokens``: how much window a prefill chunk holds) and
+``--windows`` (0: no window, the control that the two engines agree without one), and prints steps,
+peak and mean requests running side by side.
 
     python benchmarks/vllm/window_kv.py --out experiments/data/window-kv/window_kv.json
 
@@ -29,6 +30,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
     ap.add_argument("--step-tokens", default="512,2048", help="max_num_batched_tokens values")
+    ap.add_argument("--windows", default="256,0", help="window tokens (0: no window, the control)")
     ap.add_argument("--prompts", type=int, default=Case.prompts)
     ap.add_argument("--prompt", type=int, default=Case.prompt, help="prompt tokens")
     args = ap.parse_args()
@@ -37,16 +39,17 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     cases = []
     with tempfile.TemporaryDirectory(prefix="window-kv-") as tmp:
-        for step in (int(s) for s in args.step_tokens.split(",")):
-            case = Case(step_tokens=step, prompts=args.prompts, prompt=args.prompt)
-            result = compare(case, Path(tmp))
-            cases.append(result)
-            eng = result["engine"]
-            print(f"max_num_batched_tokens {step}: {eng['pages']} pages in {eng['groups']} groups "
-                  f"of {eng['block_size']} tokens")  # fmt: skip
-            for name, s in result["summary"].items():
-                print(f"  {name:>7}: {s['steps']:4d} steps, peak {s['peak_running']} running, "
-                      f"mean {s['mean_running']:.2f}")  # fmt: skip
+        for window in (int(w) for w in args.windows.split(",")):
+            for step in (int(s) for s in args.step_tokens.split(",")):
+                case = Case(window=window, step_tokens=step, prompts=args.prompts, prompt=args.prompt)
+                result = compare(case, Path(tmp))
+                cases.append(result)
+                eng = result["engine"]
+                print(f"window {window or 'none'}, max_num_batched_tokens {step}: {eng['pages']} pages "
+                      f"in {eng['groups']} group(s) of {eng['block_size']} tokens")  # fmt: skip
+                for name, s in result["summary"].items():
+                    print(f"  {name:>9}: {s['steps']:4d} steps, peak {s['peak_running']} running, "
+                          f"mean {s['mean_running']:.2f}")  # fmt: skip
     record = {
         "what": "requests vLLM's engine runs together under sliding-window layers, against the simulator",
         "host": f"{platform.processor() or platform.machine()}, Python {platform.python_version()}",
