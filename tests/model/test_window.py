@@ -3,6 +3,8 @@ sequence holds, the reads and keys a step prices, and what the continuous batche
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from wispsim.errors import ConfigError
@@ -124,3 +126,17 @@ def test_a_benchmark_of_long_prompts_overlaps_them_as_vllm_does() -> None:
     assert res.mean_batch > 1.2
     gaps = [g for g in res.itls() for g in g]
     assert max(gaps) > 10 * sorted(gaps)[len(gaps) // 2]  # a decode stalled behind a prefill chunk
+
+
+def test_profile_show_says_which_layers_keep_a_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    from tests.support import cli
+
+    path = tmp_path / "h100-gpt-oss-20b.yaml"
+    data = physical_profile(load_arch("gpt-oss-20b"), load_gpu("h100-80gb"), count=1)
+    path.write_text(yaml.safe_dump(data))
+    code, out, _ = cli(capsys, monkeypatch, "profile", "show", str(path))
+    assert code == 0 and "(12 of 24 layers keep a 128-token window)" in " ".join(out.split())

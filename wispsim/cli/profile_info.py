@@ -76,9 +76,11 @@ def profile_show(
     else:
         console.print(f"{title}: {estimator_line(p)}")
     m = p.model
+    window = (f" ({m.windowed_layers} of {m.layers} layers keep a {m.sliding_window:,}-token window)"
+              if m.windowed_layers else "")  # fmt: skip
     console.print(
         f"hardware: {p.gpu_count}x {p.gpu} ({p.gpu_memory_gib:g} GiB), engine {p.engine}, {p.precision}\n"
-        f"model: {m.name}, {m.parameters / 1e9:.1f}B params, KV {m.kv_bytes_per_token} bytes/token, "
+        f"model: {m.name}, {m.parameters / 1e9:.1f}B params, KV {m.kv_bytes_per_token} bytes/token{window}, "
         f"weights {m.weight_bytes / 1e9:.1f} GB\n"
         f"{default_kv_line(p)}\n"
         f"noise sigma: {p.noise_sigma:g}\nprovenance: {p.provenance.get('kind')}: "
