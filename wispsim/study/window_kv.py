@@ -54,12 +54,13 @@ def model_folder(case: Case, root: Path) -> Path:
     folder = root / f"window-kv-{case.layers}x{case.kv_heads}x{case.head_dim}-w{case.window}"
     sliding = "sliding_attention" if case.window else "full_attention"  # window 0: none
     types = [sliding if i % 2 == 0 else "full_attention" for i in range(case.layers)]
-    LlamaConfig(
-        vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=case.layers,
-        num_attention_heads=case.kv_heads, num_key_value_heads=case.kv_heads, head_dim=case.head_dim,
-        max_position_embeddings=1 << 16, sliding_window=case.window or None, layer_types=types,
-        torch_dtype="float32",
-    ).save_pretrained(folder)  # fmt: skip
+    fields: dict[str, Any] = {
+        "vocab_size": 512, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": case.layers,
+        "num_attention_heads": case.kv_heads, "num_key_value_heads": case.kv_heads,
+        "head_dim": case.head_dim, "max_position_embeddings": 1 << 16,
+        "sliding_window": case.window or None, "layer_types": types, "torch_dtype": "float32",
+    }  # fmt: skip
+    LlamaConfig(**fields).save_pretrained(folder)
     return folder
 
 
@@ -78,7 +79,7 @@ def run_vllm(case: Case, root: Path) -> dict[str, Any]:
         max_num_seqs=case.max_num_seqs, enforce_eager=True, dtype="float32", enable_prefix_caching=False,
     )  # fmt: skip
     engine = llm.llm_engine
-    scheduler = engine.engine_core.engine_core.scheduler
+    scheduler = engine.engine_core.engine_core.scheduler  # type: ignore[attr-defined]  # in process
     params = SamplingParams(max_tokens=case.output, ignore_eos=True, detokenize=False)
     for i in range(case.prompts):
         ids = [(7 * i + j) % 500 + 1 for j in range(case.prompt)]
@@ -92,7 +93,7 @@ def run_vllm(case: Case, root: Path) -> dict[str, Any]:
     groups = len(scheduler.kv_cache_config.kv_cache_groups)
     return {
         "vllm": vllm.__version__,
-        "pages": int(config.num_gpu_blocks),
+        "pages": int(config.num_gpu_blocks or 0),
         "groups": groups,
         "block_size": int(config.block_size),
         "running": running,
