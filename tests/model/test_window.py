@@ -20,6 +20,8 @@ GPT_OSS = Window(128, 36, 18)  # gpt-oss: every other layer keeps the last 128 t
 
 def test_groups_follow_the_hybrid_managers_split() -> None:
     assert (GPT_OSS.full_groups, GPT_OSS.groups) == (1, 2)  # 18 full layers, 18 windowed
+    eagle = Window(128, 25, 12)  # gpt-oss-20b and an EAGLE layer: 13 full, 12 windowed, padded to 13
+    assert (eagle.full_groups, eagle.groups) == (1, 2)
     gemma = Window(1024, 62, 52)  # 10 full layers: groups of 10, the windowed ones in 6 (padded)
     assert (gemma.full_groups, gemma.groups) == (1, 7)
     mistral = Window(4096, 32, 32)  # every layer windowed: one group
@@ -31,11 +33,13 @@ def test_groups_follow_the_hybrid_managers_split() -> None:
 def test_a_long_sequence_holds_its_window_in_the_windowed_layers() -> None:
     # 32,001 tokens: 2,001 blocks of 16 in the full layers, the window's 9 in the others
     assert GPT_OSS.blocks(32_001, 1, 16) == -(-(2_001 + 9) // 2)
-    # a prefill chunk of 8,192 new tokens holds the window before it and the chunk
-    assert GPT_OSS.blocks(32_000, 8_192, 16) == -(-(2_000 + (-(-(127 + 8_192) // 16) + 1)) // 2)
+    # a prefill chunk of 8,192 new tokens: from the page of token 32,000 - 8,192 - 127 = 23,681
+    # (the first its first new token attends to) to the last, pages 1,480-1,999
+    assert GPT_OSS.blocks(32_000, 8_192, 16) == -(-(2_000 + 520) // 2)
     # within the window every layer holds every token: as if there were no window
     assert GPT_OSS.blocks(100, 1, 16) == -(-100 // 16)
-    assert Window(4096, 32, 32).blocks(100_000, 1, 16) == -(-4095 // 16) + 1
+    assert Window(4096, 32, 32).blocks(100_000, 1, 16) == 4096 // 16  # tokens 95,904-99,999
+    assert Window(4096, 32, 32).blocks(100_008, 1, 16) == 4096 // 16 + 1  # the window spans a page more
 
 
 def test_a_step_reads_and_attends_to_the_window_only_in_windowed_layers() -> None:
@@ -64,6 +68,31 @@ def test_decodes_added_at_once_sum_like_one_by_one() -> None:
     assert alike.n_cached == one.n_cached
     assert abs(alike.n_interactions - one.n_interactions) <= len(contexts)  # rounding
     assert (alike.n_linear, alike.n_requests, alike.n_logits) == (one.n_linear, one.n_requests, one.n_logits)
+
+
+def test_a_step_of_decodes_sums_what_each_decode_adds_alone() -> None:
+    """The batcher's own step: decodes at contexts below, at and past the window's end sum as
+    one by one (to the keys a member crossing the end overcounts), and a windowed shape cannot be
+    given decodes without their windowed sum."""
+    b = ContinuousBatcher(KVMemory(100_000, 16, prefix_cache=False, window=GPT_OSS), 64, 8192)
+    contexts = [40, 127, 128, 500, 9_000]
+    for i, c in enumerate(contexts):
+        s = Sequence(i, c, 10, 0, None)
+        s.prefilled = c  # prompt processed: each decodes this step
+        b.add(s)
+    step = b.schedule(idle=True, now=0.0)
+    assert step is not None
+    one = Shape(window=GPT_OSS)
+    for c in contexts:
+        one.add(1, c, arriving=False)
+    assert step.shape.n_cached == one.n_cached
+    assert 0 <= step.shape.n_interactions - one.n_interactions <= len(contexts)
+    assert (step.shape.raw_cached, step.shape.raw_interactions) == (
+        sum(contexts),
+        sum(c + 1 for c in contexts),
+    )
+    with pytest.raises(ValueError, match="windowed_sum"):
+        Shape(window=GPT_OSS).add_alike(2, 1, 1_000)
 
 
 def _batcher(window: Window | None) -> ContinuousBatcher:
@@ -140,3 +169,33 @@ def test_profile_show_says_which_layers_keep_a_window(
     path.write_text(yaml.safe_dump(data))
     code, out, _ = cli(capsys, monkeypatch, "profile", "show", str(path))
     assert code == 0 and "(12 of 24 layers keep a 128-token window)" in " ".join(out.split())
+
+
+def test_the_fluid_estimate_holds_a_windowed_responses_window_only(tmp_path: Path) -> None:
+    """Where KV binds, the first guess of a windowed target serves more devices with the window
+    kept than with the same profile's window taken away, and V0 (no hybrid manager) keeps none."""
+    import dataclasses
+
+    import yaml
+
+    from wispsim.model.fluid import fluid_capacity
+    from wispsim.sim.scenarios import load_scenario, resolve_server
+
+    path = tmp_path / "h100-gpt-oss-20b.yaml"
+    path.write_text(
+        yaml.safe_dump(physical_profile(load_arch("gpt-oss-20b"), load_gpu("h100-80gb"), count=1))
+    )
+
+    def estimate(window: bool, **engine: object) -> int:
+        sc = load_scenario(
+            overrides={"policy": "centralized", "server": {"profile": str(path), "engine": engine}}
+        )
+        r = resolve_server(sc)
+        prof = r.profiles[0]
+        if not window:
+            prof = dataclasses.replace(prof, model=dataclasses.replace(prof.model, windowed_layers=0))
+        return fluid_capacity(sc, 2.0, prof, 20_000).devices  # KV for a few responses: it binds
+
+    assert estimate(True) > estimate(False)
+    v0 = {"use_v1": False, "enable_chunked_prefill": True}
+    assert estimate(True, **v0) == estimate(False, **v0)

@@ -37,14 +37,13 @@ class Window:
     Mistral-7B-v0.1).
 
     **KV held.** vLLM's hybrid KV cache manager splits the layers into groups of equal size (the
-    smaller of the two kinds' counts), one block table per group over one pool of pages; its
-    reported "GPU KV cache size" is the pool's pages over the groups, in tokens, so a block of the
-    simulator's memory (that size over ``block_size``) is one page of every group. A sequence of
-    ``t`` tokens holds ceil(t / B) pages in each full-attention group and, in each windowed group,
-    the window's pages only: those of the window before the step's ``new`` tokens and of the new
-    tokens (vLLM frees the pages that fell out of the window), ceil((window - 1 + new) / B) + 1 at
-    most. :meth:`blocks` is that over the groups, in whole blocks (rounded up: at most a block
-    more than vLLM holds, per sequence).
+    smaller of the two kinds' counts, or the larger where it is under 1.5 times the smaller;
+    ``kv_cache_utils``), one block table per group over one pool of pages; a block of the
+    simulator's memory (its KV capacity in tokens over ``block_size``) is one page of every group.
+    A sequence of ``t`` tokens holds ceil(t / B) pages in each full-attention group and, in each
+    windowed group, only the pages from the one holding the first token the step's ``new`` tokens
+    attend to (token t - new - window + 1: vLLM frees the pages wholly before it) to its last.
+    :meth:`blocks` is that over the groups, rounded up to whole blocks.
 
     **Pass.** A windowed layer reads the KV of at most ``tokens`` cached tokens per sequence and
     each new token attends to at most ``tokens`` keys there: :meth:`cached` and
@@ -61,14 +60,17 @@ class Window:
         self.share = windowed / layers
         full = layers - windowed
         size = min(full, windowed) if full else windowed  # vLLM's group size
+        if full and max(full, windowed) < 1.5 * size:
+            size = max(full, windowed)  # fewer padding layers (vLLM pads the smaller kind)
         self.full_groups = -(-full // size)
         self.groups = self.full_groups + -(-windowed // size)
 
     def blocks(self, tokens: int, new: int, block_size: int) -> int:
         """Blocks a sequence of ``tokens`` tokens holds in a step of ``new`` new tokens."""
         whole = -(-tokens // block_size)
-        window = -(-(self.tokens - 1 + new) // block_size) + 1
-        pages = self.full_groups * whole + (self.groups - self.full_groups) * min(whole, window)
+        first = tokens - new - self.tokens + 1  # the first token the step attends to
+        window = whole - first // block_size if first > 0 else whole
+        pages = self.full_groups * whole + (self.groups - self.full_groups) * window
         return -(-pages // self.groups)
 
     def cached(self, l_cached: int) -> int:
@@ -87,7 +89,10 @@ class Shape:
     """The sums a cost form prices (module docstring). Mutable: a batch grows one member at a
     time; :meth:`add` and :meth:`add_alike` are the only places the sums are formed."""
 
-    __slots__ = ("n_arrivals", "n_cached", "n_interactions", "n_linear", "n_logits", "n_requests", "window")
+    __slots__ = (
+        "n_arrivals", "n_cached", "n_interactions", "n_linear", "n_logits", "n_requests",
+        "raw_cached", "raw_interactions", "window",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -100,6 +105,9 @@ class Shape:
         window: Window | None = None,
     ) -> None:
         self.window = window  # sliding-window layers: the members' sums capped (:class:`Window`)
+        # under a window, the sums uncapped (a drafter's own layers keep every token); else unused
+        self.raw_interactions = n_interactions
+        self.raw_cached = n_cached
         self.n_linear = n_linear
         self.n_interactions = n_interactions
         self.n_cached = n_cached
@@ -119,12 +127,14 @@ class Shape:
         else:
             self.n_interactions += w.interactions(l_new, l_cached)
             self.n_cached += w.cached(l_cached)
+            self.raw_interactions += (l_new + l_cached) * l_new
+            self.raw_cached += l_cached
         self.n_requests += 1
         self.n_arrivals += arriving
         self.n_logits += l_new if logits is None else logits
 
     def add_alike(
-        self, count: int, l_new: int, l_cached_sum: int, arriving: bool = True, windowed_sum: int = 0
+        self, count: int, l_new: int, l_cached_sum: int, arriving: bool = True, windowed_sum: int = -1
     ) -> None:
         """``count`` members of L_new new tokens each, their L_cached summing to ``l_cached_sum``
         (an engine step's decodes, logits at every new token): the same sums as ``count`` calls of
@@ -137,10 +147,14 @@ class Shape:
             self.n_interactions += (count * l_new + l_cached_sum) * l_new
             self.n_cached += l_cached_sum
         else:
+            if windowed_sum < 0:
+                raise ValueError("Shape.add_alike under a window needs windowed_sum")
             keys = min(windowed_sum + count * l_new, count * w.tokens)  # per windowed layer
             full = count * l_new + l_cached_sum
             self.n_interactions += round((1 - w.share) * full * l_new + w.share * keys * l_new)
             self.n_cached += round((1 - w.share) * l_cached_sum + w.share * windowed_sum)
+            self.raw_interactions += full * l_new
+            self.raw_cached += l_cached_sum
         self.n_requests += count
         self.n_arrivals += count * arriving
         self.n_logits += count * l_new

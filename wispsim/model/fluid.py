@@ -378,7 +378,7 @@ def _centralized(
         look = spec.k + 1
     context = held_context(sc.workload.prompt_tokens, sc.workload.output_tokens)
     block = block_size(srv.engine.block_size, profile)  # its last block half filled, on average
-    window = kv_window(profile)  # sliding-window layers hold and read the window only
+    window = None if srv.engine.v0 else kv_window(profile)  # windowed layers hold the window only
     held = window.blocks(round(context), 1, block) * block if window else context + block / 2
     at_once = min(srv.engine.max_num_seqs, int(kv_tokens // held))
     read = window.cached(round(context)) if window else context  # cached tokens a decode reads

@@ -102,10 +102,11 @@ def run_vllm(case: Case, root: Path) -> dict[str, Any]:
 
 
 def run_sim(case: Case, pages: int, groups: int, block_size: int, window: bool) -> list[int]:
-    """The simulator's engine over the same pool: ``pages`` pages of ``groups`` groups are
-    ``pages / groups`` blocks of every layer; the requests running at each step."""
+    """The simulator's engine over the same pool: ``pages`` pages (one of them vLLM's null block,
+    never handed out) of ``groups`` groups are ``(pages - 1) / groups`` blocks of every layer; the
+    requests running at each step."""
     kept = Window(case.window, case.layers, case.windowed) if window and case.window else None
-    memory = KVMemory(pages // groups, block_size, prefix_cache=False, window=kept)
+    memory = KVMemory((pages - 1) // groups, block_size, prefix_cache=False, window=kept)
     batcher = ContinuousBatcher(memory, case.max_num_seqs, case.step_tokens)
     for i in range(case.prompts):
         batcher.add(Sequence(i, case.prompt, case.output, 0, None))
