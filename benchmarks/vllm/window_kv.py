@@ -1,6 +1,6 @@
 """Sliding-window KV: how many long prompts vLLM's engine runs together, against the simulator's.
 
-Runs :mod:`wispsim.study.window_kv` (a real vLLM engine on its CPU backend over a Llama-shaped
+Runs :mod:`wispsim.measure.window_kv` (a real vLLM engine on its CPU backend over a Llama-shaped
 config whose layers alternate sliding and full attention, dummy weights; the simulator's engine
 over the same KV pages with the window kept and with every layer counted in full) for each
 ``--step-tokens`` (vLLM's ``max_num_batched_tokens``: how much window a prefill chunk holds) and
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from wispsim.study.window_kv import Case, compare
+from wispsim.measure.window_kv import Case, compare
 
 
 def main() -> None:

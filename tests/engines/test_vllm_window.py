@@ -1,4 +1,4 @@
-"""Sliding-window KV against vLLM's own engine (wispsim.study.window_kv): a real engine on its CPU
+"""Sliding-window KV against vLLM's own engine (wispsim.measure.window_kv): a real engine on its CPU
 backend runs more long prompts together than counting every layer in full allows, as many as the
 simulator's engine runs with the window kept."""
 
@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from wispsim.study.window_kv import Case, compare
+from wispsim.measure.window_kv import Case, compare
 
 pytestmark = pytest.mark.slow  # starts a real vLLM engine
 
