@@ -21,6 +21,7 @@ def test_vllm_runs_long_prompts_together_as_the_window_allows(tmp_path: Path) ->
     s = result["summary"]
     assert s["full"]["peak_running"] < s["vllm"]["peak_running"]
     assert abs(s["simulated"]["peak_running"] - s["vllm"]["peak_running"]) <= 1
-    # steps to serve them all: within 5% with the window, far off counted in full
-    assert abs(s["simulated"]["steps"] - s["vllm"]["steps"]) <= 0.05 * s["vllm"]["steps"]
+    # steps to serve them all: the same with the window kept (memory counted in vLLM's pages), far
+    # off counted in full
+    assert abs(s["simulated"]["steps"] - s["vllm"]["steps"]) <= 1
     assert s["full"]["steps"] > 1.25 * s["vllm"]["steps"]

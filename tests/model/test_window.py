@@ -31,15 +31,17 @@ def test_groups_follow_the_hybrid_managers_split() -> None:
 
 
 def test_a_long_sequence_holds_its_window_in_the_windowed_layers() -> None:
-    # 32,001 tokens: 2,001 blocks of 16 in the full layers, the window's 9 in the others
-    assert GPT_OSS.blocks(32_001, 1, 16) == -(-(2_001 + 9) // 2)
+    # 32,001 tokens: 2,001 pages of 16 in the full layers' group, the window's 9 in the others'
+    assert GPT_OSS.pages(32_001, 1, 16) == 2_001 + 9
     # a prefill chunk of 8,192 new tokens: from the page of token 32,000 - 8,192 - 127 = 23,681
     # (the first its first new token attends to) to the last, pages 1,480-1,999
-    assert GPT_OSS.blocks(32_000, 8_192, 16) == -(-(2_000 + 520) // 2)
+    assert GPT_OSS.pages(32_000, 8_192, 16) == 2_000 + 520
     # within the window every layer holds every token: as if there were no window
-    assert GPT_OSS.blocks(100, 1, 16) == -(-100 // 16)
-    assert Window(4096, 32, 32).blocks(100_000, 1, 16) == 4096 // 16  # tokens 95,904-99,999
-    assert Window(4096, 32, 32).blocks(100_008, 1, 16) == 4096 // 16 + 1  # the window spans a page more
+    assert GPT_OSS.pages(100, 1, 16) == 2 * -(-100 // 16)
+    assert Window(4096, 32, 32).pages(100_000, 1, 16) == 4096 // 16  # tokens 95,904-99,999
+    assert Window(4096, 32, 32).pages(100_008, 1, 16) == 4096 // 16 + 1  # the window spans a page more
+    # a memory of blocks counted over every layer holds layers / group size pages per block
+    assert (GPT_OSS.pool(2_729), Window(1024, 62, 52).pool(100)) == (5_458, 620)
 
 
 def test_a_step_reads_and_attends_to_the_window_only_in_windowed_layers() -> None:
@@ -114,8 +116,8 @@ def test_two_long_prompts_run_together_only_when_the_window_is_kept() -> None:
         b.commit(b.schedule(idle=t == 0, now=float(t)), float(t) + 0.5)
     held = s.blocks
     b.schedule(idle=False, now=5.0)  # its first decode gives back the chunk's pages outside the window
-    assert s.blocks < held == GPT_OSS.blocks(32_001, 8_192, 16)
-    assert s.blocks == GPT_OSS.blocks(32_001, 1, 16)
+    assert s.blocks < held == GPT_OSS.pages(32_001, 8_192, 16)
+    assert s.blocks == GPT_OSS.pages(32_001, 1, 16)
     assert b.memory.used == s.blocks
 
 

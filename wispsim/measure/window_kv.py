@@ -102,11 +102,13 @@ def run_vllm(case: Case, root: Path) -> dict[str, Any]:
 
 
 def run_sim(case: Case, pages: int, groups: int, block_size: int, window: bool) -> list[int]:
-    """The simulator's engine over the same pool: ``pages`` pages (one of them vLLM's null block,
-    never handed out) of ``groups`` groups are ``(pages - 1) / groups`` blocks of every layer; the
-    requests running at each step."""
+    """The simulator's engine over the same pool: ``pages`` pages, one of them vLLM's null block
+    (never handed out); with the window kept counted in pages as vLLM counts them, else as
+    ``(pages - 1) / groups`` blocks of every layer; the requests running at each step."""
     kept = Window(case.window, case.layers, case.windowed) if window and case.window else None
     memory = KVMemory((pages - 1) // groups, block_size, prefix_cache=False, window=kept)
+    if kept is not None:
+        memory.total_blocks = pages - 1  # the engine's own pool, to the page
     batcher = ContinuousBatcher(memory, case.max_num_seqs, case.step_tokens)
     for i in range(case.prompts):
         batcher.add(Sequence(i, case.prompt, case.output, 0, None))

@@ -39,11 +39,12 @@ class Window:
     **KV held.** vLLM's hybrid KV cache manager splits the layers into groups of equal size (the
     smaller of the two kinds' counts, or the larger where it is under 1.5 times the smaller;
     ``kv_cache_utils``), one block table per group over one pool of pages; a block of the
-    simulator's memory (its KV capacity in tokens over ``block_size``) is one page of every group.
+    simulator's memory (its KV capacity in tokens over ``block_size``, every layer counted) holds
+    ``layers / size`` pages (a group's page holds ``size`` layers' tokens).
     A sequence of ``t`` tokens holds ceil(t / B) pages in each full-attention group and, in each
     windowed group, only the pages from the one holding the first token the step's ``new`` tokens
     attend to (token t - new - window + 1: vLLM frees the pages wholly before it) to its last.
-    :meth:`blocks` is that over the groups, rounded up to whole blocks.
+    Memory under a window is counted in pages, as vLLM counts it (:meth:`pages`, :meth:`pool`).
 
     **Pass.** A windowed layer reads the KV of at most ``tokens`` cached tokens per sequence and
     each new token attends to at most ``tokens`` keys there: :meth:`cached` and
@@ -51,7 +52,7 @@ class Window:
     averaged over the layers with the windowed ones capped, which the cost forms price as before.
     """
 
-    __slots__ = ("full_groups", "groups", "share", "tokens")
+    __slots__ = ("full_groups", "groups", "layers", "share", "size", "tokens")
 
     def __init__(self, tokens: int, layers: int, windowed: int) -> None:
         if not tokens > 0 or not 0 < windowed <= layers:
@@ -62,16 +63,21 @@ class Window:
         size = min(full, windowed) if full else windowed  # vLLM's group size
         if full and max(full, windowed) < 1.5 * size:
             size = max(full, windowed)  # fewer padding layers (vLLM pads the smaller kind)
+        self.layers = layers
+        self.size = size
         self.full_groups = -(-full // size)
         self.groups = self.full_groups + -(-windowed // size)
 
-    def blocks(self, tokens: int, new: int, block_size: int) -> int:
-        """Blocks a sequence of ``tokens`` tokens holds in a step of ``new`` new tokens."""
+    def pool(self, blocks: int) -> int:
+        """Pages in the memory of ``blocks`` blocks counted over every layer."""
+        return blocks * self.layers // self.size
+
+    def pages(self, tokens: int, new: int, block_size: int) -> int:
+        """Pages a sequence of ``tokens`` tokens holds in a step of ``new`` new tokens."""
         whole = -(-tokens // block_size)
         first = tokens - new - self.tokens + 1  # the first token the step attends to
         window = whole - first // block_size if first > 0 else whole
-        pages = self.full_groups * whole + (self.groups - self.full_groups) * window
-        return -(-pages // self.groups)
+        return self.full_groups * whole + (self.groups - self.full_groups) * window
 
     def cached(self, l_cached: int) -> int:
         """L_cached averaged over the layers, the windowed ones reading at most the window."""

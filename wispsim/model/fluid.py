@@ -379,7 +379,10 @@ def _centralized(
     context = held_context(sc.workload.prompt_tokens, sc.workload.output_tokens)
     block = block_size(srv.engine.block_size, profile)  # its last block half filled, on average
     window = None if srv.engine.v0 else kv_window(profile)  # windowed layers hold the window only
-    held = window.blocks(round(context), 1, block) * block if window else context + block / 2
+    if window:  # tokens of KV (counted over every layer) that a running response's pages take up
+        held = window.pages(round(context), 1, block) * block * window.size / window.layers
+    else:
+        held = context + block / 2
     at_once = min(srv.engine.max_num_seqs, int(kv_tokens // held))
     read = window.cached(round(context)) if window else context  # cached tokens a decode reads
     api = host.api(False, text=int(prompt)) if host is not None else 0.0

@@ -64,9 +64,9 @@ class KVMemory:
         reuse: str = "token",
         window: Window | None = None,
     ) -> None:
-        self.total_blocks = total_blocks
-        # sliding-window layers: what a running sequence holds (seq_blocks; the sessions' prefix
-        # cache of the speculative path still counts every layer in full)
+        # sliding-window layers: memory counted in vLLM's pages, what a running sequence holds by
+        # its window (seq_blocks; the speculative path's session cache has no window)
+        self.total_blocks = window.pool(total_blocks) if window is not None else total_blocks
         self.window = window
         self.block_size = block_size
         self.prefix_cache = prefix_cache
@@ -95,10 +95,10 @@ class KVMemory:
 
     def seq_blocks(self, tokens: int, new: int = 1) -> int:
         """Blocks a running sequence of ``tokens`` tokens holds in a step of ``new`` new tokens:
-        :meth:`blocks`, or under sliding-window layers :meth:`Window.blocks`."""
+        :meth:`blocks`, or under sliding-window layers its pages (:meth:`Window.pages`)."""
         if self.window is None:
             return -(-tokens // self.block_size)
-        return self.window.blocks(tokens, new, self.block_size)
+        return self.window.pages(tokens, new, self.block_size)
 
     def grow(self, held: int, tokens: int, new: int = 1) -> int:
         """A running sequence holding ``held`` blocks now has ``tokens`` tokens, ``new`` of them
