@@ -201,3 +201,31 @@ def test_the_fluid_estimate_holds_a_windowed_responses_window_only(tmp_path: Pat
     assert estimate(True) > estimate(False)
     v0 = {"use_v1": False, "enable_chunked_prefill": True}
     assert estimate(True, **v0) == estimate(False, **v0)
+
+
+def test_a_run_holds_the_window_where_a_benchmark_does(tmp_path: Path) -> None:
+    """``run`` (and ``sweep``, ``compare``: one simulator) and ``bench`` build the engine alike: a
+    windowed profile's running responses hold less KV, so where KV binds more run at once than
+    with the same profile's window taken away. (``replay`` replays speculative runs only, whose
+    verifier counts every layer in full; ``serve`` serves a real engine, which keeps its own.)"""
+    import yaml
+
+    from wispsim.analysis.metrics import summarize
+    from wispsim.runs.resolve import Options, resolve
+    from wispsim.sim.simulation import simulate
+
+    data = physical_profile(load_arch("gpt-oss-20b"), load_gpu("h100-80gb"), count=1)
+    paths = {}
+    for name in ("window", "full"):
+        if name == "full":
+            data["model"] = {
+                k: v for k, v in data["model"].items() if k not in ("sliding_window", "windowed_layers")
+            }
+        paths[name] = tmp_path / f"{name}.yaml"
+        paths[name].write_text(yaml.safe_dump(data))
+    batch = {}
+    for name, path in paths.items():
+        sets = [f"server.profile={path}", "server.engine.kv_capacity_tokens=20000", "workload.duration_s=40"]
+        res = simulate(resolve(None, sets, Options(policy="centralized", devices=60)))
+        batch[name] = float(summarize(res).iloc[-1]["mean_batch_size"])
+    assert batch["window"] > 1.2 * batch["full"], batch

@@ -252,3 +252,19 @@ def test_replay_checks_its_folder_before_reading_the_log(tmp_path: Path) -> None
     with pytest.raises(ConfigError) as info:
         replay(tmp_path / "no-such-log.parquet", None, None, None, None, out=blocker)
     assert info.value.source == "--out"
+
+
+def test_a_centralized_run_asked_for_a_log_is_refused_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A centralized run has no verification rounds to log: refused by name before simulating."""
+
+    def never(*args, **kw):  # type: ignore[no-untyped-def]
+        raise AssertionError("simulated before the log was checked")
+
+    monkeypatch.setattr(run_mod, "simulate", never)
+    log = tmp_path / "run" / "log.parquet"
+    with pytest.raises(ConfigError, match="no verification rounds") as info:
+        run(None, None, Options(policy="centralized"), out=tmp_path / "run", log=log)
+    assert info.value.source == str(log) and "\n" not in str(info.value)
+    assert not (tmp_path / "run").exists()

@@ -81,6 +81,10 @@ def run(
     check_poisson_rate(options.arrivals)
     resolved = resolve(file, sets, options)
     sc = resolved.scenario
+    if log is not None:
+        from wispsim.study.replay import check_loggable
+
+        check_loggable(sc, log)  # a centralized run has no rounds to log: refused before it runs
     wl = sc.workload
     check_series_step(step, wl.warmup_s + wl.duration_s + sc.drain_limit_s())
     with status(f"simulating {describe_load(sc)} under {sc.policy} ..."):

@@ -4,7 +4,9 @@ simulated outcomes (``compare``)."""
 
 from wispsim.study.replay.compare import compare, describe
 from wispsim.study.replay.drive import log_scenario, replay
-from wispsim.study.replay.log import meta_path, write_log
+from wispsim.study.replay.log import check_loggable, meta_path, write_log
 from wispsim.study.replay.read import read_log
 
-__all__ = ["compare", "describe", "log_scenario", "meta_path", "read_log", "replay", "write_log"]
+__all__ = [
+    "check_loggable", "compare", "describe", "log_scenario", "meta_path", "read_log", "replay", "write_log",
+]  # fmt: skip

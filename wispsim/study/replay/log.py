@@ -158,6 +158,18 @@ def _unfinished_responses(result: SimResult) -> list[dict[str, Any]]:
     ]
 
 
+def check_loggable(scenario: Any, path: str | Path) -> None:
+    """A run whose per-round log ``replay`` can read: a speculative one (centralized serving has
+    no verification rounds); a one-line error naming ``path`` otherwise, before any work."""
+    if scenario.server.mode != "speculative":
+        raise ConfigError(
+            str(path),
+            "",
+            f"a {scenario.policy} run has no verification rounds; replay needs the log of a "
+            "speculative run (wisp, sled, fcfs, wisp-fixed)",
+        )
+
+
 def write_log(result: SimResult, path: str | Path) -> Path:
     """Write the per-round log of ``result`` to ``path`` (.parquet or .csv) and its sidecar."""
     from wispsim.version import __version__
@@ -166,13 +178,7 @@ def write_log(result: SimResult, path: str | Path) -> Path:
     if p.suffix.lower() not in SUFFIXES:
         raise ConfigError(str(p), "", f"unknown log format {p.suffix!r}; name it .parquet or .csv")
     sc = result.scenario
-    if not len(result.round_records):  # centralized serving has no rounds
-        raise ConfigError(
-            str(p),
-            "",
-            f"a {sc.policy} run has no verification rounds; replay needs the log of a speculative "
-            "run (wisp, sled, fcfs, wisp-fixed)",
-        )
+    check_loggable(sc, p)
     df = log_frame(result)
     p.parent.mkdir(parents=True, exist_ok=True)
     if p.suffix.lower() == ".csv":
