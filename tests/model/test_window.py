@@ -89,10 +89,11 @@ def test_a_step_of_decodes_sums_what_each_decode_adds_alone() -> None:
         one.add(1, c, arriving=False)
     assert step.shape.n_cached == one.n_cached
     assert 0 <= step.shape.n_interactions - one.n_interactions <= len(contexts)
-    assert (step.shape.raw_cached, step.shape.raw_interactions) == (
-        sum(contexts),
-        sum(c + 1 for c in contexts),
-    )
+    # the drafter's sums, uncapped; and without a window the sums themselves
+    assert step.shape.uncapped() == (sum(c + 1 for c in contexts), sum(contexts))
+    plain = Shape()
+    plain.add(1, 500)
+    assert plain.uncapped() == (501, 500)
     with pytest.raises(ValueError, match="windowed_sum"):
         Shape(window=GPT_OSS).add_alike(2, 1, 1_000)
 

@@ -111,7 +111,7 @@ class Shape:
         window: Window | None = None,
     ) -> None:
         self.window = window  # sliding-window layers: the members' sums capped (:class:`Window`)
-        # under a window, the sums uncapped (a drafter's own layers keep every token); else unused
+        # under a window, the sums uncapped (:meth:`uncapped`); else the n_ sums are those
         self.raw_interactions = n_interactions
         self.raw_cached = n_cached
         self.n_linear = n_linear
@@ -164,6 +164,13 @@ class Shape:
         self.n_requests += count
         self.n_arrivals += count * arriving
         self.n_logits += count * l_new
+
+    def uncapped(self) -> tuple[int, int]:
+        """(N_interactions, N_cached) with every layer counted in full: what a drafter's own
+        layers, which keep every token, read and attend to."""
+        if self.window is None:
+            return self.n_interactions, self.n_cached
+        return self.raw_interactions, self.raw_cached
 
     @classmethod
     def of(cls, members: Iterable[tuple[int, int]], arriving: bool = True) -> Shape:

@@ -285,12 +285,10 @@ class CentralizedServer:
         step.t_hat = price.cost.price(step.shape)
         gpu = price.gpu(step.shape, step.t_hat)
         if self.spec is not None:
-            sh = step.shape
-            windowed = sh.window is not None  # the drafter's own layers keep every token
+            interactions, cached = step.shape.uncapped()  # the drafter's layers keep every token
             drafting = self.spec.draft_time(
-                sh.n_linear, sh.raw_interactions if windowed else sh.n_interactions,
-                sh.raw_cached if windowed else sh.n_cached, step.decoding, step.decoded_context,
-            )  # fmt: skip
+                step.shape.n_linear, interactions, cached, step.decoding, step.decoded_context
+            )
             gpu += drafting * (gpu / step.t_hat if step.t_hat > 0 else 1.0)
             step.t_hat += drafting
         step.took = price.step(gpu, step, Step.engine_work) if scheduled else StepTime(gpu, 0.0, gpu)
