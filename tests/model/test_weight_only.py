@@ -16,7 +16,7 @@ from wispsim.model.archs import Arch, arch_from_dict, load_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import parse_profile
 from wispsim.model.roofline import Roofline
-from wispsim.model.weight_only import INT8_RATE, Conversion, conversion, quantized_rate
+from wispsim.model.weight_only import INT8_RATE, Conversion, conversion, padded_experts, quantized_rate
 from wispsim.paths import data_dir
 
 AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
@@ -170,3 +170,46 @@ def test_no_gemm_beats_the_cards_max_achievable_flops(tmp_path: Any) -> None:
     with pytest.raises(ConfigError) as err:
         load_gpu(str(p))
     assert err.value.field == "mine.bf16_maf_tflops" and "allowed: a positive number" in err.value.problem
+
+
+def test_mxfp4_experts_are_stored_padded_to_the_kernels_tiles() -> None:
+    """vLLM pads mxfp4 experts to its MoE kernel's tiles when it creates them
+    (``mxfp4_round_up_hidden_size_and_intermediate_size``): Marlin (Ampere, Ada) rounds the hidden
+    size to 256 and each GPU's share of the width to 128; OpenAI's Triton kernels on Hopper the share
+    to 64; ROCm both to 256. gpt-oss-120b (hidden and width 2,880) on one A100 stores 3,072 x 2,944
+    experts, ~5 GiB more than its checkpoint; on one H100 nothing; on four H100s 720 -> 768 a GPU."""
+    oss = load_arch("gpt-oss-120b")
+    a100 = padded_experts(oss, "ampere", 1)
+    assert (a100.expert_hidden_pad, a100.expert_width_pad) == (3072, 2944)
+    assert padded_experts(oss, "hopper", 1) is oss
+    h4 = padded_experts(oss, "hopper", 4)
+    assert (h4.expert_hidden_pad, h4.expert_width_pad) == (2880, 4 * 768)
+    assert padded_experts(oss, "cdna3", 1).expert_width == 3072
+    assert padded_experts(a100, "ampere", 1) == a100  # idempotent
+    # the bytes: only the routed experts grow, by the padded over the checkpoint's area
+    extra = a100.weight_bytes(2) - oss.weight_bytes(2)
+    routed = oss.moe_layers * oss.experts * oss.expert_params * oss.quant_bits / 8
+    assert extra == pytest.approx(routed * (3072 * 2944 / 2880**2 - 1), rel=0.01)
+    assert 4.5 < extra / 2**30 < 5.5
+    # a pass reads the padded experts it routes to, and multiplies them
+    assert a100.routed_bytes_read(1, 2) > oss.routed_bytes_read(1, 2)
+    assert a100.linear_flops_per_token > oss.linear_flops_per_token
+    # other formats keep the checkpoint's shapes
+    for name in ("qwen3-30b-a3b", "mixtral-8x7b", "qwen3-32b"):
+        assert padded_experts(load_arch(name), "ampere", 1) is load_arch(name)
+
+
+def test_a_profile_prices_and_holds_the_padded_experts() -> None:
+    """physical_profile writes the padded weights (and says so in kernel_basis); the roofline
+    parsed back prices them (and the memory model holds ``model.weight_bytes``); on one H100 the
+    Triton kernels take the checkpoint's shapes."""
+    oss = load_arch("gpt-oss-120b")
+    a100, h100 = load_gpu("a100-80gb"), load_gpu("h100-80gb")
+    data = physical_profile(oss, a100)
+    assert data["model"]["weight_bytes"] == padded_experts(oss, "ampere", 1).weight_bytes(2)
+    assert "hidden 2,880 -> 3,072, width 2,880 -> 2,944" in data["roofline"]["kernel_basis"]
+    prof = parse_profile(data, "p")
+    assert isinstance(prof.estimator, Roofline) and prof.estimator.arch.expert_hidden_pad == 3072
+    plain = physical_profile(oss, h100)
+    assert plain["model"]["weight_bytes"] == oss.weight_bytes(2)
+    assert "padded" not in plain["roofline"]["kernel_basis"]

@@ -92,6 +92,11 @@ class Arch:
     moe_intermediate_size: int = 0
     shared_intermediate_size: int = 0
     moe_layers: int = 0
+    # the routed experts as the engine stores them, where its MoE kernel pads them to its tiles
+    # (wispsim.model.weight_only.padded_experts): the hidden size they read and write, and one
+    # expert's width summed over the tensor-parallel GPUs (0: the checkpoint's)
+    expert_hidden_pad: int = 0
+    expert_width_pad: int = 0
     # an EAGLE-3 head: its LM head covers a smaller draft vocabulary (``draft_vocab_size``) than its
     # embedding, and it has matmul weights outside its layers (the fusion of three target layers'
     # hidden states, its first layer's wider QKV input: ``extra_matmul_params``)
@@ -145,9 +150,14 @@ class Arch:
         return h * q + 2 * h * kv + q * h
 
     @property
+    def expert_width(self) -> int:
+        """One routed expert's width as the engine stores it (module field notes)."""
+        return self.expert_width_pad or self.moe_intermediate_size or self.intermediate_size
+
+    @property
     def expert_params(self) -> int:
-        """One routed expert (SwiGLU gate, up and down projections)."""
-        return 3 * self.hidden_size * (self.moe_intermediate_size or self.intermediate_size)
+        """One routed expert (SwiGLU gate, up and down projections), as the engine stores it."""
+        return 3 * (self.expert_hidden_pad or self.hidden_size) * self.expert_width
 
     def _moe_fixed(self) -> int:
         """An MoE layer's weights every token passes through: the router and the shared experts
@@ -233,7 +243,8 @@ class Arch:
 
     @property
     def parameters(self) -> int:
-        """Parameter count, as ``model.num_parameters()`` reports it."""
+        """Parameter count, as ``model.num_parameters()`` reports it (of a checkpoint; of an
+        architecture with padded experts, what the engine stores)."""
         h = self.hidden_size
         per_layer = 2 * h  # two RMSNorms
         if self.mla:
@@ -246,7 +257,7 @@ class Arch:
         moe_bias = 0
         if self.model_type == "gpt_oss":  # biased experts and router, a sink logit per head
             per_layer += self.heads
-            moe_bias = self.experts * (2 * (self.moe_intermediate_size or self.intermediate_size) + h + 1)
+            moe_bias = self.experts * (2 * self.expert_width + (self.expert_hidden_pad or h) + 1)
         elif self.model_type == "deepseek_v3":
             moe_bias = self.experts  # the router's score-correction bias
         body, routed, rest = self._weights(self.experts if self.moe_layers else 1)
@@ -265,8 +276,7 @@ class Arch:
     @property
     def mlp_width_per_token(self) -> float:
         """MLP width a token's activations pass through, averaged over the layers."""
-        moe = self.experts_per_token * (self.moe_intermediate_size or self.intermediate_size)
-        moe += self.shared_intermediate_size
+        moe = self.experts_per_token * self.expert_width + self.shared_intermediate_size
         return (self.dense_layers * self.intermediate_size + self.moe_layers * moe) / self.layers
 
     @property

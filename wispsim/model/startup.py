@@ -84,8 +84,7 @@ def arch_startup(arch: Arch, tp: int, max_num_seqs: int, max_num_batched_tokens:
         tp,
     )
     if arch.moe_layers and arch.experts > 1:
-        width = arch.moe_intermediate_size or arch.intermediate_size
-        routed = arch.experts_per_token * (3 * width / tp + h)
+        routed = arch.experts_per_token * (3 * arch.expert_width / tp + (arch.expert_hidden_pad or h))
         shared = 3 * arch.shared_intermediate_size / tp
         moe = t * a * (2 * h + routed + shared) + t * arch.experts * ROUTER_BYTES
         m = StartupMemory(forward=max(m.forward, moe), sampler=m.sampler, non_torch=m.non_torch)

@@ -24,6 +24,7 @@ H200, Qwen3-32B's layer GEMMs in e4m3 ran 1.84-1.85x faster than bf16 at 8,192 t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +90,39 @@ def conversion(arch: Arch, gpu: GPU, experts: bool = False) -> Conversion:
     if not isinstance(entry, dict) or gpu.generation not in entry.get("measured_on", []):
         return Conversion(name)
     return Conversion(name, float(entry["compute_ratio"]), True)
+
+
+# vLLM pads mxfp4 experts to its MoE kernel's tiles when it creates their weights (0.32's
+# ``fused_moe/oracle/mxfp4.py``, ``mxfp4_round_up_hidden_size_and_intermediate_size``; the same
+# rules in ``quantization/mxfp4.py`` since 0.10): (the hidden size's multiple, the multiple of each
+# GPU's share of an expert's width) by the kernel it picks for the generation (``_kernel``).
+MXFP4_TILES = {
+    "hopper": (1, 64),  # OpenAI's Triton kernels: the width to 64, the hidden size as it is
+    "cdna3": (256, 256),  # ROCm's Triton kernels (gpt-oss's SwiGLU is not a SiLU: 256 both)
+    "blackwell": (256, 128),  # FlashInfer's TRT-LLM kernels (0.10-0.11 padded the width to 256)
+}
+MARLIN_TILES = (256, 128)  # Marlin MoE, every other generation: n % 256 and k % 128 in both GEMMs
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def padded_experts(arch: Arch, generation: str, tp: int) -> Arch:
+    """``arch`` with its routed experts as vLLM stores them on each of ``tp`` GPUs of
+    ``generation`` (module ``MXFP4_TILES``): padded to the MoE kernel's tiles, which every pass
+    reads and multiplies and the weights' memory holds. gpt-oss-120b on an A100 (Marlin): hidden
+    2,880 -> 3,072 and width 2,880 -> 2,944, 9% more expert bytes; on one H100 nothing. Unchanged
+    for anything but mxfp4 experts (the other formats' kernels take the checkpoint's shapes)."""
+    if arch.quant_method != "mxfp4" or not arch.moe_layers or arch.experts <= 1:
+        return arch
+    hidden_tile, width_tile = MXFP4_TILES.get(generation, MARLIN_TILES)
+    share = arch.expert_width // tp  # each GPU's share (whole at the sizes check_parallel accepts)
+    hidden = _round_up(arch.hidden_size, hidden_tile)
+    width = tp * _round_up(share, width_tile)
+    if hidden == arch.hidden_size and width == arch.expert_width:
+        return arch
+    return dataclasses.replace(arch, expert_hidden_pad=hidden, expert_width_pad=width)
 
 
 INT8_RATE = 2.0  # int8 tensor cores: twice the dense 16-bit rate (A100 624 / 312, H100 1979 / 989 TOPS)
