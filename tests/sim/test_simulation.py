@@ -285,16 +285,16 @@ def test_a_run_paces_the_collector_and_gives_it_back(det_scenario) -> None:
     back, when it raises too."""
     import gc
 
-    from wispsim.sim.simulation import YOUNG_THRESHOLD, collector_paced
+    from wispsim.sim.simulation import YOUNG_THRESHOLD, paced_for_runs
 
     before, frozen = gc.get_threshold(), gc.get_freeze_count()
-    with collector_paced():
+    with paced_for_runs():
         assert gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() > frozen
-        with collector_paced():
+        with paced_for_runs():
             pass
         assert gc.get_threshold()[0] == YOUNG_THRESHOLD
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
-    with pytest.raises(RuntimeError), collector_paced():
+    with pytest.raises(RuntimeError), paced_for_runs():
         raise RuntimeError("a run that fails")
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
     simulate(resolve_server(det_scenario()))
@@ -303,8 +303,33 @@ def test_a_run_paces_the_collector_and_gives_it_back(det_scenario) -> None:
     gc.freeze()
     try:
         mine = gc.get_freeze_count()
-        with collector_paced():
+        with paced_for_runs():
             assert gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() >= mine
         assert gc.get_threshold() == before and gc.get_freeze_count() >= mine > 0
     finally:
         gc.unfreeze()
+
+
+def test_a_run_holds_blas_to_one_thread_and_gives_it_back(det_scenario) -> None:
+    """While a run runs, BLAS runs on the calling thread (its products are tiny); the caller's
+    setting comes back when the outermost run returns, when it raises too."""
+    import threadpoolctl
+
+    from wispsim.sim.simulation import paced_for_runs
+
+    def blas() -> list[int]:
+        return [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+
+    if not blas():
+        pytest.skip("no BLAS library loaded")
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        assert set(blas()) == {2}
+        with paced_for_runs():
+            assert set(blas()) == {1}
+            with paced_for_runs():
+                assert set(blas()) == {1}
+            assert set(blas()) == {1}
+        assert set(blas()) == {2}
+        with pytest.raises(RuntimeError), paced_for_runs():
+            raise RuntimeError("a run that fails")
+        assert set(blas()) == {2}

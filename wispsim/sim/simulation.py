@@ -28,6 +28,7 @@ window would drop the slow ones and bias the violation rate down; this avoids th
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import threading
 import time
@@ -35,6 +36,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 import simpy
+import threadpoolctl
 
 from wispsim.config.limits import MAX_DEVICES
 from wispsim.errors import ConfigError
@@ -92,7 +94,7 @@ def simulate(
     records, and every summary of them, are the same either way.
     """
     run = Run(resolved, devices, seed, servers=servers, load=load, env=env, memory_rows=memory_rows)
-    with collector_paced():
+    with paced_for_runs():
         run.env.run(until=run.ctx.recorder.done)  # every measured response decided
     return run.result()
 
@@ -105,23 +107,35 @@ YOUNG_THRESHOLD = 20_000
 
 
 class _Pacing:
-    """The collector's settings while runs are in progress (a run may run inside another's)."""
+    """The process's settings while runs are in progress (a run may run inside another's)."""
 
     lock = threading.Lock()
     runs = 0
     young = 700  # the threshold to give back
     froze = False  # whether the outermost run froze (not where its caller had frozen objects itself)
+    blas: Any = None  # the BLAS thread limit to lift when the outermost run returns
+
+
+@functools.cache
+def _blas() -> threadpoolctl.ThreadpoolController:
+    """The BLAS libraries loaded in this process (looked up once: numpy's is loaded by then)."""
+    return threadpoolctl.ThreadpoolController()
 
 
 @contextlib.contextmanager
-def collector_paced() -> Iterator[None]:
-    """Run a simulation with the cyclic garbage collector paced for it: what existed before is
-    frozen out of its collections (``gc.freeze``: the interpreter's modules, the scenario, pandas)
-    and young collections come every :data:`YOUNG_THRESHOLD` objects instead of 700. Both are
-    given back when the outermost run returns (or raises): the frozen objects, and what the run
-    made that is still uncollected, go to the oldest generation, which later collections walk. A
-    caller that froze objects itself (``gc.freeze`` before a fork) keeps them frozen: then only the
-    threshold changes. The records are the same either way."""
+def paced_for_runs() -> Iterator[None]:
+    """Run a simulation with the process paced for it, everything given back when the outermost
+    run returns (or raises); the records are the same either way.
+
+    - The cyclic garbage collector: what existed before is frozen out of its collections
+      (``gc.freeze``: the interpreter's modules, the scenario, pandas) and young collections come
+      every :data:`YOUNG_THRESHOLD` objects instead of 700. Given back, the frozen objects and what
+      the run made that is still uncollected go to the oldest generation. A caller that froze
+      objects itself (``gc.freeze`` before a fork) keeps them frozen: only the threshold changes.
+    - BLAS on one thread (threadpoolctl, as the sweep's pool workers run): a run's matrix products
+      are tiny (a rejection predictor's layers over one response's positions), and OpenBLAS's pool
+      makes each one wake and wait for its threads: a WISP run took 20-25% longer in-process
+      (`wispsim run`: 2.1-2.4 s against 1.6-1.9 s, one Intel host; benchmarks/README.md)."""
     with _Pacing.lock:
         _Pacing.runs += 1
         if _Pacing.runs == 1:
@@ -131,6 +145,7 @@ def collector_paced() -> Iterator[None]:
             if _Pacing.froze:
                 gc.freeze()
             gc.set_threshold(YOUNG_THRESHOLD, *older)
+            _Pacing.blas = _blas().limit(limits=1, user_api="blas")
     try:
         yield
     finally:
@@ -140,6 +155,8 @@ def collector_paced() -> Iterator[None]:
                 gc.set_threshold(_Pacing.young, *gc.get_threshold()[1:])
                 if _Pacing.froze:
                     gc.unfreeze()
+                _Pacing.blas.restore_original_limits()
+                _Pacing.blas = None
 
 
 class Run:
@@ -192,7 +209,7 @@ class Run:
         the run has ended."""
         done = self.ctx.recorder.done
         if not self.ended and until > self.env.now:
-            with collector_paced():
+            with paced_for_runs():
                 self.env.run(until=self.env.any_of([done, self.env.timeout(until - self.env.now)]))
         return self.ended
 
