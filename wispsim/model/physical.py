@@ -95,6 +95,7 @@ def check_fit(arch: Arch, gpu: GPU, count: int, precision: str, utilization: flo
     """The weights must fit: weight bytes / count below memory x ``gpu_memory_utilization`` less
     the activation reserve on each GPU, else a one-line refusal naming the tensor-parallel size
     that fits (the smallest :func:`parallel_sizes` does)."""
+
     def weights(t: int) -> float:  # as the engine stores them on t GPUs (padded experts)
         return padded_experts(arch, gpu.generation, t).weight_bytes(dtype_bytes(precision))
 
