@@ -266,3 +266,19 @@ def test_draft_fields_need_a_drafting_method() -> None:
                 "server": {"speculation": {"draft": "qwen3-4b", "draft_profile": "x"}},
             },
         )
+
+
+def test_an_mxfp4_draft_is_held_as_its_engine_stores_it() -> None:
+    """gpt-oss-20b drafting for gpt-oss-120b on an A100: both run Marlin, whose tiles pad their
+    experts; the draft's weights and passes are the padded ones, as the target's are."""
+    from wispsim.model.archs import load_gpu
+    from wispsim.model.physical import physical_profile
+    from wispsim.model.profiles import parse_profile
+    from wispsim.model.weight_only import padded_experts
+
+    prof = parse_profile(physical_profile(load_arch("gpt-oss-120b"), load_gpu("a100-80gb")), "p")
+    spec = resolve(_server(method="draft", draft="gpt-oss-20b"), prof)
+    assert spec is not None and spec.draft is not None
+    stored = padded_experts(load_arch("gpt-oss-20b"), "ampere", 1)
+    assert spec.draft == stored and spec.draft.expert_hidden_pad == 3072
+    assert spec.weight_bytes == pytest.approx(stored.weight_bytes(2))

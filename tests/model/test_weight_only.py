@@ -16,6 +16,7 @@ from wispsim.model.archs import Arch, arch_from_dict, load_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import parse_profile
 from wispsim.model.roofline import Roofline
+from wispsim.model.startup import arch_startup
 from wispsim.model.weight_only import INT8_RATE, Conversion, conversion, padded_experts, quantized_rate
 from wispsim.paths import data_dir
 
@@ -183,9 +184,20 @@ def test_mxfp4_experts_are_stored_padded_to_the_kernels_tiles() -> None:
     assert (a100.expert_hidden_pad, a100.expert_width_pad) == (3072, 2944)
     assert padded_experts(oss, "hopper", 1) is oss
     h4 = padded_experts(oss, "hopper", 4)
-    assert (h4.expert_hidden_pad, h4.expert_width_pad) == (2880, 4 * 768)
+    assert (h4.expert_hidden_pad, h4.expert_width_pad) == (0, 4 * 768)
     assert padded_experts(oss, "cdna3", 1).expert_width == 3072
+    a100x2 = padded_experts(oss, "ampere", 2)  # each GPU's share: 1,440 -> 1,536
+    assert (a100x2.expert_hidden_pad, a100x2.expert_width) == (3072, 2 * 1536)
+    # consumer Blackwell runs Marlin, datacenter Blackwell TRT-LLM: the same tiles in 0.32
+    assert padded_experts(oss, "blackwell", 8).expert_width == 8 * 384
     assert padded_experts(a100, "ampere", 1) == a100  # idempotent
+    # padded again for another GPU: from the checkpoint's shapes, not the padded ones
+    assert padded_experts(a100, "hopper", 1) == oss and padded_experts(h4, "hopper", 1) == oss
+    assert padded_experts(h4, "ampere", 1) == a100
+    # other mxfp4 mixtures take vLLM's other MXFP4 method: Marlin on Hopper, AITER (SiLU) on ROCm
+    other = dataclasses.replace(oss, model_type="other_moe")
+    assert padded_experts(other, "hopper", 1).expert_hidden_pad == 3072
+    assert padded_experts(other, "cdna3", 1).expert_width == 2944
     # the bytes: only the routed experts grow, by the padded over the checkpoint's area
     extra = a100.weight_bytes(2) - oss.weight_bytes(2)
     routed = oss.moe_layers * oss.experts * oss.expert_params * oss.quant_bits / 8
@@ -218,3 +230,25 @@ def test_a_profile_prices_and_holds_the_padded_experts() -> None:
     plain = physical_profile(oss, h100)
     assert plain["model"]["weight_bytes"] == oss.weight_bytes(2)
     assert "padded" not in plain["roofline"]["kernel_basis"]
+    # the start-up profile's MoE transients are as wide as the stored experts
+    assert arch_startup(prof.estimator.arch, 1, 256, 8192).forward > arch_startup(oss, 1, 256, 8192).forward
+    # a profile's generation picks the tiles: a wrong one, or none for mxfp4 experts, is refused
+    for gen, problem in (("Hopper", "got 'Hopper'; allowed: ampere"), (None, "is missing")):
+        hw = {k: v for k, v in data["hardware"].items() if k not in ("generation", "gpu_key")}
+        bad = {**data, "hardware": {**hw, **({"generation": gen} if gen else {})}}
+        with pytest.raises(ConfigError) as err:
+            parse_profile(bad, "p.yaml")
+        assert err.value.field == "hardware.generation" and problem in err.value.problem
+    # an older profile without a generation takes its gpu_key's
+    older = {**data, "hardware": {k: v for k, v in data["hardware"].items() if k != "generation"}}
+    assert parse_profile(older, "p").estimator.arch == prof.estimator.arch
+
+
+def test_the_weights_must_fit_as_they_are_stored() -> None:
+    """gpt-oss-120b on two A100-40GBs: 30.4 GiB a GPU as the checkpoint stores it would fit under
+    34 GiB; as Marlin stores it, 34.3 GiB does not, and the refusal names the size that fits."""
+    oss, a40 = load_arch("gpt-oss-120b"), load_gpu("a100-40gb")
+    with pytest.raises(ConfigError) as err:
+        physical_profile(oss, a40, count=2)
+    assert "use --tensor-parallel-size >= 4" in err.value.problem
+    assert physical_profile(oss, a40, count=4)["hardware"]["count"] == 4

@@ -313,6 +313,8 @@ def test_a_run_paces_the_collector_and_gives_it_back(det_scenario) -> None:
 def test_a_run_holds_blas_to_one_thread_and_gives_it_back(det_scenario) -> None:
     """While a run runs, BLAS runs on the calling thread (its products are tiny); the caller's
     setting comes back when the outermost run returns, when it raises too."""
+    import threading
+
     import threadpoolctl
 
     from wispsim.sim.simulation import paced_for_runs
@@ -333,3 +335,38 @@ def test_a_run_holds_blas_to_one_thread_and_gives_it_back(det_scenario) -> None:
         with pytest.raises(RuntimeError), paced_for_runs():
             raise RuntimeError("a run that fails")
         assert set(blas()) == {2}
+        # runs on two threads that overlap, the first to start ending first: the last one gives
+        # the setting back (threadpoolctl lets only the thread in control of OpenBLAS set it)
+        a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+        seen: list[set[int]] = []
+
+        def first() -> None:
+            with paced_for_runs():
+                a_in.set()
+                b_in.wait()
+            a_out.set()
+
+        def second() -> None:
+            a_in.wait()
+            with paced_for_runs():
+                b_in.set()
+                a_out.wait()
+                seen.append(set(blas()))
+
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert seen == [{1}] and set(blas()) == {2}
+        # and a run on another thread still sets it, after one on this thread
+        on_worker: list[set[int]] = []
+
+        def worker() -> None:
+            with paced_for_runs():
+                on_worker.append(set(blas()))
+
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        assert on_worker == [{1}] and set(blas()) == {2}

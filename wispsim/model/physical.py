@@ -27,13 +27,19 @@ from wispsim.model.archs import (
     check_parallel,
     dtype_bytes,
     load_arch,
-    parallel_sizes,
 )
 from wispsim.model.host_cpu import HostFacts
 from wispsim.model.interconnects import allreduce_facts, allreduce_ms
 from wispsim.model.profile_fields import PROFILE_MAXIMA, bounded_whole, number, value
 from wispsim.model.roofline import ALLREDUCE_LATENCY_S, EFFICIENCIES, OVERHEADS, OVERLAP_RANGE, Roofline
-from wispsim.model.weight_only import conversion, padded_experts, quantized_rate
+from wispsim.model.weight_only import (
+    conversion,
+    padded_experts,
+    padding_says,
+    profile_experts,
+    quantized_rate,
+)
+from wispsim.model.weights_fit import check_fit
 from wispsim.paths import data_dir
 
 PRECISIONS = ("bf16", "fp8")  # weights (and activations) at 16 or 8 bits; fp8 needs fp8 tensor cores
@@ -86,36 +92,6 @@ def generation_efficiency(generation: str) -> dict[str, Any]:
         "expert_kernel_us": float(ex.get("kernel_us", entry.get("kernel_us", 0.0))),
         "basis": basis,
     }
-
-
-ACTIVATION_RESERVE_GIB = 1.5  # per GPU, the server's default (server.engine.activation_reserve_gib)
-
-
-def check_fit(arch: Arch, gpu: GPU, count: int, precision: str, utilization: float = 0.9) -> None:
-    """The weights must fit: weight bytes / count below memory x ``gpu_memory_utilization`` less
-    the activation reserve on each GPU, else a one-line refusal naming the tensor-parallel size
-    that fits (the smallest :func:`parallel_sizes` does)."""
-
-    def weights(t: int) -> float:  # as the engine stores them on t GPUs (padded experts)
-        return padded_experts(arch, gpu.generation, t).weight_bytes(dtype_bytes(precision))
-
-    holds = gpu.memory_gib * 2**30 * utilization
-    usable = holds - ACTIVATION_RESERVE_GIB * 2**30
-    if weights(count) / count <= usable:
-        return
-    what = precision
-    if arch.quant_method:
-        part = "experts" if arch.quant_scope == "experts" else "linear layers"
-        what = f"{arch.quant_method} {part}, the rest {precision}"
-    fits = [t for t in parallel_sizes(arch) if weights(t) / t <= usable]
-    advice = f"use --tensor-parallel-size >= {fits[0]}" if fits else "no tensor-parallel size holds them"
-    raise ConfigError(
-        "--tensor-parallel-size",
-        "tensor_parallel_size",
-        f"{arch.hf_name} needs {weights(count) / 1e9:.0f} GB of weights ({what}); {count} x {gpu.name} holds "
-        f"{count * holds / 1e9:.0f} GB at gpu_memory_utilization {utilization:g} (less "
-        f"{ACTIVATION_RESERVE_GIB:g} GiB per GPU for activations): {advice}",
-    )
 
 
 def sig6(v: float) -> float:
@@ -218,15 +194,6 @@ def physical_profile(
     model["kv_dtype_bytes"] = dtype_bytes(kv_dtype)
     stored = padded_experts(arch, gpu.generation, count)  # the experts as the engine stores them
     model["weight_bytes"] = float(stored.weight_bytes(wbytes))
-    padding = (
-        [
-            f"mxfp4 experts stored padded to the MoE kernel's tiles: hidden {arch.hidden_size:,} -> "
-            f"{stored.expert_hidden_pad:,}, width {arch.expert_width:,} -> {stored.expert_width_pad:,} "
-            "over the GPUs (wispsim.model.weight_only.padded_experts)"
-        ]
-        if stored is not arch
-        else []
-    )
     sigma = cal.get("noise_sigma", 0.05) if noise_sigma is None else noise_sigma
     return {
         "name": name,
@@ -258,7 +225,7 @@ def physical_profile(
                     else []
                 )
                 + [f"weight-only {c.says(p, gpu.generation)}" for p, c in converts if c.kernel]
-                + padding
+                + ([padding_says(arch, stored)] if stored is not arch else [])
             ),
             "fit": dict(cal.get("fit", {})),
         },
@@ -397,8 +364,7 @@ def parse_roofline(
             arch = load_arch(arch_name)
         except ConfigError as err:
             raise ConfigError(src, "model.arch", err.problem) from None
-    if hw.get("generation") is not None:  # the experts as the engine stores them on this generation
-        arch = padded_experts(arch, str(hw["generation"]), bounded_whole(hw, "count", src, "hardware."))
+    arch = profile_experts(arch, hw, bounded_whole(hw, "count", src, "hardware."), src)  # as stored
     weight_bytes = dtype_bytes(precision, f"{src} precision")
     flops_key = "fp8_tflops" if weight_bytes == 1 else "bf16_tflops"
     facts: dict[str, float] = {}

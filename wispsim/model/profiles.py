@@ -118,6 +118,7 @@ class Profile:
     nvlink_gbs: float | None = None
     price_per_gpu_hour: float | None = None  # hardware.price_per_gpu_hour, for `wispsim plan`
     gpu_key: str | None = None  # hardware.gpu_key: the GPU's key in wispsim/data/gpus.yaml (its public price)
+    generation: str | None = None  # hardware.generation (checked by the roofline form, which needs it)
     # every estimator form the profile carries, by name (``coefficients`` is ``additive``)
     forms: dict[str, CostModel] = field(default_factory=dict)
     form_fits: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -395,6 +396,7 @@ def parse_profile(data: dict[str, Any], source: str) -> Profile:
         bf16_tflops=opt_number(hw, "bf16_tflops", src, "hardware."),
         price_per_gpu_hour=opt_number(hw, "price_per_gpu_hour", src, "hardware."),
         gpu_key=str(hw["gpu_key"]) if hw.get("gpu_key") else None,
+        generation=str(hw["generation"]) if hw.get("generation") else None,
         forms=forms,
         form_fits=form_fits,
         kv_block_size=opt_whole(data, "kv_block_size", src, ""),

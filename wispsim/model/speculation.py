@@ -43,6 +43,7 @@ from wispsim.errors import ConfigError
 from wispsim.model.acceptance import accept_runs
 from wispsim.model.archs import Arch, available_archs, load_arch
 from wispsim.model.roofline import Roofline
+from wispsim.model.weight_only import profile_experts
 from wispsim.paths import data_dir
 
 if TYPE_CHECKING:
@@ -174,6 +175,9 @@ def resolve(
             source, f"{FIELD}.draft", f"unknown architecture {name!r}; known: {', '.join(available_archs())}"
         ) from None
     _check_pair(spec.method, arch, target.arch, source)
+    # its experts as the engine stores them on the target's GPUs (mxfp4: padded to the kernel's tiles)
+    hardware = {"generation": profile.generation, "gpu_key": profile.gpu_key}
+    arch = profile_experts(arch, hardware, target.tp, f"profile '{profile.name}'")
     cost = dataclasses.replace(target, arch=arch, step=0.0, request=0.0, arrival=0.0)
     costs = dict(overheads or calibration())
     for name in ("draft_pass_ms", "draft_layer_us"):  # the scenario's own, where it sets them

@@ -31,8 +31,9 @@ from typing import Any
 
 import yaml
 
-from wispsim.model.archs import Arch
-from wispsim.model.gpus import GPU
+from wispsim.errors import ConfigError
+from wispsim.model.archs import Arch, load_gpu
+from wispsim.model.gpus import GENERATIONS, GPU
 from wispsim.paths import data_dir
 
 
@@ -93,15 +94,20 @@ def conversion(arch: Arch, gpu: GPU, experts: bool = False) -> Conversion:
 
 
 # vLLM pads mxfp4 experts to its MoE kernel's tiles when it creates their weights (0.32's
-# ``fused_moe/oracle/mxfp4.py``, ``mxfp4_round_up_hidden_size_and_intermediate_size``; the same
-# rules in ``quantization/mxfp4.py`` since 0.10): (the hidden size's multiple, the multiple of each
-# GPU's share of an expert's width) by the kernel it picks for the generation (``_kernel``).
-MXFP4_TILES = {
-    "hopper": (1, 64),  # OpenAI's Triton kernels: the width to 64, the hidden size as it is
-    "cdna3": (256, 256),  # ROCm's Triton kernels (gpt-oss's SwiGLU is not a SiLU: 256 both)
-    "blackwell": (256, 128),  # FlashInfer's TRT-LLM kernels (0.10-0.11 padded the width to 256)
-}
-MARLIN_TILES = (256, 128)  # Marlin MoE, every other generation: n % 256 and k % 128 in both GEMMs
+# ``fused_moe/oracle/mxfp4.py``, ``mxfp4_round_up_hidden_size_and_intermediate_size``): (the hidden
+# size's multiple, the multiple of each GPU's share of an expert's width) by the kernel it picks.
+# gpt-oss (``GptOssMxfp4MoEMethod``, ``_get_priority_backends_for_gpt_oss``): FlashInfer's TRT-LLM
+# kernels on datacenter Blackwell; OpenAI's Triton kernels on Hopper (the width to 64, the hidden
+# size as it is) and ROCm (gpt-oss's SwiGLU is not a SiLU: both to 256); Marlin everywhere else,
+# consumer Blackwell (SM120) included, where vLLM puts Marlin before Triton. Other mxfp4 mixtures
+# (``select_deepseek_v4_mxfp4_moe_backend``): TRT-LLM on Blackwell, Marlin on Hopper and below,
+# AITER with a SiLU on ROCm (both to 128). The rules have moved between versions (0.10-0.11 padded
+# TRT-LLM's width to 256 and ran Marlin on Hopper where OpenAI's kernels were not installed); these
+# are 0.32's.
+MARLIN_TILES = (256, 128)  # Marlin MoE: n % 256 and k % 128 in both GEMMs
+TRTLLM_TILES = (256, 128)
+GPT_OSS_TILES = {"hopper": (1, 64), "cdna3": (256, 256), "blackwell": TRTLLM_TILES}
+OTHER_MXFP4_TILES = {"cdna3": (128, 128), "blackwell": TRTLLM_TILES}
 
 
 def _round_up(x: int, m: int) -> int:
@@ -110,19 +116,57 @@ def _round_up(x: int, m: int) -> int:
 
 def padded_experts(arch: Arch, generation: str, tp: int) -> Arch:
     """``arch`` with its routed experts as vLLM stores them on each of ``tp`` GPUs of
-    ``generation`` (module ``MXFP4_TILES``): padded to the MoE kernel's tiles, which every pass
+    ``generation`` (module ``GPT_OSS_TILES``): padded to the MoE kernel's tiles, which every pass
     reads and multiplies and the weights' memory holds. gpt-oss-120b on an A100 (Marlin): hidden
-    2,880 -> 3,072 and width 2,880 -> 2,944, 9% more expert bytes; on one H100 nothing. Unchanged
-    for anything but mxfp4 experts (the other formats' kernels take the checkpoint's shapes)."""
+    2,880 -> 3,072 and width 2,880 -> 2,944, 9% more expert bytes (vLLM logged 65.965 GiB loading
+    it, this gives 65.90); on one H100 nothing. Unchanged for anything but mxfp4 experts (the other
+    formats' kernels take the checkpoint's shapes). Computed from the checkpoint's shapes, so an
+    architecture padded for one GPU can be padded again for another."""
     if arch.quant_method != "mxfp4" or not arch.moe_layers or arch.experts <= 1:
         return arch
-    hidden_tile, width_tile = MXFP4_TILES.get(generation, MARLIN_TILES)
-    share = arch.expert_width // tp  # each GPU's share (whole at the sizes check_parallel accepts)
+    table = GPT_OSS_TILES if arch.model_type == "gpt_oss" else OTHER_MXFP4_TILES
+    hidden_tile, width_tile = table.get(generation, MARLIN_TILES)
+    checkpoint = arch.moe_intermediate_size or arch.intermediate_size
     hidden = _round_up(arch.hidden_size, hidden_tile)
-    width = tp * _round_up(share, width_tile)
-    if hidden == arch.hidden_size and width == arch.expert_width:
+    width = tp * _round_up(checkpoint // tp, width_tile)  # each GPU's share, as vLLM divides it
+    pads = (
+        hidden if hidden != arch.hidden_size else 0,
+        width if width != checkpoint else 0,
+    )
+    if pads == (arch.expert_hidden_pad, arch.expert_width_pad):
         return arch
-    return dataclasses.replace(arch, expert_hidden_pad=hidden, expert_width_pad=width)
+    return dataclasses.replace(arch, expert_hidden_pad=pads[0], expert_width_pad=pads[1])
+
+
+def padding_says(arch: Arch, stored: Arch) -> str:
+    """What a profile's ``kernel_basis`` says of ``arch``'s experts stored as ``stored``."""
+    return (
+        f"mxfp4 experts stored padded to the MoE kernel's tiles: hidden {arch.hidden_size:,} -> "
+        f"{stored.expert_hidden_pad or arch.hidden_size:,}, width {arch.expert_width:,} -> "
+        f"{stored.expert_width:,} over the GPUs (wispsim.model.weight_only.padded_experts)"
+    )
+
+
+def profile_experts(arch: Arch, hardware: dict[str, Any], tp: int, src: str) -> Arch:
+    """:func:`padded_experts` for a profile's ``hardware`` section: its ``generation`` (or, where an
+    older profile gives none, its ``gpu_key``'s). An unknown generation is refused; so is a profile
+    of mxfp4 experts that says neither (their tiles depend on it)."""
+    gen = hardware.get("generation")
+    if gen is None and hardware.get("gpu_key") is not None:
+        try:
+            gen = load_gpu(str(hardware["gpu_key"])).generation
+        except ConfigError:
+            gen = None
+    allowed = f"allowed: {', '.join(GENERATIONS)}"
+    if gen is not None and gen not in GENERATIONS:
+        raise ConfigError(src, "hardware.generation", f"got {gen!r}; {allowed}")
+    if gen is None:
+        if padded_experts(arch, "ampere", tp) is not arch:  # mxfp4 experts: the tiles matter
+            raise ConfigError(
+                src, "hardware.generation", f"is missing (mxfp4 experts are padded by generation); {allowed}"
+            )
+        return arch
+    return padded_experts(arch, str(gen), tp)
 
 
 INT8_RATE = 2.0  # int8 tensor cores: twice the dense 16-bit rate (A100 624 / 312, H100 1979 / 989 TOPS)

@@ -118,8 +118,27 @@ class _Pacing:
 
 @functools.cache
 def _blas() -> threadpoolctl.ThreadpoolController:
-    """The BLAS libraries loaded in this process (looked up once: numpy's is loaded by then)."""
+    """The BLAS libraries loaded in this process (looked up once: importing this module loads
+    numpy's)."""
     return threadpoolctl.ThreadpoolController()
+
+
+def _set_blas(limiter: Any) -> Any:
+    """Apply (``limiter`` None) or lift the one-thread BLAS limit, from whichever thread, without
+    keeping OpenBLAS's control: threadpoolctl (3.6+) lets only the thread that last set a pthreads
+    OpenBLAS's threads set them again until it lets go, so a run on another thread, or the caller,
+    could not set them afterwards. Returns the limiter to lift (None where it cannot be set)."""
+    try:
+        if limiter is None:
+            limiter = _blas().limit(limits=1, user_api="blas")
+        else:
+            limiter.restore_original_limits()
+    except Exception:  # a BLAS threadpoolctl cannot drive: the run runs as it is
+        limiter = None
+    release = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)
+    if release is not None:
+        release(force=True)
+    return limiter
 
 
 @contextlib.contextmanager
@@ -145,7 +164,7 @@ def paced_for_runs() -> Iterator[None]:
             if _Pacing.froze:
                 gc.freeze()
             gc.set_threshold(YOUNG_THRESHOLD, *older)
-            _Pacing.blas = _blas().limit(limits=1, user_api="blas")
+            _Pacing.blas = _set_blas(None)
     try:
         yield
     finally:
@@ -155,7 +174,8 @@ def paced_for_runs() -> Iterator[None]:
                 gc.set_threshold(_Pacing.young, *gc.get_threshold()[1:])
                 if _Pacing.froze:
                     gc.unfreeze()
-                _Pacing.blas.restore_original_limits()
+                if _Pacing.blas is not None:
+                    _set_blas(_Pacing.blas)
                 _Pacing.blas = None
 
 

@@ -29,6 +29,7 @@ from wispsim.model.archs import load_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import Profile, parse_profile
 from wispsim.model.startup import profile_startup
+from wispsim.model.weight_only import padded_experts
 from wispsim.study.bench import BenchRun, bench
 
 # figures compared, real column -> what the simulator reports under the same name
@@ -331,9 +332,9 @@ def memory_check(folder: str) -> pd.DataFrame:
         if run.spec_method != "none":  # a draft model's weights and KV share the GPU (next issue)
             continue
         tp = int(r.tp)
-        arch = load_arch(str(run["arch"]))
-        weights = arch.weight_bytes(2)
         gpu = load_gpu(str(r.gpu))
+        arch = padded_experts(load_arch(str(run["arch"])), gpu.generation, tp)  # its experts as stored
+        weights = arch.weight_bytes(2)
         logged_w = float(r.weights_gib) if pd.notna(r.weights_gib) else math.nan
         kv_gib = float(r.kv_cache_gib)
         util = float(r.gpu_memory_utilization) if pd.notna(r.gpu_memory_utilization) else 0.9

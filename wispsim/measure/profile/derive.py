@@ -34,6 +34,7 @@ from wispsim.model.archs import GPU, Arch, dtype_bytes, find_arch, load_arch, lo
 from wispsim.model.estimator import LINEAR_FORMS
 from wispsim.model.physical import sig6
 from wispsim.model.profiles import COEFFICIENTS, Profile
+from wispsim.model.weight_only import profile_experts
 
 C_RULES = ("weights", "keep")
 RULE = (
@@ -103,6 +104,10 @@ def derive(
         else {**s_hw, "count": n}
     )
     mem = gpu.memory_gib if gpu else src.gpu_memory_gib
+    # both models' experts as the engine stores them on their GPUs (mxfp4: padded to the kernel's tiles)
+    s_gen = {"generation": src.generation, "gpu_key": src.gpu_key}
+    s_arch = profile_experts(s_arch, s_gen, src.gpu_count, f"profile {src.name!r}")
+    target = profile_experts(target, {"generation": gpu.generation} if gpu else s_gen, n, "--gpu")
     nbytes = dtype_bytes(dtype)
     src_kv = src.model.kv_dtype_bytes
     work = {
