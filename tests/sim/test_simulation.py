@@ -370,3 +370,38 @@ def test_a_run_holds_blas_to_one_thread_and_gives_it_back(det_scenario) -> None:
         t.start()
         t.join()
         assert on_worker == [{1}] and set(blas()) == {2}
+
+
+@pytest.mark.parametrize("process", ["closed", "poisson"])
+def test_a_device_run_from_callbacks_takes_the_steps_a_process_takes(
+    monkeypatch: pytest.MonkeyPatch, process: str
+) -> None:
+    """Under edge drafting a device's loop runs from its verdicts' callbacks (Device.start); the
+    same run with every device a SimPy process (as under an arrival process that gates) gives the
+    same records, to the bit."""
+    from wispsim.sim import arrivals
+    from wispsim.sim.device import Device
+
+    sc = load_scenario(
+        overrides={
+            "devices": {"count": 24},
+            "arrivals": {"process": process, "rate": 4.0},
+            "workload": {"warmup_s": 5.0, "duration_s": 20.0},
+        }
+    )
+    started: list[str] = []
+    real_start = Device.start
+
+    def spy(self: Device) -> None:
+        started.append("process" if self.ctx.arrivals.gates else "callbacks")
+        real_start(self)
+
+    monkeypatch.setattr(Device, "start", spy)
+    fast = simulate(resolve_server(sc))
+    assert set(started) == {"callbacks"} and len(fast.responses) > 10
+    started.clear()
+    monkeypatch.setattr(arrivals.Arrivals, "gates", True)
+    slow = simulate(resolve_server(sc))
+    assert set(started) == {"process"}
+    pd.testing.assert_frame_equal(fast.responses, slow.responses)
+    pd.testing.assert_frame_equal(fast.rounds, slow.rounds)

@@ -157,6 +157,7 @@ class Arrivals:
     """Base: starts devices. ``n`` is the pool: how many distinct device indices a closed run uses."""
 
     open = False
+    gates = False  # whether gate() may hold a device back (a process overriding it sets True)
 
     def __init__(self, ctx: RunContext, n: int) -> None:
         self.ctx = ctx
@@ -232,6 +233,8 @@ def traced(ctx: RunContext, n: int) -> Arrivals:
 
 class TracedConcurrency(_Traced):
     """Devices 0..target-1 active; the pool is as large as the trace's peak."""
+
+    gates = True
 
     def __init__(self, ctx: RunContext, n: int) -> None:
         super().__init__(ctx, n)

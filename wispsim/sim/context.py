@@ -31,6 +31,7 @@ class ArrivalProcess(Protocol):
 
     n: int
     open: bool
+    gates: bool  # whether gate() may ever hold a device back
 
     def gate(self, index: int) -> simpy.Event | None: ...
 

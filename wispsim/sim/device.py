@@ -21,7 +21,9 @@ import numpy as np
 
 from wispsim.model.network import TOKEN_ID_BYTES, Link, pick_link_type
 from wispsim.sim.context import DeviceRound
-from wispsim.sim.round import RoundPlan
+from wispsim.sim.round import Outcome, RoundPlan, Rounds
+from wispsim.sim.verdict import call_at_start
+from wispsim.sim.verifier import Request
 
 if TYPE_CHECKING:
     from wispsim.model.fleet import DeviceSpec
@@ -40,10 +42,13 @@ class Device:
     """One edge device of a class: its constants, its random streams, and its client loop."""
 
     __slots__ = (
+        "_current",
         "_header",
         "_output",
         "_pos",
         "_prompt",
+        "_req",
+        "_rounds",
         "_runs",
         "_state",
         "_stream",
@@ -67,6 +72,11 @@ class Device:
     _prompt: int
     _runs: list[int]
     _stream: Any
+    # driven from callbacks (start): the response's (resp, t0, prompt, output), its rounds, the
+    # request whose verdict the device waits for
+    _current: tuple[int, float, int, int]
+    _rounds: Rounds
+    _req: Request
 
     def __init__(self, ctx: RunContext, index: int, spec: DeviceSpec, once: bool = False) -> None:
         """Device ``index`` of class ``spec.slo``; ``once``: an open session (one response, now)."""
@@ -162,34 +172,86 @@ class Device:
         shared = self.ctx.scenario.workload.shared_prefix_tokens
         return (None, 0, shared) if shared else (None, None, 0)
 
+    def start(self) -> None:
+        """Start the device where the run starts it. Under edge drafting, where the arrival process
+        never holds a device back, its loop runs from its verdicts' callbacks (:class:`Rounds`): a
+        callback a round where a process would be resumed, the same steps in the same order, so
+        the same records to the bit; otherwise :meth:`run` runs as a process."""
+        ctx = self.ctx
+        if ctx.serving.name != "speculative" or ctx.arrivals.gates:
+            ctx.env.process(self.run())
+        else:
+            call_at_start(ctx.env, self._begin)
+
     def run(self) -> Generator[Any, Any, None]:
         """Response after response: pick it, have the server serve it (the run's serving
         component: rounds drafted here and verified there, or every token generated there),
         record it, think (module text)."""
+        self._prepare()
         ctx = self.ctx
-        env = ctx.env
         serving = ctx.serving
-        rec = ctx.recorder
-        index, slo = self.index, self.slo
-        self.side = DeviceRound(index, slo, self.tau_d)  # the device's side of each round's record
-        self._header, self._tok_bytes = ctx.header_bytes, ctx.draft_token_bytes
-        pad = serving.pad
         pending = self.start_offset  # time owed before the next thing the device does
         while True:
             pending = yield from self._gate(pending)
-            think, prompt, output = self._next_response()
-            stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, pad)
-            prompt, output = stream.prompt_len, stream.output_len
-            self._stream = stream
-            self._pos, self._output, self._prompt = 0, output, prompt
-            t0 = env.now + pending + think
-            pending += think
-            resp = rec.open_response(t0, index, slo, prompt, output)
+            resp, t0, prompt, output, pending = self._open(pending)
             out = yield from serving.respond(ctx, self, resp, prompt, output, t0, pending, self.alpha_hat, t0)
-            self.alpha_hat, pending = out.alpha_hat, out.pending
-            serving.end(ctx, resp)
-            rec.finish_response(
-                resp, index, slo, t0, out.t_end, out.t_first, prompt, output, out.rounds, out.cold_rounds
-            )
+            pending = self._close(resp, t0, prompt, output, out)
             if self.once:
                 return
+
+    def _prepare(self) -> None:
+        """The device's side of its rounds' records, and the sizes of its messages."""
+        ctx = self.ctx
+        self.side = DeviceRound(self.index, self.slo, self.tau_d)
+        self._header, self._tok_bytes = ctx.header_bytes, ctx.draft_token_bytes
+
+    def _open(self, pending: float) -> tuple[int, float, int, int, float]:
+        """Pick the next response, ``pending`` seconds owed, and open its record: (its id, its
+        start, prompt and output tokens, the time owed before its first round)."""
+        ctx = self.ctx
+        think, prompt, output = self._next_response()
+        stream = ctx.acceptance.new_response(self.rng_accept, prompt, output, ctx.serving.pad)
+        prompt, output = stream.prompt_len, stream.output_len
+        self._stream = stream
+        self._pos, self._output, self._prompt = 0, output, prompt
+        t0 = ctx.env.now + pending + think
+        resp = ctx.recorder.open_response(t0, self.index, self.slo, prompt, output)
+        return resp, t0, prompt, output, pending + think
+
+    def _close(self, resp: int, t0: float, prompt: int, output: int, out: Outcome) -> float:
+        """Response ``resp`` is over: the server frees it and it is recorded; returns the time the
+        device still owes (its last downlink)."""
+        ctx = self.ctx
+        self.alpha_hat = out.alpha_hat
+        ctx.serving.end(ctx, resp)
+        index, slo = self.index, self.slo
+        ctx.recorder.finish_response(
+            resp, index, slo, t0, out.t_end, out.t_first, prompt, output, out.rounds, out.cold_rounds
+        )
+        return out.pending
+
+    # --- the loop of :meth:`run` under edge drafting, from callbacks (:meth:`start`) ------------
+    def _begin(self, _: Any) -> None:
+        self._prepare()
+        self._respond(self.start_offset)
+
+    def _respond(self, pending: float) -> None:
+        resp, t0, prompt, output, pending = self._open(pending)
+        self._current = (resp, t0, prompt, output)
+        self._rounds = Rounds(self.ctx, self, resp, prompt, t0, pending, self.alpha_hat, t0)
+        self._send()
+
+    def _send(self) -> None:
+        req = self._rounds.send()
+        if req is None:  # the response is over: the next one starts now, as run()'s loop does
+            resp, t0, prompt, output = self._current
+            pending = self._close(resp, t0, prompt, output, self._rounds.outcome())
+            if not self.once:
+                self._respond(pending)
+            return
+        self._req = req
+        req.done.callbacks.append(self._verdict)  # type: ignore[union-attr]
+
+    def _verdict(self, _: Any) -> None:
+        self._rounds.received(self._req)
+        self._send()

@@ -61,71 +61,112 @@ class Outcome(NamedTuple):
     pending: float  # device time still owed (the last downlink)
 
 
+class Rounds:
+    """One response's rounds, round after round from its ``source``, the first ``pending`` seconds
+    from now, with accept-rate estimate ``alpha_hat`` (a response of ``prompt`` tokens started at
+    ``t0``; ``t_first``: its first-token time if no round runs). :meth:`send` plans the next round
+    and sends its request to the server (None once the source says the response is over);
+    :meth:`received` takes its verdict and records the round, with the source's ``side`` of it.
+    :func:`speculative_response` drives them as a process; the simulated device drives them from
+    the verdicts' callbacks (:meth:`wispsim.sim.device.Device.start`): the same steps, in the same
+    order, without a process to resume each round."""
+
+    __slots__ = (
+        "accepted", "alpha_hat", "budget", "cold", "committed", "ctx", "draft", "env", "k", "pending",
+        "pos", "post", "prompt", "resp", "rnd", "side", "slo", "source", "submit", "t_end", "t_first",
+        "t_start", "up", "w",
+    )  # fmt: skip
+
+    def __init__(self, ctx: RunContext, source: RoundSource, resp: int, prompt: int, t0: float,
+                 pending: float, alpha_hat: float, t_first: float) -> None:  # fmt: skip
+        side = self.side = source.side
+        side.measured = ctx.recorder.is_measured(resp)
+        self.ctx, self.env, self.source = ctx, ctx.env, source
+        self.submit = ctx.server.submit  # called with the request when its uplink ends (Request.send)
+        # or the request is posted as data, where the server takes it so (sim.inbox)
+        self.post = getattr(ctx.server, "post", None)
+        self.w = ctx.alpha_ema
+        self.slo = side.slo
+        self.resp, self.prompt, self.pending, self.alpha_hat = resp, prompt, pending, alpha_hat
+        self.t_end, self.t_first = t0, t_first
+        self.rnd = self.cold = 0
+        self.pos = self.k = self.accepted = self.committed = 0
+        self.t_start = self.draft = self.up = self.budget = 0.0
+
+    def send(self) -> Request | None:
+        """Plan the next round and send its request (the server gets it when its uplink ends);
+        None once the response is over."""
+        plan = self.source.next_round(self.rnd)
+        if plan is None:
+            return None
+        lead, pos, k, accepted, committed, draft, up = plan
+        pending = self.pending + lead if lead else self.pending
+        env = self.env
+        now = env.now
+        delay = pending + draft + up
+        arrival = now + delay  # when the request reaches the server (Request.send's timeout: same sum)
+        n_hat = self.alpha_hat * k + 1.0
+        budget = n_hat / self.slo - draft - up
+        prefix = self.prompt + pos
+        req = Request(
+            next(self.ctx.request_ids), self.resp, arrival, arrival + budget, n_hat, k, prefix,
+            prefix + committed, Verdict(env),
+        )  # fmt: skip
+        self.t_start = now + pending
+        self.pos, self.k, self.accepted, self.committed = pos, k, accepted, committed
+        self.draft, self.up, self.budget = draft, up, budget
+        # the request reaches the server when its uplink ends (a timeout's callback, or data the
+        # server reads then), and the device sleeps until the verdict
+        post = self.post
+        if post is None:
+            req.send(env, delay, self.submit)
+        else:
+            post(req)
+        return req
+
+    def received(self, req: Request) -> None:
+        """The verdict of ``req`` (the round :meth:`send` sent last) reached the server's side:
+        its downlink, the first token if it is the first round, the round's record."""
+        ctx = self.ctx
+        rnd, accepted, k = self.rnd, self.accepted, self.k
+        down = self.source.downlink(self.committed)
+        t_end = self.t_end = self.env.now + down
+        if rnd == 0:  # the first round's verdict brings the first token
+            self.t_first = t_end
+            ctx.recorder.first_token(self.resp, t_end)
+            ctx.recorder.server_times(self.resp, req.arrival, req.arrival, req.dispatch)
+        self.cold += req.cold
+        side = self.side
+        side.round = rnd
+        side.position = self.pos
+        side.t_start = self.t_start
+        side.draft_time = self.draft
+        side.accepted = accepted
+        side.committed = self.committed
+        side.uplink_time = self.up
+        side.budget = self.budget
+        side.downlink_time = down
+        side.t_end = t_end
+        ctx.recorder.record_round(side, req)
+        self.alpha_hat += self.w * (accepted / k - self.alpha_hat)
+        self.rnd = rnd + 1
+        self.pending = down
+
+    def outcome(self) -> Outcome:
+        """How the response's rounds went (once :meth:`send` returned None)."""
+        return Outcome(self.t_end, self.t_first, self.rnd, self.cold, self.alpha_hat, self.pending)
+
+
 def speculative_response(ctx: RunContext, source: RoundSource, resp: int, prompt: int, output: int,
                          t0: float, pending: float, alpha_hat: float, t_first: float,
                          ) -> Generator[Any, Any, Outcome]:  # fmt: skip
     """Run response ``resp`` (a ``prompt``-token prompt, started at ``t0``) round by round from
-    ``source``, the first ``pending`` seconds from now, with accept-rate estimate ``alpha_hat``;
-    every round is recorded with the source's ``side`` of it (the device's side of the round
-    record). ``t_first``: the response's first-token time if no round runs; ``output`` is the
-    source's to know (its rounds end the response). Returns the :class:`Outcome`."""
-    side = source.side
-    side.measured = ctx.recorder.is_measured(resp)
-    env = ctx.env
-    submit = ctx.server.submit  # called with the request when its uplink ends (Request.send)
-    # or the request is posted as data, where the server takes it so (sim.inbox)
-    post = getattr(ctx.server, "post", None)
-    record_round = ctx.recorder.record_round
-    req_ids = ctx.request_ids
-    verdict = Verdict  # the event of a round's verdict (a batch succeeds its members' at once)
-    w = ctx.alpha_ema
-    slo = side.slo
-    next_round, downlink = source.next_round, source.downlink
-    t_end = t0
-    rnd = cold = 0
-    while True:
-        plan = next_round(rnd)
-        if plan is None:
-            break
-        lead, pos, k, accepted, committed, draft, up = plan
-        if lead:
-            pending += lead
-        now = env.now
-        t_start = now + pending
-        delay = pending + draft + up
-        arrival = now + delay  # when the request reaches the server (Request.send's timeout: same sum)
-        n_hat = alpha_hat * k + 1.0
-        budget = n_hat / slo - draft - up
-        prefix = prompt + pos
-        req = Request(
-            next(req_ids), resp, arrival, arrival + budget, n_hat, k, prefix, prefix + committed, verdict(env)
-        )
-        # the request reaches the server when its uplink ends (a timeout's callback, or data the
-        # server reads then), and the device sleeps until the verdict: one resume per round
-        if post is None:
-            req.send(env, delay, submit)
-        else:
-            post(req)
-        yield req.done
-        down = downlink(committed)
-        t_end = env.now + down
-        if rnd == 0:  # the first round's verdict brings the first token
-            t_first = t_end
-            ctx.recorder.first_token(resp, t_end)
-            ctx.recorder.server_times(resp, req.arrival, req.arrival, req.dispatch)
-        cold += req.cold
-        side.round = rnd
-        side.position = pos
-        side.t_start = t_start
-        side.draft_time = draft
-        side.accepted = accepted
-        side.committed = committed
-        side.uplink_time = up
-        side.budget = budget
-        side.downlink_time = down
-        side.t_end = t_end
-        record_round(side, req)
-        alpha_hat += w * (accepted / k - alpha_hat)
-        rnd += 1
-        pending = down
-    return Outcome(t_end, t_first, rnd, cold, alpha_hat, pending)
+    ``source`` as a process (:class:`Rounds`: arguments as there); ``output`` is the source's to
+    know (its rounds end the response). Returns the :class:`Outcome`."""
+    rounds = Rounds(ctx, source, resp, prompt, t0, pending, alpha_hat, t_first)
+    req = rounds.send()
+    while req is not None:
+        yield req.done  # one resume per round
+        rounds.received(req)
+        req = rounds.send()
+    return rounds.outcome()

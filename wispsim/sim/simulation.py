@@ -268,13 +268,13 @@ class SimulatedDevices:
     (closed: ``devices`` of them at once; open: one per session, from a fleet of device specs)."""
 
     def launch(self, ctx: RunContext, devices: int) -> None:
-        sc, env = ctx.scenario, ctx.env
+        sc = ctx.scenario
         arrivals = ctx.arrivals = make_arrivals(ctx, devices)
         specs = device_specs(sc, arrivals.n if not arrivals.open else fleet_size(sc))
 
         def start(index: int, once: bool) -> None:
             ctx.devices_started += 1
-            env.process(Device(ctx, index, specs[index % len(specs)], once).run())
+            Device(ctx, index, specs[index % len(specs)], once).start()
 
         arrivals.start(start)
 

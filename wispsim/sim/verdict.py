@@ -6,8 +6,10 @@ a subclass of an interpreted class, as SimPy's own loop is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import simpy
-from simpy.events import PENDING, Event
+from simpy.events import PENDING, URGENT, Event
 
 
 class Verdict(Event):
@@ -47,3 +49,14 @@ class Verdict(Event):
             callbacks, ev.callbacks = ev.callbacks, None
             for callback in callbacks:  # type: ignore[union-attr]
                 callback(ev)
+
+
+def call_at_start(env: simpy.Environment, callback: Callable[[Event], None]) -> None:
+    """Call ``callback`` where a process made now would start: an URGENT event at the current time,
+    as ``Environment.process`` schedules its ``Initialize`` (a loop run from callbacks, not a
+    process, starts in the same place in the heap: :meth:`wispsim.sim.device.Device.start`)."""
+    ev = Event(env)
+    ev.callbacks.append(callback)  # type: ignore[union-attr]
+    ev._ok = True
+    ev._value = None
+    env.schedule(ev, URGENT)
