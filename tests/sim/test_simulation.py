@@ -299,13 +299,14 @@ def test_a_run_paces_the_collector_and_gives_it_back(det_scenario) -> None:
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
     simulate(resolve_server(det_scenario()))
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
-    # a caller that froze objects itself (before a fork, say) keeps them frozen
+    # a caller that froze objects itself (before a fork, say) keeps them frozen (a few of them
+    # may be freed meanwhile: a setting threadpoolctl replaces; gc.unfreeze would drop them all)
     gc.freeze()
     try:
         mine = gc.get_freeze_count()
         with paced_for_runs():
-            assert gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() >= mine
-        assert gc.get_threshold() == before and gc.get_freeze_count() >= mine > 0
+            assert gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() > mine - 100
+        assert gc.get_threshold() == before and gc.get_freeze_count() > mine - 100 > 0
     finally:
         gc.unfreeze()
 
