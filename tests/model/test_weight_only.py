@@ -252,3 +252,16 @@ def test_the_weights_must_fit_as_they_are_stored() -> None:
         physical_profile(oss, a40, count=2)
     assert "use --tensor-parallel-size >= 4" in err.value.problem
     assert physical_profile(oss, a40, count=4)["hardware"]["count"] == 4
+
+
+def test_a_profile_without_the_roofline_form_holds_its_experts_as_stored() -> None:
+    """The start-up memory of a profile that names its architecture but prices with another form
+    (a measured or derived profile) reads the experts as its GPU's kernel stores them."""
+    from wispsim.model.startup import profile_startup
+
+    oss = load_arch("gpt-oss-120b")
+    prof = parse_profile(physical_profile(oss, load_gpu("a100-80gb")), "p")
+    other = dataclasses.replace(prof, forms={})
+    assert profile_startup(other, 256, 8192) == profile_startup(prof, 256, 8192)
+    unknown = dataclasses.replace(other, generation=None)
+    assert profile_startup(unknown, 256, 8192).forward < profile_startup(other, 256, 8192).forward

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from wispsim.errors import ConfigError
 from wispsim.model.archs import Arch, available_archs, load_arch
 from wispsim.model.profiles import GIB, Profile
+from wispsim.model.weight_only import padded_experts
 
 SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 8 + 4 + 8
 ACTIVATION_BYTES = 2  # bf16 activations, whatever the weights' format
@@ -134,6 +135,8 @@ def _arch_of(profile: Profile) -> Arch | None:
     if name not in available_archs():
         return None
     try:
-        return load_arch(name)
+        arch = load_arch(name)
     except ConfigError:
         return None
+    # its experts as the engine stores them, where the profile says on which GPUs
+    return padded_experts(arch, profile.generation, profile.gpu_count) if profile.generation else arch

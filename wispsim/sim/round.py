@@ -3,11 +3,12 @@
 Every device that drafts at the edge runs its responses' rounds through :class:`Rounds`: the
 simulated device (:class:`wispsim.sim.device.Device`, from its verdicts' callbacks; the real swarm
 runs the same device against a client of the real server), and, through the process
-:func:`speculative_response`, the recorded device of a replay (:mod:`wispsim.study.replay.drive`). What differs between them is only where a round's facts come
-from, a :class:`RoundSource`: the simulated device plans k with its drafting controller, draws
-acceptance from its trace and transfer times from its link; a recorded device reads them from
-the log. The request the server sees, the device's accept-rate estimate, the first-token time and
-the round record are made here, the same way for all.
+:func:`speculative_response`, the recorded device of a replay (:mod:`wispsim.study.replay.drive`).
+What differs between them is only where a round's facts come from, a :class:`RoundSource`: the
+simulated device plans k with its drafting controller, draws acceptance from its trace and transfer
+times from its link; a recorded device reads them from the log. The request the server sees, the
+device's accept-rate estimate, the first-token time and the round record are made here, the same
+way for all.
 """
 
 from __future__ import annotations
