@@ -118,8 +118,8 @@ class _Pacing:
 
 @functools.cache
 def _blas() -> threadpoolctl.ThreadpoolController:
-    """The BLAS libraries loaded in this process (looked up once: importing this module loads
-    numpy's)."""
+    """The BLAS libraries loaded in this process, looked up once (importing this module loads
+    numpy's, where a run's products run; one loaded later, torch's say, is left as it is)."""
     return threadpoolctl.ThreadpoolController()
 
 
