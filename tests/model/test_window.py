@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from wispsim.config import ServerConfig
+from wispsim.config.server import EngineConfig
 from wispsim.errors import ConfigError
 from wispsim.model.archs import load_arch, load_gpu
 from wispsim.model.batch import Shape, Window
@@ -127,12 +129,14 @@ def test_a_windowed_architecture_gives_its_profile_the_window() -> None:
         physical_profile(load_arch("gpt-oss-120b"), load_gpu("h100-80gb"), count=1, noise_sigma=0.0), "t"
     )
     assert (prof.model.sliding_window, prof.model.windowed_layers) == (128, 18)
-    w = kv_window(prof)
+    v1, v0 = ServerConfig(), ServerConfig(engine=EngineConfig(use_v1=False))
+    w = kv_window(v1, prof)
     assert w is not None and (w.tokens, w.share, w.groups) == (128, 0.5, 2)
+    assert kv_window(v0, prof) is None  # V0 has no hybrid KV cache manager: every layer in full
     dense = parse_profile(
         physical_profile(load_arch("qwen3-32b"), load_gpu("h100-80gb"), count=1, noise_sigma=0.0), "t"
     )
-    assert kv_window(dense) is None
+    assert kv_window(v1, dense) is None
 
 
 def test_window_facts_come_together_and_within_the_layers() -> None:

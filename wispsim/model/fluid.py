@@ -378,7 +378,7 @@ def _centralized(
         look = spec.k + 1
     context = held_context(sc.workload.prompt_tokens, sc.workload.output_tokens)
     block = block_size(srv.engine.block_size, profile)  # its last block half filled, on average
-    window = None if srv.engine.v0 else kv_window(profile)  # windowed layers hold the window only
+    window = kv_window(srv, profile)  # windowed layers hold the window only
     if window:  # tokens of KV (counted over every layer) that a running response's pages take up
         held = window.pages(round(context), 1, block) * block * window.size / window.layers
     else:

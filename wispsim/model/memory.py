@@ -244,10 +244,13 @@ def block_size(configured: int | None, profile: Profile) -> int:
     return profile.kv_block_size or DEFAULT_BLOCK_SIZE
 
 
-def kv_window(profile: Profile) -> Window | None:
-    """The profile's sliding-window layers as the engine keeps them (None: all attend in full)."""
+def kv_window(server: ServerConfig, profile: Profile) -> Window | None:
+    """The profile's sliding-window layers as the server's engine keeps them (None: all attend in
+    full, or vLLM V0, which has no hybrid KV cache manager and holds every layer in full)."""
     m = profile.model
-    return Window(m.sliding_window, m.layers, m.windowed_layers) if m.windowed_layers else None
+    if not m.windowed_layers or server.engine.v0:
+        return None
+    return Window(m.sliding_window, m.layers, m.windowed_layers)
 
 
 def kv_capacity(server: ServerConfig, profile: Profile) -> int:

@@ -114,6 +114,11 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
+def mxfp4_experts(arch: Arch) -> bool:
+    """Whether ``arch``'s routed experts are mxfp4 (stored padded by the GPU's kernel)."""
+    return arch.quant_method == "mxfp4" and arch.moe_layers > 0 and arch.experts > 1
+
+
 def padded_experts(arch: Arch, generation: str, tp: int) -> Arch:
     """``arch`` with its routed experts as vLLM stores them on each of ``tp`` GPUs of
     ``generation`` (module ``GPT_OSS_TILES``): padded to the MoE kernel's tiles, which every pass
@@ -122,7 +127,7 @@ def padded_experts(arch: Arch, generation: str, tp: int) -> Arch:
     it, this gives 65.90); on one H100 nothing. Unchanged for anything but mxfp4 experts (the other
     formats' kernels take the checkpoint's shapes). Computed from the checkpoint's shapes, so an
     architecture padded for one GPU can be padded again for another."""
-    if arch.quant_method != "mxfp4" or not arch.moe_layers or arch.experts <= 1:
+    if not mxfp4_experts(arch):
         return arch
     table = GPT_OSS_TILES if arch.model_type == "gpt_oss" else OTHER_MXFP4_TILES
     hidden_tile, width_tile = table.get(generation, MARLIN_TILES)
@@ -161,7 +166,7 @@ def profile_experts(arch: Arch, hardware: dict[str, Any], tp: int, src: str) -> 
     if gen is not None and gen not in GENERATIONS:
         raise ConfigError(src, "hardware.generation", f"got {gen!r}; {allowed}")
     if gen is None:
-        if padded_experts(arch, "ampere", tp) is not arch:  # mxfp4 experts: the tiles matter
+        if mxfp4_experts(arch):  # their tiles depend on the generation
             raise ConfigError(
                 src, "hardware.generation", f"is missing (mxfp4 experts are padded by generation); {allowed}"
             )

@@ -157,7 +157,6 @@ class Arrivals:
     """Base: starts devices. ``n`` is the pool: how many distinct device indices a closed run uses."""
 
     open = False
-    gates = False  # whether gate() may hold a device back (a process overriding it sets True)
 
     def __init__(self, ctx: RunContext, n: int) -> None:
         self.ctx = ctx
@@ -170,6 +169,11 @@ class Arrivals:
     def gate(self, index: int) -> simpy.Event | None:
         """None if device ``index`` may start a response now, else an event to wait for."""
         return None
+
+    @property
+    def gates(self) -> bool:
+        """Whether :meth:`gate` may ever hold a device back: a process that overrides it."""
+        return type(self).gate is not Arrivals.gate
 
     def lengths(self, index: int) -> tuple[int, int] | None:
         """(prompt, output) tokens of device ``index``'s response where the arrival process sets
@@ -233,8 +237,6 @@ def traced(ctx: RunContext, n: int) -> Arrivals:
 
 class TracedConcurrency(_Traced):
     """Devices 0..target-1 active; the pool is as large as the trace's peak."""
-
-    gates = True
 
     def __init__(self, ctx: RunContext, n: int) -> None:
         super().__init__(ctx, n)

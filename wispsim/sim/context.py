@@ -31,7 +31,9 @@ class ArrivalProcess(Protocol):
 
     n: int
     open: bool
-    gates: bool  # whether gate() may ever hold a device back
+
+    @property
+    def gates(self) -> bool: ...  # whether gate() may ever hold a device back
 
     def gate(self, index: int) -> simpy.Event | None: ...
 

@@ -23,7 +23,6 @@ from wispsim.model.network import TOKEN_ID_BYTES, Link, pick_link_type
 from wispsim.sim.context import DeviceRound
 from wispsim.sim.round import Outcome, RoundPlan, Rounds
 from wispsim.sim.verdict import call_at_start
-from wispsim.sim.verifier import Request
 
 if TYPE_CHECKING:
     from wispsim.model.fleet import DeviceSpec
@@ -47,7 +46,6 @@ class Device:
         "_output",
         "_pos",
         "_prompt",
-        "_req",
         "_rounds",
         "_runs",
         "_state",
@@ -72,11 +70,9 @@ class Device:
     _prompt: int
     _runs: list[int]
     _stream: Any
-    # driven from callbacks (start): the response's (resp, t0, prompt, output), its rounds, the
-    # request whose verdict the device waits for
+    # driven from callbacks (start): the response's (resp, t0, prompt, output) and its rounds
     _current: tuple[int, float, int, int]
     _rounds: Rounds
-    _req: Request
 
     def __init__(self, ctx: RunContext, index: int, spec: DeviceSpec, once: bool = False) -> None:
         """Device ``index`` of class ``spec.slo``; ``once``: an open session (one response, now)."""
@@ -249,9 +245,8 @@ class Device:
             if not self.once:
                 self._respond(pending)
             return
-        self._req = req
         req.done.callbacks.append(self._verdict)  # type: ignore[union-attr]
 
     def _verdict(self, _: Any) -> None:
-        self._rounds.received(self._req)
+        self._rounds.received()
         self._send()

@@ -74,8 +74,8 @@ class Rounds:
 
     __slots__ = (
         "accepted", "alpha_hat", "budget", "cold", "committed", "ctx", "draft", "env", "k", "pending",
-        "pos", "post", "prompt", "resp", "rnd", "side", "slo", "source", "submit", "t_end", "t_first",
-        "t_start", "up", "w",
+        "pos", "post", "prompt", "req", "resp", "rnd", "side", "slo", "source", "submit", "t_end",
+        "t_first", "t_start", "up", "w",
     )  # fmt: skip
 
     def __init__(self, ctx: RunContext, source: RoundSource, resp: int, prompt: int, t0: float,
@@ -93,6 +93,7 @@ class Rounds:
         self.rnd = self.cold = 0
         self.pos = self.k = self.accepted = self.committed = 0
         self.t_start = self.draft = self.up = self.budget = 0.0
+        self.req: Request | None = None  # the round in flight (sent, its verdict awaited)
 
     def send(self) -> Request | None:
         """Plan the next round and send its request (the server gets it when its uplink ends);
@@ -123,11 +124,14 @@ class Rounds:
             req.send(env, delay, self.submit)
         else:
             post(req)
+        self.req = req
         return req
 
-    def received(self, req: Request) -> None:
-        """The verdict of ``req`` (the round :meth:`send` sent last) reached the server's side:
-        its downlink, the first token if it is the first round, the round's record."""
+    def received(self) -> None:
+        """The verdict of the round :meth:`send` sent last came: its downlink, the first token if
+        it is the first round, the round's record."""
+        req = self.req
+        assert req is not None, "received() before send()"
         ctx = self.ctx
         rnd, accepted, k = self.rnd, self.accepted, self.k
         down = self.source.downlink(self.committed)
@@ -168,6 +172,6 @@ def speculative_response(ctx: RunContext, source: RoundSource, resp: int, prompt
     req = rounds.send()
     while req is not None:
         yield req.done  # one resume per round
-        rounds.received(req)
+        rounds.received()
         req = rounds.send()
     return rounds.outcome()

@@ -202,7 +202,7 @@ def centralized_servers(ctx: RunContext, resolved: Resolved) -> Any:
             v0=srv.engine.v0,
             scheduler_steps=srv.engine.num_scheduler_steps,
             stream_steps=srv.engine.multi_step_stream_outputs,
-            window=None if srv.engine.v0 else kv_window(prof),  # V0 has no hybrid KV manager
+            window=kv_window(srv, prof),
         )
         ctx.engines.append(engine)
         front = host is not None or frontend > 0
