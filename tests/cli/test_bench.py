@@ -83,7 +83,7 @@ def test_vllms_defaults_follow_the_gpus_memory() -> None:
         ),
         (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--burstiness", "0"], "--burstiness"),
         (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--dtype", "int3"], "--dtype"),
-        (["--model", "llama-2-7b", "--gpu", "a100-80gb", "--dtype", "fp8"], "precision"),
+        (["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--dtype", "fp8"], "quantized with mxfp4 already"),
         (["--model", "no-such", "--gpu", "h100-80gb"], "--model"),
         (["--model", "llama-2-7b", "--gpu", "no-such-gpu"], "unknown GPU"),
         (["--model", "llama-2-7b"], "--model/--gpu"),

@@ -138,8 +138,8 @@ def test_w8a8_layers_multiply_on_their_own_tensor_cores() -> None:
     mapping = physical_profile(fp8, h100, noise_sigma=0.0)
     spelled = parse_profile({**mapping, "precision": "bfloat16"}, "test").estimator
     assert isinstance(spelled, Roofline) and spelled.quant_rate == roof.quant_rate > 1.0
-    at_fp8 = parse_profile(physical_profile(fp8, h100, precision="fp8", noise_sigma=0.0), "test").estimator
-    assert isinstance(at_fp8, Roofline) and at_fp8.quant_rate == 1.0
+    with pytest.raises(ConfigError, match="quantized with compressed-tensors already"):
+        physical_profile(fp8, h100, precision="fp8")  # vLLM quantizes a 16-bit checkpoint only
     plain = dataclasses.replace(roof, quant_rate=1.0)
     head = roof.head_flops / (roof.peak_flops * roof.compute_eff)  # the LM head stays bf16
     assert roof._token_s - head == pytest.approx((plain._token_s - head) * 989 / 1979, rel=1e-9)
@@ -160,8 +160,12 @@ def test_no_gemm_beats_the_cards_max_achievable_flops(tmp_path: Any) -> None:
     assert eff["compute"] == pytest.approx(708 / 1307.4, rel=1e-5)
     assert eff["attention"] <= eff["compute"]
     assert "max-achievable 708 of 1307.4 TFLOPs" in mi["roofline"]["kernel_basis"]
-    fp8 = physical_profile(load_arch("llama-3.1-70b"), load_gpu("mi300x"), precision="fp8")
-    assert fp8["roofline"]["efficiency"]["compute"] == pytest.approx(1273 / 2614.9, rel=1e-5)
+    fp8 = parse_profile(
+        physical_profile(load_arch("llama-3.1-70b"), load_gpu("mi300x"), precision="fp8"), "t"
+    )
+    roof = fp8.estimator  # its fp8 linear layers at most the fp8 max-achievable 1,273 TFLOPs too
+    assert isinstance(roof, Roofline) and roof.compute_eff == pytest.approx(708 / 1307.4, rel=1e-5)
+    assert roof.compute_eff * roof.quant_rate * roof.peak_flops == pytest.approx(1273e12, rel=1e-5)
     h100 = physical_profile(load_arch("llama-3.1-70b"), load_gpu("h100-80gb"), count=2)
     assert h100["roofline"]["efficiency"]["compute"] == pytest.approx(0.7185)
     entry = {"name": "Mine", "memory_gib": 44, "hbm_bandwidth_gbs": 900, "bf16_tflops": 360}
@@ -265,3 +269,23 @@ def test_a_profile_without_the_roofline_form_holds_its_experts_as_stored() -> No
     assert profile_startup(other, 256, 8192) == profile_startup(prof, 256, 8192)
     unknown = dataclasses.replace(other, generation=None)
     assert profile_startup(unknown, 256, 8192).forward < profile_startup(other, 256, 8192).forward
+
+
+def test_an_fp8_profile_is_vllms_online_fp8_of_the_16_bit_checkpoint() -> None:
+    """``--dtype fp8`` / a profile at precision fp8 is ``vllm serve --quantization fp8``: the linear
+    layers at 8 bits and on fp8 tensor cores, the embeddings, LM head and norms 16-bit (Qwen3-32B: 1.56 GB
+    more than every weight at 8 bits), the same as ``-q fp8``; refused for a quantized checkpoint."""
+    from wispsim.runs.bench import physical_of
+
+    arch, h100 = load_arch("qwen3-32b"), load_gpu("h100-80gb")
+    prof = physical_profile(arch, h100, precision="fp8")
+    head_and_embeddings = 2 * arch.vocab_size * arch.hidden_size
+    # (and the norms, 0.7M weights)
+    assert prof["model"]["weight_bytes"] == pytest.approx(arch.parameters + head_and_embeddings, rel=1e-4)
+    assert prof["precision"] == "fp8" and "fp8 linear layers, the rest bf16" in prof["description"]
+    q = physical_of("qwen3-32b", "h100-80gb", 1, "auto", quantization="fp8")
+    assert q["model"]["weight_bytes"] == prof["model"]["weight_bytes"]
+    roof = parse_profile(prof, "t").estimator
+    assert isinstance(roof, Roofline) and roof.quant_rate == pytest.approx(1979 / 989)
+    with pytest.raises(ConfigError, match="--dtype: dtype: fp8: gpt-oss-20b's checkpoint is quantized"):
+        physical_of("gpt-oss-20b", "h100-80gb", 1, "fp8")

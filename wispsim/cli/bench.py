@@ -105,7 +105,14 @@ def bench(
     tensor_parallel_size: Annotated[
         int, typer.Option("--tensor-parallel-size", "-tp", help="GPUs per replica.")
     ] = 1,
-    dtype: Annotated[str, typer.Option("--dtype", help="auto (bfloat16), bfloat16 or fp8 weights.")] = "auto",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            "--dtype",
+            help="auto, bfloat16 (half, float16: priced alike, the same bytes and tensor-core rate) or "
+            "fp8 (as --quantization fp8).",
+        ),
+    ] = "auto",
     quantization: Annotated[
         str | None,
         typer.Option(

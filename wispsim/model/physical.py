@@ -38,11 +38,13 @@ from wispsim.model.weight_only import (
     padding_says,
     profile_experts,
     quantized_rate,
+    weights_at,
+    weights_said,
 )
 from wispsim.model.weights_fit import check_fit
 from wispsim.paths import data_dir
 
-PRECISIONS = ("bf16", "fp8")  # weights (and activations) at 16 or 8 bits; fp8 needs fp8 tensor cores
+PRECISIONS = ("bf16", "fp8")  # 16-bit weights, or vLLM's --quantization fp8 of them (weight_only.weights_at)
 KV_DTYPES = ("bf16", "fp8")
 
 
@@ -112,26 +114,28 @@ def physical_profile(
     command: str = "",
     noise_sigma: float | None = None,
     gpu_memory_utilization: float = 0.9,
+    count_flag: str = "--tensor-parallel-size",
 ) -> dict[str, Any]:
-    """The profile mapping of ``arch`` on ``count`` x ``gpu`` at ``precision`` (module docstring).
-    ``params`` (efficiency and overhead_ms mappings) overrides the calibration's. ``count`` is the
-    tensor-parallel size: vLLM's checks of it (:func:`check_parallel`) and of the weights' fit
-    (:func:`check_fit`) refuse what vLLM would refuse to start."""
+    """The profile mapping of ``arch`` on ``count`` x ``gpu`` at ``precision`` (module docstring;
+    fp8: vLLM's ``--quantization fp8`` of a 16-bit checkpoint, :func:`weights_at`). ``params``
+    (efficiency and overhead_ms mappings) overrides the calibration's. ``count`` is the
+    tensor-parallel size (the option ``count_flag`` sets): vLLM's checks of it
+    (:func:`check_parallel`) and of the weights' fit (:func:`check_fit`) refuse what vLLM would
+    refuse to start."""
     if precision not in PRECISIONS:
         raise ConfigError("profile", "precision", f"got {precision!r}; allowed: {', '.join(PRECISIONS)}")
     if kv_dtype not in KV_DTYPES:
         raise ConfigError("profile", "kv_dtype", f"got {kv_dtype!r}; allowed: {', '.join(KV_DTYPES)}")
-    if precision == "fp8" and gpu.fp8_tflops is None:
-        raise ConfigError("profile", "precision", f"{gpu.name} has no fp8 tensor cores; allowed: bf16")
     if count > 1 and gpu.link_gbs is None:
         raise ConfigError(
             "profile",
             "gpu_count",
             f"got {count}: the GPU entry {gpu.key} gives no link_gbs for tensor parallelism",
         )
-    wbytes = dtype_bytes(precision)
-    check_parallel(arch, count)
-    check_fit(arch, gpu, count, precision, gpu_memory_utilization)
+    arch, base = weights_at(arch, precision)  # fp8: the linear layers; embeddings, head bf16
+    wbytes = dtype_bytes(base)
+    check_parallel(arch, count, count_flag)
+    check_fit(arch, gpu, count, base, gpu_memory_utilization, count_flag)
     cal = calibration(calibration_name)
     gen = generation_efficiency(gpu.generation)
     # kernel figures are the GPU generation's (measured); the engine's overheads are the
@@ -150,8 +154,8 @@ def physical_profile(
     if arch.moe_layers and arch.experts > 1:  # routed experts run as grouped GEMMs
         chosen["efficiency"].update({k: gen[k] for k in ("expert_bandwidth", "expert_compute")})
         chosen["kernels"]["expert_kernel_us"] = gen["expert_kernel_us"]
-    maf = gpu.fp8_maf_tflops if precision == "fp8" else gpu.bf16_maf_tflops
-    peak = gpu.fp8_tflops if precision == "fp8" else gpu.bf16_tflops
+    maf = gpu.fp8_maf_tflops if base == "fp8" else gpu.bf16_maf_tflops
+    peak = gpu.fp8_tflops if base == "fp8" else gpu.bf16_tflops
     cap = maf / peak if maf is not None and peak else math.inf
     capped = cap < chosen["efficiency"]["compute"]
     if capped:  # no GEMM beats the card's max-achievable FLOPs (the clock it holds under them)
@@ -183,6 +187,8 @@ def physical_profile(
     }
     if gpu.fp8_tflops is not None:
         hardware["fp8_tflops"] = gpu.fp8_tflops
+    if gpu.bf16_maf_tflops is not None and gpu.fp8_maf_tflops is not None:  # W8A8 layers' ceiling
+        hardware |= {"bf16_maf_tflops": gpu.bf16_maf_tflops, "fp8_maf_tflops": gpu.fp8_maf_tflops}
     hardware["generation"] = gpu.generation
     hardware["interconnect"] = gpu.interconnect
     if gpu.link_gbs is not None:
@@ -198,12 +204,13 @@ def physical_profile(
     return {
         "name": name,
         "description": (
-            f"{arch.hf_name} {precision} (KV {kv_dtype}) on {count}x {gpu.name}, vLLM: physical roofline "
+            f"{arch.hf_name} {weights_said(arch, base)} (KV {kv_dtype}) on {count}x {gpu.name}, vLLM: "
+            "physical roofline "
             f"with the '{calibration_name}' calibration (not measured on this pair)"
         ),
         "hardware": hardware,
         "engine": "vllm",
-        "precision": precision,
+        "precision": arch.quant_method or base,  # the weights' format (base: the unquantized ones')
         "kv_block_size": 16,
         "model": model,
         "estimator": "roofline",
@@ -233,8 +240,8 @@ def physical_profile(
         "provenance": {
             "kind": "derived",
             "rule": (
-                "roofline form (wispsim.model.roofline): architecture facts from "
-                f"architecture facts of {arch.hf_name} ({arch.name}), "
+                "roofline form (wispsim.model.roofline): architecture facts of "
+                f"{arch.hf_name} ({arch.name}), "
                 f"GPU facts ({gpu.key}: {gpu.source or 'wispsim/data/gpus.yaml'}), "
                 f"kernel efficiencies of the {gpu.generation} generation (wispsim/data/efficiency.yaml), "
                 f"all-reduce by message size over {gpu.interconnect} (wispsim/data/interconnects.yaml), "
@@ -253,6 +260,16 @@ def physical_profile(
             },
         },
     }
+
+
+def _maf(hw: dict[str, Any], src: str) -> tuple[float, float] | None:
+    """(bf16, fp8) max-achievable TFLOPs a profile's hardware section gives, or None."""
+    keys = ("bf16_maf_tflops", "fp8_maf_tflops")
+    if any(hw.get(k) is None for k in keys):
+        return None
+    top = PROFILE_MAXIMA["hardware.fp8_tflops"]
+    lo, hi = (number(hw, k, src, "hardware.", minimum=1e-3, maximum=top) for k in keys)
+    return lo, hi
 
 
 # the roofline's kernel figures (wispsim/data/efficiency.yaml) and their largest allowed values
@@ -365,7 +382,9 @@ def parse_roofline(
         except ConfigError as err:
             raise ConfigError(src, "model.arch", err.problem) from None
     arch = profile_experts(arch, hw, bounded_whole(hw, "count", src, "hardware."), src)  # as stored
-    weight_bytes = dtype_bytes(precision, f"{src} precision")
+    # a quantized checkpoint's other weights are 16-bit (weight_only.weights_at); an older profile
+    # of an unquantized one at fp8 held every weight at 8 bits
+    weight_bytes = 2 if arch.quant_method else dtype_bytes(precision, f"{src} precision")
     flops_key = "fp8_tflops" if weight_bytes == 1 else "bf16_tflops"
     facts: dict[str, float] = {}
     link_key = "link_gbs" if hw.get("link_gbs") is not None else "nvlink_gbs"  # the older spelling
@@ -423,5 +442,5 @@ def parse_roofline(
         expert_kernel=kn["expert_kernel_us"] / 1e6 if "expert_kernel_us" in kn else None,
         dequant_eff=e.get("dequant", 1.0),
         expert_dequant_eff=e.get("expert_dequant", 1.0),
-        quant_rate=quantized_rate(arch, facts[flops_key], fp8) if weight_bytes == 2 else 1.0,
+        quant_rate=quantized_rate(arch, facts[flops_key], fp8, _maf(hw, src)) if weight_bytes == 2 else 1.0,
     )

@@ -32,9 +32,45 @@ from typing import Any
 import yaml
 
 from wispsim.errors import ConfigError
-from wispsim.model.archs import Arch, load_gpu
+from wispsim.model.archs import Arch, arch_from_dict, load_gpu
 from wispsim.model.gpus import GENERATIONS, GPU
 from wispsim.paths import data_dir
+
+# vllm serve --quantization of an unquantized checkpoint: what vLLM quantizes at load (fp8: weights
+# per tensor, activations dynamically; embeddings and the LM head stay 16-bit), as a config.json says it
+ONLINE_QUANTIZATION = {"fp8": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
+
+
+def online_quantized(arch: Arch, method: str, source: str) -> Arch:
+    """An unquantized ``arch`` as vLLM holds it after ``--quantization method`` quantized it at load."""
+    config = {**arch.hf, "model_type": arch.model_type, "quantization_config": ONLINE_QUANTIZATION[method]}
+    meta = {"name": arch.name, "hf_name": arch.hf_name, "source": arch.source}
+    return arch_from_dict({**config, **meta, "extra_matmul_params": arch.extra_matmul_params}, source)
+
+
+def weights_at(arch: Arch, precision: str, source: str = "profile") -> tuple[Arch, str]:
+    """(the architecture as the engine holds it, the dtype of its unquantized weights) at a profile's
+    ``precision``: fp8 is vLLM's ``--quantization fp8`` of a 16-bit checkpoint (its embeddings and
+    LM head stay 16-bit, :data:`ONLINE_QUANTIZATION`), refused for a checkpoint quantized already
+    (vLLM refuses a second method); a quantized checkpoint at bf16 keeps its own weights."""
+    if precision != "fp8":
+        return arch, precision
+    if arch.quant_method:
+        raise ConfigError(
+            source,
+            "precision",
+            f"fp8: {arch.name}'s checkpoint is quantized with {arch.quant_method} already (vLLM "
+            "refuses to quantize it again); allowed: bf16 (the checkpoint's own weights)",
+        )
+    return online_quantized(arch, "fp8", source), "bf16"
+
+
+def weights_said(arch: Arch, base: str) -> str:
+    """The weights in words: ``bf16``; ``fp8 linear layers, the rest bf16``."""
+    if not arch.quant_method:
+        return base
+    part = "experts" if arch.quant_scope == "experts" else "linear layers"
+    return f"{arch.quant_method} {part}, the rest {base}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,14 +213,18 @@ def profile_experts(arch: Arch, hardware: dict[str, Any], tp: int, src: str) -> 
 INT8_RATE = 2.0  # int8 tensor cores: twice the dense 16-bit rate (A100 624 / 312, H100 1979 / 989 TOPS)
 
 
-def quantized_rate(arch: Arch, bf16_tflops: float, fp8_tflops: float | None) -> float:
+def quantized_rate(
+    arch: Arch, bf16_tflops: float, fp8_tflops: float | None, maf: tuple[float, float] | None = None
+) -> float:
     """How much faster than a 16-bit profile's dense GEMMs ``arch``'s W8A8 layers multiply on the
     GPU's own 8-bit tensor cores: fp8 at ``fp8_tflops`` over ``bf16_tflops`` (1 without fp8 tensor
-    cores: FP8 Marlin converts them, :func:`conversion`), int8 at :data:`INT8_RATE`; 1 for
-    weight-only formats. (An fp8 profile's dense GEMMs are at the fp8 peak already: its caller
-    asks only for a 16-bit profile.)"""
+    cores: FP8 Marlin converts them, :func:`conversion`), at most the card's max-achievable fp8
+    over bf16 FLOPs where it publishes both (``maf``: no fp8 GEMM beats them either); int8 at
+    :data:`INT8_RATE`; 1 for weight-only formats. (An older fp8 profile's dense GEMMs are at the
+    fp8 peak already: its caller asks only for a 16-bit profile.)"""
     if not arch.quant_act or not 7.5 <= arch.quant_bits <= 8.5:
         return 1.0
     if arch.quant_float:
-        return fp8_tflops / bf16_tflops if fp8_tflops else 1.0
+        rate = fp8_tflops / bf16_tflops if fp8_tflops else 1.0
+        return min(rate, maf[1] / maf[0]) if maf and fp8_tflops else rate
     return INT8_RATE

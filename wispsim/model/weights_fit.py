@@ -10,12 +10,15 @@ from __future__ import annotations
 from wispsim.errors import ConfigError
 from wispsim.model.archs import Arch, dtype_bytes, parallel_sizes
 from wispsim.model.gpus import GPU
-from wispsim.model.weight_only import padded_experts
+from wispsim.model.weight_only import padded_experts, weights_said
 
 ACTIVATION_RESERVE_GIB = 1.5  # per GPU, the server's default (server.engine.activation_reserve_gib)
 
 
-def check_fit(arch: Arch, gpu: GPU, count: int, precision: str, utilization: float = 0.9) -> None:
+def check_fit(
+    arch: Arch, gpu: GPU, count: int, precision: str, utilization: float = 0.9,
+    flag: str = "--tensor-parallel-size",
+) -> None:  # fmt: skip
     """The weights must fit: weight bytes / count below memory x ``gpu_memory_utilization`` less
     the activation reserve on each GPU, else a one-line refusal naming the tensor-parallel size
     that fits (the smallest :func:`parallel_sizes` does)."""
@@ -27,14 +30,11 @@ def check_fit(arch: Arch, gpu: GPU, count: int, precision: str, utilization: flo
     usable = holds - ACTIVATION_RESERVE_GIB * 2**30
     if weights(count) / count <= usable:
         return
-    what = precision
-    if arch.quant_method:
-        part = "experts" if arch.quant_scope == "experts" else "linear layers"
-        what = f"{arch.quant_method} {part}, the rest {precision}"
+    what = weights_said(arch, precision)
     fits = [t for t in parallel_sizes(arch) if weights(t) / t <= usable]
-    advice = f"use --tensor-parallel-size >= {fits[0]}" if fits else "no tensor-parallel size holds them"
+    advice = f"use {flag} >= {fits[0]}" if fits else "no tensor-parallel size holds them"
     raise ConfigError(
-        "--tensor-parallel-size",
+        flag,
         "tensor_parallel_size",
         f"{arch.hf_name} needs {weights(count) / 1e9:.0f} GB of weights ({what}); {count} x {gpu.name} holds "
         f"{count * holds / 1e9:.0f} GB at gpu_memory_utilization {utilization:g} (less "

@@ -20,19 +20,20 @@ import pandas as pd
 from wispsim.config import parse_set
 from wispsim.config.server import engine_generation
 from wispsim.errors import ConfigError
-from wispsim.model.archs import Arch, arch_from_dict, find_arch, load_gpu
+from wispsim.model.archs import Arch, find_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import Profile, load_profile, parse_profile
+from wispsim.model.weight_only import ONLINE_QUANTIZATION, online_quantized
 from wispsim.runs.bench_datasets import DATASETS, dataset_rows, prefix_repetition, shuffled
 from wispsim.study.bench import BenchRun, bench, vllm_defaults
 from wispsim.study.bench_metrics import Reporting, vllm_result
 
-PRECISION = {"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8"}
+# --dtype: 16-bit weights (float16 has bfloat16's bytes and tensor-core rate on every GPU priced), or
+# fp8: vLLM's --quantization fp8 (model.weight_only.weights_at)
+PRECISION = {"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16", "half": "bf16", "float16": "bf16"}
+PRECISION["fp8"] = "fp8"
 # vllm serve --kv-cache-dtype -> the KV cache's element type
 KV_CACHE_DTYPES = {"auto": "bf16", "bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
-# vllm serve --quantization of an unquantized checkpoint: what vLLM quantizes at load (fp8: weights
-# per tensor, activations dynamically; the LM head stays bf16), as a config.json would say it
-ONLINE_QUANTIZATION = {"fp8": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
 
 
 def arch_of(model: str, quantization: str | None = None) -> Arch:
@@ -59,8 +60,7 @@ def arch_of(model: str, quantization: str | None = None) -> Arch:
             f"got {quantization!r}: {arch.name} is not quantized, and vLLM quantizes a checkpoint at "
             f"load only to {', '.join(ONLINE_QUANTIZATION)}; allowed: {', '.join(ONLINE_QUANTIZATION)}",
         )
-    config = {**arch.hf, "model_type": arch.model_type, "quantization_config": ONLINE_QUANTIZATION[q]}
-    return arch_from_dict({**config, "name": arch.name}, "--quantization")
+    return online_quantized(arch, q, "--quantization")
 
 
 def physical_of(
@@ -90,8 +90,16 @@ def physical_of(
         raise ConfigError(
             "--tensor-parallel-size", "tensor_parallel_size", f"got {tp}; allowed: an integer >= 1"
         )
+    arch = arch_of(model, quantization)
+    if precision == "fp8" and arch.quant_method:
+        raise ConfigError(
+            "--dtype",
+            "dtype",
+            f"fp8: {arch.name}'s checkpoint is quantized with {arch.quant_method} already (vLLM refuses "
+            "to quantize it again); allowed: auto, bfloat16 (the checkpoint's own weights)",
+        )
     return physical_profile(
-        arch_of(model, quantization),
+        arch,
         load_gpu(gpu),
         count=tp,
         precision=precision,

@@ -52,6 +52,7 @@ DERIVE_OPTIONS = {
     "precision": "--dtype",
     "kv_dtype": "--kv-dtype",
     "gpu_count": "--count",
+    "tensor_parallel_size": "--count",
     "model.arch": "--arch",
     "gpu": "--gpu",
 }

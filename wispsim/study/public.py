@@ -187,12 +187,14 @@ def _speculation(row: pd.Series) -> dict[str, Any]:
 
 def profile_for(row: pd.Series, params: dict[str, Any] | None = None) -> Profile:
     """The physical profile of the row's deployment (``params``: efficiencies and overheads)."""
-    precision = "fp8" if str(row.get("dtype", "")).lower() in ("fp8", "float8") else "bf16"
+    arch = load_arch(str(row["arch"]))
+    # fp8: an fp8 checkpoint's own weights, or vLLM's --quantization fp8 of a 16-bit one
+    fp8 = str(row.get("dtype", "")).lower() in ("fp8", "float8") and not arch.quant_method
     data = physical_profile(
-        load_arch(str(row["arch"])),
+        arch,
         load_gpu(str(row["gpu"])),
         count=int(_f(row, "tp") or 1),
-        precision=precision,
+        precision="fp8" if fp8 else "bf16",
         params=params,
         noise_sigma=0.0,
     )

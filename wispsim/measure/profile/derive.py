@@ -287,6 +287,7 @@ def roofline_named(
         kv_dtype=kv,
         name=name,
         command=cmd,
+        count_flag="--count",
     )
 
 
