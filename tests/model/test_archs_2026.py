@@ -5,6 +5,7 @@ architectures that are refused by name, and vLLM's tensor-parallel and fit check
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import yaml
 
 from wispsim.errors import ConfigError
 from wispsim.model.arch_config import QUANT_METHODS
-from wispsim.model.archs import arch_from_dict, check_parallel, load_arch, load_gpu, parallel_sizes
+from wispsim.model.archs import arch_from_dict, check_parallel, find_arch, load_arch, load_gpu, parallel_sizes
 from wispsim.model.batch import Window
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import parse_profile
@@ -235,10 +236,48 @@ def test_what_is_not_modelled_is_refused_by_name(change: dict[str, Any], message
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_vision_language_wrapper_is_its_text_decoder() -> None:
+def test_multimodal_wrappers_and_non_decoders_are_refused_by_name() -> None:
+    """A vision-language model (its tower and image tokens) is refused naming its model_type, as
+    are vision encoders and configs without a decoder's keys; its text_config alone is a decoder."""
     text = _config("qwen3-32b")
     wrapped = {"model_type": "llava", "text_config": text, "vision_config": {"hidden_size": 1024}}
-    assert arch_from_dict(wrapped, "config.json").parameters == load_arch("qwen3-32b").parameters
+    with pytest.raises(ConfigError, match=r"vision_config: model_type llava \(a vision-language model"):
+        arch_from_dict(wrapped, "config.json")
+    assert arch_from_dict(text, "config.json").parameters == load_arch("qwen3-32b").parameters
+    for bad, says in (
+        ({"model_type": "clip", "text_config": text}, "model_type: clip (a vision encoder"),
+        ({"model_type": "gpt2", "n_embd": 768}, "hidden_size: is missing: model_type gpt2"),
+        ({**text, "model_type": 5}, "model_type: must be a string"),
+        ({**text, "tie_word_embeddings": "yes"}, "tie_word_embeddings: must be true or false"),
+        ({**text, "max_position_embeddings": "128k"}, "max_position_embeddings: must be an integer"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            arch_from_dict(bad, "config.json")
+
+
+def test_vllms_quantization_and_node_checks_of_the_tensor_parallel_size() -> None:
+    """Block-fp8 gate/up widths per GPU in whole blocks, grouped int4 inputs in whole groups (vLLM's
+    start-up refusals: Qwen3-235B-A22B-FP8 at TP 8, 1,536 / 8 = 192), and no more GPUs than one
+    node's domain of the interconnect; DeepSeek-V3's dense layers start a DeepSeek config beyond
+    its layers refused; a config.json with a key twice is refused."""
+    q = _config("qwen3-235b-a22b")
+    block = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
+    fp8 = arch_from_dict({**q, "quantization_config": block}, "c")
+    with pytest.raises(ConfigError, match="output_size of gate's and up's weight = 192 is not divisible"):
+        check_parallel(fp8, 8)
+    assert parallel_sizes(fp8) == [1, 2, 4]
+    with pytest.raises(ConfigError, match=r"beyond one nvlink4 domain \(8 GPUs"):
+        physical_profile(load_arch("llama-3.1-70b"), load_gpu("h100-80gb"), count=16)
+    ds = {**_config("deepseek-v3"), "first_k_dense_replace": 100}
+    with pytest.raises(ConfigError, match="first_k_dense_replace: must be <= num_hidden_layers"):
+        arch_from_dict(ds, "c")
+
+
+def test_a_config_json_with_a_key_twice_is_refused(tmp_path: Any) -> None:
+    p = tmp_path / "config.json"
+    p.write_text('{"model_type": "qwen3", "hidden_size": 5120, "hidden_size": 4096}')
+    with pytest.raises(ConfigError, match="hidden_size: appears twice"):
+        find_arch(str(p))
 
 
 def test_vllms_tensor_parallel_checks() -> None:
@@ -254,7 +293,9 @@ def test_vllms_tensor_parallel_checks() -> None:
     check_parallel(oss, 64)
     with pytest.raises(ConfigError, match=r"Number of experts \(32\) must be divisible"):
         check_parallel(oss, 64, expert_parallel=True)
-    assert parallel_sizes(load_arch("deepseek-v3"))[-1] == 128  # MLA: no KV-head rule
+    # MLA: no KV-head rule; its fp8 blocks of 128 end the list at 2,048 / 16 (vLLM: "The
+    # output_size of gate's and up's weight = 64 is not divisible by weight quantization block_n")
+    assert parallel_sizes(load_arch("deepseek-v3"))[-1] == 16
     with pytest.raises(ConfigError, match="tensor parallel size"):
         physical_profile(a, load_gpu("h100-80gb"), count=3)
 

@@ -21,14 +21,19 @@ Modelled, from the keys the public 2025-2026 configs use:
   the window in those layers (:class:`wispsim.model.batch.Window`), while the speculative verifier
   still counts every layer in full (an upper bound on its KV traffic, a lower bound on capacity);
 - quantized weights (``quantization_config``): see :func:`quantization`;
-- vision-language wrappers: the decoder of ``text_config`` (the vision tower is not priced).
+- a wrapper's ``text_config`` without a vision or audio tower (its decoder's keys).
 
 Refused by name: state-space and recurrent models (no KV cache), hybrids of attention with
-state-space or linear-attention layers, encoder-decoder and encoder-only models, Llama 4.
+state-space or linear-attention layers, encoder-decoder and encoder-only models (vision encoders
+too), vision-language and audio-language models (their towers and their image or audio tokens;
+their ``text_config`` alone, as a config.json of its own, sizes text-only serving without the
+tower's weights), Llama 4, and a config without the decoder keys above (GPT-2's ``n_embd``...),
+named by its ``model_type``. Values of the wrong type or out of range are one-line errors too.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -99,13 +104,38 @@ NOT_MODELLED: dict[str, str] = {
         ),
         _ENC,
     ),
+    **dict.fromkeys(
+        ("clip", "clip_vision_model", "siglip", "siglip_vision_model", "vit", "dinov2", "owlvit", "blip"),
+        "a vision encoder generates no tokens",
+    ),
     **dict.fromkeys(("llama4", "llama4_text"), "chunked local attention and interleaved MoE layers"),
 }
+TOWERS = ("vision_config", "audio_config")  # a multimodal wrapper's encoders beside its text_config
+DECODER_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 HYBRID_KEYS = ("layers_block_type", "hybrid_override_pattern", "attn_layer_indices", "attn_layer_period")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 #: ``quant_method`` -> what the weights are: see :func:`quantization`
 QUANT_METHODS = ("fp8", "mxfp4", "awq", "gptq", "compressed-tensors")
+
+
+def read_config_json(path: Path) -> dict[str, Any]:
+    """A config.json's object: valid JSON, an object, no key twice in one object."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ConfigError(str(path), twice[0], "appears twice in one object (which value is meant?)")
+        return dict(pairs)
+
+    try:
+        data = json.loads(path.read_text(), object_pairs_hook=unique)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(str(path), "", f"not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "", "a config.json must be a JSON object")
+    return data
 
 
 def refuse(source: str, field: str, what: str) -> ConfigError:
@@ -115,6 +145,20 @@ def refuse(source: str, field: str, what: str) -> ConfigError:
 def unwrap(data: dict[str, Any], source: str) -> dict[str, Any]:
     """The decoder's keys: a vision-language wrapper's ``text_config`` (its quantization and the
     meta keys kept), refusals for what has no KV cache or no decoder."""
+    mt = data.get("model_type")
+    if mt is not None and not isinstance(mt, str):
+        raise ConfigError(source, "model_type", f"must be a string, got {mt!r}")
+    if isinstance(mt, str) and mt.lower() in NOT_MODELLED:
+        raise refuse(source, "model_type", f"{mt} ({NOT_MODELLED[mt.lower()]})")
+    tower = next((k for k in TOWERS if k in data), None)
+    if tower is not None:
+        what = "vision" if tower == "vision_config" else "audio"
+        raise refuse(
+            source,
+            tower,
+            f"model_type {mt} (a {what}-language model: its {what} tower and {what} tokens; its "
+            "text_config alone, as a config.json of its own, sizes text-only serving without the tower)",
+        )
     text = data.get("text_config")
     if isinstance(text, dict):
         kept = {k: data[k] for k in (*META_KEYS, "quantization_config") if k in data and k not in text}
@@ -142,6 +186,13 @@ def whole(data: dict[str, Any], key: str, source: str, default: int | None = Non
     return v
 
 
+def flag(data: dict[str, Any], key: str, source: str) -> bool:
+    v = data.get(key, False)
+    if not isinstance(v, bool):
+        raise ConfigError(source, key, f"must be true or false, got {v!r}")
+    return v
+
+
 def moe_fields(data: dict[str, Any], layers: int, source: str) -> dict[str, int]:
     """Experts, top-k, expert and shared-expert widths and how many layers are MoE layers."""
     key = next((k for k in ("num_experts", "num_local_experts", "n_routed_experts") if data.get(k)), "")
@@ -156,6 +207,10 @@ def moe_fields(data: dict[str, Any], layers: int, source: str) -> dict[str, int]
     shared += whole(data, "n_shared_experts", source, 0, least=0) * width
     if "first_k_dense_replace" in data or "moe_layer_freq" in data:  # DeepSeek
         first = whole(data, "first_k_dense_replace", source, 0, least=0)
+        if first > layers:
+            raise ConfigError(
+                source, "first_k_dense_replace", f"must be <= num_hidden_layers ({layers}), got {first}"
+            )
         freq = whole(data, "moe_layer_freq", source, 1)
         moe = [i >= first and i % freq == 0 for i in range(layers)]
     else:  # Qwen2/3-MoE (transformers' rule); Mixtral and gpt-oss have no such keys: every layer
@@ -302,6 +357,31 @@ def quantization(data: dict[str, Any], experts: int, source: str) -> dict[str, A
     }
 
 
+def quant_tp_problem(q: Any, widths: dict[str, int], tp: int) -> str:
+    """vLLM's refusal of a quantized checkpoint's layer widths at tensor-parallel size ``tp``, in its
+    words, or "": a block-fp8 checkpoint's gate/up widths per GPU must be whole blocks
+    (``weight_block_size``; ``Fp8LinearMethod``) and a grouped int4 one's down-projection input per
+    GPU whole groups (``group_size``; AWQ/GPTQ). ``widths``: name -> MLP or expert width."""
+    if not isinstance(q, dict) or tp <= 1:
+        return ""
+    block, group = q.get("weight_block_size"), q.get("group_size")
+    for name, width in widths.items():
+        if width % tp:
+            return f"{name} ({width}) is not divisible by tensor parallel size ({tp})"
+        part = width // tp
+        if isinstance(block, list) and len(block) == 2 and part % block[0]:
+            return (
+                f"The output_size of gate's and up's weight = {part} is not divisible by weight "
+                f"quantization block_n = {block[0]}"
+            )
+        if isinstance(group, int) and group > 0 and part % group:
+            return (
+                f"The input size is not aligned with the quantized weight shape ({name} {part} per GPU, "
+                f"group_size {group})"
+            )
+    return ""
+
+
 def arch_fields(data: dict[str, Any], source: str) -> dict[str, Any]:
     """The keyword arguments of :class:`wispsim.model.archs.Arch` for a config.json's values."""
     if not isinstance(data, dict):
@@ -309,6 +389,14 @@ def arch_fields(data: dict[str, Any], source: str) -> dict[str, Any]:
     data = unwrap(data, source)
     if "model_type" not in data:
         raise ConfigError(source, "model_type", "is missing")
+    missing = [k for k in DECODER_KEYS if data.get(k) is None]
+    if missing:  # a truncated config, or not a Llama-style decoder's (GPT-2's n_embd, a ViT's)
+        raise ConfigError(
+            source,
+            missing[0],
+            f"is missing: model_type {data['model_type']} without {', '.join(missing)} is not modelled; "
+            f"modelled: {MODELLED} with Hugging Face's Llama-style keys",
+        )
     hidden = whole(data, "hidden_size", source)
     layers = whole(data, "num_hidden_layers", source)
     heads = whole(data, "num_attention_heads", source)
@@ -318,6 +406,8 @@ def arch_fields(data: dict[str, Any], source: str) -> dict[str, Any]:
     intermediate = whole(data, "intermediate_size", source)
     vocab = whole(data, "vocab_size", source)
     head_dim = whole(data, "head_dim", source, hidden // heads)
+    if "max_position_embeddings" in data:
+        whole(data, "max_position_embeddings", source)
     moe = moe_fields(data, layers, source)
     mla = mla_fields(data, source)
     hf = {k: v for k, v in data.items() if k not in META_KEYS}
@@ -335,8 +425,8 @@ def arch_fields(data: dict[str, Any], source: str) -> dict[str, Any]:
         "head_dim": head_dim,
         "intermediate_size": intermediate,
         "vocab_size": vocab,
-        "tie_word_embeddings": bool(data.get("tie_word_embeddings", False)),
-        "attention_bias": bool(data.get("attention_bias", False)),
+        "tie_word_embeddings": flag(data, "tie_word_embeddings", source),
+        "attention_bias": flag(data, "attention_bias", source),
         "hf": hf,
         "source": str(data.get("source", source)),
         "lm_head_vocab": whole(data, "draft_vocab_size", source) if "draft_vocab_size" in data else None,

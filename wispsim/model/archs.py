@@ -26,7 +26,6 @@ transformers.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 import yaml
 
 from wispsim.errors import ConfigError
-from wispsim.model.arch_config import arch_fields
+from wispsim.model.arch_config import arch_fields, quant_tp_problem, read_config_json
 from wispsim.model.gpus import (
     GENERATIONS,
     GPU,
@@ -373,7 +372,10 @@ def _parallel_problem(arch: Arch, tp: int, expert_parallel: bool) -> str:
         )
     if expert_parallel and arch.moe_layers and arch.experts % tp:
         return f"Number of experts ({arch.experts}) must be divisible by the expert parallel size ({tp})"
-    return ""
+    widths = {"intermediate_size": arch.intermediate_size} if arch.moe_layers < arch.layers else {}
+    if arch.moe_layers and not expert_parallel:
+        widths["moe_intermediate_size"] = arch.moe_intermediate_size or arch.intermediate_size
+    return quant_tp_problem(arch.hf.get("quantization_config"), widths, tp)
 
 
 def check_parallel(
@@ -423,12 +425,7 @@ def find_arch(model: str, source: str = "--model") -> Arch:
     if p.is_file():
         if p.suffix != ".json":
             return load_arch(str(p))  # an architecture YAML in wispsim's format
-        try:
-            data = json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(str(p), "", f"not valid JSON ({e})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(str(p), "", "a config.json must be a JSON object")
+        data = read_config_json(p)
         name = p.resolve().parent.name if p.name == "config.json" else p.stem
         return arch_from_dict({**data, "name": name or "model"}, str(p))
     names = available_archs()

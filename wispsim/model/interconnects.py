@@ -18,6 +18,19 @@ def allreduce_ms(interconnect: str) -> float:
     return float(_interconnect(interconnect)["allreduce_us"]) / 1e3
 
 
+def check_domain(interconnect: str, count: int, flag: str = "--tensor-parallel-size") -> None:
+    """Tensor parallelism within one domain of the interconnect (``max_gpus``: one node; across
+    nodes an all-reduce crosses the network, which is not modelled), else a one-line refusal."""
+    most = int(_interconnect(interconnect).get("max_gpus", count))
+    if count > most:
+        raise ConfigError(
+            flag,
+            "tensor_parallel_size",
+            f"got {count}: tensor parallelism beyond one {interconnect} domain ({most} GPUs, one node; "
+            f"across nodes it runs over the network) is not modelled; allowed: 1 to {most}",
+        )
+
+
 def _interconnect(kind: str) -> dict[str, Any]:
     table: dict[str, Any] = yaml.safe_load((data_dir() / "interconnects.yaml").read_text())
     if kind not in table:

@@ -29,7 +29,7 @@ from wispsim.model.archs import (
     load_arch,
 )
 from wispsim.model.host_cpu import HostFacts
-from wispsim.model.interconnects import allreduce_facts, allreduce_ms
+from wispsim.model.interconnects import allreduce_facts, allreduce_ms, check_domain
 from wispsim.model.profile_fields import PROFILE_MAXIMA, bounded_whole, number, value
 from wispsim.model.roofline import ALLREDUCE_LATENCY_S, EFFICIENCIES, OVERHEADS, OVERLAP_RANGE, Roofline
 from wispsim.model.weight_only import (
@@ -135,6 +135,7 @@ def physical_profile(
     arch, base = weights_at(arch, precision)  # fp8: the linear layers; embeddings, head bf16
     wbytes = dtype_bytes(base)
     check_parallel(arch, count, count_flag)
+    check_domain(gpu.interconnect, count, count_flag)
     check_fit(arch, gpu, count, base, gpu_memory_utilization, count_flag)
     cal = calibration(calibration_name)
     gen = generation_efficiency(gpu.generation)
