@@ -285,7 +285,9 @@ def _check_location(path: Path, source: str, what: str) -> None:
     except OSError:  # pragma: no cover - a file system that cannot say; let the write tell
         return
     free = usage.free
-    if usage.total and free < MIN_FREE_BYTES:  # total 0: /proc and the like; the write will tell
+    if not usage.total:  # /proc, /sys and the like: no room for files at all
+        raise ConfigError(source, "", f"{path}: cannot write there: {anc} is a virtual file system")
+    if free < MIN_FREE_BYTES:
         raise ConfigError(
             source,
             "",

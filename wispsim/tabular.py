@@ -121,7 +121,9 @@ def read_table(
     need = list(columns)
     missing = [c for c in need if c not in df.columns]
     if missing:
-        got = ", ".join(map(str, df.columns[:20])) or "none"
+        got = (
+            ", ".join(str(c) if len(str(c)) <= 40 else str(c)[:37] + "..." for c in df.columns[:20]) or "none"
+        )
         raise problem(
             src,
             missing[0],

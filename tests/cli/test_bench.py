@@ -92,6 +92,30 @@ def test_vllms_defaults_follow_the_gpus_memory() -> None:
         (["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "-q", "fp8"], "allowed: mxfp4"),
         (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--kv-cache-dtype", "fp4"], "--kv-cache-dtype"),
         (["--profile", "a100-qwen3-32b", "--kv-cache-dtype", "fp8"], "--profile"),
+        (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--seed", "-1"], "--seed"),
+        # vLLM's scheduler refuses both at start-up
+        (
+            ["--model", "qwen3-14b", "--gpu", "h100-80gb", "--max-num-batched-tokens", "10"],
+            "max_num_seqs (1024)",
+        ),
+        (
+            [
+                "--model",
+                "qwen3-14b",
+                "--gpu",
+                "h100-80gb",
+                "--no-enable-chunked-prefill",
+                "--max-num-seqs",
+                "8",
+                "--max-num-batched-tokens",
+                "1000",
+            ],
+            "smaller than max_model_len (40960) without chunked prefill",
+        ),
+        (
+            ["--model", "llama-2-7b", "--gpu", "h100-80gb", "--save-result", "--result-dir", "/proc"],
+            "virtual",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_with_exit_code_2(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -300,7 +324,7 @@ def test_vllms_quantization_and_kv_cache_dtype_flags() -> None:
     """``--quantization fp8`` of an unquantized checkpoint is vLLM's online fp8: weights at a byte,
     W8A8 at the fp8 peak on an H100, FP8 Marlin (converted, 0.9 of a dense GEMM) on an A100; a
     quantized checkpoint's own method is a no-op; ``--kv-cache-dtype fp8`` halves a token's KV."""
-    from wispsim.runs.bench import profile_of
+    from wispsim.runs.bench_profile import profile_of
 
     def prof(gpu: str, q: str | None = None, kv: str = "auto", model: str = "qwen3-32b"):  # type: ignore[no-untyped-def]
         return profile_of(model, gpu, 1, "auto", None, quantization=q, kv_cache_dtype=kv)

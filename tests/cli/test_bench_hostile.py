@@ -83,3 +83,62 @@ def test_odd_config_json_values_are_one_line(tmp_path: Path, change: dict, field
     p = wispsim("bench", "--model", str(folder), "--gpu", "h100-80gb", "--num-prompts", "5")
     assert p.returncode == 2, p.stderr
     assert field in p.stderr and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+DETAILED = {
+    **REAL,
+    "completed": 3,
+    "failed": 1,
+    "num_prompts": 4,
+    "total_input_tokens": 300,
+    "total_output_tokens": 60,
+    "input_lens": [100, 100, 50, 100],
+    "output_lens": [20, 20, 0, 20],
+    "start_times": [10.0, 10.5, 11.0, 11.5],
+    "mean_ttft_ms": 50.0,
+    "p90_ttft_ms": 70.0,
+    "request_goodput": 1.5,
+}
+
+
+def test_a_real_detailed_file_is_checked_and_its_failed_requests_left_out() -> None:
+    """vLLM lists every request sent in a --save-detailed file (a failed one with output 0) and
+    totals the completed ones: those are re-created, at their start times, and said; lists or
+    totals that disagree, a missing request_rate or a figure that is not a number are refused."""
+    from wispsim.errors import ConfigError
+    from wispsim.runs.bench import Client
+    from wispsim.runs.bench_compare import RealRun
+
+    client, notes = RealRun("real.json", DETAILED).client(Client())
+    assert client.lengths == ((100, 100, 100), (20, 20, 20)) and client.arrivals == (0.0, 0.5, 1.5)
+    assert any("1 of 4 requests failed" in n for n in notes)
+    assert "p90_ttft_ms" in RealRun("real.json", DETAILED).figures()
+    for change, field in (
+        ({"input_lens": [100, 100, 50]}, "input_lens"),
+        ({"total_input_tokens": 350}, "total_input_tokens"),
+        ({"output_lens": None}, "output_lens"),
+        ({"mean_ttft_ms": "50"}, "mean_ttft_ms"),
+        ({"start_times": [1, 2]}, "start_times"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            RealRun("real.json", {**DETAILED, **change}).client(Client())
+        assert err.value.field == field, err.value
+    with pytest.raises(ConfigError, match="request_rate: is missing"):
+        RealRun("real.json", {k: v for k, v in REAL.items() if k != "request_rate"}).client(Client())
+    _, notes = RealRun("real.json", REAL).client(Client())
+    assert any("at the file's mean lengths" in n for n in notes)
+    assert any("burstiness not in the file" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--request-rate", "8"], "error: --request-rate: compare: --compare takes the workload"),
+        (["--input-len", "100"], "error: --input-len: compare:"),
+    ],
+)
+def test_compare_refuses_a_workload_flag_beside_the_file(tmp_path: Path, args: list[str], says: str) -> None:
+    f = tmp_path / "real.json"
+    f.write_text(json.dumps(REAL))
+    p = wispsim("bench", *SERVER, "--compare", str(f), *args)
+    assert p.returncode == 2 and p.stderr.startswith(says) and len(p.stderr.strip().splitlines()) == 1

@@ -303,7 +303,8 @@ def test_the_chat_endpoint_is_honoured_and_a_stray_one_refused() -> None:
 
 
 def test_the_chat_endpoint_costs_its_template_in_the_api_server() -> None:
-    from wispsim.runs.bench import Client, Server, profile_of, run_bench
+    from wispsim.runs.bench import Client, Server, run_bench
+    from wispsim.runs.bench_profile import profile_of
 
     prof = profile_of("llama-2-7b", "h100-80gb", 1, "bfloat16", None, 0.9)
     client = Client(num_prompts=4, random_input_len=200, random_output_len=8, max_concurrency=1)

@@ -119,7 +119,7 @@ def test_shipped_calibration_respects_the_floor(arch: str, gpu: str) -> None:
     if count > 1 and g.link_gbs is None:
         pytest.skip(f"{gpu} has no NVLink figure for tensor parallelism")
     if count > 8:  # beyond one node (or its fp8 blocks), refused: over the network is not modelled
-        with pytest.raises(ConfigError, match="beyond one|is not divisible by weight quantization"):
+        with pytest.raises(ConfigError, match=r"beyond one|is not divisible by weight quantization"):
             physical_profile(a, g, count=count)
         return
     prof = parse_profile(physical_profile(a, g, count=count), "test")

@@ -275,7 +275,7 @@ def test_an_fp8_profile_is_vllms_online_fp8_of_the_16_bit_checkpoint() -> None:
     """``--dtype fp8`` / a profile at precision fp8 is ``vllm serve --quantization fp8``: the linear
     layers at 8 bits and on fp8 tensor cores, the embeddings, LM head and norms 16-bit (Qwen3-32B: 1.56 GB
     more than every weight at 8 bits), the same as ``-q fp8``; refused for a quantized checkpoint."""
-    from wispsim.runs.bench import physical_of
+    from wispsim.runs.bench_profile import physical_of
 
     arch, h100 = load_arch("qwen3-32b"), load_gpu("h100-80gb")
     prof = physical_profile(arch, h100, precision="fp8")

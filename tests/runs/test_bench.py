@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from wispsim.errors import ConfigError
-from wispsim.runs.bench import Client, Server, arch_of, check, profile_of, random_lengths, rate_of, run_bench
+from wispsim.runs.bench import Client, Server, check, random_lengths, rate_of, run_bench
+from wispsim.runs.bench_profile import arch_of, profile_of
 
 
 def test_a_model_is_a_shipped_arch_a_config_json_or_a_hub_id(tmp_path: Path) -> None:

@@ -59,7 +59,8 @@ def test_a_run_and_a_replay_honour_each_setting(
 
 @pytest.mark.parametrize("field", list(CASES))
 def test_a_benchmark_honours_each_setting_set_as_a_run_sets_it(field: str) -> None:
-    from wispsim.runs.bench import Client, Server, profile_of, run_bench
+    from wispsim.runs.bench import Client, Server, run_bench
+    from wispsim.runs.bench_profile import profile_of
 
     base, setting = CASES[field]
     prof = profile_of("qwen3-14b", "h100-80gb", 1, "auto", None)

@@ -23,10 +23,11 @@ from typing import Annotated, Any
 import typer
 import typer.core
 
+from wispsim.cli.bench_parts import print_table, same_model, vllm_file_name, workload_extras
 from wispsim.cli.common import make_console
 from wispsim.cli.options import SetOpt
 from wispsim.errors import ConfigError
-from wispsim.runs.bench_flags import EPILOG, Extras, extras_of
+from wispsim.runs.bench_flags import EPILOG, extras_of
 
 console = make_console()
 HELP = (
@@ -62,7 +63,7 @@ def _context_of(model: str | None, quantization: str | None) -> int | None:
     --profile, or a config that does not say)."""
     if model is None:
         return None
-    from wispsim.runs.bench import arch_of
+    from wispsim.runs.bench_profile import arch_of
 
     n = arch_of(model, quantization).hf.get("max_position_embeddings")
     return int(n) if isinstance(n, int | float) and n >= 1 else None
@@ -237,15 +238,28 @@ def bench(
 ) -> None:
     from wispsim.provenance import code_commit, command_line, now_iso
     from wispsim.results import check_output_file, writing
-    from wispsim.runs.bench import Client, Server, profile_of, run_bench
-    from wispsim.runs.bench_compare import real_run
+    from wispsim.runs.bench import Client, Server, run_bench
+    from wispsim.runs.bench_compare import WORKLOAD_FLAGS, real_run
+    from wispsim.runs.bench_profile import profile_of
 
     ex = extras_of(list(ctx.args))
     if ex.ramp_up is not None and request_rate.strip().lower() != "inf":
         raise ConfigError(
             "--request-rate", "request_rate", "give --request-rate or --ramp-up-strategy, not both"
         )
+    if seed < 0:
+        raise ConfigError("--seed", "seed", f"got {seed}; allowed: an integer >= 0")
     real = real_run(compare) if compare is not None else None
+    if real is not None:  # the file gives the workload: a flag that sets it too is a contradiction
+        given = [
+            n for n in WORKLOAD_FLAGS if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"
+        ]
+        given += [f for f, v in workload_extras(ex) if v]
+        if given:
+            flag = given[0] if given[0].startswith("--") else "--" + given[0].replace("_", "-")
+            raise ConfigError(
+                flag, "compare", f"--compare takes the workload from {compare}; give one or the other"
+            )
     prof = profile_of(
         model, gpu, tensor_parallel_size, dtype, profile, gpu_memory_utilization, quantization, kv_cache_dtype
     )
@@ -271,12 +285,16 @@ def bench(
         ex.ramp_up,
         chat_template=ex.chat_template,
     )
+    notes: list[str] = []
     if real is not None:
-        client = real.client(client)
+        client, notes = real.client(client)
+        served = real.data.get("model_id")
+        if model is not None and isinstance(served, str) and not same_model(served, model):
+            notes.append(f"the real run served {served}; this simulates {model}")
     label = ex.label or ex.backend
     path = None
     if save_result or ex.append_result:  # the file is named and checked before any work
-        name = result_filename or Path(_vllm_file_name(label, client, model or prof.name))
+        name = result_filename or Path(vllm_file_name(label, client, model or prof.name))
         path = (ex.result_dir / name) if ex.result_dir is not None else name
         check_output_file(str(path).replace("{date}", "0"), "--result-filename", (".json",))
     server = Server(
@@ -308,7 +326,7 @@ def bench(
     result = {**setup, **ex.metadata, **{k: v for k, v in result.items() if k not in setup}}
     if ex.ignored:
         result["ignored_client_flags"] = list(ex.ignored)
-    _print_table(result, ex)
+    print_table(result, ex)
     srv = result["server"]
     if not srv["vllm_use_v1"]:  # the engine loop is V0's: say how it ran (docs/model.md)
         steps = srv["num_scheduler_steps"]
@@ -345,6 +363,8 @@ def bench(
                 markup=False,
             )
     if real is not None:
+        for note in notes:
+            console.print(f"note: {note}", highlight=False, markup=False)
         console.print(real.side_by_side(result), highlight=False, markup=False)
     if path is not None:
         path = Path(str(path).replace("{date}", date))
@@ -368,64 +388,3 @@ def bench(
             with path.open("a" if ex.append_result else "w", encoding="utf-8") as f:
                 f.write(text)
         console.print(f"saved {path}")
-
-
-def _vllm_file_name(label: str, client: Any, model: str) -> str:
-    """vLLM's default result file name (``compute_result_filename``), ``{date}`` filled in later:
-    LABEL-RATEqps[-concurrencyN]-MODEL-DATE.json, or LABEL-ramp-up-STRATEGY-STARTqps-ENDqps... with a
-    ramp-up; the rate as vLLM's float prints it (10.0, inf)."""
-    conc = f"-concurrency{client.max_concurrency}" if client.max_concurrency is not None else ""
-    base = model.rstrip("/").split("/")[-1]
-    if client.ramp_up is not None:
-        strategy, lo, hi = client.ramp_up
-        lo_s, hi_s = (str(int(x)) if float(x).is_integer() else str(x) for x in (lo, hi))
-        return f"{label}-ramp-up-{strategy}-{lo_s}qps-{hi_s}qps{conc}-{base}-{{date}}.json"
-    rate = client.request_rate.strip().lower()
-    word = "inf" if rate == "inf" else str(float(rate))
-    return f"{label}-{word}qps{conc}-{base}-{{date}}.json"
-
-
-def _print_table(r: dict[str, Any], ex: Extras) -> None:
-    """The block ``vllm bench serve`` prints, and the mean TTFT by its parts."""
-    from wispsim.study.bench_metrics import TITLES
-
-    lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result (simulated) ", n=50, c="=")]
-
-    def row(label: str, v: Any, fmt: str = "{:<10.2f}") -> None:
-        lines.append(f"{label:<40} " + (fmt.format(v) if v is not None else "None"))
-
-    row("Successful requests:", r["completed"], "{:<10}")
-    row("Failed requests:", r["failed"], "{:<10}")
-    if r.get("max_concurrency") is not None:
-        row("Maximum request concurrency:", r["max_concurrency"], "{:<10}")
-    if r.get("request_rate") not in (None, "inf"):
-        row("Request rate configured (RPS):", r["request_rate"])
-    row("Benchmark duration (s):", r["duration"])
-    row("Total input tokens:", r["total_input_tokens"], "{:<10}")
-    row("Total generated tokens:", r["total_output_tokens"], "{:<10}")
-    row("Request throughput (req/s):", r["request_throughput"])
-    if r.get("request_goodput") is not None:
-        row("Request goodput (req/s):", r["request_goodput"])
-    row("Output token throughput (tok/s):", r["output_throughput"])
-    row("Peak output token throughput (tok/s):", r["max_output_tokens_per_s"])
-    row("Peak concurrent requests:", r["max_concurrent_requests"])
-    row("Total token throughput (tok/s):", r["total_token_throughput"])
-    for name in ex.reporting.percentile_metrics:
-        short, title = TITLES[name]
-        lines.append("{s:{c}^{n}}".format(s=title, n=50, c="-"))
-        row(f"Mean {short} (ms):", r[f"mean_{name}_ms"])
-        row(f"Median {short} (ms):", r[f"median_{name}_ms"])
-        for p in ex.reporting.percentiles:
-            word = str(int(p)) if int(p) == p else str(p)
-            row(f"P{word} {short} (ms):", r[f"p{word}_{name}_ms"])
-    if "ttft_parts_mean_ms" in r:
-        lines.append("{s:{c}^{n}}".format(s="Mean TTFT by parts (simulated)", n=50, c="-"))
-        for part, label in (
-            ("frontend", "API server (front end)"),
-            ("step_wait", "Wait for the next step"),
-            ("queue", "Queueing (admission, token budget)"),
-            ("prefill", "Prefill chunks"),
-        ):
-            row(f"{label} (ms):", r["ttft_parts_mean_ms"][part])
-    lines.append("=" * 50)
-    console.print("\n".join(lines), highlight=False, markup=False)

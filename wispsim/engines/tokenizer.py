@@ -1,8 +1,17 @@
 """A tokenizer from a local folder (transformers, imported lazily): what a benchmark's datasets
-count prompt and completion tokens with. Nothing reaches the hub."""
+count prompt and completion tokens with. Nothing reaches the hub.
+
+transformers imports torch, which imports Triton where vLLM installed it; at interpreter exit
+Triton's native module reports some thirty lines of ``nanobind: leaked ... instances`` on stderr,
+after everything wispsim printed. :func:`quiet_native_leaks` closes stderr once the command has
+finished (an exit handler run before the interpreter's own shutdown), so a one-line error stays
+one line."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +31,24 @@ def load_tokenizer(where: str | None) -> Any:
         raise ConfigError(
             "--tokenizer", "tokenizer", "needs transformers: pip install 'wispsim[hf]'"
         ) from None
+    quiet_native_leaks()
     try:
         return AutoTokenizer.from_pretrained(where, local_files_only=True)
     except (OSError, ValueError) as e:
         raise ConfigError(where, "tokenizer", f"cannot be loaded ({str(e).splitlines()[0]})") from None
+
+
+def _close_stderr() -> None:
+    if "triton" not in sys.modules:
+        return
+    sys.stderr.flush()
+    with open(os.devnull, "w") as null:  # the interpreter's shutdown writes to a closed-off stream
+        os.dup2(null.fileno(), 2)
+
+
+def quiet_native_leaks() -> None:
+    """At exit, once wispsim has printed everything, send stderr to /dev/null where Triton is
+    loaded (module text); registered once, after whatever exit handlers came before it."""
+    if not getattr(quiet_native_leaks, "done", False):
+        quiet_native_leaks.done = True  # type: ignore[attr-defined]
+        atexit.register(_close_stderr)

@@ -20,125 +20,10 @@ import pandas as pd
 from wispsim.config import parse_set
 from wispsim.config.server import engine_generation
 from wispsim.errors import ConfigError
-from wispsim.model.archs import Arch, find_arch, load_gpu
-from wispsim.model.physical import physical_profile
-from wispsim.model.profiles import Profile, load_profile, parse_profile
-from wispsim.model.weight_only import ONLINE_QUANTIZATION, online_quantized
+from wispsim.model.profiles import Profile
 from wispsim.runs.bench_datasets import DATASETS, dataset_rows, prefix_repetition, shuffled
 from wispsim.study.bench import BenchRun, bench, vllm_defaults
 from wispsim.study.bench_metrics import Reporting, vllm_result
-
-# --dtype: 16-bit weights (float16 has bfloat16's bytes and tensor-core rate on every GPU priced), or
-# fp8: vLLM's --quantization fp8 (model.weight_only.weights_at)
-PRECISION = {"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16", "half": "bf16", "float16": "bf16"}
-PRECISION["fp8"] = "fp8"
-# vllm serve --kv-cache-dtype -> the KV cache's element type
-KV_CACHE_DTYPES = {"auto": "bf16", "bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
-
-
-def arch_of(model: str, quantization: str | None = None) -> Arch:
-    """``--model``: :func:`wispsim.model.archs.find_arch`; ``--quantization``: vLLM's, the method
-    the checkpoint's ``quantization_config`` names (a no-op, as in vLLM) or, for an unquantized
-    checkpoint, what vLLM quantizes online (:data:`ONLINE_QUANTIZATION`)."""
-    arch = find_arch(model, "--model")
-    if quantization is None:
-        return arch
-    q = quantization.lower()
-    if arch.quant_method:
-        if q in (arch.quant_method, f"{arch.quant_method}_marlin"):
-            return arch
-        raise ConfigError(
-            "--quantization",
-            "quantization",
-            f"got {quantization!r}: {arch.name}'s checkpoint is quantized with {arch.quant_method} "
-            f"(vLLM refuses a different method); allowed: {arch.quant_method}",
-        )
-    if q not in ONLINE_QUANTIZATION:
-        raise ConfigError(
-            "--quantization",
-            "quantization",
-            f"got {quantization!r}: {arch.name} is not quantized, and vLLM quantizes a checkpoint at "
-            f"load only to {', '.join(ONLINE_QUANTIZATION)}; allowed: {', '.join(ONLINE_QUANTIZATION)}",
-        )
-    return online_quantized(arch, q, "--quantization")
-
-
-def physical_of(
-    model: str,
-    gpu: str,
-    tp: int,
-    dtype: str,
-    name: str | None = None,
-    command: str = "",
-    gpu_memory_utilization: float = 0.9,
-    quantization: str | None = None,
-    kv_cache_dtype: str = "auto",
-) -> dict[str, Any]:
-    """The physical profile mapping of ``model`` on ``tp`` x ``gpu`` (flags as ``vllm serve`` takes
-    them)."""
-    precision = PRECISION.get(dtype)
-    if precision is None:
-        raise ConfigError("--dtype", "dtype", f"got {dtype!r}; allowed: {', '.join(PRECISION)}")
-    kv = KV_CACHE_DTYPES.get(kv_cache_dtype)
-    if kv is None:
-        raise ConfigError(
-            "--kv-cache-dtype",
-            "kv_cache_dtype",
-            f"got {kv_cache_dtype!r}; allowed: {', '.join(KV_CACHE_DTYPES)}",
-        )
-    if tp < 1:
-        raise ConfigError(
-            "--tensor-parallel-size", "tensor_parallel_size", f"got {tp}; allowed: an integer >= 1"
-        )
-    arch = arch_of(model, quantization)
-    if precision == "fp8" and arch.quant_method:
-        raise ConfigError(
-            "--dtype",
-            "dtype",
-            f"fp8: {arch.name}'s checkpoint is quantized with {arch.quant_method} already (vLLM refuses "
-            "to quantize it again); allowed: auto, bfloat16 (the checkpoint's own weights)",
-        )
-    return physical_profile(
-        arch,
-        load_gpu(gpu),
-        count=tp,
-        precision=precision,
-        kv_dtype=kv,
-        noise_sigma=0.0,
-        name=name,
-        command=command,
-        gpu_memory_utilization=gpu_memory_utilization,
-    )
-
-
-def profile_of(
-    model: str | None,
-    gpu: str | None,
-    tp: int,
-    dtype: str,
-    profile: str | None,
-    gpu_memory_utilization: float = 0.9,
-    quantization: str | None = None,
-    kv_cache_dtype: str = "auto",
-) -> Profile:
-    if profile is not None:
-        if model is not None or gpu is not None:
-            raise ConfigError("--profile", "profile", "give --profile, or --model with --gpu, not both")
-        if quantization is not None or kv_cache_dtype != "auto":
-            raise ConfigError(
-                "--profile", "profile", "a measured profile is one deployment: --quantization and "
-                "--kv-cache-dtype go with --model and --gpu",
-            )  # fmt: skip
-        return load_profile(profile, "--profile", "profile")
-    if model is None or gpu is None:
-        raise ConfigError("wispsim bench", "--model/--gpu", "give --model and --gpu (or --profile)")
-    return parse_profile(
-        physical_of(
-            model, gpu, tp, dtype, gpu_memory_utilization=gpu_memory_utilization,
-            quantization=quantization, kv_cache_dtype=kv_cache_dtype,
-        ),
-        f"--model {model} --gpu {gpu}",
-    )  # fmt: skip
 
 
 def rate_of(text: str) -> float | None:
@@ -174,7 +59,8 @@ def workload(c: Client, rng: np.random.Generator) -> tuple[Any, Any, list[float]
     schedule), the tokens a group's prompts share, the groups, and the number of requests."""
     n = c.num_prompts
     if c.lengths is not None:
-        return np.array(c.lengths[0]), np.array(c.lengths[1]), None, 0, 1, len(c.lengths[0])
+        times = list(c.arrivals) if c.arrivals is not None else None
+        return np.array(c.lengths[0]), np.array(c.lengths[1]), times, 0, 1, len(c.lengths[0])
     if c.dataset_name == "random" and c.dataset_path is not None:  # wispsim's request trace (CSV)
         trace = request_rows(c.dataset_path).iloc[:n]
         times = trace.time_s.to_numpy(float).tolist() if trace.time_s.max() > 0 else None
@@ -229,6 +115,7 @@ class Client:
     self_timed: bool | None = None  # replay a dataset's recorded times (None: when it has them)
     ramp_up: tuple[str, float, float] | None = None  # --ramp-up-strategy, -start-rps, -end-rps
     lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # each request's (a real run's)
+    arrivals: tuple[float, ...] | None = None  # each request's send time, s (a real run's start_times)
     chat_template: bool = True  # custom prompts through the tokenizer's chat template (vLLM's default)
 
 
@@ -346,6 +233,23 @@ def refuse_static_batching(sets: list[str] | None) -> None:
             )
 
 
+def _scheduler_check(tokens: int, seqs: int, whole: int | None) -> None:
+    """vLLM's start-up checks of its scheduler (``SchedulerConfig``), in its words: a step holds
+    at least one token of every sequence it may run, and without chunked prefill (``whole``: the
+    max_model_len a prompt is prefilled whole within) the longest prompt."""
+    flag, field = "--max-num-batched-tokens", "max_num_batched_tokens"
+    if tokens < seqs:
+        raise ConfigError(
+            flag, field, f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs "
+            f"({seqs}); allowed: >= {seqs}, or a smaller --max-num-seqs",
+        )  # fmt: skip
+    if whole is not None and tokens < whole:
+        raise ConfigError(
+            flag, field, f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({whole}) without "
+            f"chunked prefill; allowed: >= {whole}, a smaller --max-model-len or --enable-chunked-prefill",
+        )  # fmt: skip
+
+
 def run_bench(
     prof: Profile, c: Client, s: Server, sets: list[str] | None = None, rep: Reporting | None = None
 ) -> tuple[dict[str, Any], Any]:
@@ -367,6 +271,7 @@ def run_bench(
     )
     seqs = s.max_num_seqs if s.max_num_seqs is not None else seqs_default
     tokens = s.max_num_batched_tokens if s.max_num_batched_tokens is not None else tokens_default
+    _scheduler_check(tokens, seqs, None if chunked and not (v0 and steps > 1) else s.max_model_len)
     rng = np.random.default_rng(c.seed)
     ins, outs, times, prefix, groups, n = workload(c, rng)
     longest = max((int(a) + int(b) for a, b in zip(ins, outs, strict=False)), default=0)

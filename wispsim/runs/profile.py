@@ -63,7 +63,7 @@ def calibrate_profile(
 
     from wispsim.measure.profile.derive import render
     from wispsim.model.profiles import parse_profile
-    from wispsim.runs.bench import physical_of
+    from wispsim.runs.bench_profile import physical_of
     from wispsim.study.bench import vllm_defaults
     from wispsim.study.calibrate import calibrate
 
