@@ -142,3 +142,21 @@ def test_compare_refuses_a_workload_flag_beside_the_file(tmp_path: Path, args: l
     f.write_text(json.dumps(REAL))
     p = wispsim("bench", *SERVER, "--compare", str(f), *args)
     assert p.returncode == 2 and p.stderr.startswith(says) and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_shared_prefix_a_result_file_does_not_record_is_the_commands() -> None:
+    """``--random-prefix-len`` beside ``--compare``: the tokens every prompt shares (a result file
+    does not say), the head of each recorded input; longer than the shortest prompt, refused."""
+    from dataclasses import replace
+
+    from wispsim.errors import ConfigError
+    from wispsim.runs.bench import Client, workload
+    from wispsim.runs.bench_compare import RealRun
+
+    client, _ = RealRun("real.json", DETAILED).client(replace(Client(), random_prefix_len=40))
+    ins, _, times, prefix, _, n = workload(client, None)  # type: ignore[arg-type]
+    assert (prefix, n, list(ins), times) == (40, 3, [100, 100, 100], [0.0, 0.5, 1.5])
+    mean, _ = RealRun("real.json", REAL).client(replace(Client(), random_prefix_len=40))
+    assert mean.random_input_len + mean.random_prefix_len == 200  # 4,000 tokens over 20 requests
+    with pytest.raises(ConfigError, match="longer than the file's shortest prompt"):
+        RealRun("real.json", DETAILED).client(replace(Client(), random_prefix_len=150))

@@ -246,3 +246,13 @@ def test_every_stored_scenario_of_a_shipped_result_loads() -> None:
     assert stored
     for path in stored:
         load_scenario(path, consistency=False)
+
+
+def test_a_quantile_at_the_ends_is_the_support() -> None:
+    """Epsilon 0 asks for the shortest output every response may have (the fluid estimate's
+    quantile at 0): the support's ends, never an error."""
+    d = Dist(dist="lognormal", mean=200.0, cv=1.0, min=4.0, max=1024.0)
+    assert d.quantile(0.0) == 4.0 and d.quantile(1.0) == 1024.0
+    assert 4.0 < d.quantile(0.05) < d.quantile(0.5) < 1024.0
+    u = Dist(dist="uniform", low=10.0, high=20.0)
+    assert (u.quantile(0.0), u.quantile(1.0)) == (10.0, 20.0)

@@ -102,6 +102,7 @@ def test_help_and_version_unchanged(capsys, monkeypatch) -> None:
         (["sweep", "--seed", "-1"], "--seed: must be >= 0, got -1"),
         (["sweep", "--policy", "bogus"], "--policy: unknown policy 'bogus'"),
         (["compare", "--policies", "wisp,bogus"], "--policies: unknown policy 'bogus'"),
+        (["compare", "--policies", "wisp,sled,wisp"], "--policies: 'wisp' is named twice"),
         (["sweep", "--seeds", "0"], "--seeds: must be >= 1, got 0"),
         (["sweep", "--epsilon", "nan"], "--epsilon: must be a finite number, got 'nan'"),
         (["sweep", "--epsilon", "1"], "--epsilon: must be in [0, 1), got 1"),

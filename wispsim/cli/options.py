@@ -153,7 +153,14 @@ AddressOpt = Annotated[
 ]
 PolicyOpt = Annotated[str | None, typer.Option(help=f"Policy preset: {', '.join(POLICY_NAMES)}.")]
 RouterOpt = Annotated[str | None, typer.Option(help="round-robin, least-work or affinity.")]
-StartOpt = Annotated[int, typer.Option(help="First N of the doubling bracket.", parser=DEVICES)]
+StartOpt = Annotated[
+    int,
+    typer.Option(
+        help="First N of the doubling bracket where the fluid model gives no first estimate (the "
+        "search starts at the estimate otherwise: the table's estimate column).",
+        parser=DEVICES,
+    ),
+]
 MaxDevicesOpt = Annotated[int, typer.Option(help="Largest N the search tries.", parser=DEVICES)]
 SeedsOpt = Annotated[int, typer.Option(help="Seeds per N (common random numbers across N).", parser=SEEDS)]
 FirstSeedOpt = Annotated[int | None, typer.Option("--seed", help="First seed.", parser=SEED)]
@@ -225,6 +232,9 @@ def parse_policies(text: str, option: str = "--policies") -> list[str]:
             raise ConfigError(option, "", f"unknown policy {p!r}; allowed: {', '.join(POLICY_NAMES)}")
     if not pols:
         raise ConfigError(option, "", f"needs at least one policy; allowed: {', '.join(POLICY_NAMES)}")
+    twice = sorted({p for p in pols if pols.count(p) > 1})
+    if twice:
+        raise ConfigError(option, "", f"{twice[0]!r} is named twice; give each policy once")
     return pols
 
 

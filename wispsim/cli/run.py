@@ -45,7 +45,8 @@ def run(
         str | None,
         typer.Option(
             help="Arrival process: a time_s,value CSV (concurrency trace; its span becomes the "
-            "measurement window), NAME:FILE with NAME concurrency or rate, or poisson:RATE.",
+            "measurement window), NAME:FILE with NAME concurrency, rate or requests (a request "
+            "trace: time_s,prompt_tokens,output_tokens), or poisson:RATE.",
         ),
     ] = None,
     replicas: Annotated[

@@ -101,9 +101,12 @@ class Dist:
         return float(min(max(c, self.min), self.max))
 
     def quantile(self, q: float) -> float:
-        """The value a share ``q`` (0 < q < 1) of samples fall below (clipping included)."""
+        """The value a share ``q`` of samples fall below (clipping included): at q <= 0 the smallest
+        a sample can take, at q >= 1 the largest (:meth:`support`; epsilon 0 asks for every one)."""
         from statistics import NormalDist
 
+        if not 0.0 < q < 1.0:
+            return float(self.support()[0 if q <= 0.0 else 1])
         d = self.dist
         if d == "constant":
             x = self.value

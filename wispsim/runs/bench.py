@@ -60,7 +60,8 @@ def workload(c: Client, rng: np.random.Generator) -> tuple[Any, Any, list[float]
     n = c.num_prompts
     if c.lengths is not None:
         times = list(c.arrivals) if c.arrivals is not None else None
-        return np.array(c.lengths[0]), np.array(c.lengths[1]), times, 0, 1, len(c.lengths[0])
+        ins, outs = np.array(c.lengths[0]), np.array(c.lengths[1])
+        return ins, outs, times, c.random_prefix_len, 1, len(ins)
     if c.dataset_name == "random" and c.dataset_path is not None:  # wispsim's request trace (CSV)
         trace = request_rows(c.dataset_path).iloc[:n]
         times = trace.time_s.to_numpy(float).tolist() if trace.time_s.max() > 0 else None

@@ -35,13 +35,13 @@ THROUGHPUTS = (
 )
 # mean_ttft_ms, std_itl_ms, p99.9_e2el_ms, ...: every statistic vLLM writes of a percentile metric
 STATISTIC = re.compile(r"^(mean|median|std|p\d+(\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
-# what a user may not set beside --compare: the file gives the workload
+# what a user may not set beside --compare: the file gives the workload (not --random-prefix-len,
+# which a result file does not record: the tokens every prompt shares, the head of its input)
 WORKLOAD_FLAGS = (
     "dataset_name",
     "dataset_path",
     "random_input_len",
     "random_output_len",
-    "random_prefix_len",
     "random_range_ratio",
     "num_prompts",
     "request_rate",
@@ -77,6 +77,12 @@ class RealRun:
         if isinstance(failed, bool) or not isinstance(failed, int) or failed < 0:
             raise ConfigError(src, "failed", f"got {failed!r}; allowed: an integer >= 0")
         lengths = _lengths(d, n, failed, src)
+        prefix = base.random_prefix_len  # the command's: a result file does not record it
+        if lengths is not None and prefix and min(lengths[0]) < prefix:
+            raise ConfigError(
+                "--random-prefix-len", "random_prefix_len",
+                f"{prefix} is longer than the file's shortest prompt ({min(lengths[0])} tokens)",
+            )  # fmt: skip
         arrivals = _arrivals(d, src) if lengths is not None else None
         if arrivals is not None:
             notes.append("each request sent at the real run's start_times")
@@ -111,9 +117,8 @@ class RealRun:
             dataset_name="random",
             dataset_path=None,
             num_prompts=n,
-            random_input_len=max(round(_count(d, "total_input_tokens", src) / n), 1),
+            random_input_len=max(round(_count(d, "total_input_tokens", src) / n) - prefix, 1),
             random_output_len=max(round(_count(d, "total_output_tokens", src) / n), 1),
-            random_prefix_len=0,
             random_range_ratio=0.0,
             request_rate=str(rate),
             burstiness=float(burst),

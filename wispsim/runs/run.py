@@ -60,7 +60,8 @@ def describe_load(sc: Scenario, devices: int | None = None) -> str:
         return f"N={devices or sc.devices.count}{reps}"
     if a.process == "poisson":
         return f"Poisson {a.rate:g} responses/s{reps}"
-    return f"{a.kind} trace {Path(a.trace or '').name}{reps}"
+    kind = "request" if a.process == "requests" else a.kind  # a request trace has no kind of its own
+    return f"{kind} trace {Path(a.trace or '').name}{reps}"
 
 
 def run(
