@@ -23,11 +23,10 @@ from typing import Annotated, Any
 import typer
 import typer.core
 
-from wispsim.cli.bench_parts import print_table, same_model, vllm_file_name, workload_extras
 from wispsim.cli.common import make_console
 from wispsim.cli.options import SetOpt
 from wispsim.errors import ConfigError
-from wispsim.runs.bench_flags import EPILOG, extras_of
+from wispsim.runs.bench_flags import EPILOG, Extras, extras_of
 
 console = make_console()
 HELP = (
@@ -223,15 +222,17 @@ def bench(
         bool, typer.Option("--save-result", help="Write the JSON vllm bench serve writes.")
     ] = False,
     result_filename: Annotated[
-        Path | None, typer.Option("--result-filename", help="Default: vLLM's LABEL-RATEqps-MODEL-DATE.json.")
+        Path | None,
+        typer.Option("--result-filename", help="Default: vLLM's name (label, rate, model, date)."),
     ] = None,
     compare: Annotated[
         Path | None,
         typer.Option(
             "--compare",
-            help="A real run's `vllm bench serve --save-result` JSON: its workload (prompts, lengths, rate, "
-            "burstiness, concurrency) is re-created on the server these flags describe, and the "
-            "figures are printed simulated beside real.",
+            help="A real run's result JSON (vllm bench serve with --save-result): its workload "
+            "(prompts, lengths, start times, rate, burstiness, concurrency) is re-created on the server "
+            "these flags describe, and the figures are printed simulated beside real. Workload "
+            "flags are refused beside it but --random-prefix-len, which the file does not record.",
         ),
     ] = None,
     set_: SetOpt = None,
@@ -239,7 +240,13 @@ def bench(
     from wispsim.provenance import code_commit, command_line, now_iso
     from wispsim.results import check_output_file, writing
     from wispsim.runs.bench import Client, Server, run_bench
-    from wispsim.runs.bench_compare import WORKLOAD_FLAGS, real_run
+    from wispsim.runs.bench_compare import (
+        WORKLOAD_FLAGS,
+        real_run,
+        same_model,
+        vllm_file_name,
+        workload_extras,
+    )
     from wispsim.runs.bench_profile import profile_of
 
     ex = extras_of(list(ctx.args))
@@ -326,7 +333,7 @@ def bench(
     result = {**setup, **ex.metadata, **{k: v for k, v in result.items() if k not in setup}}
     if ex.ignored:
         result["ignored_client_flags"] = list(ex.ignored)
-    print_table(result, ex)
+    _print_table(result, ex)
     srv = result["server"]
     if not srv["vllm_use_v1"]:  # the engine loop is V0's: say how it ran (docs/model.md)
         steps = srv["num_scheduler_steps"]
@@ -388,3 +395,49 @@ def bench(
             with path.open("a" if ex.append_result else "w", encoding="utf-8") as f:
                 f.write(text)
         console.print(f"saved {path}")
+
+
+def _print_table(r: dict[str, Any], ex: Extras) -> None:
+    """The block ``vllm bench serve`` prints, and the mean TTFT by its parts."""
+    from wispsim.study.bench_metrics import TITLES
+
+    lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result (simulated) ", n=50, c="=")]
+
+    def row(label: str, v: Any, fmt: str = "{:<10.2f}") -> None:
+        lines.append(f"{label:<40} " + (fmt.format(v) if v is not None else "None"))
+
+    row("Successful requests:", r["completed"], "{:<10}")
+    row("Failed requests:", r["failed"], "{:<10}")
+    if r.get("max_concurrency") is not None:
+        row("Maximum request concurrency:", r["max_concurrency"], "{:<10}")
+    if r.get("request_rate") not in (None, "inf"):
+        row("Request rate configured (RPS):", r["request_rate"])
+    row("Benchmark duration (s):", r["duration"])
+    row("Total input tokens:", r["total_input_tokens"], "{:<10}")
+    row("Total generated tokens:", r["total_output_tokens"], "{:<10}")
+    row("Request throughput (req/s):", r["request_throughput"])
+    if r.get("request_goodput") is not None:
+        row("Request goodput (req/s):", r["request_goodput"])
+    row("Output token throughput (tok/s):", r["output_throughput"])
+    row("Peak output token throughput (tok/s):", r["max_output_tokens_per_s"])
+    row("Peak concurrent requests:", r["max_concurrent_requests"])
+    row("Total token throughput (tok/s):", r["total_token_throughput"])
+    for name in ex.reporting.percentile_metrics:
+        short, title = TITLES[name]
+        lines.append("{s:{c}^{n}}".format(s=title, n=50, c="-"))
+        row(f"Mean {short} (ms):", r[f"mean_{name}_ms"])
+        row(f"Median {short} (ms):", r[f"median_{name}_ms"])
+        for p in ex.reporting.percentiles:
+            word = str(int(p)) if int(p) == p else str(p)
+            row(f"P{word} {short} (ms):", r[f"p{word}_{name}_ms"])
+    if "ttft_parts_mean_ms" in r:
+        lines.append("{s:{c}^{n}}".format(s="Mean TTFT by parts (simulated)", n=50, c="-"))
+        for part, label in (
+            ("frontend", "API server (front end)"),
+            ("step_wait", "Wait for the next step"),
+            ("queue", "Queueing (admission, token budget)"),
+            ("prefill", "Prefill chunks"),
+        ):
+            row(f"{label} (ms):", r["ttft_parts_mean_ms"][part])
+    lines.append("=" * 50)
+    console.print("\n".join(lines), highlight=False, markup=False)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from wispsim.errors import ConfigError
-from wispsim.runs.bench_flags import ramp_up
+from wispsim.runs.bench_flags import Extras, ramp_up
 
 THROUGHPUTS = (
     "duration",
@@ -220,3 +220,43 @@ def real_run(path: Path) -> RealRun:
     if not isinstance(data, dict):
         raise ConfigError(src, "", "a vllm bench serve result file is a JSON object")
     return RealRun(src, data)
+
+
+def vllm_file_name(label: str, client: Any, model: str) -> str:
+    """vLLM's default result file name (``compute_result_filename``), ``{date}`` filled in later:
+    LABEL-RATEqps[-concurrencyN]-MODEL-DATE.json, or LABEL-ramp-up-STRATEGY-STARTqps-ENDqps... with a
+    ramp-up; the rate as vLLM's float prints it (10.0, inf)."""
+    conc = f"-concurrency{client.max_concurrency}" if client.max_concurrency is not None else ""
+    base = model.rstrip("/").split("/")[-1]
+    if client.ramp_up is not None:
+        strategy, lo, hi = client.ramp_up
+        lo_s, hi_s = (str(int(x)) if float(x).is_integer() else str(x) for x in (lo, hi))
+        return f"{label}-ramp-up-{strategy}-{lo_s}qps-{hi_s}qps{conc}-{base}-{{date}}.json"
+    rate = client.request_rate.strip().lower()
+    word = "inf" if rate == "inf" else str(float(rate))
+    return f"{label}-{word}qps{conc}-{base}-{{date}}.json"
+
+
+def workload_extras(ex: Extras) -> list[tuple[str, Any]]:
+    """vLLM's other flags that set the workload, and what they were given (None, False: not)."""
+    return [
+        ("--input-len", ex.input_len),
+        ("--output-len", ex.output_len),
+        ("--sharegpt-output-len", ex.sharegpt_output_len),
+        ("--ramp-up-strategy", ex.ramp_up),
+    ]
+
+
+def same_model(served: str, model: str) -> bool:
+    """Whether a result file's ``model_id`` and ``--model`` name one architecture (by name, hub id
+    or a shipped architecture's hub id), as far as either can be resolved."""
+    from wispsim.model.archs import find_arch
+
+    names = []
+    for m in (served, model):
+        try:
+            a = find_arch(m)
+            names.append({a.name.lower(), a.hf_name.lower()})
+        except ConfigError:
+            names.append({m.lower(), m.rstrip("/").split("/")[-1].lower()})
+    return bool(names[0] & names[1])
