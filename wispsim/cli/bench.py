@@ -301,7 +301,9 @@ def bench(
     label = ex.label or ex.backend
     path = None
     if save_result or ex.append_result:  # the file is named and checked before any work
-        name = result_filename or Path(vllm_file_name(label, client, model or prof.name))
+        # a config.json named by its path: the file is named after its folder, as the model is
+        named = str(Path(model).resolve().parent) if model and model.endswith(".json") else model
+        name = result_filename or Path(vllm_file_name(label, client, named or prof.name))
         path = (ex.result_dir / name) if ex.result_dir is not None else name
         check_output_file(str(path).replace("{date}", "0"), "--result-filename", (".json",))
     server = Server(

@@ -150,7 +150,7 @@ def _print_plan(o: PlanOutcome) -> None:
         return
     line = f"answer: {res.replicas} replicas ({o.gpus} x {o.gpu}) for {n} devices"
     if o.price is not None:
-        line += f"; cost {o.gpus} GPUs x {o.price:g}/GPU-hour = {o.gpus * o.price:,.2f} per hour"
+        line += f"; cost {o.gpus} GPUs x {o.price:g} USD/GPU-hour = {o.gpus * o.price:,.2f} USD per hour"
     else:
         line += (
             "; no price (no public price for this GPU in wispsim/data/gpu_prices.yaml: --price-per-gpu-hour)"

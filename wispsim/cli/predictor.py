@@ -138,7 +138,8 @@ def train_cmd(
         md_path = stem.with_name(stem.name + ".report.md")
         json_path.write_text(json.dumps(report, indent=1, default=str))
         md_path.write_text(_report_md(report, metrics))
-    console.print(table(metrics, f"held-out test metrics (max FPR {max_fpr}, K = {k})"))
+    title = f"held-out test metrics (threshold for max FPR {max_fpr} on the validation split, K = {k})"
+    console.print(table(metrics, title))
     for r in results:
         console.print(f"{r.kind}: {r.npz} (threshold {r.threshold:.4f})")
     console.print(f"report: {json_path}, {md_path}")

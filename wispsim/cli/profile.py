@@ -37,6 +37,15 @@ profile_app = typer.Typer(
 )
 
 
+def _gpu_names() -> list[str]:
+    """The shipped GPUs, for help text (the table's keys; read once at import)."""
+    import yaml
+
+    from wispsim.paths import data_dir
+
+    return list(yaml.safe_load((data_dir() / "gpus.yaml").read_text()))
+
+
 @profile_app.command("plan")
 def plan_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Plan CSV to write.")],
@@ -266,8 +275,9 @@ def derive_cmd(
     gpu: Annotated[
         str | None,
         typer.Option(
-            help="Target GPU: a GPU of wispsim/data/gpus.yaml (`wispsim profile gpus` lists them) or a YAML "
-            "file of entries in its format (default: a100-80gb; additive: the source's)."
+            help=f"Target GPU: one of {', '.join(_gpu_names())} (wispsim/data/gpus.yaml; `wispsim "
+            "profile gpus` says more), or a YAML file of entries in its format (default: a100-80gb; "
+            "additive: the source's)."
         ),
     ] = None,
     count: Annotated[
