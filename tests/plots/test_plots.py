@@ -70,11 +70,15 @@ def labels_as_str(path: Path) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-def test_curves_and_capacity_write_pngs_inside_the_folder(compare_dir: Path) -> None:
-    invoke("curves", str(compare_dir))
+def test_curves_and_capacity_write_pngs_inside_the_folder(compare_dir: Path, tmp_path: Path) -> None:
+    assert "no manifest.json" not in invoke("curves", str(compare_dir))
     assert is_png(compare_dir / "violation_curves.png")
     invoke("capacity", str(compare_dir))
     assert is_png(compare_dir / "capacity.png")
+    cut = tmp_path / "interrupted"  # a folder whose command never wrote its manifest: drawn, and said
+    shutil.copytree(compare_dir, cut)
+    (cut / "manifest.json").unlink()
+    assert "interrupted has no manifest.json" in invoke("curves", str(cut))
 
 
 @pytest.mark.slow

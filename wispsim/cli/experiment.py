@@ -64,7 +64,7 @@ def run_cmd(
         with status(f"[{i}/{len(todo)}] {name} ...") as shown:
 
             def say(msg: str, s: Any = shown, n: str = name, k: int = i) -> None:
-                s.update(f"[{k}/{len(todo)}] {n}: {msg}")
+                s.update(f"[{k}/{len(todo)}] {n}: {msg.removeprefix(n + ': ')}")  # named once
 
             out = run_experiment(name, quick, runner, say)
         console.print(f"[{i}/{len(todo)}] {name}: {time.perf_counter() - t0:.0f} s -> {out}")

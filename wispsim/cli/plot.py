@@ -37,7 +37,20 @@ def _out(out: Path | None, folder: Path, name: str) -> Path:
     created when the figure is written)."""
     from wispsim.plots import figure_path
 
+    _say_if_incomplete(folder)
     return check_output_file(figure_path(out if out is not None else folder / name, name), "--out")
+
+
+def _say_if_incomplete(folder: Path) -> None:
+    """A results folder without its manifest (written last) is one whose command was interrupted or
+    failed: the figure shows what it wrote, and says so."""
+    if folder.is_dir() and not (folder / "manifest.json").is_file():
+        console.print(
+            f"note: {folder} has no manifest.json (its command was interrupted or failed): the figure "
+            "shows what it wrote",
+            markup=False,
+            highlight=False,
+        )
 
 
 def _wrote(path: Path) -> None:
@@ -86,6 +99,8 @@ def bursty(
     from wispsim.results import Results
 
     runs = [Results.existing(f) for f in folders]
+    for f in folders[1:]:  # the first one's is said with its figure's path
+        _say_if_incomplete(f)
     if label and len(label) != len(folders):
         raise ConfigError("--label", "", f"got {len(label)} label(s) for {len(folders)} folder(s)")
     names = list(label) if label else [r.label() for r in runs]
