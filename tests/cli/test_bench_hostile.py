@@ -158,5 +158,5 @@ def test_a_shared_prefix_a_result_file_does_not_record_is_the_commands() -> None
     assert (prefix, n, list(ins), times) == (40, 3, [100, 100, 100], [0.0, 0.5, 1.5])
     mean, _ = RealRun("real.json", REAL).client(replace(Client(), random_prefix_len=40))
     assert mean.random_input_len + mean.random_prefix_len == 200  # 4,000 tokens over 20 requests
-    with pytest.raises(ConfigError, match="longer than the file's shortest prompt"):
+    with pytest.raises(ConfigError, match="not shorter than the file's shortest prompt"):
         RealRun("real.json", DETAILED).client(replace(Client(), random_prefix_len=150))

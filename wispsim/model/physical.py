@@ -132,11 +132,11 @@ def physical_profile(
             "gpu_count",
             f"got {count}: the GPU entry {gpu.key} gives no link_gbs for tensor parallelism",
         )
-    arch, base = weights_at(arch, precision)  # fp8: the linear layers; embeddings, head bf16
-    wbytes = dtype_bytes(base)
+    arch = weights_at(arch, precision)  # fp8: the linear layers; the other weights stay bf16
+    wbytes = dtype_bytes("bf16")
     check_parallel(arch, count, count_flag)
     check_domain(gpu.interconnect, count, count_flag)
-    check_fit(arch, gpu, count, base, gpu_memory_utilization, count_flag)
+    check_fit(arch, gpu, count, "bf16", gpu_memory_utilization, count_flag)
     cal = calibration(calibration_name)
     gen = generation_efficiency(gpu.generation)
     # kernel figures are the GPU generation's (measured); the engine's overheads are the
@@ -155,8 +155,7 @@ def physical_profile(
     if arch.moe_layers and arch.experts > 1:  # routed experts run as grouped GEMMs
         chosen["efficiency"].update({k: gen[k] for k in ("expert_bandwidth", "expert_compute")})
         chosen["kernels"]["expert_kernel_us"] = gen["expert_kernel_us"]
-    maf = gpu.fp8_maf_tflops if base == "fp8" else gpu.bf16_maf_tflops
-    peak = gpu.fp8_tflops if base == "fp8" else gpu.bf16_tflops
+    maf, peak = gpu.bf16_maf_tflops, gpu.bf16_tflops  # W8A8 layers: quant_rate, parse_roofline
     cap = maf / peak if maf is not None and peak else math.inf
     capped = cap < chosen["efficiency"]["compute"]
     if capped:  # no GEMM beats the card's max-achievable FLOPs (the clock it holds under them)
@@ -205,13 +204,13 @@ def physical_profile(
     return {
         "name": name,
         "description": (
-            f"{arch.hf_name} {weights_said(arch, base)} (KV {kv_dtype}) on {count}x {gpu.name}, vLLM: "
+            f"{arch.hf_name} {weights_said(arch, 'bf16')} (KV {kv_dtype}) on {count}x {gpu.name}, vLLM: "
             "physical roofline "
             f"with the '{calibration_name}' calibration (not measured on this pair)"
         ),
         "hardware": hardware,
         "engine": "vllm",
-        "precision": arch.quant_method or base,  # the weights' format (base: the unquantized ones')
+        "precision": arch.quant_method or "bf16",  # the weights' format (the unquantized ones bf16)
         "kv_block_size": 16,
         "model": model,
         "estimator": "roofline",

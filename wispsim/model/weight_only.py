@@ -48,13 +48,13 @@ def online_quantized(arch: Arch, method: str, source: str) -> Arch:
     return arch_from_dict({**config, **meta, "extra_matmul_params": arch.extra_matmul_params}, source)
 
 
-def weights_at(arch: Arch, precision: str, source: str = "profile") -> tuple[Arch, str]:
-    """(the architecture as the engine holds it, the dtype of its unquantized weights) at a profile's
-    ``precision``: fp8 is vLLM's ``--quantization fp8`` of a 16-bit checkpoint (its embeddings and
-    LM head stay 16-bit, :data:`ONLINE_QUANTIZATION`), refused for a checkpoint quantized already
-    (vLLM refuses a second method); a quantized checkpoint at bf16 keeps its own weights."""
+def weights_at(arch: Arch, precision: str, source: str = "profile") -> Arch:
+    """The architecture as the engine holds it at a profile's ``precision``, its unquantized weights
+    16-bit: fp8 is vLLM's ``--quantization fp8`` of a 16-bit checkpoint (its embeddings and LM head
+    stay 16-bit, :data:`ONLINE_QUANTIZATION`), refused for a checkpoint quantized already (vLLM
+    refuses a second method); at bf16 a checkpoint keeps its own weights."""
     if precision != "fp8":
-        return arch, precision
+        return arch
     if arch.quant_method:
         raise ConfigError(
             source,
@@ -62,7 +62,7 @@ def weights_at(arch: Arch, precision: str, source: str = "profile") -> tuple[Arc
             f"fp8: {arch.name}'s checkpoint is quantized with {arch.quant_method} already (vLLM "
             "refuses to quantize it again); allowed: bf16 (the checkpoint's own weights)",
         )
-    return online_quantized(arch, "fp8", source), "bf16"
+    return online_quantized(arch, "fp8", source)
 
 
 def weights_said(arch: Arch, base: str) -> str:

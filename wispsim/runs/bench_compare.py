@@ -78,10 +78,12 @@ class RealRun:
             raise ConfigError(src, "failed", f"got {failed!r}; allowed: an integer >= 0")
         lengths = _lengths(d, n, failed, src)
         prefix = base.random_prefix_len  # the command's: a result file does not record it
-        if lengths is not None and prefix and min(lengths[0]) < prefix:
+        mean_in = round(_count(d, "total_input_tokens", src) / n)
+        shortest = min(lengths[0]) if lengths is not None else mean_in
+        if prefix and shortest <= prefix:
             raise ConfigError(
                 "--random-prefix-len", "random_prefix_len",
-                f"{prefix} is longer than the file's shortest prompt ({min(lengths[0])} tokens)",
+                f"{prefix} is not shorter than the file's shortest prompt ({shortest} tokens)",
             )  # fmt: skip
         arrivals = _arrivals(d, src) if lengths is not None else None
         if arrivals is not None:
@@ -117,14 +119,14 @@ class RealRun:
             dataset_name="random",
             dataset_path=None,
             num_prompts=n,
-            random_input_len=max(round(_count(d, "total_input_tokens", src) / n) - prefix, 1),
+            random_input_len=max(mean_in - prefix, 1),
             random_output_len=max(round(_count(d, "total_output_tokens", src) / n), 1),
             random_range_ratio=0.0,
             request_rate=str(rate),
             burstiness=float(burst),
             max_concurrency=conc,
             ramp_up=ramp,
-            lengths=lengths and (lengths[0], lengths[1]),
+            lengths=lengths,
             arrivals=arrivals,
             self_timed=True if arrivals is not None else base.self_timed,
         )
@@ -143,7 +145,9 @@ class RealRun:
         return "\n".join(lines)
 
 
-def _lengths(d: dict[str, Any], completed: int, failed: int, src: str) -> tuple[tuple[int, ...], ...] | None:
+def _lengths(
+    d: dict[str, Any], completed: int, failed: int, src: str
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The completed requests' (input, output) lengths of a --save-detailed file, checked against its
     counts and totals (vLLM lists every request sent; a failed one has output length 0), or None."""
     ins, outs = d.get("input_lens"), d.get("output_lens")
