@@ -50,6 +50,7 @@ def _say_if_incomplete(folder: Path) -> None:
             "shows what it wrote",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
 
 
