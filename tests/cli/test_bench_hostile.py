@@ -156,7 +156,11 @@ def test_a_shared_prefix_a_result_file_does_not_record_is_the_commands() -> None
     client, _ = RealRun("real.json", DETAILED).client(replace(Client(), random_prefix_len=40))
     ins, _, times, prefix, _, n = workload(client, None)  # type: ignore[arg-type]
     assert (prefix, n, list(ins), times) == (40, 3, [100, 100, 100], [0.0, 0.5, 1.5])
-    mean, _ = RealRun("real.json", REAL).client(replace(Client(), random_prefix_len=40))
-    assert mean.random_input_len + mean.random_prefix_len == 200  # 4,000 tokens over 20 requests
+    mean, _ = RealRun("real.json", {**REAL, "total_output_tokens": 610}).client(
+        replace(Client(), random_prefix_len=40)
+    )
+    ins, outs, _, prefix, _, n = workload(mean, None)  # type: ignore[arg-type]
+    assert (prefix, n, set(ins)) == (40, 20, {200})  # 4,000 tokens over 20 requests, the prefix shared
+    assert sum(outs) == 610 and set(outs) == {30, 31}  # the file's total to the token, each at the mean
     with pytest.raises(ConfigError, match="not shorter than the file's shortest prompt"):
         RealRun("real.json", DETAILED).client(replace(Client(), random_prefix_len=150))

@@ -79,7 +79,7 @@ class RealRun:
         lengths = _lengths(d, n, failed, src)
         prefix = base.random_prefix_len  # the command's: a result file does not record it
         mean_in = round(_count(d, "total_input_tokens", src) / n)
-        shortest = min(lengths[0]) if lengths is not None else mean_in
+        shortest = min(lengths[0]) if lengths is not None else _count(d, "total_input_tokens", src) // n
         if prefix and shortest <= prefix:
             raise ConfigError(
                 "--random-prefix-len", "random_prefix_len",
@@ -93,6 +93,9 @@ class RealRun:
                 f"{n} requests at the file's mean lengths (no input_lens/output_lens: a --save-detailed "
                 "file gives each request's)"
             )
+            # each at the mean, rounded so that the totals are the file's to the token
+            ins, outs = (_count(d, k, src) for k in ("total_input_tokens", "total_output_tokens"))
+            lengths = (_even(ins, n), _even(outs, n))
         if failed:
             notes.append(
                 f"{failed} of {n + failed} requests failed in the real run: the {n} completed are simulated"
@@ -179,6 +182,12 @@ def _lengths(
         if key in d and d[key] != total:
             raise ConfigError(src, key, f"got {d[key]!r}; the completed requests' lengths add up to {total}")
     return tuple(i for i, _ in done), tuple(o for _, o in done)
+
+
+def _even(total: int, n: int) -> tuple[int, ...]:
+    """``n`` whole lengths summing to ``total``, none more than one apart (at least 1 each)."""
+    base, extra = divmod(total, n)
+    return tuple(max(base + (i < extra), 1) for i in range(n))
 
 
 def _arrivals(d: dict[str, Any], src: str) -> tuple[float, ...] | None:
