@@ -93,6 +93,7 @@ def test_vllms_defaults_follow_the_gpus_memory() -> None:
         (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--kv-cache-dtype", "fp4"], "--kv-cache-dtype"),
         (["--profile", "a100-qwen3-32b", "--kv-cache-dtype", "fp8"], "--profile"),
         (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--seed", "-1"], "--seed"),
+        (["--model", "llama-2-7b", "--gpu", "h100-80gb", "--enforce-eager"], "eager mode (no CUDA graphs)"),
         # vLLM's scheduler refuses both at start-up
         (
             ["--model", "qwen3-14b", "--gpu", "h100-80gb", "--max-num-batched-tokens", "10"],

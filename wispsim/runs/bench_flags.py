@@ -130,6 +130,9 @@ REFUSED: dict[str, tuple[int | str, Any, str]] = {
     "--lora-modules": ("+", None, "LoRA adapters are not modelled"),
     "--probe-request-rate": (1, "0", "probe requests beside the benchmark are not modelled; allowed: 0"),
     "--random-batch-size": (1, "1", "batched reranker requests are not modelled; allowed: 1"),
+    # vllm serve's: every profile prices steps run as CUDA graphs (kernels launched one by one from the
+    # host, as eager mode runs them, are not timed anywhere here)
+    "--enforce-eager": (0, None, "eager mode (no CUDA graphs) is not modelled"),
 }
 GENERATION_BACKENDS = ("vllm", "openai", "openai-chat", "openai-responses")
 OTHER_BACKENDS = (
