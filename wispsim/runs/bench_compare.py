@@ -4,13 +4,14 @@ on the simulated server, and the figures set side by side.
 The file gives the workload, and the command may not set it too (:data:`WORKLOAD_FLAGS`): the
 requests that completed (``completed``; failed ones are left out, and said), their lengths
 (``input_lens``/``output_lens`` of a ``--save-detailed`` file, checked against ``completed``,
-``failed`` and the token totals; else every request at the mean, rounded so that the totals are
-the file's, and said), the ``request_rate``
-(required: vLLM always writes it), ``burstiness`` and ``max_concurrency`` (an older file without
-them: 1 and none, and said) and any ramp-up. The server is the one the command's flags describe
-(a result file does not say how its server ran). Every figure both have -- throughputs, goodput
-and each statistic of each percentile metric -- is printed real, simulated and the error
-(simulated / real - 1).
+``failed`` and the token totals, and sent at its ``start_times``; else every request at the mean,
+rounded so that the totals are the file's, and said), the ``request_rate`` (required: vLLM always
+writes it), ``burstiness`` and ``max_concurrency`` (an older file without them: 1 and none, and
+said) and any ramp-up. ``--random-prefix-len``, which no result file records, is the command's.
+The server is the one the command's flags describe (a result file does not say how its server
+ran). Every figure both have -- throughputs, goodput and each statistic of each percentile metric
+-- is printed real, simulated and the error (simulated / real - 1). Beside them: vLLM's default
+result file name, and whether a file's model is the command's.
 """
 
 from __future__ import annotations
