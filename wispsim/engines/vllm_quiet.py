@@ -53,6 +53,10 @@ KNOWN = (
     Known("vllm.v1.worker.cpu_worker", "libtcmalloc is not found in LD_PRELOAD."),
     Known("vllm.v1.worker.cpu_worker", "libiomp is not found in LD_PRELOAD."),
     Known("vllm.v1.worker.cpu_worker", "CPU backend doesn't allow to use `torch.set_num_threads`"),
+    # at the first request: wispsim hands the engine token-id prompts (vLLM 0.32 still takes them)
+    # and stops responses by their length, from a model without a tokenizer
+    Known("vllm.v1.engine.input_processor", "Passing raw prompts to InputProcessor is deprecated"),
+    Known("vllm.renderers.base", "Using None for EOS token id because tokenizer is not initialized"),
     # a chat-template warm-up that needs a tokenizer; wispsim sends token ids and has none
     Known(
         "vllm.renderers.base",

@@ -90,7 +90,7 @@ def plan_replicas(
         if res.replicas is not None:
             replica_load[r] = res.replicas
         if progress:
-            progress(len(rows), f"R={r}: worst class {st.violation:.3f}")
+            progress(len(rows), f"R={r}: worst-class violation {st.violation:.3f}; replica counts simulated")
 
     best = run_search(search, runner, seeds, lambda r: (with_replicas(scenario, r), n), seen)
     table = pd.DataFrame([rows[r] for r in sorted(rows)])
