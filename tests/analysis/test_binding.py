@@ -85,6 +85,7 @@ def test_past_the_knee_the_kv_reservations_bind_wisp_on_an_a100() -> None:
     assert row["gpu_load"] < 0.7 and row["api_server_load"] < 0.8
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_one_api_server_binds_wisp_on_an_h100_at_the_rate_the_slo_needs() -> None:
     """Qwen3-14B on an H100 behind a stock vLLM server (every round re-submitted over HTTP through
     one API-server process) on a host 4.36x the measuring VM: 260 devices at 8 tok/s need more

@@ -125,6 +125,7 @@ def test_bad_flags_are_one_line_with_exit_code_2(tmp_path: Path, args: list[str]
     assert expected in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_a_users_config_json_and_gpu_file(tmp_path: Path) -> None:
     """A model nobody shipped (its config.json folder) on a card nobody listed (a GPU file), through
     bench and through `profile derive --arch PATH --gpu FILE`, whose output loads again."""
@@ -212,6 +213,7 @@ def _centralized_run(tmp_path: Path, prof: Path, name: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_run_and_bench_of_one_open_loop_workload_agree(tmp_path: Path) -> None:
     """The same requests at the same times on the same profile: `wispsim run --policy centralized`
     and `wispsim bench --dataset-path`. Per-token latency is the server's alone and agrees; TTFT
@@ -247,6 +249,7 @@ def test_run_and_bench_of_one_open_loop_workload_agree(tmp_path: Path) -> None:
     assert b["mean_ttft_ms"] == pytest.approx(run_ttft, rel=0.35)
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_vllm_serving_fields_change_a_centralized_run(tmp_path: Path) -> None:
     """server.host.frontend delays every first token by the profile's front end; a shared system prompt
     (workload.shared_prefix_tokens) is prefilled once, then read from the prefix cache."""
@@ -342,6 +345,7 @@ def test_vllms_quantization_and_kv_cache_dtype_flags() -> None:
     assert kv8.estimator.kv_bytes == pytest.approx(plain.estimator.kv_bytes / 2)
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_a_v0_benchmark_says_how_its_engine_ran() -> None:
     common = ("bench", "--model", "qwen3-14b", "--gpu", "h100-80gb", "--num-prompts", "20")
     v0 = wispsim(*common, "--num-scheduler-steps", "4", "--multi-step-stream-outputs", "False")

@@ -117,6 +117,7 @@ def test_metadata_cannot_overwrite_results_or_move_the_file(tmp_path: Path) -> N
     assert not (tmp_path / "evil.json").exists()
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_ramp_up_and_a_rate_are_refused_together_and_name_the_file(tmp_path: Path) -> None:
     ramp = ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "4"]
     p = wispsim("bench", *SERVER, *SMALL, "--request-rate", "5", *ramp)

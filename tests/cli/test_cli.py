@@ -172,6 +172,7 @@ def test_bad_input_is_one_line_with_exit_code_2(tmp_path: Path, args, yaml_text,
         assert "bad.yaml" in p.stderr or "corrupt.parquet" in p.stderr
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_scenario_show_and_profile_show() -> None:
     p = wispsim("scenario", "show")
     assert p.returncode == 0 and "profile: a100-qwen3-32b\n" in p.stdout

@@ -46,6 +46,7 @@ def _sharegpt(path: Path, n: int) -> Path:
     return path
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_sharegpt_draws_the_requests_vllm_draws(tmp_path: Path, tokenizer_dir: Path) -> None:
     path = _sharegpt(tmp_path / "sg.json", 120)
     ours = dataset_rows("sharegpt", path, str(tokenizer_dir), 50, 7, None, True, False)

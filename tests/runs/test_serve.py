@@ -77,6 +77,7 @@ def test_an_openai_server_needs_its_url_and_a_served_scenario_one_replica() -> N
         served_scenario(SCENARIO, ["server.engine.batching=static"], Options(policy="centralized"))
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_swarm_runs_the_devices_and_writes_their_records(server: str, tmp_path: Path) -> None:
     sets = ["workload.warmup_s=0.5", "workload.duration_s=2"]
     req = SwarmRequest(

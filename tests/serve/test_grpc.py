@@ -121,6 +121,7 @@ def test_grpc_errors_are_the_http_ones_in_one_line(servers: tuple[str, str]) -> 
     assert "NOT_FOUND" in fails(closed)
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_a_swarm_whose_devices_speak_grpc_drives_the_server_over_it(servers: tuple[str, str]) -> None:
     """``server.host.transport: grpc`` (the wisp-grpc build's): the swarm's rounds go over gRPC,
     and what it records is what the server logged; a server with no gRPC port is refused in one

@@ -329,6 +329,7 @@ def test_a_server_failing_mid_run_is_one_line(
     assert "Traceback" not in err and time.monotonic() - t0 < 30  # no hang
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_the_fake_server_counts_one_token_per_text_chunk(fake_openai, capsys, monkeypatch, tmp_path) -> None:
     """A server that sends neither usage per chunk nor token ids: one token per chunk with text."""
     out = tmp_path / "s"

@@ -351,6 +351,7 @@ def test_centralized_responses_are_capped_aborted_and_never_left_waiting(central
         assert done[-1]["tokens"] == body["output_tokens"]
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_the_swarm_retries_when_the_server_says_not_now(monkeypatch: pytest.MonkeyPatch) -> None:
     """One session at a time: the second device's session is refused (503) until the first
     device's response ends; the swarm waits as Retry-After says and every round is served."""

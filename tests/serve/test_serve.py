@@ -265,6 +265,7 @@ def fake_server(monkeypatch: pytest.MonkeyPatch):
         stop()
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_swarm_records_what_the_server_did_and_the_log_replays(fake_server, tmp_path: Path) -> None:
     from wispsim.serve.swarm import run_swarm
     from wispsim.study.replay import compare, log_scenario, read_log, replay, write_log
@@ -300,6 +301,7 @@ def test_swarm_refuses_a_server_of_another_policy(fake_server, capsys, monkeypat
     assert code == 2 and "runs fcfs" in err and "--policy wisp" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # 4-8 s on a slow host: the full suite runs it, the quick lane keeps its kin
 def test_swarm_cli_writes_records_and_log(fake_server, capsys, monkeypatch, tmp_path: Path) -> None:
     url, _ = fake_server("wisp")
     out, log = tmp_path / "swarm", tmp_path / "log.csv"
