@@ -287,5 +287,5 @@ def test_an_fp8_profile_is_vllms_online_fp8_of_the_16_bit_checkpoint() -> None:
     assert q["model"]["weight_bytes"] == prof["model"]["weight_bytes"]
     roof = parse_profile(prof, "t").estimator
     assert isinstance(roof, Roofline) and roof.quant_rate == pytest.approx(1979 / 989)
-    with pytest.raises(ConfigError, match="--dtype: dtype: fp8: gpt-oss-20b's checkpoint is quantized"):
+    with pytest.raises(ConfigError, match="--dtype: precision: fp8: gpt-oss-20b's checkpoint is quantized"):
         physical_of("gpt-oss-20b", "h100-80gb", 1, "fp8")

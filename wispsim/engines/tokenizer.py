@@ -10,6 +10,7 @@ one line."""
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import sys
 from pathlib import Path
@@ -46,9 +47,8 @@ def _close_stderr() -> None:
         os.dup2(null.fileno(), 2)
 
 
+@functools.cache  # registered once, after whatever exit handlers came before it
 def quiet_native_leaks() -> None:
     """At exit, once wispsim has printed everything, send stderr to /dev/null where Triton is
-    loaded (module text); registered once, after whatever exit handlers came before it."""
-    if not getattr(quiet_native_leaks, "done", False):
-        quiet_native_leaks.done = True  # type: ignore[attr-defined]
-        atexit.register(_close_stderr)
+    loaded (module text)."""
+    atexit.register(_close_stderr)

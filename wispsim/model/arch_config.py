@@ -142,14 +142,20 @@ def refuse(source: str, field: str, what: str) -> ConfigError:
     return ConfigError(source, field, f"{what} is not modelled; modelled: {MODELLED}")
 
 
-def unwrap(data: dict[str, Any], source: str) -> dict[str, Any]:
-    """The decoder's keys: a vision-language wrapper's ``text_config`` (its quantization and the
-    meta keys kept), refusals for what has no KV cache or no decoder."""
+def _named(data: dict[str, Any], source: str) -> str | None:
+    """The config's ``model_type``, refused where it names what is not modelled."""
     mt = data.get("model_type")
     if mt is not None and not isinstance(mt, str):
         raise ConfigError(source, "model_type", f"must be a string, got {mt!r}")
-    if isinstance(mt, str) and mt.lower() in NOT_MODELLED:
+    if mt is not None and mt.lower() in NOT_MODELLED:
         raise refuse(source, "model_type", f"{mt} ({NOT_MODELLED[mt.lower()]})")
+    return mt
+
+
+def unwrap(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """The decoder's keys: a vision-language wrapper's ``text_config`` (its quantization and the
+    meta keys kept), refusals for what has no KV cache or no decoder."""
+    mt = _named(data, source)
     tower = next((k for k in TOWERS if k in data), None)
     if tower is not None:
         what = "vision" if tower == "vision_config" else "audio"
@@ -164,9 +170,7 @@ def unwrap(data: dict[str, Any], source: str) -> dict[str, Any]:
         kept = {k: data[k] for k in (*META_KEYS, "quantization_config") if k in data and k not in text}
         data = {**text, **kept}
         data.setdefault("model_type", "text_config")
-    mt = data.get("model_type")
-    if isinstance(mt, str) and mt.lower() in NOT_MODELLED:
-        raise refuse(source, "model_type", f"{mt} ({NOT_MODELLED[mt.lower()]})")
+    mt = _named(data, source)  # the decoder's own, once unwrapped
     for key in HYBRID_KEYS:
         if key in data:
             raise refuse(source, key, f"model_type {mt} ({_HYBRID})")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from wispsim.config.limits import finite
 from wispsim.errors import ConfigError
 from wispsim.runs.bench_flags import Extras, ramp_up
 
@@ -80,8 +81,9 @@ class RealRun:
             raise ConfigError(src, "failed", f"got {failed!r}; allowed: an integer >= 0")
         lengths = _lengths(d, n, failed, src)
         prefix = base.random_prefix_len  # the command's: a result file does not record it
-        mean_in = round(_count(d, "total_input_tokens", src) / n)
-        shortest = min(lengths[0]) if lengths is not None else _count(d, "total_input_tokens", src) // n
+        total_in, total_out = (_count(d, k, src) for k in ("total_input_tokens", "total_output_tokens"))
+        mean_in = round(total_in / n)
+        shortest = min(lengths[0]) if lengths is not None else total_in // n
         if prefix and shortest <= prefix:
             raise ConfigError(
                 "--random-prefix-len", "random_prefix_len",
@@ -96,8 +98,7 @@ class RealRun:
                 "file gives each request's)"
             )
             # each at the mean, rounded so that the totals are the file's to the token
-            ins, outs = (_count(d, k, src) for k in ("total_input_tokens", "total_output_tokens"))
-            lengths = (_even(ins, n), _even(outs, n))
+            lengths = (_even(total_in, n), _even(total_out, n))
         if failed:
             notes.append(
                 f"{failed} of {n + failed} requests failed in the real run: the {n} completed are simulated"
@@ -125,7 +126,7 @@ class RealRun:
             dataset_path=None,
             num_prompts=n,
             random_input_len=max(mean_in - prefix, 1),
-            random_output_len=max(round(_count(d, "total_output_tokens", src) / n), 1),
+            random_output_len=max(round(total_out / n), 1),
             random_range_ratio=0.0,
             request_rate=str(rate),
             burstiness=float(burst),
@@ -200,15 +201,11 @@ def _arrivals(d: dict[str, Any], src: str) -> tuple[float, ...] | None:
     outs = d["output_lens"]
     if not isinstance(starts, list) or len(starts) != len(outs):
         raise ConfigError(src, "start_times", f"must list one time per request ({len(outs)})")
-    bad = next((i for i, t in enumerate(starts) if not _finite(t)), None)
+    bad = next((i for i, t in enumerate(starts) if isinstance(t, bool) or not finite(t)), None)
     if bad is not None:
         raise ConfigError(src, f"start_times[{bad}]", f"got {starts[bad]!r}; allowed: a number (seconds)")
     t0 = min(starts)
     return tuple(float(t - t0) for t, o in zip(starts, outs, strict=True) if o > 0)
-
-
-def _finite(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _positive(v: Any) -> bool:

@@ -11,6 +11,7 @@ from wispsim.model.archs import Arch, find_arch, load_gpu
 from wispsim.model.physical import physical_profile
 from wispsim.model.profiles import Profile, load_profile, parse_profile
 from wispsim.model.weight_only import ONLINE_QUANTIZATION, online_quantized
+from wispsim.runs.resolve import blaming
 
 # --dtype: 16-bit weights (float16 has bfloat16's bytes and tensor-core rate on every GPU priced), or
 # fp8: vLLM's --quantization fp8 (model.weight_only.weights_at)
@@ -75,24 +76,18 @@ def physical_of(
             "--tensor-parallel-size", "tensor_parallel_size", f"got {tp}; allowed: an integer >= 1"
         )
     arch = arch_of(model, quantization)
-    if precision == "fp8" and arch.quant_method:
-        raise ConfigError(
-            "--dtype",
-            "dtype",
-            f"fp8: {arch.name}'s checkpoint is quantized with {arch.quant_method} already (vLLM refuses "
-            "to quantize it again); allowed: auto, bfloat16 (the checkpoint's own weights)",
+    with blaming({"precision": "--dtype"}):  # fp8 of a quantized checkpoint: weight_only.weights_at
+        return physical_profile(
+            arch,
+            load_gpu(gpu),
+            count=tp,
+            precision=precision,
+            kv_dtype=kv,
+            noise_sigma=0.0,
+            name=name,
+            command=command,
+            gpu_memory_utilization=gpu_memory_utilization,
         )
-    return physical_profile(
-        arch,
-        load_gpu(gpu),
-        count=tp,
-        precision=precision,
-        kv_dtype=kv,
-        noise_sigma=0.0,
-        name=name,
-        command=command,
-        gpu_memory_utilization=gpu_memory_utilization,
-    )
 
 
 def profile_of(
