@@ -265,7 +265,7 @@ class _StepCost(AggregateCost):
     __slots__ = ()
     form = "fake"
 
-    def batch(self, n_linear, n_interactions, n_cached, n_requests=0, n_arrivals=0, n_logits=None):  # type: ignore[no-untyped-def]
+    def batch(self, n_linear, n_interactions, n_cached, n_requests=0, n_arrivals=0, n_logits=None, *_):  # type: ignore[no-untyped-def]
         return 0.010 + 0.001 * n_linear
 
     def marginal(self, l_new: int, l_cached: int) -> float:

@@ -20,6 +20,11 @@ runs it after ``kernels.py``); on a CPU ``--dry-run`` checks the script with tin
   multinomial) and top-p (sort, cumulative sum, mask, draw), as vLLM's torch sampler does them;
 - ``mla_decode``: DeepSeek's absorbed latent-attention decode (queries against the cached
   512 + 64-wide latent, then the values from it), heads split 8 ways, batch x context;
+- ``mla_prefill``: the same heads' expanded prefill form (vLLM's MLA prefill path): the cached
+  context's latents projected up to every head's key and value (kv_b_proj, 512 -> 16 x 256),
+  then multi-head attention (SDPA, key width 192, value width 128, causal over the new tokens),
+  for one prompt chunk (n new over c cached) and for batches of verification rounds (5 new tokens
+  over c cached): the kernels the roofline's ``F_pre``, ``F_up`` and ``U_bytes`` stand for;
 - ``layer_graph``: one dense decoder layer at decode (RMSNorm, qkv, a rotary-like elementwise
   pass, GQA attention over 1,024 cached tokens, o, residual, RMSNorm, gate+up, SiLU-and-multiply,
   down, residual) at batch 1-64, run eagerly (``eager``) and replayed from a CUDA graph
@@ -66,6 +71,9 @@ TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 8192)
 HEADS = {"deepseek-v3": (7168, 129280), "qwen3-32b": (5120, 151936), "gpt-oss-120b": (2880, 201088)}
 BATCHES = (1, 8, 64, 256, 1024)
 MLA = [(b, c) for b in (1, 16, 64, 256) for c in (512, 2048, 8192)]  # batch, context
+# MLA's prefill form: (batch, new tokens, cached): prompt chunks, then verification rounds
+MLA_PREFILL = [(1, 2048, 0), (1, 8192, 0), (1, 8192, 24576)]
+MLA_PREFILL += [(b, 5, c) for b in (8, 32, 128) for c in (1000, 4000)]
 # dense decoder layers for eager against CUDA-graph timing: hidden, heads, kv heads, head dim, MLP
 LAYERS = {"llama-2-7b": (4096, 32, 32, 128, 11008), "qwen3-32b": (5120, 64, 8, 128, 25600)}
 
@@ -339,6 +347,29 @@ def main() -> int:
             "mla_decode", "deepseek-v3-tp8", "absorbed (bmm)", b, b, c, s, byts, flops, "latent 512 + rope 64"
         )
     print(f"mla decode: done at {time.monotonic() - start:.0f} s", flush=True)
+    nope, vd = (128, 128) if not args.dry_run else (8, 8)
+    w_kvb = torch.randn(latent, heads * (nope + vd), dtype=bf, device=dev) * 0.02
+    for b, n, c in MLA_PREFILL if not args.dry_run else ((1, 8, 16), (2, 2, 16)):
+        if over():
+            break
+        q = torch.randn(b, heads, n, nope + rope, dtype=bf, device=dev)
+        lat = torch.randn(b * (c + n), latent, dtype=bf, device=dev)
+        pe = torch.randn(b, 1, c + n, rope, dtype=bf, device=dev)
+
+        def prefill(q=q, lat=lat, pe=pe, b=b, n=n, c=c, w=w_kvb) -> None:  # type: ignore[no-untyped-def]
+            kv = (lat @ w).view(b, c + n, heads, nope + vd).transpose(1, 2)
+            k = torch.cat([kv[..., :nope], pe.expand(b, heads, c + n, rope)], dim=-1)
+            mask = torch.ones(n, c + n, dtype=torch.bool, device=dev).tril(c)
+            torch.nn.functional.scaled_dot_product_attention(q, k, kv[..., nope:], attn_mask=mask)
+
+        s = measure(prefill)
+        pairs = b * n * (c + n)
+        flops = 2 * b * (c + n) * latent * heads * (nope + vd) + 2 * pairs * heads * (nope + rope + vd)
+        byts = b * (c + n) * (latent + rope + 2 * heads * (nope + rope + vd)) * 2
+        name = "expanded (kv_b + sdpa)"
+        row("mla_prefill", "deepseek-v3-tp8", name, n, b, c, s, byts, flops, "n new over c cached")
+    del w_kvb
+    print(f"mla prefill: done at {time.monotonic() - start:.0f} s", flush=True)
     for arch, (h, heads, kv, d, inter) in LAYERS.items():
         if args.dry_run:
             h, heads, kv, d, inter = 64, 4, 2, 16, 128

@@ -95,16 +95,21 @@ def test_never_below_the_physical_floor(
     n_lin = sum(n for n, _ in batch)
     n_int = sum((n + c) * n for n, c in batch)
     n_cac = sum(c for _, c in batch)
-    t = r.batch(n_lin, n_int, n_cac, len(batch), len(batch))
-    assert t >= r.floor(n_lin, n_int, n_cac) * (1 - 1e-12)
+    # the members the attention backend runs as prefills (more than one new token): MLA's own form
+    pre = (sum((n + c) * n for n, c in batch if n > 1), sum(c for n, c in batch if n > 1))
+    t = r.batch(n_lin, n_int, n_cac, len(batch), len(batch), None, *pre)
+    assert t >= r.floor(n_lin, n_int, n_cac, None, *pre) * (1 - 1e-12)
     assert r.of(batch) == pytest.approx(t)
     assert r.of(batch[:-1]) <= t or len(batch) == 1
     # a generation step: one logit row per request (vLLM's logits_indices), never below its floor
     # either, and never dearer than the same tokens with logits at every one
     rows = len(batch)
-    g = r.batch(n_lin, n_int, n_cac, rows, rows, n_logits=rows)
-    assert g >= r.floor(n_lin, n_int, n_cac, n_logits=rows) * (1 - 1e-12)
+    g = r.batch(n_lin, n_int, n_cac, rows, rows, rows, *pre)
+    assert g >= r.floor(n_lin, n_int, n_cac, rows, *pre) * (1 - 1e-12)
     assert g <= t * (1 + 1e-12)
+    # every member decoding (a backend that decodes them all): never below its floor either
+    d = r.batch(n_lin, n_int, n_cac, len(batch), len(batch))
+    assert d >= r.floor(n_lin, n_int, n_cac) * (1 - 1e-12)
 
 
 @pytest.mark.parametrize("gpu", GPUS)

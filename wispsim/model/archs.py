@@ -11,7 +11,7 @@ estimator's terms stand for:
 - linear FLOPs per token: 2 x the weights a token passes through (projections, MLP or routed and
   shared experts, LM head); what ``a`` (seconds per new token) pays for;
 - attention FLOPs per query-key interaction: 4 x layers x heads x head dim (QK^T and AV, a
-  multiply-add each; MLA: its absorbed form); what ``b_compute`` pays for;
+  multiply-add each; MLA: its absorbed form, prefills its expanded one); what ``b_compute`` pays for;
 - KV bytes per token: 2 x layers x KV heads x head dim x dtype bytes (MLA: the compressed latent
   and rope key); what ``b_read`` reads.
 
@@ -285,13 +285,24 @@ class Arch:
     @property
     def attention_flops_per_interaction(self) -> int:
         """4 x layers x heads x head dim (QK^T and AV, a multiply-add each). Under MLA, the
-        absorbed form vLLM runs in decode (its MLA backends): every head's query meets the cached
-        latent and rope key (kv_lora_rank + qk_rope_head_dim) and its output is a latent
-        (kv_lora_rank): 2 x layers x heads x (2 kv_lora_rank + qk_rope_head_dim). Prefill runs the
-        expanded form (fewer FLOPs per pair); the decode figure is kept for both."""
+        absorbed form vLLM's MLA backends decode with: every head's query meets the cached latent
+        and rope key and its output is a latent: 2 x layers x heads x (2 kv_lora_rank +
+        qk_rope_head_dim). Requests vLLM runs as prefills: :attr:`prefill_attention`."""
         if self.mla:
             return 2 * self.layers * self.heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
         return 4 * self.layers * self.heads * self.head_dim
+
+    @property
+    def prefill_attention(self) -> tuple[int, int, int]:
+        """(FLOPs per query-key pair, FLOPs and values per cached token) of a request vLLM's MLA
+        backends run as a prefill (query length above 1, ``mla/common.py``): multi-head attention
+        at key width qk_nope + qk_rope and value width v_head, after kv_b_proj projects its cached
+        latents up to every head's key and value (values written, then read). Else as decode."""
+        if not self.mla:
+            return self.attention_flops_per_interaction, 0, 0
+        n, qk, v = self.heads, self.qk_nope_head_dim + self.qk_rope_head_dim, self.v_head_dim
+        up = 2 * self.layers * self.kv_lora_rank * n * (self.qk_nope_head_dim + v)
+        return 2 * self.layers * n * (qk + v), up, self.layers * n * (qk + v)
 
     def _kv_row(self, tp: int = 1) -> int:
         """Values one layer caches per token on one of ``tp`` GPUs: K and V of its KV heads
@@ -310,20 +321,17 @@ class Arch:
         return self.layers * self._kv_row() * kv_dtype_bytes
 
     def kv_bytes_per_gpu(self, kv_dtype_bytes: int, tp: int) -> int:
-        """:meth:`kv_bytes_per_token` on one of ``tp`` GPUs (replicated KV heads and MLA's latent
-        counted on each)."""
+        """:meth:`kv_bytes_per_token` on one of ``tp`` GPUs (replicated heads, MLA's latent whole)."""
         return self.layers * self._kv_row(tp) * kv_dtype_bytes
 
     def weight_bytes(self, dtype_bytes_: int) -> int:
-        """Bytes of all weights: quantized linear layers at their bits, the rest (embeddings,
-        norms) at ``dtype_bytes_``."""
+        """Bytes of all weights: quantized layers at their bits, the rest at ``dtype_bytes_``."""
         matmul = self._weights(self.experts if self.moe_layers else 1)
         return int(self._bytes(matmul, dtype_bytes_) + (self.parameters - sum(matmul)) * dtype_bytes_)
 
     def model_facts(self, dtype: str, tp: int = 1) -> dict[str, Any]:
-        """The ``model:`` section of a profile for this architecture at ``dtype`` on ``tp`` GPUs.
-        ``kv_heads`` and ``head_dim`` are the KV cache's shape, so the memory model's
-        2 x layers x kv_heads x head_dim x bytes is what all ``tp`` GPUs hold per token: heads
+        """The ``model:`` section of a profile for this architecture at ``dtype`` on ``tp`` GPUs;
+        its 2 x layers x kv_heads x head_dim x bytes is what all ``tp`` GPUs hold per token: heads
         replicated over more GPUs than there are count once per GPU; MLA's latent row is one
         "head" per GPU of half its width (K and V are one tensor)."""
         nbytes = dtype_bytes(dtype)

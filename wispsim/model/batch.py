@@ -3,7 +3,10 @@
 A pass over a batch (a verification batch, a decode step, a prefill chunk or a mix) is priced from
 a few sums over its members, its :class:`Shape`: N_linear = sum L_new, N_interactions =
 sum (L_new + L_cached) * L_new, N_cached = sum L_cached, the number of requests, how many of
-them arrive anew (every verification round; a sequence's first prefill chunk) and N_logits, the
+them arrive anew (every verification round; a sequence's first prefill chunk), N_interactions and
+N_cached again over the members vLLM's attention backend runs as prefills (more new tokens than
+its ``reorder_batch_threshold``, :attr:`Shape.prefill_above`: MLA runs them in another form) and
+N_logits, the
 rows the LM head computes logits for (vLLM's ``logits_indices``: every new token of a verification
 round, whose draft positions all need logits; one per request of a generation step, the last
 token it schedules, whether a decode or a prefill chunk; k + 1 per request where the server
@@ -96,8 +99,9 @@ class Shape:
     time; :meth:`add` and :meth:`add_alike` are the only places the sums are formed."""
 
     __slots__ = (
-        "n_arrivals", "n_cached", "n_interactions", "n_linear", "n_logits", "n_requests",
-        "raw_cached", "raw_interactions", "window",
+        "n_arrivals", "n_cached", "n_interactions", "n_linear", "n_logits", "n_prefill_cached",
+        "n_prefill_interactions", "n_requests", "prefill_above", "raw_cached", "raw_interactions",
+        "window",
     )  # fmt: skip
 
     def __init__(
@@ -109,8 +113,14 @@ class Shape:
         n_arrivals: int = 0,
         n_logits: int | None = None,
         window: Window | None = None,
+        n_prefill_interactions: int = 0,
+        n_prefill_cached: int = 0,
+        prefill_above: int = 1,
     ) -> None:
         self.window = window  # sliding-window layers: the members' sums capped (:class:`Window`)
+        # a member with more new tokens is a prefill to the attention backend (vLLM's
+        # ``reorder_batch_threshold``: 1, or more where the backend decodes short queries)
+        self.prefill_above = prefill_above
         # under a window, the sums uncapped (:meth:`uncapped`); else the n_ sums are those
         self.raw_interactions = n_interactions
         self.raw_cached = n_cached
@@ -120,6 +130,9 @@ class Shape:
         self.n_requests = n_requests
         self.n_arrivals = n_arrivals
         self.n_logits = n_linear if n_logits is None else n_logits  # unsaid: every new token
+        # the sums over the members run as prefills (``prefill_above``)
+        self.n_prefill_interactions = n_prefill_interactions
+        self.n_prefill_cached = n_prefill_cached
 
     def add(self, l_new: int, l_cached: int, arriving: bool = True, logits: int | None = None) -> None:
         """One more member of L_new new and L_cached cached tokens (``arriving``: it is a request
@@ -128,13 +141,18 @@ class Shape:
         self.n_linear += l_new
         w = self.window
         if w is None:
-            self.n_interactions += (l_new + l_cached) * l_new  # each new token attends to L_total
-            self.n_cached += l_cached
+            pairs = (l_new + l_cached) * l_new  # each new token attends to L_total
+            cached = l_cached
         else:
-            self.n_interactions += w.interactions(l_new, l_cached)
-            self.n_cached += w.cached(l_cached)
+            pairs = w.interactions(l_new, l_cached)
+            cached = w.cached(l_cached)
             self.raw_interactions += (l_new + l_cached) * l_new
             self.raw_cached += l_cached
+        self.n_interactions += pairs
+        self.n_cached += cached
+        if l_new > self.prefill_above:  # a prefill to the attention backend (module docstring)
+            self.n_prefill_interactions += pairs
+            self.n_prefill_cached += cached
         self.n_requests += 1
         self.n_arrivals += arriving
         self.n_logits += l_new if logits is None else logits
@@ -150,17 +168,22 @@ class Shape:
         self.n_linear += count * l_new
         w = self.window
         if w is None:
-            self.n_interactions += (count * l_new + l_cached_sum) * l_new
-            self.n_cached += l_cached_sum
+            pairs = (count * l_new + l_cached_sum) * l_new
+            cached = l_cached_sum
         else:
             if windowed_sum < 0:
                 raise ValueError("Shape.add_alike under a window needs windowed_sum")
             keys = min(windowed_sum + count * l_new, count * w.tokens)  # per windowed layer
             full = count * l_new + l_cached_sum
-            self.n_interactions += round((1 - w.share) * full * l_new + w.share * keys * l_new)
-            self.n_cached += round((1 - w.share) * l_cached_sum + w.share * windowed_sum)
+            pairs = round((1 - w.share) * full * l_new + w.share * keys * l_new)
+            cached = round((1 - w.share) * l_cached_sum + w.share * windowed_sum)
             self.raw_interactions += full * l_new
             self.raw_cached += l_cached_sum
+        self.n_interactions += pairs
+        self.n_cached += cached
+        if l_new > self.prefill_above:
+            self.n_prefill_interactions += pairs
+            self.n_prefill_cached += cached
         self.n_requests += count
         self.n_arrivals += count * arriving
         self.n_logits += count * l_new
@@ -173,9 +196,9 @@ class Shape:
         return self.raw_interactions, self.raw_cached
 
     @classmethod
-    def of(cls, members: Iterable[tuple[int, int]], arriving: bool = True) -> Shape:
+    def of(cls, members: Iterable[tuple[int, int]], arriving: bool = True, prefill_above: int = 1) -> Shape:
         """The shape of a batch given its members' (L_new, L_cached)."""
-        shape = cls()
+        shape = cls(prefill_above=prefill_above)
         for l_new, l_cached in members:
             shape.add(l_new, l_cached, arriving)
         return shape
@@ -191,14 +214,21 @@ class Shape:
         )
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Shape) and self.as_tuple() == other.as_tuple()
+        return (
+            isinstance(other, Shape)
+            and self.as_tuple() == other.as_tuple()
+            and self.n_prefill_interactions == other.n_prefill_interactions
+            and self.n_prefill_cached == other.n_prefill_cached
+        )
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __repr__(self) -> str:
         return (
             "Shape(n_linear={}, n_interactions={}, n_cached={}, n_requests={}, n_arrivals={}, "
-            "n_logits={})".format(*self.as_tuple())
+            "n_logits={}, n_prefill_interactions={}, n_prefill_cached={})".format(
+                *self.as_tuple(), self.n_prefill_interactions, self.n_prefill_cached
+            )
         )
 
 
@@ -210,6 +240,7 @@ class Limits:
     block_size: int = 16
     max_requests: int = 256
     max_new_tokens: int = 16384
+    prefill_above: int = 1  # members with more new tokens are prefills to the attention backend (Shape)
 
 
 class Member(Protocol):
@@ -230,7 +261,7 @@ class Batch(Generic[M]):
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.members: list[M] = []
-        self.shape = Shape()
+        self.shape = Shape(prefill_above=limits.prefill_above)
         self.blocks = 0
         self.new_tokens = 0
         self.estimate = 0.0

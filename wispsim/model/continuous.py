@@ -106,9 +106,9 @@ class Step:
 
     __slots__ = ("decoded_context", "decoding", "hashed", "latency", "shape", "t_hat", "took", "work")
 
-    def __init__(self, window: Window | None = None) -> None:
+    def __init__(self, window: Window | None = None, prefill_above: int = 1) -> None:
         self.work: list[tuple[Sequence, int]] = []
-        self.shape = Shape(window=window)
+        self.shape = Shape(window=window, prefill_above=prefill_above)
         self.hashed = 0
         self.decoding = 0
         self.decoded_context = 0
@@ -136,8 +136,11 @@ class ContinuousBatcher:
         chunked: bool = True,
         prefill_first: bool = False,
         steps: int = 1,
+        prefill_above: int = 1,
     ) -> None:
         self.memory = memory
+        # members with more new tokens are prefills to the attention backend (batch.Shape)
+        self.prefill_above = prefill_above
         self.static = static  # request-level batching (module docstring)
         self.chunked = chunked  # prompts prefilled in chunks (else whole: module docstring)
         self.prefill_first = prefill_first  # V0 without chunking: prefill-only steps go first
@@ -238,7 +241,7 @@ class ContinuousBatcher:
         budget = self.step_tokens
         window = self.memory.window
         span = window.tokens if window is not None else 0
-        step = Step(window)
+        step = Step(window, self.prefill_above)
         shape = step.shape
         work = step.work
         look = self.lookahead
@@ -348,7 +351,7 @@ class ContinuousBatcher:
         its start). None where none decodes (the run's first step only chunked prompts)."""
         window = self.memory.window
         span = window.tokens if window is not None else 0
-        nxt = Step(window)
+        nxt = Step(window, self.prefill_above)
         look = self.lookahead
         decoding = decoded = windowed = 0
         for s, _ in step.work:

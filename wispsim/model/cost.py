@@ -29,8 +29,16 @@ class CostModel(Protocol):
     form: str
 
     def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0,
-              n_arrivals: float = 0, n_logits: float | None = None) -> float:  # fmt: skip
-        """``T_hat`` of a pass from its shape's sums (``n_logits`` unsaid: ``n_linear``)."""
+              n_arrivals: float = 0, n_logits: float | None = None, n_prefill_interactions: float = 0,
+              n_prefill_cached: float = 0) -> float:  # fmt: skip
+        """``T_hat`` of a pass from its shape's sums (``n_logits`` unsaid: ``n_linear``; the
+        prefill sums unsaid: every member decodes)."""
+        ...
+
+    @property
+    def prefill_above(self) -> int:
+        """The most new tokens a member the attention backend runs as a decode has (vLLM's
+        ``reorder_batch_threshold``; :class:`~wispsim.model.batch.Shape`)."""
         ...
 
     def price(self, shape: Shape) -> float:
@@ -68,8 +76,13 @@ class AggregateCost:
     __slots__ = ()
 
     def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0,
-              n_arrivals: float = 0, n_logits: float | None = None) -> float:  # fmt: skip
+              n_arrivals: float = 0, n_logits: float | None = None, n_prefill_interactions: float = 0,
+              n_prefill_cached: float = 0) -> float:  # fmt: skip
         raise NotImplementedError
+
+    @property
+    def prefill_above(self) -> int:
+        return 1
 
     def price(self, shape: Shape) -> float:
         return self.batch(
@@ -79,21 +92,30 @@ class AggregateCost:
             shape.n_requests,
             shape.n_arrivals,
             shape.n_logits,
+            shape.n_prefill_interactions,
+            shape.n_prefill_cached,
         )
 
     def price_with(self, shape: Shape, l_new: int, l_cached: int) -> float:
         # a verification round joins: logits at every one of its new tokens
+        pairs = (l_new + l_cached) * l_new
+        prefill = l_new > shape.prefill_above
         return self.batch(
             shape.n_linear + l_new,
-            shape.n_interactions + (l_new + l_cached) * l_new,
+            shape.n_interactions + pairs,
             shape.n_cached + l_cached,
             shape.n_requests + 1,
             shape.n_arrivals + 1,
             shape.n_logits + l_new,
+            shape.n_prefill_interactions + (pairs if prefill else 0),
+            shape.n_prefill_cached + (l_cached if prefill else 0),
         )
 
     def alone(self, l_new: int, l_cached: int) -> float:
-        return self.batch(l_new, (l_new + l_cached) * l_new, l_cached, 1, 1)
+        pairs = (l_new + l_cached) * l_new
+        if l_new > self.prefill_above:
+            return self.batch(l_new, pairs, l_cached, 1, 1, None, pairs, l_cached)
+        return self.batch(l_new, pairs, l_cached, 1, 1)
 
     def marginal(self, l_new: int, l_cached: int) -> float:
         raise NotImplementedError
@@ -103,4 +125,4 @@ class AggregateCost:
 
     def of(self, requests: Iterable[tuple[int, int]]) -> float:
         """``T_hat`` of a verification batch given its (L_new, L_cached) pairs."""
-        return self.price(Shape.of(requests))
+        return self.price(Shape.of(requests, prefill_above=self.prefill_above))

@@ -41,10 +41,11 @@ class Estimator(AggregateCost):
         return l_new * (self.a + self.b_compute * (l_new + l_cached)) + self.b_read * l_cached + self.d
 
     def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0,
-              n_arrivals: float = 0, n_logits: float | None = None) -> float:  # fmt: skip
+              n_arrivals: float = 0, n_logits: float | None = None, n_prefill_interactions: float = 0,
+              n_prefill_cached: float = 0) -> float:  # fmt: skip
         """``T_hat`` from the three aggregates (and the number of requests, for ``d``; these forms
-        have no arrival term, and ``n_logits`` is not theirs: ``a`` was measured with logits at
-        every new token)."""
+        have no arrival term, ``n_logits`` is not theirs: ``a`` was measured with logits at every
+        new token, and they price a prefill's interactions as a decode's)."""
         return (
             self.a * n_linear
             + self.b_compute * n_interactions

@@ -329,12 +329,18 @@ def _speculative(
     warm_new, warm_cached = (k + 1.0 + tail, context - tail) if cached else (context + k + 1.0, 0.0)
     cold_new = prompt + k + 1.0
     api = host.api(resident, ids=0 if resident else int(context)) if host is not None else 0.0
+    above = cost.prefill_above
 
     @cache
     def pass_s(b: float) -> float:
         n_lin = b * ((1 - cold) * warm_new + cold * cold_new)
         n_int = b * ((1 - cold) * warm_new * (warm_new + warm_cached) + cold * cold_new * cold_new)
-        gpu = cost.batch(n_lin, n_int, b * (1 - cold) * warm_cached, b, b)
+        # the attention backend's prefills (wispsim.model.batch.Shape), by their mean new tokens
+        warm = (1 - cold) * (warm_new > above)
+        pre_int = b * (warm * warm_new * (warm_new + warm_cached) + cold * (cold_new > above) * cold_new**2)
+        gpu = cost.batch(
+            n_lin, n_int, b * (1 - cold) * warm_cached, b, b, None, pre_int, b * warm * warm_cached
+        )
         if host is None:
             return gpu
         hashed = 0 if resident else round(b * (prompt if cached else context))
@@ -385,6 +391,7 @@ def _centralized(
         held = context + block / 2
     at_once = min(srv.engine.max_num_seqs, int(kv_tokens // held))
     read = window.cached(round(context)) if window else context  # cached tokens a decode reads
+    above = max(cost.prefill_above, look)  # a speculating engine decodes k + 1 tokens
     api = host.api(False, text=int(prompt)) if host is not None else 0.0
 
     @cache
@@ -397,7 +404,8 @@ def _centralized(
         n_int = b * look * (look + context) + chunk * chunk
         keys = b * window.interactions(look, round(context)) + chunk * chunk if window else n_int
         # logit rows: every decode's (k + 1 where the server speculates), a prompt's last token
-        gpu = cost.batch(b * look + chunk, keys, b * read, b + starts, starts, b * look + starts)
+        pre = chunk * chunk if prompt > above else 0.0  # a chunk is a prefill past the threshold
+        gpu = cost.batch(b * look + chunk, keys, b * read, b + starts, starts, b * look + starts, pre)
         if spec is not None:  # the draft's own layers: no window
             gpu += spec.draft_time(b * look, int(n_int), int(b * context), b, int(b * context))
         if host is None:

@@ -204,7 +204,7 @@ class MeasuredCost(AggregateCost):
     ) -> tuple[int, float]:
         """(row of the nearest measured configuration, the factor its time is scaled by), given
         the batch's own estimate ``t_hat``."""
-        key = (n_linear, n_interactions, n_cached, n_requests)
+        key = (n_linear, n_interactions, n_cached, t_hat)  # t_hat: whatever else the estimator reads
         hit = self._near.get(key)
         if hit is None:
             if len(self._near) > 200_000:  # bound the memo on long runs
@@ -217,10 +217,18 @@ class MeasuredCost(AggregateCost):
         return hit
 
     def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0,
-              n_arrivals: float = 0, n_logits: float | None = None) -> float:  # fmt: skip
-        t_hat = self.estimator.batch(n_linear, n_interactions, n_cached, n_requests, n_arrivals, n_logits)
+              n_arrivals: float = 0, n_logits: float | None = None, n_prefill_interactions: float = 0,
+              n_prefill_cached: float = 0) -> float:  # fmt: skip
+        t_hat = self.estimator.batch(
+            n_linear, n_interactions, n_cached, n_requests, n_arrivals, n_logits,
+            n_prefill_interactions, n_prefill_cached,
+        )  # fmt: skip
         i, factor = self.neighbour(n_linear, n_interactions, n_cached, n_requests, t_hat)
         return float(self.table.latency[i]) * factor
+
+    @property
+    def prefill_above(self) -> int:
+        return self.estimator.prefill_above
 
     def marginal(self, l_new: int, l_cached: int) -> float:
         return self.estimator.marginal(l_new, l_cached)

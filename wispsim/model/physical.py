@@ -31,12 +31,20 @@ from wispsim.model.archs import (
 from wispsim.model.host_cpu import HostFacts
 from wispsim.model.interconnects import allreduce_facts, allreduce_ms, check_domain
 from wispsim.model.profile_fields import PROFILE_MAXIMA, bounded_whole, number, value
-from wispsim.model.roofline import ALLREDUCE_LATENCY_S, EFFICIENCIES, OVERHEADS, OVERLAP_RANGE, Roofline
+from wispsim.model.roofline import (
+    ALLREDUCE_LATENCY_S,
+    EFFICIENCIES,
+    OVERHEADS,
+    OVERLAP_RANGE,
+    Roofline,
+    decode_threshold,
+)
 from wispsim.model.weight_only import (
     conversion,
     padded_experts,
     padding_says,
     profile_experts,
+    profile_generation,
     quantized_rate,
     weights_at,
     weights_said,
@@ -319,15 +327,8 @@ def parse_roofline(
         raise ConfigError(src, "roofline", "must be a mapping with efficiency, overhead_ms (and fit)")
     if not isinstance(sec.get("fit") or {}, dict):
         raise ConfigError(src, "roofline.fit", "must be a mapping of fit facts")
-    allowed_fields = (
-        "efficiency",
-        "overhead_ms",
-        "overlap",
-        "host_cpu_speed",
-        "kernels",
-        "kernel_basis",
-        "fit",
-    )
+    allowed_fields = ("efficiency", "overhead_ms", "overlap", "host_cpu_speed", "kernels", "kernel_basis")
+    allowed_fields += ("fit",)
     extra = sorted(set(sec) - set(allowed_fields))
     if extra:
         raise ConfigError(src, f"roofline.{extra[0]}", f"unknown field; allowed: {', '.join(allowed_fields)}")
@@ -443,4 +444,5 @@ def parse_roofline(
         dequant_eff=e.get("dequant", 1.0),
         expert_dequant_eff=e.get("expert_dequant", 1.0),
         quant_rate=quantized_rate(arch, facts[flops_key], fp8, _maf(hw, src)) if weight_bytes == 2 else 1.0,
+        reorder_batch_threshold=decode_threshold(arch, profile_generation(hw, src)),
     )

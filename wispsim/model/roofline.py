@@ -8,6 +8,8 @@ costs, per GPU::
       + W(n) / (B * e_bw)  (+)  (F_lin * N_linear + F_head * N_logits) / (P * e_flop)   linear layers
       + min(grouped, one by one)                                       routed experts (MoE)
       + kv * (N_cached + N_linear) / (B * e_bw)  (+)  F_att * N_interactions / (P * e_att)
+      + MLA's prefills: their pairs at F_pre, not F_att; their cached context projected up
+        (U_bytes / (B * e_bw)  (+)  F_up / (P * e_flop)) per N_prefill_cached
       + TP all-reduces: 2 x layers x (latency + 2 (tp - 1) / tp x bytes of N_linear activations
                                       / (link x e_link))
       + layers x (GEMMs x matmul + groups x elementwise floor)     kernels' fixed latencies
@@ -31,6 +33,10 @@ costs, per GPU::
   only at ``logits_indices``, not at the prompt tokens a prefill chunk forwards); ``F_att``: 4 x
   layers x heads x head_dim per query-key pair (QK^T and AV); ``kv``: 2 x layers x KV heads x
   head_dim x KV bytes (MLA: its absorbed decode form and cached latent; :class:`wispsim.model.archs.Arch`);
+  ``F_pre``, ``F_up``, ``U_bytes``: MLA's expanded prefill form, the FLOPs of projecting a cached
+  token's latent up to every head's key and value and their bytes, written and read
+  (:attr:`Arch.prefill_attention`), for the members with more new tokens than the attention
+  backend decodes (``reorder_batch_threshold``; docs/model.md, "Latent attention's two forms");
 - ``B``, ``P``: the GPU's datasheet HBM bandwidth and dense tensor-core peak at the precision;
   ``e_bw``, ``e_flop``, ``e_att`` (<= 1): the fractions of them real kernels reach (fitted);
   weight-only quantized layers (and experts) multiply at ``e_flop`` times their mixed-input
@@ -97,6 +103,19 @@ OVERLAP_RANGE = (1.0, 64.0)  # ``overlap``: 1 = memory and math add up; beyond 6
 # bytes per logit of vLLM's greedy sampler (module docstring): bf16 out of the LM head (2), read
 # and cast to fp32 (2 + 4), read by the argmax (4)
 SAMPLER_BYTES_PER_LOGIT = 2 + 2 + 4 + 4
+# the most new tokens vLLM's default MLA backend on a GPU generation runs in decode form (its
+# reorder_batch_threshold; vLLM's backend priorities in platforms/cuda.py): FlashAttention-3's MLA,
+# first on Hopper, takes prefills of up to 512 tokens through its decode path; FlashInfer's and
+# CUTLASS's MLA (Blackwell), Triton's (Ampere, Ada) and ROCm's decode one token. vLLM 0.10-0.11
+# ran FlashMLA on Hopper (1); the engine's version is not a setting (docs/model.md)
+MLA_DECODE_QUERY = {"hopper": 512}
+
+
+def decode_threshold(arch: Arch, generation: str | None) -> int:
+    """The ``reorder_batch_threshold`` a roofline of ``arch`` on ``generation`` prices with: 1 but
+    for MLA on a generation of :data:`MLA_DECODE_QUERY` (other attention prices a prefill's pairs
+    as a decode's, so its threshold changes nothing)."""
+    return MLA_DECODE_QUERY.get(generation or "", 1) if arch.mla else 1
 
 
 def combine(memory: float, math_: float, p: float) -> float:
@@ -150,6 +169,9 @@ class Roofline(AggregateCost):
     # W8A8 layers on the GPU's own 8-bit tensor cores: their FLOP rate over the profile's dense
     # GEMMs' (wispsim.model.weight_only.quantized_rate; 1: none, or an fp8 profile already)
     quant_rate: float = 1.0
+    # the most new tokens of a member the attention backend decodes (vLLM's reorder_batch_threshold;
+    # wispsim.model.batch.Shape): MLA prices the rest in its prefill form (Arch.prefill_attention)
+    reorder_batch_threshold: int = 1
     form: str = "roofline"
     # seconds per unit, derived in __post_init__
     _weights_s: float = field(init=False, repr=False, compare=False)  # dense weight read (0: a mixture)
@@ -165,6 +187,9 @@ class Roofline(AggregateCost):
     _kv_s: float = field(init=False, repr=False, compare=False)  # KV of one token
     _qflops: float = field(init=False, repr=False, compare=False)  # FLOPs at quant_rate, per token
     _pair_s: float = field(init=False, repr=False, compare=False)  # one query-key interaction
+    _ppair_d: float = field(init=False, repr=False, compare=False)  # a prefill's pair less a decode's
+    _ctx_s: float = field(init=False, repr=False, compare=False)  # MLA: a prefill's context, FLOPs
+    _ctx_bw: float = field(init=False, repr=False, compare=False)  # and its keys and values' bytes
     _ar_fixed_s: float = field(init=False, repr=False, compare=False)  # all-reduce latencies per pass
     _ar_nccl_s: float = field(init=False, repr=False, compare=False)  # the same beyond the fast path
     _ar_fast_n: float = field(init=False, repr=False, compare=False)  # tokens the fast path takes
@@ -189,6 +214,7 @@ class Roofline(AggregateCost):
         q_lin = self.dequant_eff * (self.quant_rate if whole else 1.0)
         q_x = self.expert_dequant_eff * (self.quant_rate if self.arch.quant_method else 1.0)
         head_s = self.head_flops / (rate * (q_lin if self.arch.quant_head else 1.0))
+        pre_pair, up_flops, up_values = self.arch.prefill_attention
         values = {
             "_expert_bytes": per_expert,  # one expert reached in every MoE layer, per GPU
             "_weights_s": self.weight_bytes_read(1) / bw if dense else 0.0,
@@ -213,6 +239,10 @@ class Roofline(AggregateCost):
             "_kernels_s": self.arch.kernel_latency(self.matmul_kernel, self.elementwise_floor, not dense),
             "_kv_s": self.kv_bytes / bw,
             "_pair_s": self.attention_flops / (self.peak_flops * self.attention_eff),
+            "_ppair_d": (pre_pair - self.arch.attention_flops_per_interaction)
+            / (self.tp * self.peak_flops * self.attention_eff),
+            "_ctx_s": up_flops / (self.tp * rate * q_lin),  # kv_b_proj, a linear layer
+            "_ctx_bw": 2 * up_values * self.activation_bytes / (self.tp * bw),  # written, then read
             "_ar_fixed_s": 2 * self.arch.layers * self.allreduce if self.tp > 1 else 0.0,
             "_ar_nccl_s": 2 * self.arch.layers * nccl if self.tp > 1 else 0.0,
             "_ar_fast_n": self.allreduce_fast_bytes / (self.arch.hidden_size * self.activation_bytes),
@@ -268,29 +298,36 @@ class Roofline(AggregateCost):
         per sequence in its sums already."""
         return float(self.arch.kv_bytes_per_gpu(self.kv_dtype_bytes, self.tp))
 
-    def floor(self, n_linear: float, n_interactions: float, n_cached: float,
-              n_logits: float | None = None) -> float:  # fmt: skip
+    def floor(self, n_linear: float, n_interactions: float, n_cached: float, n_logits: float | None = None,
+              n_prefill_interactions: float = 0, n_prefill_cached: float = 0) -> float:  # fmt: skip
         """The physical floor of a pass: its bytes at peak bandwidth or its FLOPs at peak,
         whichever is slower (weights once, KV of every token attended to, the LM head over the
-        ``n_logits`` rows it computes, unsaid every new token)."""
+        ``n_logits`` rows it computes, unsaid every new token; MLA's prefills in their form)."""
         if n_linear <= 0:
             return 0.0
         skipped = 0.0 if n_logits is None else n_linear - n_logits  # new tokens without a logit row
+        pre_pair, up_flops, up_values = self.arch.prefill_attention
         byts = self.weight_bytes_read(n_linear) + self.kv_bytes * (n_cached + n_linear)
+        byts += 2 * up_values * self.activation_bytes / self.tp * n_prefill_cached
         flops = (
             self.linear_flops * n_linear - self.head_flops * skipped + self.attention_flops * n_interactions
         )
+        flops += (pre_pair - self.arch.attention_flops_per_interaction) / self.tp * n_prefill_interactions
+        up = up_flops / self.tp * n_prefill_cached  # kv_b_proj's, quantized with the linear layers
+        flops += up
         if not self._qflops:
             return max(byts / self.bandwidth, flops / self.peak_flops)
         fast = self._qflops * n_linear - (self.head_flops * skipped if self.arch.quant_head else 0.0)
+        fast += up if self.arch.quant_scope == "linear" else 0.0
         return max(byts / self.bandwidth, (flops - fast + fast / self.quant_rate) / self.peak_flops)
 
     # --- the cost interface (wispsim.model.cost) --------------------------------------------
     def batch(self, n_linear: float, n_interactions: float, n_cached: float, n_requests: float = 0,
-              n_arrivals: float = 0, n_logits: float | None = None) -> float:  # fmt: skip
+              n_arrivals: float = 0, n_logits: float | None = None, n_prefill_interactions: float = 0,
+              n_prefill_cached: float = 0) -> float:  # fmt: skip
         """``T_hat`` of a pass from the batch's aggregates (module docstring; ``n_logits``
-        unsaid: every new token). The two :func:`combine` calls are written out: the scheduler
-        prices a batch per candidate."""
+        unsaid: every new token; the prefill sums unsaid: every member decodes). The
+        :func:`combine` calls are written out: the scheduler prices a batch per candidate."""
         p = self.overlap
         w = self._weights_s or self._dense_w_s
         logits = n_linear if n_logits is None else n_logits
@@ -304,9 +341,13 @@ class Roofline(AggregateCost):
             hi += self.routed_experts(n_linear)
         k = self._kv_s * (n_cached + n_linear)
         q = self._pair_s * n_interactions
+        if n_prefill_interactions and self._ppair_d:  # MLA's prefills: their own form
+            q += self._ppair_d * n_prefill_interactions
         a_hi = k if k >= q else q
         if p != math.inf and a_hi > 0.0:
             a_hi = a_hi * (1.0 + ((k + q - a_hi) / a_hi) ** p) ** (1.0 / p)
+        if n_prefill_cached and self._ctx_s:  # and their cached context projected up
+            a_hi += combine(self._ctx_bw * n_prefill_cached, self._ctx_s * n_prefill_cached, p)
         return (
             self.step
             + self._kernels_s
@@ -350,15 +391,25 @@ class Roofline(AggregateCost):
         per-request and arrival overheads. The weight read and the all-reduces' latency
         (the fast path's or NCCL's, by the batch's message size) are the batch's, not the
         request's."""
+        pairs = l_new * (l_new + l_cached)
+        prefill = l_new > self.reorder_batch_threshold
         attention = combine(
-            self._kv_s * (l_cached + l_new), self._pair_s * l_new * (l_new + l_cached), self.overlap
+            self._kv_s * (l_cached + l_new),
+            (self._pair_s + (self._ppair_d if prefill else 0.0)) * pairs,
+            self.overlap,
         )
+        if prefill and self._ctx_s and l_cached:
+            attention += combine(self._ctx_bw * l_cached, self._ctx_s * l_cached, self.overlap)
         return (
             (self._token_s + self._xtoken_s + self._ar_token_s + self._act_s + self._sample_s) * l_new
             + attention
             + self.request
             + self.arrival
         )
+
+    @property
+    def prefill_above(self) -> int:
+        return self.reorder_batch_threshold
 
     @property
     def fastest(self) -> float:

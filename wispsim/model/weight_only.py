@@ -188,20 +188,26 @@ def padding_says(arch: Arch, stored: Arch) -> str:
     )
 
 
-def profile_experts(arch: Arch, hardware: dict[str, Any], tp: int, src: str) -> Arch:
-    """:func:`padded_experts` for a profile's ``hardware`` section: its ``generation`` (or, where an
-    older profile gives none, its ``gpu_key``'s). An unknown generation is refused; so is a profile
-    of mxfp4 experts that says neither (their tiles depend on it)."""
+def profile_generation(hardware: dict[str, Any], src: str) -> str | None:
+    """A profile's GPU generation: its ``hardware.generation`` (or, where an older profile gives
+    none, its ``gpu_key``'s); None where it says neither. An unknown generation is refused."""
     gen = hardware.get("generation")
     if gen is None and hardware.get("gpu_key") is not None:
         try:
             gen = load_gpu(str(hardware["gpu_key"])).generation
         except ConfigError:
             gen = None
-    allowed = f"allowed: {', '.join(GENERATIONS)}"
     if gen is not None and gen not in GENERATIONS:
-        raise ConfigError(src, "hardware.generation", f"got {gen!r}; {allowed}")
+        raise ConfigError(src, "hardware.generation", f"got {gen!r}; allowed: {', '.join(GENERATIONS)}")
+    return None if gen is None else str(gen)
+
+
+def profile_experts(arch: Arch, hardware: dict[str, Any], tp: int, src: str) -> Arch:
+    """:func:`padded_experts` for a profile's ``hardware`` section (:func:`profile_generation`); a
+    profile of mxfp4 experts that gives no generation is refused (their tiles depend on it)."""
+    gen = profile_generation(hardware, src)
     if gen is None:
+        allowed = f"allowed: {', '.join(GENERATIONS)}"
         if mxfp4_experts(arch):  # their tiles depend on the generation
             raise ConfigError(
                 src, "hardware.generation", f"is missing (mxfp4 experts are padded by generation); {allowed}"

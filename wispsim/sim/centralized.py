@@ -72,9 +72,12 @@ class CentralizedServer:
         # step can join only the step after next (unless the engine is idle)
         self.async_scheduling = async_scheduling
         lookahead = spec.k + 1 if spec is not None else 1  # KV slots a decode step writes
+        # a speculating engine's attention backend decodes k + 1 tokens (vLLM raises its
+        # reorder_batch_threshold to them; Triton MLA, below Hopper, does not: not modelled)
+        above = max(pricing.cost.prefill_above, lookahead)
         self.batcher = ContinuousBatcher(
             self.memory, max_running, step_tokens, lookahead, async_scheduling, static,
-            chunked=chunked, prefill_first=v0 and not chunked, steps=scheduler_steps,
+            chunked=chunked, prefill_first=v0 and not chunked, steps=scheduler_steps, prefill_above=above,
         )  # fmt: skip
         # V0's multi-step scheduling: steps left in the running run, the step it continues, and
         # whether its tokens stream step by step (vLLM's --multi-step-stream-outputs) or at its end

@@ -64,10 +64,12 @@ def verifier_parts(
     capacity_tokens: int,
     block_size: int,
     outputs: tuple[float, float] | None = None,
+    prefill_above: int | None = None,
 ) -> VerifierParts:
     """The parts of one verification replica of ``capacity_tokens`` KV tokens in blocks of
     ``block_size``, planning with ``planner`` (the planning profile's cost model, else the
-    profile's); ``outputs``: :func:`request_outputs`."""
+    profile's); ``outputs``: :func:`request_outputs`; ``prefill_above``: the engine's attention
+    backend's (the pricing cost's; unsaid, the planner's)."""
     srv = scenario.server
     blocks = capacity_tokens // block_size
     gpu = GpuState(
@@ -77,6 +79,7 @@ def verifier_parts(
         srv.engine.max_num_seqs,
         srv.verifier.max_batch_tokens,
         srv.verifier.delta_ms / 1000.0,
+        planner.prefill_above if prefill_above is None else prefill_above,
     )
     # a resident session forwards only its new tokens: block-granular reuse is a re-submitted round's
     reuse = verifier_kind(srv.verifier.kind).reuse(srv.engine.prefix_reuse)
@@ -147,7 +150,7 @@ def verifiers(ctx: RunContext, resolved: Resolved, kind: VerifierKind) -> Any:
         planner = cost if planner is prof.estimator else kind.cost(planner)
         prof = dataclasses.replace(prof, estimator=cost)
         # the scheduler plans with the planning profile; ``prof`` prices the batches
-        parts = verifier_parts(sc, planner, cap, bs, ctx.request_outputs)
+        parts = verifier_parts(sc, planner, cap, bs, ctx.request_outputs, cost.prefill_above)
         host = for_server(srv, prof.host)
         pricing = Pricing(make_latency(prof, srv, server_rng(ctx.seed, r)), host)
         v = Verifier(

@@ -61,10 +61,15 @@ class GpuState:
     max_requests: int = 256
     max_new_tokens: int = 16384
     delta: float = 0.005
+    # the engine's attention backend's (the cost that prices the batch, which the estimator may
+    # not be): members with more new tokens are its prefills (wispsim.model.batch.Shape)
+    prefill_above: int = 1
     limits: Limits = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        limits = Limits(self.total_blocks, self.block_size, self.max_requests, self.max_new_tokens)
+        limits = Limits(
+            self.total_blocks, self.block_size, self.max_requests, self.max_new_tokens, self.prefill_above
+        )
         object.__setattr__(self, "limits", limits)
 
     def batch(self) -> Batch[P]:
