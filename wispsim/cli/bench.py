@@ -317,6 +317,7 @@ def bench(
         num_scheduler_steps,
         _true_or_false(multi_step_stream_outputs, "--multi-step-stream-outputs"),
         max_model_len if max_model_len is not None else _context_of(model, quantization),
+        ex.attention_backend,
     )
     with console.status(f"simulating {client.num_prompts} requests on {prof.name}"):
         result, _ = run_bench(prof, client, server, set_, ex.reporting)

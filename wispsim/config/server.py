@@ -5,7 +5,7 @@ bounds (:mod:`wispsim.config.limits`) in ``__post_init__``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from wispsim.config.dist import require, require_count
 from wispsim.config.limits import (
@@ -22,6 +22,12 @@ from wispsim.config.limits import (
 from wispsim.errors import ConfigError
 
 SPEC_METHODS = ("none", "draft", "eagle", "ngram")
+# vLLM's latent-attention backends (--attention-backend), the only ones that change a price here
+# (wispsim.model.attention)
+AttentionBackend = Literal[
+    "FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA", "TRITON_MLA", "ROCM_AITER_MLA"
+]
+ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +131,10 @@ class EngineConfig:
     # from 0.6.3, pull request #9047); false, at the run's end, one chunk per request (vLLM
     # 0.6.0-0.6.2's default: streaming from multi-step runs came with 0.6.2, off by default)
     multi_step_stream_outputs: bool = True
+    # --attention-backend for a model with latent attention (MLA): which members of a batch it runs
+    # as prefills, in their own form (docs/model.md, "Latent attention's two forms"); null: vLLM's
+    # default for the GPU (FLASH_ATTN_MLA on Hopper; vLLM 0.10-0.11 ran FLASHMLA)
+    attention_backend: AttentionBackend | None = None
 
     @property
     def v0(self) -> bool:

@@ -28,6 +28,7 @@ from wispsim.model.archs import (
     dtype_bytes,
     load_arch,
 )
+from wispsim.model.attention import decode_threshold
 from wispsim.model.host_cpu import HostFacts
 from wispsim.model.interconnects import allreduce_facts, allreduce_ms, check_domain
 from wispsim.model.profile_fields import PROFILE_MAXIMA, bounded_whole, number, value
@@ -37,7 +38,6 @@ from wispsim.model.roofline import (
     OVERHEADS,
     OVERLAP_RANGE,
     Roofline,
-    decode_threshold,
 )
 from wispsim.model.weight_only import (
     conversion,

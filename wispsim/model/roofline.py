@@ -103,19 +103,6 @@ OVERLAP_RANGE = (1.0, 64.0)  # ``overlap``: 1 = memory and math add up; beyond 6
 # bytes per logit of vLLM's greedy sampler (module docstring): bf16 out of the LM head (2), read
 # and cast to fp32 (2 + 4), read by the argmax (4)
 SAMPLER_BYTES_PER_LOGIT = 2 + 2 + 4 + 4
-# the most new tokens vLLM's default MLA backend on a GPU generation runs in decode form (its
-# reorder_batch_threshold; vLLM's backend priorities in platforms/cuda.py): FlashAttention-3's MLA,
-# first on Hopper, takes prefills of up to 512 tokens through its decode path; FlashInfer's and
-# CUTLASS's MLA (Blackwell), Triton's (Ampere, Ada) and ROCm's decode one token. vLLM 0.10-0.11
-# ran FlashMLA on Hopper (1); the engine's version is not a setting (docs/model.md)
-MLA_DECODE_QUERY = {"hopper": 512}
-
-
-def decode_threshold(arch: Arch, generation: str | None) -> int:
-    """The ``reorder_batch_threshold`` a roofline of ``arch`` on ``generation`` prices with: 1 but
-    for MLA on a generation of :data:`MLA_DECODE_QUERY` (other attention prices a prefill's pairs
-    as a decode's, so its threshold changes nothing)."""
-    return MLA_DECODE_QUERY.get(generation or "", 1) if arch.mla else 1
 
 
 def combine(memory: float, math_: float, p: float) -> float:
@@ -170,7 +157,7 @@ class Roofline(AggregateCost):
     # GEMMs' (wispsim.model.weight_only.quantized_rate; 1: none, or an fp8 profile already)
     quant_rate: float = 1.0
     # the most new tokens of a member the attention backend decodes (vLLM's reorder_batch_threshold;
-    # wispsim.model.batch.Shape): MLA prices the rest in its prefill form (Arch.prefill_attention)
+    # wispsim.model.attention): MLA prices the rest in its prefill form (Arch.prefill_attention)
     reorder_batch_threshold: int = 1
     form: str = "roofline"
     # seconds per unit, derived in __post_init__

@@ -136,6 +136,7 @@ class Server:
     # --max-model-len: the longest request (prompt + output) the server takes; None: unknown (a
     # measured --profile). Without chunked prefill it is max_num_batched_tokens' default, as in vLLM
     max_model_len: int | None = None
+    attention_backend: str | None = None  # --attention-backend (server.engine.attention_backend)
 
 
 def _generation(s: Server, overrides: dict[str, Any] | None) -> tuple[bool, bool, int]:
@@ -264,6 +265,8 @@ def run_bench(
     endpoint = given[-1] if given else s.endpoint  # a --set wins, as a run honours it
     if not given and s.endpoint != "completions":
         sets = [*(sets or []), f"server.host.endpoint={s.endpoint}"]
+    if s.attention_backend and not any(x.startswith("server.engine.attention_backend=") for x in sets or []):
+        sets = [*(sets or []), f"server.engine.attention_backend={s.attention_backend}"]
     overrides = parse_set(sets) if sets else None
     rate = rate_of(c.request_rate)
     v0, chunked, steps = _generation(s, overrides)
@@ -345,6 +348,7 @@ def run_bench(
                 "num_scheduler_steps": res.engine["num_scheduler_steps"],
                 "multi_step_stream_outputs": res.engine["multi_step_stream_outputs"],
                 "max_model_len": s.max_model_len,
+                "attention_backend": res.engine["attention_backend"],
                 "vllm_use_v1": res.engine["use_v1"],
                 "gpu_memory_utilization": s.gpu_memory_utilization,
                 "tensor_parallel_size": prof.gpu_count,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wispsim.config.server import ATTENTION_BACKENDS
 from wispsim.errors import ConfigError
 from wispsim.study.bench_metrics import Reporting, goodput_slos, metric_percentiles, percentile_metrics
 
@@ -56,6 +57,8 @@ HONOURED: dict[str, int | str] = {
     "--ramp-up-end-rps": 1,
     "--ignore-eos": 0,  # simulated outputs always run to their length, as with it
     "--skip-chat-template": 0,
+    # vllm serve's: the latent-attention backend (wispsim.model.attention; server.engine.attention_backend)
+    "--attention-backend": 1,
 }
 CLIENT_ONLY: dict[str, int | str] = {
     **dict.fromkeys(
@@ -256,6 +259,7 @@ class Extras:
     no_oversample: bool = False
     self_timed: bool | None = None
     ramp_up: tuple[str, float, float] | None = None
+    attention_backend: str | None = None  # vllm serve's --attention-backend (MLA's backends only)
     ignored: tuple[str, ...] = ()
 
 
@@ -317,6 +321,14 @@ def extras_of(args: list[str]) -> Extras:
     )
     out_len = _int(f, "--output-len", None)
     custom = _int(f, "--custom-output-len", 256)
+    attention = f.get("--attention-backend")
+    if attention is not None and attention not in ATTENTION_BACKENDS:
+        raise ConfigError(
+            "--attention-backend",
+            "attention_backend",
+            f"got {attention!r}; allowed (latent attention's, the only ones priced apart): "
+            f"{', '.join(ATTENTION_BACKENDS)}",
+        )
     return Extras(
         reporting=rep,
         label=f.get("--label"),
@@ -341,6 +353,7 @@ def extras_of(args: list[str]) -> Extras:
         no_oversample="--no-oversample" in f,
         self_timed=True if "--self-timed" in f else False if "--no-self-timed" in f else None,
         ramp_up=ramp,
+        attention_backend=attention,
         ignored=tuple(k for k in f if k in CLIENT_ONLY),
     )
 

@@ -106,6 +106,9 @@ def served_scenario(
          "num_scheduler_steps > 1) is simulated only"),
         ("server.engine.enable_chunked_prefill", server.engine.chunked_prefill, True,
          "wispsim serve runs vLLM V1 with chunked prefill; without it is simulated only"),
+        ("server.engine.attention_backend", server.engine.attention_backend, None,
+         "wispsim serve's engine takes the installed vLLM's own backend (set VLLM_ATTENTION_BACKEND "
+         "for it); the setting is simulated only; allowed: null"),
     ):  # fmt: skip
         if value != allowed:
             raise ConfigError(source, name, why) if source is not None else ConfigError(name, str(value), why)

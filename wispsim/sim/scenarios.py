@@ -23,6 +23,7 @@ from wispsim.config.presets import check_preset
 from wispsim.config.server import upgrade_server
 from wispsim.errors import ConfigError, WispsimError
 from wispsim.model.acceptance import ACCEPTANCE, find_trace
+from wispsim.model.attention import with_attention_backend
 from wispsim.model.drafting import CONTROLLERS
 from wispsim.model.estimator import FORMS
 from wispsim.model.latency import LATENCY
@@ -196,7 +197,10 @@ def _profiles(scenario: Scenario, source: str) -> list[Profile]:
     names = [("server.profile", sv.profile)]
     if sv.replica_profiles:
         names = [(f"server.replica_profiles[{i}]", n) for i, n in enumerate(sv.replica_profiles)]
-    return [_load(name, fld, scenario, source) for fld, name in names]
+    backend = sv.engine.attention_backend  # the engine's: it prices the batches, not the planner
+    return [
+        with_attention_backend(_load(name, fld, scenario, source), backend, source) for fld, name in names
+    ]
 
 
 def _load(name: str, fld: str, scenario: Scenario, source: str) -> Profile:

@@ -33,6 +33,7 @@ from wispsim.analysis.token_latency import token_latency
 from wispsim.config import deep_merge
 from wispsim.config.schema import POLICIES
 from wispsim.config.server import engine_generation
+from wispsim.model.attention import with_attention_backend
 from wispsim.model.memory import kv_capacity
 from wispsim.model.profiles import Profile
 from wispsim.sim.context import RunContext
@@ -231,6 +232,7 @@ def bench_scenario(profile: Profile, run: BenchRun) -> Resolved:
     # too) and vLLM's start-up profile at the run's max_num_seqs / max_num_batched_tokens
     cap = kv_capacity(sc.server, profile)
     size = eng.block_size or bs
+    profile = with_attention_backend(profile, eng.attention_backend, "wispsim bench")
     return Resolved(sc, (profile,), (max(cap // size, 1) * size,), (size,))
 
 
@@ -353,7 +355,8 @@ def bench(profile: Profile, run: BenchRun) -> BenchResult:
     eng = resolved.scenario.server.engine
     ran = {"async_scheduling": eng.async_scheduling, "enable_chunked_prefill": eng.chunked_prefill,
            "use_v1": not eng.v0, "num_scheduler_steps": eng.num_scheduler_steps,
-           "multi_step_stream_outputs": eng.multi_step_stream_outputs}  # fmt: skip
+           "multi_step_stream_outputs": eng.multi_step_stream_outputs,
+           "attention_backend": eng.attention_backend}  # fmt: skip
     return BenchResult(
         responses, duration, len(batches), server_info(ctx)["preemptions"], mean_batch, chunks, sent, ran
     )

@@ -249,6 +249,8 @@ def server_text(scenario: Scenario) -> str:
         from wispsim.config.builds import effective_build
 
         text += f"; verifier build {effective_build(srv, scenario.policy)} (server.build)"
+    if srv.engine.attention_backend:
+        text += f"; attention backend {srv.engine.attention_backend}"
     return text
 
 
