@@ -378,13 +378,11 @@ class Roofline(AggregateCost):
         per-request and arrival overheads. The weight read and the all-reduces' latency
         (the fast path's or NCCL's, by the batch's message size) are the batch's, not the
         request's."""
-        pairs = l_new * (l_new + l_cached)
+        q = self._pair_s * l_new * (l_new + l_cached)
         prefill = l_new > self.reorder_batch_threshold
-        attention = combine(
-            self._kv_s * (l_cached + l_new),
-            (self._pair_s + (self._ppair_d if prefill else 0.0)) * pairs,
-            self.overlap,
-        )
+        if prefill and self._ppair_d:  # MLA's prefill form
+            q += self._ppair_d * l_new * (l_new + l_cached)
+        attention = combine(self._kv_s * (l_cached + l_new), q, self.overlap)
         if prefill and self._ctx_s and l_cached:
             attention += combine(self._ctx_bw * l_cached, self._ctx_s * l_cached, self.overlap)
         return (
