@@ -111,7 +111,10 @@ def _request(scenario: Path | None, sets: list[str] | None, policies: list[str],
 
 def sweep(
     scenario: ScenarioArg = None,
-    policy: Annotated[str, typer.Option(help=f"Policy preset: {', '.join(POLICY_NAMES)}.")] = "wisp",
+    policy: Annotated[
+        str | None,
+        typer.Option(help=f"Policy preset: {', '.join(POLICY_NAMES)} (default: the scenario's, wisp)."),
+    ] = None,
     classes: Annotated[
         str | None, typer.Option(help="SLO classes, e.g. 2,4,6,8 (default: the scenario's).")
     ] = None,
@@ -142,15 +145,16 @@ def sweep(
     set_: SetOpt = None,
 ) -> None:
     """Capacity per SLO class for one policy: the largest N with violation rate <= epsilon."""
-    pols = parse_policies(policy, "--policy")
+    pols = parse_policies(policy, "--policy") if policy is not None else []  # []: the scenario's
     req = _request(scenario, set_, pols, classes=classes, devices=devices, seeds=seeds, seed=seed,
                    epsilon=epsilon, jobs=jobs, mix=mix, start=start, max_devices=max_devices,
                    records=records, backend=backend, address=address, stop=stop, search=search)  # fmt: skip
-    with reporting(f"sweep {policy}") as report:
+    with reporting(f"sweep {policy or 'the scenario policy'}") as report:
         o = run_sweep(req, "sweep", out, report)
     folder, result = o.folder, o.result
-    cols = CAPACITY_COLUMNS if len(pols) == 1 else ["policy", *CAPACITY_COLUMNS]
-    console.print(table(_shown(result.capacity), f"capacity ({policy}): devices per server", cols))
+    ran = ",".join(o.servers)
+    cols = CAPACITY_COLUMNS if len(o.servers) == 1 else ["policy", *CAPACITY_COLUMNS]
+    console.print(table(_shown(result.capacity), f"capacity ({ran}): devices per server", cols))
     _legend(o)
     console.print(f"capacity.csv, curve.csv and points/: {folder}")
 

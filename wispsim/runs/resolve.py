@@ -124,11 +124,16 @@ def load(
     *,
     base: dict | None = None,
     source: str | None = None,
+    policy: str | None = None,
 ) -> Scenario:
-    """The scenario file with ``sets`` merged and its policy preset applied, its plug-in names
-    checked, but not yet :func:`check`-ed: for a command that derives several scenarios from one
-    (a sweep's policies) and checks each once."""
-    return load_scenario(file, parse_set(sets or []), base=base, source=source, consistency=False)
+    """The scenario file with ``sets`` merged and its policy preset applied (``policy``: this one,
+    as ``--policy`` chooses it, ``--set`` checked against its preset), its plug-in names checked,
+    but not yet :func:`check`-ed: for a command that derives several scenarios from one (a
+    sweep's policies) and checks each once."""
+    overrides = parse_set(sets or [])
+    if policy is not None:
+        overrides = {**overrides, "policy": policy}
+    return load_scenario(file, overrides, base=base, source=source, consistency=False)
 
 
 def check(sc: Scenario, options: Options | None = None) -> Resolved:

@@ -46,7 +46,7 @@ class SweepRequest:
 
     scenario: Path | None
     sets: list[str] | None
-    policies: list[str]
+    policies: list[str]  # empty: the scenario's own
     classes: tuple[float, ...] | None = None
     grid: tuple[int, ...] = ()
     seeds: int = 3
@@ -91,30 +91,41 @@ def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Repo
     check_backend(req.backend, req.address)
     check_stop(req.stop, req.search)
     sc = load(req.scenario, req.sets)
+    if sc.devices.groups:  # a point at N devices takes one class (or --mix shared's) on the defaults
+        raise ConfigError(
+            str(req.scenario) if req.scenario is not None else "--set",
+            "devices.groups",
+            f"{len(sc.devices.groups)} device groups: {command} sizes each SLO class on the scenario's "
+            "default device and link (--classes, --mix), which would drop the groups' own; size a "
+            "fleet of groups with `wispsim plan`, or remove devices.groups",
+        )
+    policies = req.policies or [sc.policy]  # no --policy: the scenario's own
     cls = req.classes or sc.devices.classes
     eps = sc.epsilon if req.epsilon is None else req.epsilon
     seed_list = check_seeds(sc.seed if req.seed is None else req.seed, req.seeds)
     base: dict[str, Scenario] = {}
-    for p in req.policies:
+    for p in policies:
         with blaming({"policy": "--policy", "devices": "--classes"}), applying("--classes"):
-            s = sc.with_policy(p).with_devices(sc.devices.count, cls)
+            # under another policy, --set is checked against that policy's preset (as run does)
+            s = sc if p == sc.policy else load(req.scenario, req.sets, policy=p)
+            s = s.with_devices(sc.devices.count, cls)
         base[p] = check(s, Options(policy=p if p != sc.policy else None, classes=req.classes)).scenario
     with folder.writing():  # the folder is incomplete until the manifest
         for p, s in base.items():
             folder.text(f"scenario-{p}.yaml" if len(base) > 1 else "scenario.yaml", s.to_yaml())
-    name = f"{command} {','.join(req.policies)}"
+    name = f"{command} {','.join(policies)}"
     result = _search(
         req, folder, base, groups_for(cls, req.mix), seed_list, eps, req.records,
         lambda done, total, text: report(done, total, f"{name}, {text}, N values simulated"),
     )  # fmt: skip
-    wide = speedups(result.capacity, req.policies) if command == "compare" else None
+    wide = speedups(result.capacity, policies) if command == "compare" else None
     facts = _facts(req, cls, seed_list, eps)
     servers = {p: server_text(s) for p, s in base.items()}
     with folder.writing():
         result.write(folder)
         if wide is not None:
             folder.table("compare.csv", wide)
-        folder.finish({"policies": req.policies, "mix": req.mix, "servers": servers, **facts})
+        folder.finish({"policies": policies, "mix": req.mix, "servers": servers, **facts})
     return SweepOutcome(folder.path, result, wide, servers, facts)
 
 
