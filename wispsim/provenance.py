@@ -116,12 +116,14 @@ def code_commit() -> str:
 
 
 def write_manifest(out: Path, extra: dict[str, Any]) -> None:
-    """``out/manifest.json``: the command, wispsim and Python versions, the date, and ``extra``.
+    """``out/manifest.json``: the command, wispsim and Python versions, the git commit of the code
+    (:func:`code_commit`), the date, and ``extra``.
 
     Commands write it after every other result file; it marks the folder as complete."""
     info = {
         "command": command_line(),
         "wispsim_version": __version__,
+        "commit": code_commit(),
         "python": platform.python_version(),
         "hot_path": used()[0],  # compiled or pure (wispsim.native): the same numbers, not times
         "date": now_iso(),

@@ -39,3 +39,31 @@ def test_a_fleet_of_groups_is_refused_by_sweep_and_compare(tmp_path: Path) -> No
         r = wispsim(cmd, "fleet-2000", "--out", str(tmp_path / cmd))
         assert r.returncode == 2 and "devices.groups" in r.stderr and "wispsim plan" in r.stderr
         assert not (tmp_path / cmd / "manifest.json").exists()
+
+
+def test_a_damaged_stored_point_is_simulated_again_and_the_manifest_names_the_code(tmp_path: Path) -> None:
+    f = tmp_path / "sled.yaml"
+    f.write_text("policy: sled\n")
+    out = tmp_path / "s"
+    args = (
+        "sweep",
+        str(f),
+        "--classes",
+        "8",
+        "--seeds",
+        "1",
+        "--jobs",
+        "1",
+        "--set",
+        "workload.duration_s=30",
+    )
+    assert wispsim(*args, "--out", str(out)).returncode == 0
+    curve = (out / "curve.csv").read_text()
+    points = sorted((out / "points").iterdir())
+    (points[0] / "summary.csv").write_text("a,b\n1,2\n")  # parses, but is not a point's table
+    (points[1] / "devices.csv").write_bytes(b"\xff\xfe\x00garbage")  # not text
+    r = wispsim(*args, "--out", str(out))
+    assert r.returncode == 0, r.stderr[-600:]
+    assert (out / "curve.csv").read_text() == curve  # the damaged points were simulated again
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["commit"] and sum(manifest["point_commits"].values()) >= len(points)

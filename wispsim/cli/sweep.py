@@ -100,6 +100,17 @@ def _legend(o: Any) -> None:
         "N values simulated, each with every seed.",
         highlight=False,
     )
+    from wispsim.provenance import code_commit
+
+    now = code_commit()
+    older = {c: n for c, n in f.get("point_commits", {}).items() if c != now}
+    if older:  # points stored in --out by other code are reused, not recomputed: say so
+        said = ", ".join(f"{n} by {c}" for c, n in older.items())
+        console.print(
+            f"note: points reused from --out computed by other code ({said}; this code: {now}); "
+            "a new --out recomputes them",
+            highlight=False,
+        )
 
 
 def _request(scenario: Path | None, sets: list[str] | None, policies: list[str], **kw: Any) -> SweepRequest:

@@ -125,6 +125,8 @@ def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Repo
         result.write(folder)
         if wide is not None:
             folder.table("compare.csv", wide)
+        # the code that computed each point (a point stored in --out by earlier code is reused)
+        facts["point_commits"] = result.commits
         folder.finish({"policies": policies, "mix": req.mix, "servers": servers, **facts})
     return SweepOutcome(folder.path, result, wide, servers, facts)
 
@@ -149,12 +151,14 @@ def _search(
         folder.writing(),  # a full disk while storing points: one line; finished points stay
         make_runner(req.backend, req.jobs, folder.path, records, req.address) as runner,
     ):
-        return capacity_sweep(
+        result = capacity_sweep(
             base, groups, seeds, epsilon, runner,
             grid=req.grid, start=req.start, max_devices=req.max_devices, progress=report,
             stopping=Stopping(epsilon) if req.stop == "sequential" else None,
             exact=req.search == "exact",
         )  # fmt: skip
+    result.commits = dict(runner.commits)
+    return result
 
 
 def _facts(req: SweepRequest, classes: tuple[float, ...], seeds: list[int], epsilon: float) -> dict:

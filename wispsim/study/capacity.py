@@ -10,7 +10,7 @@ the same order per search, as waves that wait for every search would give).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import pandas as pd
@@ -48,6 +48,7 @@ class SweepResult:
     capacity: pd.DataFrame
     curve: pd.DataFrame
     pooled: pd.DataFrame
+    commits: dict[str, int] = field(default_factory=dict)  # the code that computed its points
 
     def write(self, folder: Results) -> None:
         """``capacity.csv``, ``curve.csv`` and ``curve_pooled.csv`` in ``folder``. The caller

@@ -214,6 +214,11 @@ def _write_atomic_dir(final: Path, write: Callable[[Path], None]) -> None:
         raise
 
 
+# what a stored point's tables must hold to be used again (else it is simulated again)
+SUMMARY_NEEDS = {"seed", "class", "devices", "responses", "violation_rate"}
+COUNTS_NEEDS = {"seed", "device", "slo", "violated", "responses"}
+
+
 def load_point(point: Point, out: Path | None) -> PointResult | None:
     """A point's stored results, or None if ``out`` does not hold it complete."""
     folder = out / "points" / point.key if out is not None else None
@@ -224,16 +229,18 @@ def load_point(point: Point, out: Path | None) -> PointResult | None:
         meta = json.loads((folder / "meta.json").read_text())
         commit = str(meta.get("commit", "unknown"))
         stop = Stop(str(meta["stop"]), float(meta["window_end_s"]), bool(meta["stopped_early"]))
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        return None  # not a point of this layout: simulate it again
-    return PointResult(
-        point.key,
-        pd.read_csv(folder / "summary.csv", dtype={"class": str}),
-        pd.read_csv(folder / "devices.csv"),
-        pd.read_csv(reps) if reps.is_file() else None,
-        commit=commit,
-        stop=stop,
-    )
+        summary = pd.read_csv(folder / "summary.csv", dtype={"class": str})
+        counts = pd.read_csv(folder / "devices.csv")
+        replicas = pd.read_csv(reps) if reps.is_file() else None
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):  # a pandas parse error is a ValueError
+        return None  # not a point of this layout, or damaged: simulate it again
+    seeds = set(point.seeds)
+    for df, need in ((summary, SUMMARY_NEEDS), (counts, COUNTS_NEEDS)):
+        if not need <= set(df.columns) or set(df["seed"]) != seeds:
+            return None  # damaged (columns or seeds missing): simulate it again
+        if df[sorted(need - {"violation_rate"})].isna().any().any():  # a class without responses: NaN
+            return None
+    return PointResult(point.key, summary, counts, replicas, commit=commit, stop=stop)
 
 
 @dataclass
