@@ -98,3 +98,30 @@ def test_calibrate_rejects_bad_result_files(tmp_path: Path) -> None:
     assert p.returncode == 2 and "bad.json" in p.stderr and "JSON" in p.stderr
     p = calibrate(json.dumps({"completed": 10}))
     assert p.returncode == 2 and "total_input_tokens" in p.stderr
+
+
+def test_calibrate_refuses_figures_it_would_misread(tmp_path: Path) -> None:
+    """A figure that is not a positive number, more completed requests than prompts, or fewer
+    output tokens than completed requests: one line naming the key (they had been dropped or
+    clamped, and the fit went on)."""
+    from wispsim.errors import ConfigError
+    from wispsim.study.calibrate import read_result
+
+    base = {"completed": 50, "num_prompts": 50, "request_rate": 4.0, "max_concurrency": 4,
+            "total_input_tokens": 7227, "total_output_tokens": 10000, "median_tpot_ms": 34.28,
+            "median_ttft_ms": 106.0, "output_throughput": 110.49}  # fmt: skip
+    server = {"max_num_seqs": 256, "max_num_batched_tokens": 8192}
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({**base, "mean_e2el_ms": float("nan")}))
+    assert "mean_e2el_ms" not in read_result(f, server).real  # vLLM's NaN: not reported
+    for change, key in (
+        ({"median_tpot_ms": -34.0}, "median_tpot_ms"),
+        ({"median_tpot_ms": "34.28"}, "median_tpot_ms"),
+        ({"completed": 500}, "completed"),
+        ({"total_output_tokens": 0}, "total_output_tokens"),
+        ({"output_lens": [3, "x"]}, "output_lens"),
+    ):
+        f.write_text(json.dumps({**base, **change}))
+        with pytest.raises(ConfigError) as e:
+            read_result(f, server)
+        assert e.value.field == key and str(f) in str(e.value)

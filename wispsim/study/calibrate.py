@@ -67,9 +67,19 @@ def read_result(path: Path, server: dict[str, Any], max_prompts: int | None = No
     done = int(_num(d, "completed", src) or 0)
     if done < 1:
         raise ConfigError(src, "completed", "no completed requests to calibrate on")
-    ins = d.get("input_lens") or [round((_num(d, "total_input_tokens", src) or 0) / done)]
-    outs = d.get("output_lens") or [max(round((_num(d, "total_output_tokens", src) or 0) / done), 1)]
-    n = int(_num(d, "num_prompts", src, required=False) or done)
+    prompts = _num(d, "num_prompts", src, required=False)
+    if prompts is not None and done > prompts:
+        raise ConfigError(src, "completed", f"{done} is more than num_prompts ({prompts:g}); allowed: <= it")
+    ins = _lens(d, "input_lens", 0, src) or [round((_num(d, "total_input_tokens", src) or 0) / done)]
+    outs = _lens(d, "output_lens", 0, src)  # a failed request's: 0
+    if not outs:
+        total = _num(d, "total_output_tokens", src) or 0
+        if total < done:
+            raise ConfigError(
+                src, "total_output_tokens", f"{total:g} for {done} completed requests; allowed: >= {done}"
+            )
+        outs = [round(total / done)]
+    n = int(prompts or done)
     if max_prompts:
         n = min(n, max_prompts)
     rate = _num(d, "request_rate", src, required=False)
@@ -96,10 +106,31 @@ def read_result(path: Path, server: dict[str, Any], max_prompts: int | None = No
         gpu_memory_utilization=float(flags.get("gpu_memory_utilization", 0.9)),
         seed=int(d.get("seed") or 0),
     )
-    real = {k: float(d[k]) for k in REPORTED if isinstance(d.get(k), int | float) and d[k] > 0}
+    real = {}
+    for k in REPORTED:  # absent or NaN (vLLM's for a metric it could not compute): not reported
+        v = d.get(k)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+            raise ConfigError(src, k, f"got {v!r}; allowed: a number > 0, or NaN where vLLM had none")
+        real[k] = float(v)
     if not any(k in real for k in TARGETS):
         raise ConfigError(src, "median_tpot_ms", f"the file has none of {', '.join(TARGETS)}")
     return Result(src, run, real)
+
+
+def _lens(d: dict[str, Any], key: str, least: int, src: str) -> list[int]:
+    """A ``--save-detailed`` list of per-request lengths (empty where the file has none)."""
+    v = d.get(key)
+    if v is None or v == []:
+        return []
+    bad = not isinstance(v, list) or any(
+        isinstance(x, bool) or not isinstance(x, int | float) or not least <= x < math.inf or x != int(x)
+        for x in v
+    )
+    if bad:
+        raise ConfigError(src, key, f"allowed: a list of whole numbers >= {least}, one per request")
+    return [int(x) for x in v]
 
 
 def _switch(flags: dict[str, Any], key: str) -> bool | None:
