@@ -101,11 +101,37 @@ def bounded_whole(d: dict[str, Any], key: str, source: str, path: str) -> int:
     return whole(d, key, source, path, maximum=PROFILE_MAXIMA[f"{path}{key}"])
 
 
+# the fields a profile's sections may hold (a typo is refused, not read as absent)
+SECTION_FIELDS = {
+    "hardware": (
+        "gpu", "gpu_key", "generation", "count", "memory_gib", "hbm_bandwidth_gbs", "bf16_tflops",
+        "fp8_tflops", "bf16_maf_tflops", "fp8_maf_tflops", "link_gbs", "nvlink_gbs", "interconnect",
+        "parallelism", "price_per_gpu_hour",
+    ),
+    "model": (
+        "name", "arch", "config", "parameters", "layers", "attention_heads", "kv_heads", "head_dim",
+        "hidden_size", "intermediate_size", "vocab_size", "kv_dtype", "kv_dtype_bytes", "weight_bytes",
+        "sliding_window", "windowed_layers",
+    ),
+    "noise": ("model", "sigma", "basis"),
+}  # fmt: skip
+
+
 def section(d: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     v = d.get(key)
     if not isinstance(v, dict):
         raise ConfigError(source, key, "is missing or not a mapping")
+    known_fields(v, key, source)
     return v
+
+
+def known_fields(v: dict[str, Any], key: str, source: str) -> None:
+    """Every field of section ``key`` is one :data:`SECTION_FIELDS` allows."""
+    extra = sorted(str(k) for k in set(v) - set(SECTION_FIELDS.get(key, v)))
+    if extra:
+        raise ConfigError(
+            source, f"{key}.{extra[0]}", f"unknown field; allowed: {', '.join(SECTION_FIELDS[key])}"
+        )
 
 
 ENGINE_LAYOUTS = ("in-process", "multiprocess")

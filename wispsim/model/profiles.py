@@ -28,6 +28,7 @@ from wispsim.model.profile_fields import (
     PROFILE_MAXIMA,
     bounded_whole,
     engine_layout,
+    known_fields,
     number,
     opt_number,
     opt_whole,
@@ -316,6 +317,7 @@ def _noise(data: dict[str, Any], src: str) -> tuple[str, float]:
     noise = data.get("noise") or {}
     if not isinstance(noise, dict):
         raise ConfigError(src, "noise", "must be a mapping with model and sigma")
+    known_fields(noise, "noise", src)
     model = str(noise.get("model", "lognormal"))
     if model not in NOISE_MODELS:
         raise ConfigError(src, "noise.model", f"got {model!r}; allowed: {', '.join(NOISE_MODELS)}")
