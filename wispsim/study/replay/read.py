@@ -108,6 +108,12 @@ def _check_rows(x: dict[str, np.ndarray], src: str) -> None:
     _fail(src, "committed", over, "position + committed exceeds output_tokens")
     _fail(src, "t_arrival", x["t_arrival"] < x["t_start"], "the round arrives before it starts")
     _fail(src, "t_end", x["t_end"] < x["t_arrival"], "the verdict is back before the round arrived")
+    # the device's parts fit its clock (a column in ms beside the others' seconds does not)
+    tol = 1e-6
+    device = x["draft_s"] + x["up_s"] > x["t_arrival"] - x["t_start"] + tol
+    _fail(src, "draft_s", device, "draft_s + up_s exceed t_arrival - t_start (every time is in seconds)")
+    _fail(src, "down_s", x["down_s"] > x["t_end"] - x["t_arrival"] + tol,
+          "down_s exceeds t_end - t_arrival (every time is in seconds)")  # fmt: skip
 
 
 def _check_responses(df: pd.DataFrame, src: str) -> None:
@@ -124,6 +130,31 @@ def _check_responses(df: pd.DataFrame, src: str) -> None:
     if bad.any():
         rid = df.response.to_numpy()[bad][0]
         raise ConfigError(src, "round", f"response {rid}: rounds must be numbered 0, 1, 2, ... without gaps")
+    first = g.t_start.transform("min").to_numpy()
+    rid = df.response.to_numpy()
+    for col, bad, why in (
+        ("response_start", df.response_start.to_numpy() > first + 1e-6, "it starts after its first round"),
+        # a device drafts a round once the last verdict is back
+        (
+            "t_start",
+            df.t_start.to_numpy() < g.t_end.shift().to_numpy() - 1e-6,
+            "a round starts before the last ended",
+        ),
+    ):
+        if bad.any():
+            raise ConfigError(src, col, f"response {rid[bad][0]}: {why}")
+    open_ = df[df.output_tokens.isna()]  # the recording stopped inside it: its device went no further
+    if len(open_):
+        later = df.groupby("device").response_start.max()
+        bad = open_.response_start.to_numpy() < later.reindex(open_.device).to_numpy()
+        if bad.any():
+            row = open_.iloc[int(np.flatnonzero(bad)[0])]
+            raise ConfigError(
+                src,
+                "output_tokens",
+                f"response {int(row.response)}: empty (the recording stopped inside it), but device "
+                f"{int(row.device)} went on to a later response; give its output length",
+            )
     before = (g.committed.cumsum() - df.committed).to_numpy()
     bad = df.position.to_numpy() != before
     if bad.any():
@@ -163,6 +194,9 @@ def _read_meta(p: Path) -> dict[str, Any]:
         raise ConfigError(src, "", f"not readable JSON: {why}") from None
     if not isinstance(meta, dict):
         raise ConfigError(src, "", f"must be a JSON object, got {type(meta).__name__}")
+    extra = sorted(set(meta) - set(SIDECAR_KEYS))
+    if extra:  # a typo ("unfinshed") would have been read as absent
+        raise ConfigError(src, extra[0], f"unknown key; allowed: {', '.join(SIDECAR_KEYS)}")
     w = meta.get("window")
     ok = (
         isinstance(w, list)
@@ -198,7 +232,15 @@ def _read_meta(p: Path) -> dict[str, Any]:
         raise ConfigError(
             src, "unfinished", f"must be a list of objects with keys {', '.join(UNFINISHED_KEYS)}"
         )
+    seen: set[Any] = set()
     for i, u in enumerate(unf):
+        if set(u) - set(UNFINISHED_KEYS):
+            key = sorted(set(u) - set(UNFINISHED_KEYS))[0]
+            allowed = ", ".join(UNFINISHED_KEYS)
+            raise ConfigError(src, f"unfinished[{i}].{key}", f"unknown key; allowed: {allowed}")
+        if u["response"] in seen:
+            raise ConfigError(src, f"unfinished[{i}].response", f"response {u['response']} is listed twice")
+        seen.add(u["response"])
         for k in UNFINISHED_KEYS:
             v = u[k]
             if k == "measured":
@@ -216,6 +258,36 @@ def _read_meta(p: Path) -> dict[str, Any]:
     if "scenario" in meta and not isinstance(meta["scenario"], dict):
         raise ConfigError(src, "scenario", "must be a mapping (the resolved scenario)")
     return meta
+
+
+# the sidecar's keys (docs/replay.md; ``server``: the real server a swarm drove)
+SIDECAR_KEYS = (
+    "window", "unfinished", "source", "date", "policy", "seed", "scenario_name", "scenario",
+    "wispsim_version", "format", "devices", "sim_end", "models", "hardware", "server",
+)  # fmt: skip
+
+
+def _check_unfinished(out: pd.DataFrame, meta: dict[str, Any], src: str) -> None:
+    """A response the sidecar lists as unfinished completed no round (so has no rows in the log),
+    and is measured exactly when it starts inside the window."""
+    w0, w1 = meta["window"]
+    logged = set(out.response.tolist())
+    for i, u in enumerate(meta["unfinished"]):
+        if u["response"] in logged:
+            raise ConfigError(
+                src,
+                f"unfinished[{i}].response",
+                f"response {u['response']} has rounds in the log; unfinished lists only responses that "
+                "completed no round (a response the recording stopped inside has an empty output_tokens)",
+            )
+        inside = w0 <= u["response_start"] < w1
+        if u["measured"] != inside:
+            raise ConfigError(
+                src,
+                f"unfinished[{i}].measured",
+                f"is {str(u['measured']).lower()} but response {u['response']} starts at "
+                f"{u['response_start']:g} s, {'inside' if inside else 'outside'} the window [{w0:g}, {w1:g})",
+            )
 
 
 def _short(v: Any) -> str:
@@ -278,4 +350,5 @@ def read_log(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
             f"response {out.response[i]}: measured is {bool(out.measured[i])} but it starts at "
             f"{start[i]:g} s, {where} the sidecar's window [{w0:g}, {w1:g})",
         )
+    _check_unfinished(out, meta, str(meta_path(p)))
     return out, meta
