@@ -269,6 +269,7 @@ def fit_cmd(
 
 @profile_app.command("derive")
 def derive_cmd(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", "-o", help="Profile YAML to write.")],
     arch: Annotated[str, typer.Option(help="Target architecture (see `wispsim profile archs`).")],
     source: Annotated[str, typer.Option(help="Profile to scale from.")] = "a100-qwen3-32b-paper",
@@ -306,6 +307,12 @@ def derive_cmd(
     check_output_file(out, "--out", (".yaml", ".yml"))  # before any work
     if form not in ("roofline", "additive"):
         raise ConfigError("--form", form, "allowed: roofline, additive")
+    theirs = "additive" if form == "roofline" else "roofline"
+    other = ("source", "c_rule") if form == "roofline" else ("kv_dtype",)
+    for opt in other:  # the other form's option would be silently unread
+        if getattr(ctx.get_parameter_source(opt), "name", "") == "COMMANDLINE":
+            flag = "--" + opt.replace("_", "-")
+            raise ConfigError(flag, opt, f"is --form {theirs}'s; give --form {theirs} or leave it out")
     from wispsim.runs.resolve import DERIVE_OPTIONS, blaming
 
     with blaming(DERIVE_OPTIONS):  # a profile field at fault, named by the option that set it

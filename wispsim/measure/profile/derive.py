@@ -214,7 +214,7 @@ def derive_named(
     (writing ``out``; default ``profiles/NAME.yaml``)."""
     from wispsim.model.profiles import load_profile
 
-    parts = ["wispsim profile derive", f"--source {source}", f"--arch {arch}"]
+    parts = ["wispsim profile derive --form additive", f"--source {source}", f"--arch {arch}"]
     if gpu:
         parts.append(f"--gpu {gpu}")
     if count:
