@@ -60,8 +60,11 @@ def distribution_versions(names: Iterable[str]) -> dict[str, str]:
     for name in names:
         try:
             out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = NOT_INSTALLED
+        except PackageNotFoundError:  # a build under another name (xgboost-cpu, torch's +cpu wheels)
+            try:
+                out[name] = version(f"{name}-cpu")
+            except PackageNotFoundError:
+                out[name] = NOT_INSTALLED
     return out
 
 

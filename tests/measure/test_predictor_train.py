@@ -240,3 +240,14 @@ def test_cli_train_bench_eval(tmp_path: Path) -> None:
 
     res = runner.invoke(predictor_app, ["train", "--trace", FIXTURE, "--model", "svm", "--out", str(out)])
     assert isinstance(res.exception, ConfigError) and "allowed: mlp" in str(res.exception)
+
+
+def test_param_goes_to_the_models_that_take_it_and_is_checked_before_any_work() -> None:
+    from wispsim.measure.predictor.train import own_params
+
+    own = own_params(["mlp", "rf"], 0, True, {"max_depth": 6})  # the help's example, --model all
+    assert own == {"mlp": {}, "rf": {"max_depth": 6}}
+    with pytest.raises(WispsimError, match="--param: max_dept: no model of mlp, rf takes it; allowed: "):
+        own_params(["mlp", "rf"], 0, True, {"max_dept": 6})
+    with pytest.raises(WispsimError, match="--param: max_iter=-5 not accepted by the mlp model"):
+        own_params(["mlp"], 0, True, {"max_iter": -5})

@@ -92,6 +92,43 @@ def make_model(kind: str, params: dict[str, Any]) -> Any:
     raise WispsimError(f"--model: unknown model {kind!r}; allowed: {', '.join(MODEL_KINDS)}, all")
 
 
+def own_params(
+    kinds: list[str], seed: int, fast: bool, overrides: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Each model's share of the ``--param`` overrides: the arguments its library takes (one no
+    model of ``kinds`` takes, or a value out of a library's range, is one line before any work)."""
+    names = {}
+    for kind in kinds:
+        model = make_model(kind, default_params(kind, seed, fast))
+        est = model.steps[-1][1] if hasattr(model, "steps") else model
+        names[kind] = set(est.get_params(deep=False))
+    unused = [k for k in overrides if not any(k in n for n in names.values())]
+    if unused:
+        allowed = ", ".join(sorted(set().union(*names.values())))
+        raise WispsimError(
+            f"--param: {unused[0]}: no model of {', '.join(kinds)} takes it; allowed: {allowed}"
+        )
+    own = {kind: {k: v for k, v in overrides.items() if k in names[kind]} for kind in kinds}
+    for kind in kinds:
+        if own[kind]:
+            check_params(kind, {**default_params(kind, seed, fast), **own[kind]}, own[kind])
+    return own
+
+
+def check_params(kind: str, params: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """``--param`` overrides the library accepts for ``kind`` (a name it does not know, or a value
+    out of its range, one line before any work)."""
+    try:
+        model = make_model(kind, params)
+        est = model.steps[-1][1] if hasattr(model, "steps") else model
+        if hasattr(est, "_parameter_constraints"):  # scikit-learn's own check of every argument
+            est._validate_params()
+    except Exception as e:  # the libraries raise TypeError, ValueError or their own kinds
+        given = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+        why = " ".join(str(e).split())[:160]
+        raise WispsimError(f"--param: {given} not accepted by the {kind} model: {why}") from None
+
+
 def fit_one(
     kind: str,
     split: Split,
@@ -160,6 +197,7 @@ def train(
         raise WispsimError(f"--max-fpr: must be in [0, 1], got {max_fpr}")
     for kind in kinds:
         default_params(kind, seed)  # unknown names fail before any work
+    own = own_params(kinds, seed, fast, overrides or {})
     data, traces = label_traces(trace_paths, k, label_from, seed, window_position)
     split = split_set(data, seed)
     sizes = {
@@ -179,7 +217,7 @@ def train(
     prov = provenance(traces, **settings)
     results = []
     for kind in kinds:
-        tr = fit_one(kind, split, max_fpr, seed, fast, overrides)
+        tr = fit_one(kind, split, max_fpr, seed, fast, own[kind])
         if out is not None:
             meta = {
                 "kind": kind,
