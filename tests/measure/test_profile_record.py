@@ -222,3 +222,13 @@ def test_varlen_attention_matches_loop_on_cuda() -> None:
     assert check_packed_attention(engine, tol=2e-2) < 2e-2
     engine = HFEngine(engine.model, "cuda", attention="varlen")  # checks itself against loop
     assert check_packed_attention(engine, reference="per-request", tol=2e-2) < 2e-2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is here")
+def test_record_on_cuda_without_a_gpu_is_one_line(tmp_path: Path) -> None:
+    from tests.support import run_wispsim
+
+    plan = Path(__file__).parents[2] / "profiles" / "data" / "cpu-qwen2.5-0.5b.plan.csv"
+    r = run_wispsim("profile", "record", "--arch", "llama-2-7b", "--random-weights", "--device", "cuda",
+                    "--plan", str(plan), "--out", str(tmp_path / "r.csv"))  # fmt: skip
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "sees no CUDA GPU" in r.stderr

@@ -235,6 +235,13 @@ def record_profile(
         raise WispsimError(f"--dtype: got {dtype!r}; allowed: {', '.join(DTYPES)}")
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         raise WispsimError(f"--device: got {device!r}; allowed: cpu, cuda")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():  # a CPU build of torch, or no GPU visible
+            raise WispsimError(
+                f"--device {device}: torch {torch.__version__} sees no CUDA GPU here; allowed: cpu"
+            )
     if (model_path is None) == (arch_name is None):
         raise WispsimError("give exactly one of --model PATH or --arch NAME (with --random-weights)")
     if arch_name is not None and not random_weights:
