@@ -123,6 +123,14 @@ def profile_dict(
             f"{data}.meta.json: no model facts ({', '.join(missing)} missing); record with "
             "`wispsim profile record`, which writes them"
         )
+    for k, v in facts.items():  # counts whole, sizes finite and >= 0 (never truncated or cast)
+        if k in ("name", "arch"):
+            continue
+        whole = k not in ("parameters", "weight_bytes")
+        number = isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1e18
+        if not number or (whole and v != int(v)):
+            what = "a whole number" if whole else "a number"
+            raise ConfigError(f"{data}.meta.json", f"model_facts.{k}", f"got {v!r}; allowed: {what} >= 0")
     device = str(meta.get("device", "cpu"))
     if gpu is None:
         if device.startswith("cuda"):
