@@ -123,8 +123,9 @@ def profile_dict(
             f"{data}.meta.json: no model facts ({', '.join(missing)} missing); record with "
             "`wispsim profile record`, which writes them"
         )
+    numeric = (*need, "attention_heads", "hidden_size", "intermediate_size", "vocab_size")
     for k, v in facts.items():  # counts whole, sizes finite and >= 0 (never truncated or cast)
-        if k in ("name", "arch"):
+        if k not in numeric:
             continue
         whole = k not in ("parameters", "weight_bytes")
         number = isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1e18
