@@ -38,3 +38,30 @@ def test_derive_refuses_the_other_forms_options_and_records_its_own(tmp_path) ->
     assert wispsim(*args).returncode == 0
     command = yaml.safe_load((tmp_path / "d.yaml").read_text())["provenance"]["command"]
     assert command.startswith("wispsim profile derive --form additive")  # rerunning it gives the same form
+
+
+def test_a_measurement_table_that_contradicts_itself_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """latency_s in ms beside runs_s in s, an aggregate that is not its members' sum, a config
+    twice: refused by name; a configuration the recording could not time is left out and counted."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from wispsim.model.measured import read_measurements
+
+    src = Path(__file__).parents[2] / "profiles" / "data" / "cpu-qwen2.5-0.5b.csv"
+    base = pd.read_csv(src)
+    f = tmp_path / "m.csv"
+    oom = base.copy()
+    oom.loc[3, "status"] = "OOM"
+    oom.to_csv(f, index=False)
+    assert read_measurements(f).attrs["not_timed"] == {"OOM": 1}
+    for change, field in (
+        (lambda d: d.assign(latency_s=d.latency_s * 1000), "latency_s"),
+        (lambda d: d.assign(n_linear=d.n_linear * 10), "n_linear"),
+        (lambda d: pd.concat([d, d.iloc[[0]]]), "config_id"),
+    ):
+        change(base).to_csv(f, index=False)
+        with pytest.raises(ConfigError) as e:
+            read_measurements(f)
+        assert e.value.field == field

@@ -262,6 +262,9 @@ def fit_cmd(
     from wispsim.measure.profile.text import fit_summary
 
     coefficients, title, lines = fit_summary(res, prof, out)
+    if prof["fit"].get("not_timed"):
+        left = ", ".join(f"{n} {k}" for k, n in prof["fit"]["not_timed"].items())
+        lines = [*lines, f"note: configurations the recording did not time, left out: {left}"]
     console.print(table(coefficients, title))
     for line in lines:
         console.print(line)

@@ -83,8 +83,16 @@ def read_measurements(path: Path, *, ok_only: bool = True) -> pd.DataFrame:
         columns=need,
         dtype={"l_new": str, "l_cached": str, "runs_s": str, "config_id": str, "split": str, "status": str},
     )
+    dup = df.config_id.astype(str).duplicated().to_numpy()
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0])
+        raise ConfigError(src, "config_id", f"row {i + 1}: {df.config_id.iloc[i]!r} appears twice")
     if ok_only:
-        df = df[df.status.astype(str).str.strip() == "ok"]
+        status = df.status.astype(str).str.strip()
+        left = status[status != "ok"].value_counts()
+        df = df[status == "ok"]
+        # configurations that were not timed (OOM, error), left out: the caller says how many
+        df.attrs["not_timed"] = {str(k): int(v) for k, v in left.items()}
     rows = (df.index.to_numpy() + 1).tolist()  # the file's data rows, counted from 1
     df = df.reset_index(drop=True)
     split = df.split.astype(str).str.strip()
@@ -102,7 +110,37 @@ def read_measurements(path: Path, *, ok_only: bool = True) -> pd.DataFrame:
         if "runs_s" in df:
             for i, text in enumerate(df.runs_s):
                 _check_runs(text, src, rows[i])
+            runs = run_times(df)
+            for i, (r, mean) in enumerate(zip(runs, df.latency_s, strict=True)):
+                if abs(float(r.mean()) - mean) > 0.01 * mean + 1e-5:  # a column in ms beside one in s
+                    raise ConfigError(
+                        src,
+                        "latency_s",
+                        f"row {rows[i]}: {mean:g} s is not the mean of runs_s ({r.mean():g} s)",
+                    )
+    _check_sums(df, src, rows)
     return df
+
+
+def _check_sums(df: pd.DataFrame, src: str, rows: list[int]) -> None:
+    """N_linear and N_cached are the members' sums (``l_new``, ``l_cached``: one value a member;
+    N_interactions is left: a recording of engine steps counts a prompt chunk's causal pairs)."""
+    if "l_new" not in df or "l_cached" not in df:
+        return
+    for i, (ln, lc) in enumerate(zip(df.l_new, df.l_cached, strict=True)):
+        try:
+            new = [int(x) for x in str(ln).split(";")]
+            cached = [int(x) for x in str(lc).split(";")]
+        except ValueError:
+            raise ConfigError(src, "l_new", f"row {rows[i]}: whole numbers separated by ';'") from None
+        if len(new) != len(cached):
+            raise ConfigError(src, "l_cached", f"row {rows[i]}: {len(cached)} members, l_new has {len(new)}")
+        for col, v in (("n_linear", sum(new)), ("n_cached", sum(cached))):
+            got = int(df[col].iloc[i])
+            if got != v:
+                raise ConfigError(
+                    src, col, f"row {rows[i]}: {got}, but its members (l_new, l_cached) sum to {v}"
+                )
 
 
 def _check_runs(text: object, src: str, row: int) -> None:

@@ -385,6 +385,8 @@ def fit_command(
         memory_gib=memory_gib,
         others=others,
     )
+    if df.attrs.get("not_timed"):  # configurations the recording could not time (OOM, error): left out
+        prof["fit"]["not_timed"] = df.attrs["not_timed"]
     out.parent.mkdir(parents=True, exist_ok=True)
     text = (
         f"# Verification-time profile fitted by wispsim from {data.name}; see {out.stem}.report.md\n"
