@@ -91,3 +91,9 @@ def test_a_stopped_response_whose_device_went_on_is_refused(log: Path, tmp_path:
 
     with pytest.raises(ConfigError, match="went on to a later response"):
         read_log(_copy(log, tmp_path, rows=emptied))
+
+
+def test_replay_refuses_a_set_of_what_the_log_fixes(log: Path, tmp_path: Path) -> None:
+    for key in ("devices.count=3", "workload.duration_s=5", "drafting.k_max=2"):
+        r = wispsim("replay", str(log), "--set", key, "--out", str(tmp_path / "o"))
+        assert r.returncode == 2 and r.stderr.startswith(f"error: --set: {key.split('=')[0]}: the log fixes")

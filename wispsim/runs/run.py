@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from wispsim.config import Scenario, parse_set
+from wispsim.errors import ConfigError
 from wispsim.results import Results, check_output_file, writing
 from wispsim.runs.resolve import (
     Options,
@@ -143,6 +144,10 @@ class ReplayOutcome:
     notes: list[str] = field(default_factory=list)
 
 
+# the scenario sections a replay log fixes (what its devices did, when, and the window)
+LOG_FIXED = ("devices", "workload", "arrivals", "drafting", "acceptance", "network")
+
+
 def replay(
     log: Path,
     file: Path | None,
@@ -160,6 +165,15 @@ def replay(
     from wispsim.study.replay import replay as replay_log
 
     folder = Results.planned(out, "replay")  # checked before any work
+    for item in sets or []:  # the log fixes the devices' side: such a setting would go unread
+        key = item.partition("=")[0].strip()
+        if key.split(".")[0] in LOG_FIXED:
+            raise ConfigError(
+                "--set",
+                key,
+                f"the log fixes the devices' side ({', '.join(LOG_FIXED)}: their rounds, lengths, times "
+                "and window as recorded); replay changes the server side (server.*, policy, seed)",
+            )
     frame, meta = read_log(log)
     if file is not None:  # checked once, by the replay, as it runs (its window and devices)
         sc = apply_options(load(file, sets), Options(policy=policy))
