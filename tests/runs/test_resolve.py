@@ -55,9 +55,12 @@ def test_set_overrides_the_file_and_the_options_override_set(scenario_file: Scen
     sets = ["devices.count=3", "seed=4", "drafting.k=3"]
     over = resolve(f, sets).scenario
     assert (over.devices.count, over.seed, over.drafting.k) == (3, 4, 3)
-    both = resolve(f, sets, Options(devices=5, seed=9, classes=(1.0, 2.0))).scenario
+    both = resolve(f, ["drafting.k=3"], Options(devices=5, seed=9, classes=(1.0, 2.0))).scenario
     assert (both.devices.count, both.seed, both.devices.classes) == (5, 9, (1.0, 2.0))
     assert both.drafting.k == 3  # an option leaves what it does not set as --set left it
+    # an option and a --set of the same field: refused (which wins would be a guess)
+    refused(lambda: resolve(f, sets, Options(devices=5)), "--set", "devices.count", "--devices sets it too")
+    refused(lambda: resolve(f, sets, Options(seed=9)), "--set", "seed", "--seed sets it too")
 
 
 def test_policy_option_applies_its_preset_over_the_files_choices(scenario_file: ScenarioFile) -> None:
@@ -106,7 +109,7 @@ def test_the_scenario_is_checked_once(scenario_file: ScenarioFile, monkeypatch: 
 
     monkeypatch.setattr(resolve_mod, "check_consistency", counting)
     f = scenario_file()
-    resolve(f, ["devices.count=3"], Options(policy="sled", devices=4, classes=(1.0, 2.0), seed=1))
+    resolve(f, ["drafting.k=3"], Options(policy="sled", devices=4, classes=(1.0, 2.0), seed=1))
     assert calls == [str(f)]
 
 

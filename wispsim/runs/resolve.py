@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +92,24 @@ class Options:
         return out
 
 
+# the field an option sets outright: a --set of it too would be silently overridden
+OPTION_SETS = {
+    "--policy": "policy", "--devices": "devices.count", "--classes": "devices.classes",
+    "--fleet": "devices.groups", "--seed": "seed", "--arrivals": "arrivals", "--replicas": "server.replicas",
+    "--router": "server.router", "--profile": "server.profile",
+}  # fmt: skip
+
+
+def check_twice(options: Options, fields: Iterable[str]) -> None:
+    """An option and a ``--set`` of the field it sets: refused (which wins would be a guess)."""
+    for opt, field in OPTION_SETS.items():
+        if getattr(options, opt.removeprefix("--")) is None:
+            continue
+        for f in fields:
+            if f == field or f.startswith(field + "."):
+                raise ConfigError("--set", f, f"{opt} sets it too; give one of them")
+
+
 def resolve(
     file: Path | str | None = None,
     sets: list[str] | None = None,
@@ -104,6 +122,7 @@ def resolve(
     mapping the file is merged over (a replay log's, a validation's); ``source`` names it."""
     options = options or Options()
     overrides = parse_set(sets or [])
+    check_twice(options, dotted_fields(overrides))
     if options.policy is not None and options.policy in POLICY_NAMES:
         # the policy --policy chooses is the one whose preset the file and --set are checked
         # against (an unknown name is refused by apply_options, naming --policy)

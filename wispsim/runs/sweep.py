@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from wispsim.config import Scenario
+from wispsim.config import Scenario, parse_set
 from wispsim.errors import ConfigError
 from wispsim.results import Results
 from wispsim.runs.resolve import (
@@ -27,9 +27,11 @@ from wispsim.runs.resolve import (
     check_backend,
     check_seeds,
     check_start,
+    check_twice,
     load,
     resolve,
 )
+from wispsim.sim.scenarios import dotted_fields
 from wispsim.study.capacity import SweepResult
 
 # progress of a long command: (done, total or None while unknown[, what it is doing])
@@ -90,6 +92,8 @@ def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Repo
     check_start(req.start, req.max_devices)
     check_backend(req.backend, req.address)
     check_stop(req.stop, req.search)
+    given = Options(policy=",".join(req.policies) or None, seed=req.seed, classes=req.classes)
+    check_twice(given, dotted_fields(parse_set(req.sets or [])))
     sc = load(req.scenario, req.sets)
     if sc.devices.groups:  # a point at N devices takes one class (or --mix shared's) on the defaults
         raise ConfigError(
