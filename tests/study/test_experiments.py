@@ -363,3 +363,17 @@ def test_point_key_follows_the_contents_of_the_files_it_reads(tmp_path: Path) ->
     assert Point(sc, 10, 0).key == before
     prof.write_text(prof.read_text() + "\n# edited\n")
     assert Point(sc, 10, 0).key != before
+
+
+def test_a_study_field_no_study_reads_is_refused(tmp_path: Path) -> None:
+    from wispsim.study.experiments.spec import list_experiments, load_spec
+
+    for name in list_experiments():  # every shipped study loads
+        load_spec(name)
+    f = tmp_path / "typo.yaml"
+    f.write_text("study: capacity\ndevcies: 3\nquick: {seedz: 1}\n")
+    with pytest.raises(ConfigError, match="devcies: unknown field; allowed: about"):
+        load_spec(str(f))
+    f.write_text("study: capacity\nquick: {seedz: 1}\n")
+    with pytest.raises(ConfigError, match=r"quick\.seedz: unknown field"):
+        load_spec(str(f))

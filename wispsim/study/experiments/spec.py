@@ -44,6 +44,21 @@ def list_experiments() -> list[str]:
     return [name for _, name in sorted(specs)]
 
 
+# every field some study kind reads (the kinds share one namespace of fields)
+STUDY_FIELDS = (
+    "about", "alternatives", "api_measurements", "arms", "at_capacity_details", "bands", "baselines",
+    "calibration", "calibration_of", "classes", "commands", "data", "devices", "discussion",
+    "discussion_for", "engine", "epsilon", "every_variant_side_by_side", "exclude_groups", "exclude_runs",
+    "factor", "fit", "fit_start", "fix", "groups", "k_max", "light", "light_load_devices", "max_devices",
+    "measurements", "merge_measurements", "name", "order", "policies", "policy", "price_tier", "prices",
+    "profiles", "published", "quick", "references", "regimes", "replicas", "runs", "scenario", "search",
+    "seed", "seeds", "set", "spec_method", "start", "stop", "stream_measurements", "study", "tail",
+    "targets", "thresholds", "title", "tokenize_measurements", "trace", "traces",
+    "transport_measurements", "variants", "warm_rounds", "window", "window_s", "write_calibration",
+    "write_host_cpu",
+)  # fmt: skip
+
+
 def load_spec(name: str) -> dict[str, Any]:
     """The spec of study ``name`` (``experiments/NAME.yaml``, or a path), its study kind checked."""
     path = Path(name)
@@ -61,6 +76,15 @@ def load_spec(name: str) -> dict[str, Any]:
             str(path), "study", f"an experiment file names its study; known: {', '.join(STUDIES.names())}"
         )
     STUDIES.get(spec["study"], str(path), "study")
+    for block, where in (
+        (spec, ""),
+        (spec.get("quick") if isinstance(spec.get("quick"), dict) else {}, "quick."),
+    ):
+        extra = sorted(str(k) for k in set(block) - set(STUDY_FIELDS))
+        if extra:  # a typo would be read as absent
+            raise ConfigError(
+                str(path), f"{where}{extra[0]}", f"unknown field; allowed: {', '.join(STUDY_FIELDS)}"
+            )
     spec.setdefault("name", path.stem)
     return spec
 
