@@ -18,6 +18,7 @@ readers (``plot``, the tables of :mod:`wispsim.analysis.tables`, the studies). T
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
@@ -33,6 +34,8 @@ from wispsim.provenance import write_manifest
 from wispsim.tabular import read_json, reading
 
 MANIFEST = "manifest.json"
+# the commands that write a results folder through Results.planned
+KNOWN = ("run", "sweep", "compare", "replay", "plan", "swarm", "validate", "ablate", "estimator-compare")
 LABEL_COLUMNS = {"policy": str, "class": str, "group": str}  # read as text: a class is "4" or "mix:4,8"
 
 #: What each file of a results folder holds (docs/outputs.md has the columns).
@@ -53,6 +56,20 @@ LAYOUT: dict[str, str] = {
 }
 
 
+def _results_of(manifest: Path) -> str | None:
+    """The command whose results a folder holds, from its manifest (None: no readable manifest)."""
+    try:
+        info = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict):
+        return None
+    if isinstance(info.get("results_of"), str):
+        return str(info["results_of"])
+    words = str(info.get("command", "")).split()  # an older manifest: "wispsim COMMAND ..."
+    return words[1] if len(words) > 1 and words[0].endswith("wispsim") and words[1] in KNOWN else None
+
+
 class Results:
     """A results folder, for writing (:meth:`planned`, :meth:`writing`, :meth:`table`,
     :meth:`finish`) and for reading (:meth:`existing`, :meth:`read_table`, :attr:`manifest`)."""
@@ -60,6 +77,7 @@ class Results:
     def __init__(self, path: Path | str, source: str = "--out") -> None:
         self.path = Path(path)
         self.source = source
+        self.command: str | None = None  # the command writing it (manifest.json's results_of)
         self._current: Path | None = None  # the file being written, for an OSError without a name
 
     # -- where -----------------------------------------------------------------------------
@@ -70,7 +88,17 @@ class Results:
         if out is None:
             stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
             out = Path("results") / f"{command}-{stamp}"
-        return cls(check_output_dir(out, source), source)
+        folder = cls(check_output_dir(out, source), source)
+        folder.command = command
+        theirs = _results_of(folder.path / MANIFEST)
+        if theirs is not None and theirs != command:  # its files and this command's would mix
+            raise ConfigError(
+                source,
+                "",
+                f"{folder.path} holds the results of `wispsim {theirs}`; a {command} there would mix with "
+                "them: choose another folder, or remove that one",
+            )
+        return folder
 
     def create(self) -> Results:
         """The folder, created (with its parents)."""
@@ -127,7 +155,7 @@ class Results:
     def finish(self, extra: dict[str, Any]) -> None:
         """``manifest.json``, last and atomically (:func:`wispsim.provenance.write_manifest`)."""
         with self.file(MANIFEST):
-            write_manifest(self.path, extra)
+            write_manifest(self.path, {"results_of": self.command, **extra} if self.command else extra)
 
     # -- reading ---------------------------------------------------------------------------
     @classmethod

@@ -67,3 +67,13 @@ def test_a_damaged_stored_point_is_simulated_again_and_the_manifest_names_the_co
     assert (out / "curve.csv").read_text() == curve  # the damaged points were simulated again
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["commit"] and sum(manifest["point_commits"].values()) >= len(points)
+
+
+def test_a_folder_of_another_commands_results_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    run = ("run", "--devices", "5", "--set", "workload.duration_s=5", "--out", str(out))
+    assert wispsim(*run).returncode == 0
+    assert json.loads((out / "manifest.json").read_text())["results_of"] == "run"
+    r = wispsim("sweep", "--classes", "8", "--seeds", "1", "--out", str(out))
+    assert r.returncode == 2 and "holds the results of `wispsim run`" in r.stderr
+    assert wispsim(*run).returncode == 0  # the same command replaces its own results
