@@ -183,6 +183,8 @@ def parse_classes(text: str | None, option: str = "--classes") -> tuple[float, .
             ) from None
         if not finite(v) or v <= 0:
             raise ConfigError(option, "", f"token speeds must be finite numbers > 0, got {tok!r}")
+        if v in vals:  # a run would count its devices and responses twice
+            raise ConfigError(option, "", f"{tok} is given twice; each class once, e.g. 2,4,6,8")
         vals.append(v)
     if not vals:
         raise ConfigError(option, "", f"expected comma-separated token speeds like 2,4,6,8, got {text!r}")

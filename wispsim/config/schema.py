@@ -81,6 +81,11 @@ class DevicesConfig:
         require(len(self.classes) >= 1, "classes", "needs at least one class")
         for c in self.classes:
             require(math.isfinite(c) and c > 0, "classes", f"token speeds must be finite and > 0, got {c}")
+        require(
+            len(set(self.classes)) == len(self.classes),
+            "classes",
+            f"each class once, got {list(self.classes)}",
+        )
         require(self.draft_speed.min > 0, "draft_speed.min", "must be > 0 (tokens/s)")
         if self.groups:
             total = sum(g.count for g in self.groups)
