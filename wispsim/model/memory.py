@@ -289,10 +289,13 @@ def check_memory(
     bs = block_size(scenario.server.engine.block_size, profile)
     blocks = capacity_tokens // bs
     if blocks < 1:
+        given = scenario.server.engine.kv_capacity_tokens is not None  # the setting at fault
         raise ConfigError(
             source,
-            "server.engine.block_size",
-            f"{bs:,} tokens is more than the whole KV cache ({capacity_tokens:,} tokens); "
+            "server.engine.kv_capacity_tokens" if given else "server.engine.block_size",
+            f"{capacity_tokens:,} tokens of KV cache hold no block of {bs:,}; allowed: >= {bs:,}"
+            if given
+            else f"{bs:,} tokens is more than the whole KV cache ({capacity_tokens:,} tokens); "
             f"allowed: <= {capacity_tokens:,}",
         )
     longest = wl.prompt_tokens.support()[1] + wl.output_tokens.support()[1] + scenario.drafting.largest + 1
