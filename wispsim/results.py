@@ -38,7 +38,7 @@ MANIFEST = "manifest.json"
 KNOWN = ("run", "sweep", "compare", "replay", "plan", "swarm", "validate", "ablate", "estimator-compare")
 LABEL_COLUMNS = {"policy": str, "class": str, "group": str}  # read as text: a class is "4" or "mix:4,8"
 
-#: What each file of a results folder holds (docs/outputs.md has the columns).
+#: What each file of a results folder holds (the README's tour has the columns).
 LAYOUT: dict[str, str] = {
     MANIFEST: "the command, versions, date, seed, commit and run facts; written last, atomically",
     "scenario.yaml": "the resolved scenario the command ran (file + --set + options)",
