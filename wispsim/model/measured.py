@@ -119,6 +119,7 @@ def read_measurements(path: Path, *, ok_only: bool = True) -> pd.DataFrame:
                         f"row {rows[i]}: {mean:g} s is not the mean of runs_s ({r.mean():g} s)",
                     )
     _check_sums(df, src, rows)
+    df.attrs["source"] = src
     return df
 
 

@@ -137,8 +137,12 @@ def fit(
     if bootstrap < 0:
         raise WispsimError(f"--bootstrap: must be >= 0, got {bootstrap}")
     train = df[df.split == "train"]
+    where = f"{df.attrs['source']}: " if df.attrs.get("source") else ""
     if len(train) < len(terms) + 1:
-        raise WispsimError(f"need at least {len(terms) + 1} timed train configurations, got {len(train)}")
+        need = len(terms) + 1
+        raise WispsimError(f"{where}need at least {need} timed train configurations, got {len(train)}")
+    if not 2 <= folds <= len(train):
+        raise WispsimError(f"--folds: got {folds}; allowed: 2 to {len(train)} (the train rows)")
     x, y = design(train, form), train.latency_s.to_numpy(dtype=float)
     note = ""
     used = "ols" if method == "auto" else method
