@@ -100,6 +100,11 @@ def _legend(o: Any) -> None:
         "N values simulated, each with every seed.",
         highlight=False,
     )
+    few = _few_responses(o.result)
+    if few:  # an interval from a handful of responses is not a confident answer: say so
+        console.print(
+            f"note: {few}: lengthen workload.duration_s or add --seeds for a firmer answer", highlight=False
+        )
     from wispsim.provenance import code_commit
 
     now = code_commit()
@@ -111,6 +116,21 @@ def _legend(o: Any) -> None:
             "a new --out recomputes them",
             highlight=False,
         )
+
+
+FEW_RESPONSES = 30  # fewer measured responses at a capacity than this: the legend says so
+
+
+def _few_responses(result: Any) -> str:
+    """The capacities that rest on fewer than :data:`FEW_RESPONSES` responses at their N."""
+    pooled, out = result.pooled, []
+    for _, row in result.capacity.iterrows():
+        at = pooled[(pooled.policy == row.policy) & (pooled["class"].astype(str) == str(row["class"]))
+                    & (pooled.devices == row.capacity)]  # fmt: skip
+        n = int(at.responses.sum()) if len(at) else 0
+        if n < FEW_RESPONSES:
+            out.append(f"{row.policy} at {row['class']} tok/s rests on {n} response{'s' * (n != 1)} at N = {row.capacity}")
+    return "; ".join(out)
 
 
 def _request(scenario: Path | None, sets: list[str] | None, policies: list[str], **kw: Any) -> SweepRequest:
