@@ -129,7 +129,8 @@ def _few_responses(result: Any) -> str:
                     & (pooled.devices == row.capacity)]  # fmt: skip
         n = int(at.responses.sum()) if len(at) else 0
         if n < FEW_RESPONSES:
-            out.append(f"{row.policy} at {row['class']} tok/s rests on {n} response{'s' * (n != 1)} at N = {row.capacity}")
+            many = "s" * (n != 1)
+            out.append(f"{row.policy} at {row['class']} tok/s rests on {n} response{many} at N = {row.capacity}")
     return "; ".join(out)
 
 
