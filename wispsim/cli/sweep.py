@@ -130,7 +130,8 @@ def _few_responses(result: Any) -> str:
         n = int(at.responses.sum()) if len(at) else 0
         if n < FEW_RESPONSES:
             many = "s" * (n != 1)
-            out.append(f"{row.policy} at {row['class']} tok/s rests on {n} response{many} at N = {row.capacity}")
+            where = f"{row.policy} at {row['class']} tok/s"
+            out.append(f"{where} rests on {n} response{many} at N = {row.capacity}")
     return "; ".join(out)
 
 
