@@ -198,7 +198,7 @@ def main() -> int:
     if not torch.cuda.is_available() and not args.dry_run:
         print("shapes_2026.py: no CUDA device (use --dry-run to check the script on a CPU)", file=sys.stderr)
         return 2
-    global MOE, TOKENS, HEADS, BATCHES, MLA, LAYERS, GRAPH
+    global MOE, TOKENS, HEADS, BATCHES, MLA, MLA_PREFILL, LAYERS, GRAPH
     GRAPH, stem = args.graph, "shapes_2026_graph" if args.graph else "shapes_2026"
     stem += "_experts" if args.experts_only else ""
     if args.graph:  # the eager-against-graph layer rows are the eager run's
@@ -295,7 +295,7 @@ def main() -> int:
         del w13, w2, router
         print(f"experts {arch}: done at {time.monotonic() - start:.0f} s", flush=True)
     if args.experts_only:
-        HEADS, MLA, LAYERS = {}, [], {}
+        HEADS, MLA, MLA_PREFILL, LAYERS = {}, [], [], {}
     if dev.type == "cuda" and hasattr(torch, "_scaled_mm") and not args.experts_only:
         fp8_gemms(dev, row, over)
         print(f"fp8 gemms: done at {time.monotonic() - start:.0f} s", flush=True)
@@ -349,7 +349,7 @@ def main() -> int:
     print(f"mla decode: done at {time.monotonic() - start:.0f} s", flush=True)
     nope, vd = (128, 128) if not args.dry_run else (8, 8)
     w_kvb = torch.randn(latent, heads * (nope + vd), dtype=bf, device=dev) * 0.02
-    for b, n, c in MLA_PREFILL if not args.dry_run else ((1, 8, 16), (2, 2, 16)):
+    for b, n, c in MLA_PREFILL if not args.dry_run or not MLA_PREFILL else ((1, 8, 16), (2, 2, 16)):
         if over():
             break
         q = torch.randn(b, heads, n, nope + rope, dtype=bf, device=dev)

@@ -234,10 +234,11 @@ def load_point(point: Point, out: Path | None) -> PointResult | None:
         replicas = pd.read_csv(reps) if reps.is_file() else None
     except (OSError, ValueError, AttributeError, KeyError, TypeError):  # a pandas parse error is a ValueError
         return None  # not a point of this layout, or damaged: simulate it again
-    seeds = set(point.seeds)
-    for df, need in ((summary, SUMMARY_NEEDS), (counts, COUNTS_NEEDS)):
-        if not need <= set(df.columns) or set(df["seed"]) != seeds:
-            return None  # damaged (columns or seeds missing): simulate it again
+    if set(summary.columns) >= SUMMARY_NEEDS and set(summary["seed"]) != set(point.seeds):
+        return None  # a seed's summary missing: simulate it again
+    for df, need in ((summary, SUMMARY_NEEDS), (counts, COUNTS_NEEDS)):  # (a seed without measured
+        if not need <= set(df.columns):  # responses has no device rows)
+            return None  # damaged (columns missing): simulate it again
         if df[sorted(need - {"violation_rate"})].isna().any().any():  # a class without responses: NaN
             return None
     return PointResult(point.key, summary, counts, replicas, commit=commit, stop=stop)
