@@ -6,9 +6,9 @@ sum (L_new + L_cached) * L_new, N_cached = sum L_cached, the number of requests,
 them arrive anew (every verification round; a sequence's first prefill chunk), N_interactions and
 N_cached again over the members vLLM's attention backend runs as prefills (more new tokens than
 its ``reorder_batch_threshold``, :attr:`Shape.prefill_above`: MLA runs them in another form) and
-N_logits, the rows the LM head computes logits for (vLLM's ``logits_indices``: every new token of a verification
-round, whose draft positions all need logits; one per request of a generation step, the last
-token it schedules, whether a decode or a prefill chunk; k + 1 per request where the server
+N_logits, the rows the LM head computes logits for (vLLM's ``logits_indices``: every new token of
+a verification round, whose draft positions all need logits; one per request of a generation
+step, the last token it schedules, whether a decode or a prefill chunk; k + 1 per request where the server
 speculates). Every cost form
 (:mod:`wispsim.model.cost`) prices a shape and nothing else, so a batch is described once.
 
