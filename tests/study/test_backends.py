@@ -33,7 +33,12 @@ def complete_points(out: Path) -> dict[str, float]:
     d = out / "points"
     if not d.is_dir():
         return {}
-    return {p.name: (p / "summary.csv").stat().st_mtime for p in d.iterdir() if (p / "summary.csv").is_file()}
+    # (a dot folder is a point being written, renamed into place when whole: a kill can leave one)
+    return {
+        p.name: (p / "summary.csv").stat().st_mtime
+        for p in d.iterdir()
+        if not p.name.startswith(".") and (p / "summary.csv").is_file()
+    }
 
 
 @pytest.mark.slow
