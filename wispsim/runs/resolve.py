@@ -100,14 +100,15 @@ OPTION_SETS = {
 }  # fmt: skip
 
 
-def check_twice(options: Options, fields: Iterable[str]) -> None:
-    """An option and a ``--set`` of the field it sets: refused (which wins would be a guess)."""
+def check_twice(options: Options, fields: Iterable[str], named: dict[str, str] | None = None) -> None:
+    """An option and a ``--set`` of the field it sets: refused (which wins would be a guess);
+    ``named``: an option as the command spells it (compare's ``--policies``)."""
     for opt, field in OPTION_SETS.items():
         if getattr(options, opt.removeprefix("--")) is None:
             continue
         for f in fields:
             if f == field or f.startswith(field + "."):
-                raise ConfigError("--set", f, f"{opt} sets it too; give one of them")
+                raise ConfigError("--set", f, f"{(named or {}).get(opt, opt)} sets it too; give one of them")
 
 
 def resolve(

@@ -93,7 +93,8 @@ def sweep(req: SweepRequest, command: str, out: Path | None = None, report: Repo
     check_backend(req.backend, req.address)
     check_stop(req.stop, req.search)
     given = Options(policy=",".join(req.policies) or None, seed=req.seed, classes=req.classes)
-    check_twice(given, dotted_fields(parse_set(req.sets or [])))
+    named = {"--policy": "--policies"} if command == "compare" else None
+    check_twice(given, dotted_fields(parse_set(req.sets or [])), named)
     sc = load(req.scenario, req.sets)
     if sc.devices.groups:  # a point at N devices takes one class (or --mix shared's) on the defaults
         raise ConfigError(
