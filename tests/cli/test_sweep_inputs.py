@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support import run_wispsim as wispsim
 
 
+@pytest.mark.slow  # subprocess simulations; the refusals beside it stay quick
 def test_sweep_sizes_the_scenarios_own_policy(tmp_path: Path) -> None:
     f = tmp_path / "sled.yaml"
     f.write_text("policy: sled\n")
@@ -41,6 +44,7 @@ def test_a_fleet_of_groups_is_refused_by_sweep_and_compare(tmp_path: Path) -> No
         assert not (tmp_path / cmd / "manifest.json").exists()
 
 
+@pytest.mark.slow  # subprocess simulations; the refusals beside it stay quick
 def test_a_damaged_stored_point_is_simulated_again_and_the_manifest_names_the_code(tmp_path: Path) -> None:
     f = tmp_path / "sled.yaml"
     f.write_text("policy: sled\n")
@@ -77,3 +81,12 @@ def test_a_folder_of_another_commands_results_is_refused(tmp_path: Path) -> None
     r = wispsim("sweep", "--classes", "8", "--seeds", "1", "--out", str(out))
     assert r.returncode == 2 and "holds the results of `wispsim run`" in r.stderr
     assert wispsim(*run).returncode == 0  # the same command replaces its own results
+
+
+@pytest.mark.slow  # subprocess simulations; the refusals beside it stay quick
+def test_a_capacity_on_a_handful_of_responses_says_so(tmp_path: Path) -> None:
+    f = tmp_path / "sled.yaml"
+    f.write_text("policy: sled\n")
+    r = wispsim("sweep", str(f), "--classes", "8", "--seeds", "1", "--jobs", "1",
+                "--set", "workload.duration_s=30", "--out", str(tmp_path / "s"))  # fmt: skip
+    assert r.returncode == 0 and "note: sled at 8 tok/s rests on" in r.stdout

@@ -53,6 +53,7 @@ def test_a_backend_is_refused_where_vllm_would_not_run_it(h200_deepseek: Path) -
         with_attention_backend(additive, "FLASHMLA", "s")
 
 
+@pytest.mark.slow  # subprocess simulations; the refusals beside it stay quick
 def test_run_honours_it(h200_deepseek: Path, tmp_path: Path) -> None:
     """The same seed and load, FlashMLA's threshold (vLLM 0.10-0.11 on Hopper) against today's
     FlashAttention MLA: every verification round's cached prefix is projected up again, so the
@@ -74,6 +75,7 @@ def test_run_honours_it(h200_deepseek: Path, tmp_path: Path) -> None:
     assert bad.returncode == 2 and "allowed: FLASH_ATTN_MLA, FLASHMLA" in bad.stderr
 
 
+@pytest.mark.slow  # subprocess simulations; the refusals beside it stay quick
 def test_bench_takes_vllm_serves_flag_and_serve_refuses_it(h200_deepseek: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     args = ["bench", "--profile", str(h200_deepseek), "--num-prompts", "20", "--random-input-len", "600"]
