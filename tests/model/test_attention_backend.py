@@ -92,3 +92,25 @@ def test_bench_takes_vllm_serves_flag_and_serve_refuses_it(h200_deepseek: Path, 
         "--set", "server.engine.attention_backend=FLASHMLA",
     )  # fmt: skip
     assert s.returncode == 2 and "simulated only" in s.stderr
+
+
+@pytest.mark.slow  # subprocess simulations; the refusals beside it stay quick
+def test_replay_honours_it(h200_deepseek: Path, tmp_path: Path) -> None:
+    """A recorded log replayed on the MLA profile: FlashMLA's threshold re-projects every round's
+    cached prefix, so the same rounds take more GPU time than under today's Hopper backend."""
+    log = tmp_path / "lg.parquet"
+    prompts = "workload.prompt_tokens={dist: constant, value: 3000}"
+    r = wispsim("run", "--devices", "30", "--seed", "1", "--set", "workload.warmup_s=2",
+                "--set", "workload.duration_s=10", "--set", prompts,
+                "--log", str(log), "--out", str(tmp_path / "run"))  # fmt: skip
+    assert r.returncode == 0, r.stderr[-600:]
+    per_round = {}
+    for backend in ("", "FLASHMLA"):
+        out = tmp_path / (backend or "default")
+        extra = ["--set", f"server.engine.attention_backend={backend}"] if backend else []
+        r = wispsim("replay", str(log), "--set", f"server.profile={h200_deepseek}", *extra, "--out", str(out))
+        assert r.returncode == 0, r.stderr[-600:]
+        b = pd.read_parquet(out / "batches.parquet")
+        per_round[backend] = float((b["gpu_s"] / b["size"]).mean())
+        assert f"attention_backend: {backend or 'null'}" in (out / "scenario.yaml").read_text()
+    assert per_round["FLASHMLA"] > per_round[""]
