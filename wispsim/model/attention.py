@@ -23,7 +23,8 @@ from typing import Any, Protocol, TypeVar
 
 from wispsim.config.server import ATTENTION_BACKENDS
 from wispsim.errors import ConfigError
-from wispsim.model.archs import Arch, load_gpu
+from wispsim.model.archs import Arch
+from wispsim.model.weight_only import profile_generation
 
 
 class _Profile(Protocol):  # wispsim.model.profiles.Profile, which imports this module's users
@@ -87,12 +88,7 @@ def with_attention_backend(profile: P, backend: str | None, source: str) -> P:
             f"{backend} is a latent-attention (MLA) backend and {arch.name} has none; allowed: null",
         )
     gens = MLA_BACKENDS[backend][1]
-    gen = profile.generation
-    if gen is None and profile.gpu_key is not None:
-        try:
-            gen = load_gpu(profile.gpu_key).generation
-        except ConfigError:
-            gen = None
+    gen = profile_generation({"generation": profile.generation, "gpu_key": profile.gpu_key}, source)
     if gen not in gens:
         ok = [b for b, (_, g) in MLA_BACKENDS.items() if gen in g]
         raise ConfigError(

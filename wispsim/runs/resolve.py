@@ -92,12 +92,8 @@ class Options:
         return out
 
 
-# the field an option sets outright: a --set of it too would be silently overridden
-OPTION_SETS = {
-    "--policy": "policy", "--devices": "devices.count", "--classes": "devices.classes",
-    "--fleet": "devices.groups", "--seed": "seed", "--arrivals": "arrivals", "--replicas": "server.replicas",
-    "--router": "server.router", "--profile": "server.profile",
-}  # fmt: skip
+# the field an option sets outright (the first it owns): a --set of it too would be overridden
+OPTION_SETS = {opt: fields[0] for opt, fields in OPTION_FIELDS.items()} | {"--seed": "seed"}
 
 
 def check_twice(options: Options, fields: Iterable[str], named: dict[str, str] | None = None) -> None:
